@@ -1,0 +1,1 @@
+"""Inference engines: one protocol, several back ends (llama.cpp, MLX)."""

@@ -1,0 +1,90 @@
+"""Typed stream events: the only vocabulary between the core and the UI.
+
+Every engine (llama.cpp, MLX, a remote backend) produces these, so the UI renders one
+shape of data and never parses raw model text. They are frozen dataclasses so they pickle
+cheaply across worker pipes and can be shared without copying.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+FinishReason = Literal["stop", "length", "tool_calls", "cancelled", "error"]
+
+ERROR_CODES = frozenset(
+    {
+        "OOM",
+        "MODEL_CORRUPT",
+        "UNSUPPORTED",
+        "LOAD_FAILED",
+        "CONTEXT_OVERFLOW",
+        "CANCELLED",
+        "TIMEOUT",
+        "WORKER_CRASHED",
+        "BAD_REQUEST",
+        "INTERNAL",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A piece of the visible answer."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """A piece of the model's thinking, shown in its own collapsible block."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A structured tool call parsed out of the stream.
+
+    `error` is set (and `raw` keeps the original text) when the arguments could not be
+    parsed: the call is still shown, never dropped.
+    """
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    raw: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts and timings of one generation."""
+
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    ttft_ms: float
+    decode_tps: float
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """The end of one generation; always the last event of a stream."""
+
+    finish_reason: FinishReason
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    """Something went wrong; `message` is a sentence a person can act on."""
+
+    code: str
+    message: str
+
+    def __post_init__(self) -> None:
+        if self.code not in ERROR_CODES:
+            raise ValueError(f"unknown error code {self.code!r}")
+
+
+Event = TextDelta | ReasoningDelta | ToolCall | Usage | Done | Error

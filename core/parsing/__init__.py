@@ -1,0 +1,1 @@
+"""Stream parsing: reasoning/tool-call splitting per model family, stop sequences."""

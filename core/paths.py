@@ -1,0 +1,68 @@
+"""Where llmdeck keeps its files.
+
+platformdirs gives the per-OS locations; LLMDECK_HOME, when set, puts every file (DB,
+logs, config, model cache) under that one folder so tests and portable installs never
+touch the user's real directories.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+APP = "llmdeck"
+
+
+def _home() -> Path | None:
+    value = os.environ.get("LLMDECK_HOME")
+    return Path(value).expanduser() if value else None
+
+
+def _ensure(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def data_dir() -> Path:
+    home = _home()
+    return _ensure(home / "data" if home else Path(platformdirs.user_data_dir(APP)))
+
+
+def config_dir() -> Path:
+    home = _home()
+    return _ensure(home / "config" if home else Path(platformdirs.user_config_dir(APP)))
+
+
+def log_dir() -> Path:
+    home = _home()
+    return _ensure(home / "logs" if home else Path(platformdirs.user_log_dir(APP)))
+
+
+def cache_dir() -> Path:
+    home = _home()
+    return _ensure(home / "cache" if home else Path(platformdirs.user_cache_dir(APP)))
+
+
+def models_dir() -> Path:
+    """Models llmdeck owns: the bundled default, imports, hand-placed files."""
+    return _ensure(data_dir() / "models")
+
+
+def hf_cache_dir() -> Path:
+    """The Hugging Face cache; under LLMDECK_HOME when set, else huggingface_hub's own."""
+    home = _home()
+    if home:
+        return _ensure(home / "hf-cache")
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def db_path() -> Path:
+    return data_dir() / "llmdeck.db"
+
+
+def config_path() -> Path:
+    return config_dir() / "config.toml"
