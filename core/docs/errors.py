@@ -1,0 +1,42 @@
+"""Errors a user can cause when attaching a document, as values.
+
+Attaching a file is a user action: a missing path or an encrypted PDF is not a bug, so
+extraction returns a `DocError` (code + a sentence a person can act on) instead of
+raising. The composer shows `message`; `to_event` maps it onto the stream vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from core.events import Error
+
+DocErrorCode = Literal[
+    "NOT_FOUND",
+    "IS_DIRECTORY",
+    "TOO_LARGE",
+    "UNSUPPORTED_TYPE",
+    "ENCRYPTED",
+    "CORRUPT",
+    "EMPTY",
+    "UNREADABLE",
+]
+
+# Which events.Error code each document error travels as when it has to be streamed.
+_EVENT_CODE: dict[str, str] = {
+    "UNSUPPORTED_TYPE": "UNSUPPORTED",
+    "ENCRYPTED": "UNSUPPORTED",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class DocError:
+    """Why a document could not be attached; `message` is shown to the user as is."""
+
+    code: DocErrorCode
+    message: str
+    path: str = ""
+
+    def to_event(self) -> Error:
+        return Error(_EVENT_CODE.get(self.code, "BAD_REQUEST"), self.message)

@@ -1,0 +1,13 @@
+"""Long-conversation memory: the context wind monitor and summarise-and-rehydrate."""
+
+from core.memory.rollover import ConversationMemory, RolloverMarker, TurnPlan
+from core.memory.window import DEFAULT_THRESHOLD, ContextMonitor, messages_tokens
+
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "ContextMonitor",
+    "ConversationMemory",
+    "RolloverMarker",
+    "TurnPlan",
+    "messages_tokens",
+]

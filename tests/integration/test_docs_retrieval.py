@@ -1,0 +1,185 @@
+"""Retrieval through the real markitdown and the real bundled MiniLM model.
+
+One embedder is loaded per module (the model load dominates the cost), shared by
+every test here; the idle-unload test runs last and restores it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core.docs.chunking import chunk_sections
+from core.docs.embeddings import Embedder, ensure_model_files
+from core.docs.errors import DocError
+from core.docs.extract import extract
+from core.docs.retrieval import IngestResult, VectorIndex, build_context, ingest
+from core.docs.service import DocsService
+from tests.fixtures.docs_files import FACTS, make_fact_document, make_pdf, make_pptx, make_xlsx
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory):
+    with pytest.MonkeyPatch.context() as mp:
+        path = tmp_path_factory.mktemp("llmdeck-home")
+        mp.setenv("LLMDECK_HOME", str(path))
+        yield path
+
+
+@pytest.fixture(scope="module")
+def embedder(home: Path) -> Embedder:
+    emb = Embedder(idle_seconds=0)  # no timer: unloading is tested explicitly below
+    emb.encode(["warm up"])
+    yield emb
+    emb.unload()
+
+
+@pytest.fixture(scope="module")
+def fact_doc(home: Path, embedder: Embedder) -> tuple[IngestResult, dict[int, int]]:
+    path = home / "handbook.pdf"
+    where = make_fact_document(path, pages=50)
+    result = ingest(path, embedder=embedder)
+    assert isinstance(result, IngestResult)
+    return result, where
+
+
+def test_model_comes_from_the_bundled_package_offline(home: Path, embedder: Embedder) -> None:
+    folder = ensure_model_files()
+    assert str(folder).startswith(str(home))
+    assert (folder / "config.json").exists()
+    assert os.environ.get("HF_HUB_OFFLINE") == "1"
+    vecs = embedder.encode(["a cat sat on the mat", "a kitten rested on the rug", "tax law"])
+    assert vecs.shape == (3, 384) and vecs.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-4)
+    assert vecs[0] @ vecs[1] > vecs[0] @ vecs[2]
+
+
+def test_large_document_is_chunked_with_page_labels(fact_doc) -> None:
+    result, _ = fact_doc
+    assert not result.whole and result.units == 50
+    assert result.vectors.shape == (len(result.chunks), 384)
+    assert {c.label for c in result.chunks} == {f"p.{i}" for i in range(1, 51)}
+
+
+def test_chunks_fit_minilm_window_by_its_real_tokenizer(fact_doc, embedder: Embedder) -> None:
+    result, _ = fact_doc
+    tokenizer = embedder._model.tokenizer  # the real WordPiece tokenizer of the model
+    longest = max(len(tokenizer(c.text)["input_ids"]) for c in result.chunks)
+    assert longest <= 256
+
+
+def test_recall_at_5_on_paraphrased_questions(fact_doc, embedder: Embedder) -> None:
+    result, where = fact_doc
+    index = VectorIndex()
+    index.add_result(result)
+    found = 0
+    for i, (_, question) in enumerate(FACTS):
+        hits = index.search(embedder.encode_one(question), k=5)
+        if f"p.{where[i]}" in [h.chunk.label for h in hits]:
+            found += 1
+    recall = found / len(FACTS)
+    assert recall >= 0.9, f"recall@5 = {recall}"
+
+
+def test_build_context_cites_the_page(fact_doc, embedder: Embedder) -> None:
+    result, where = fact_doc
+    context = build_context(FACTS[5][1], [result], embedder=embedder, k=3)
+    assert f"[handbook.pdf p.{where[5]}]" in context
+    assert "1,270 meters" in context
+    assert context.count("[handbook.pdf p.") == 3
+
+
+def test_small_document_goes_in_whole_with_its_labels(home: Path, embedder: Embedder) -> None:
+    deck = make_pptx(home / "deck.pptx", [("Plan", "Launch in June"), ("Budget", "40k EUR")])
+    result = ingest(deck, embedder=embedder)
+    assert isinstance(result, IngestResult) and result.whole and len(result.chunks) == 0
+    context = build_context("anything", [result], embedder=embedder)
+    assert "[deck.pptx slide 1]" in context and "[deck.pptx slide 2]" in context
+    assert "Launch in June" in context and "40k EUR" in context
+
+
+def test_model_loads_lazily_only_when_something_needs_embedding(home: Path) -> None:
+    fresh = Embedder(idle_seconds=0)
+    small = make_pdf(home / "memo.pdf", ["Lunch moves to noon on Fridays."])
+    result = ingest(small, embedder=fresh)
+    assert isinstance(result, IngestResult) and result.whole
+    assert not fresh.is_loaded and fresh.loads == 0
+
+
+def test_index_save_and_load_round_trip(fact_doc, home: Path, embedder: Embedder) -> None:
+    result, where = fact_doc
+    index = VectorIndex()
+    index.add_result(result)
+    index.save(home / "index")
+    loaded = VectorIndex.load(home / "index")
+    q = embedder.encode_one(FACTS[0][1])
+    assert [h.chunk for h in loaded.search(q, 5)] == [h.chunk for h in index.search(q, 5)]
+
+
+def test_service_attaches_several_mentions_select_and_errors_change_nothing(
+    home: Path, embedder: Embedder
+) -> None:
+    sheet = make_xlsx(home / "ledger.xlsx", {"Q1": [["item", "eur"], ["rent", 800]]})
+    pages = [f"Page {i}. " + "routine filler text about nothing in particular. " * 30 for i in range(1, 9)]
+    pages[4] += " The vault combination is 31-07-22."
+    report = make_pdf(home / "report.pdf", pages)
+    (home / "copy").mkdir()
+    copy = make_pdf(home / "copy" / "report.pdf", pages)
+    service = DocsService(embedder, whole_threshold=300)
+
+    async def attach():
+        with ThreadPoolExecutor(2) as pool:
+            return await service.attach_many(
+                "c1", [report, copy, sheet, home / "missing.pdf"], executor=pool
+            )
+
+    results = asyncio.run(attach())
+    assert [r.alias for r in results[:3]] == ["report.pdf", "report.pdf #2", "ledger.xlsx"]
+    assert isinstance(results[3], DocError) and results[3].code == "NOT_FOUND"
+    assert [a.alias for a in service.registry("c1").all()] == [
+        "report.pdf",
+        "report.pdf #2",
+        "ledger.xlsx",
+    ]
+
+    check = service.check_mentions("c1", "see @doc(report.pdf #2) and @doc(nothing.pdf)")
+    assert [m.alias for m in check.unresolved] == ["nothing.pdf"]
+
+    context = service.context_for("c1", "What is the vault combination in @doc(report.pdf #2)?")
+    assert "[report.pdf #2 p.5]" in context and "[report.pdf p." not in context
+    assert "ledger.xlsx" not in context
+    everything = service.context_for("c1", "What is the vault combination?")
+    assert "[ledger.xlsx sheet Q1]" in everything and "31-07-22" in everything
+    hits = service.retrieve("c1", "vault combination", k=2)
+    assert {h.chunk.label for h in hits} == {"p.5"}
+    assert service.detach("c1", "report.pdf")
+    assert "[report.pdf p." not in service.context_for("c1", "vault combination")
+
+
+def test_extract_is_consistent_with_ingest_sections(home: Path) -> None:
+    path = make_pdf(home / "two.pdf", ["one", "two"])
+    doc = extract(path)
+    assert [c.label for c in chunk_sections("two.pdf", doc.sections)] == ["p.1", "p.2"]
+
+
+def test_idle_model_unloads_and_reloads_on_demand(embedder: Embedder) -> None:
+    embedder.idle_seconds = 0.2
+    try:
+        loads = embedder.loads
+        embedder.encode(["keep me warm"])
+        deadline = time.monotonic() + 10
+        while embedder.is_loaded and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not embedder.is_loaded
+        embedder.encode(["wake up"])
+        assert embedder.is_loaded and embedder.loads == loads + 1
+    finally:
+        embedder.idle_seconds = 0
