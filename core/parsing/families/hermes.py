@@ -1,0 +1,25 @@
+"""Hermes / Qwen2.5 style: `<tool_call>{"name": .., "arguments": {..}}</tool_call>`."""
+
+from __future__ import annotations
+
+from ..scanner import COLLECT, Grammar, Ids, ParsedEvent, State
+from ._common import finished_or_text, think_states, tool_call_body
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+
+
+def collect(ids: Ids, state: str, enter: str, body: str, closer: str | None):
+    """Parse one tool_call block; one cut off at the end stays text unless it parses."""
+    calls = tool_call_body(ids, body)
+    out: list[ParsedEvent] = list(calls) if closer is not None else finished_or_text(calls, enter, body)
+    return out, None
+
+
+def grammar(name: str = "hermes") -> Grammar:
+    # Hermes-format models include reasoning ones (QwQ), so <think> is split here too.
+    states = [*think_states({OPEN: "tool"}), State("tool", COLLECT, {CLOSE: "text"})]
+    return Grammar(name, states, "text", collect, reasoning_state="reasoning",
+                   uses_think=name != "hermes")
+
+
+GRAMMAR = grammar()

@@ -1,0 +1,318 @@
+"""The incremental marker scanner every family parser runs on.
+
+A model family's output format is a small state machine: plain answer text, a reasoning
+block, a tool-call body being collected, and the literal markers that move between them
+(`<think>`, `<tool_call>`, `<|channel|>` ...). A family module describes its states as a
+`Grammar`; `MarkerScanner` runs it over a stream that arrives in arbitrary pieces.
+
+Why this shape: the parser runs in the worker on every token, so a feed looks only at the
+new text plus a held-back tail no longer than the longest marker, never at the whole
+buffer. A marker split across feeds is held until it can be decided, so markup never
+reaches a TextDelta, whatever the chunking.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from core.events import ReasoningDelta, TextDelta, ToolCall
+
+TEXT = 0
+"""Content is visible answer text."""
+REASONING = 1
+"""Content is the model's thinking."""
+COLLECT = 2
+"""Content is gathered until an exit marker, then handed to the grammar's collector."""
+SNIFF = 3
+"""Content is held until `State.sniff` decides which state the stream really starts in."""
+
+ParsedEvent = TextDelta | ReasoningDelta | ToolCall
+
+
+@dataclass(frozen=True)
+class State:
+    """One state of a family's output format.
+
+    `exits` maps a literal marker to the state it leads to. For COLLECT states the
+    grammar's collector may override that target (harmony decides from the header).
+    `limit` caps a COLLECT body: past it the body is shown as text and the scanner moves
+    to `overflow` (a header that never closes must not swallow the whole answer).
+    """
+
+    name: str
+    kind: int
+    exits: dict[str, str] = field(default_factory=dict)
+    limit: int | None = None
+    overflow: str = "text"
+    sniff: Callable[[str, bool], str | None] | None = None
+
+
+class Ids:
+    """Per-stream context for collectors: tool-call ids, and notes kept between blocks.
+
+    Ids are unique within one parser and, by a random base, across a conversation.
+    Mistral's template only accepts 9 alphanumeric characters, so it gets its own style.
+    `memo` holds what one block tells the next (harmony's header names the recipient
+    that the following message body is for).
+    """
+
+    def __init__(self, style: str = "default") -> None:
+        self._style = style
+        self._base = secrets.token_hex(3 if style == "mistral" else 4)
+        self._n = 0
+        self.memo: dict[str, str] = {}
+
+    def new(self) -> str:
+        self._n += 1
+        if self._style == "mistral":
+            return f"{self._base}{self._n % 1000:03d}"
+        return f"call_{self._base}_{self._n}"
+
+
+Collector = Callable[[Ids, str, str, str, "str | None"], "tuple[list[ParsedEvent], str | None]"]
+"""(ids, state name, enter marker, body, exit marker or None at end of stream)
+-> (events, next state or None for the state's static exit target)."""
+
+
+class _Compiled:
+    """A state with its markers compiled for the hot path."""
+
+    __slots__ = ("state", "name", "kind", "exits", "pattern", "firsts", "markers", "maxlen")
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self.name = state.name
+        self.kind = state.kind
+        self.exits = dict(state.exits)
+        self.markers = tuple(sorted(self.exits, key=len, reverse=True))
+        self.pattern = (
+            re.compile("|".join(re.escape(m) for m in self.markers)) if self.markers else None
+        )
+        self.firsts = tuple(sorted({m[0] for m in self.markers}))
+        self.maxlen = max((len(m) for m in self.markers), default=0)
+
+
+class Grammar:
+    """A family's states, start state and collector, compiled once and shared."""
+
+    def __init__(
+        self,
+        name: str,
+        states: Iterable[State],
+        start: str,
+        collect: Collector | None = None,
+        *,
+        reasoning_state: str | None = None,
+        uses_think: bool = False,
+        id_style: str = "default",
+    ) -> None:
+        self.name = name
+        self.states = {s.name: _Compiled(s) for s in states}
+        if start not in self.states:
+            raise ValueError(f"grammar {name}: unknown start state {start!r}")
+        for st in self.states.values():
+            for target in (*st.exits.values(), st.state.overflow):
+                if target not in self.states:
+                    raise ValueError(f"grammar {name}: {st.name} leads to unknown {target!r}")
+        self.start = start
+        self.collect = collect
+        self.reasoning_state = reasoning_state
+        self.uses_think = uses_think
+        self.id_style = id_style
+
+    def markers(self) -> set[str]:
+        """Every literal marker of the format (tests check none of them leaks)."""
+        return {m for st in self.states.values() for m in st.markers}
+
+
+def _push(events: list[ParsedEvent], kind: int, text: str) -> None:
+    """Append a delta, merging it into the previous one of the same kind."""
+    if events:
+        last = events[-1]
+        if kind == TEXT and type(last) is TextDelta:
+            events[-1] = TextDelta(last.text + text)
+            return
+        if kind == REASONING and type(last) is ReasoningDelta:
+            events[-1] = ReasoningDelta(last.text + text)
+            return
+    events.append(TextDelta(text) if kind == TEXT else ReasoningDelta(text))
+
+
+class MarkerScanner:
+    """Runs a Grammar over a stream fed in pieces of any size."""
+
+    __slots__ = ("_g", "_st", "_pending", "_body", "_body_len", "_enter", "_lstrip", "_ids")
+
+    def __init__(self, grammar: Grammar, *, start: str | None = None) -> None:
+        self._g = grammar
+        self._st = grammar.states[start or grammar.start]
+        self._pending = ""  # a tail that may be the start of a marker
+        self._body: list[str] = []  # COLLECT / SNIFF content so far
+        self._body_len = 0
+        self._enter = ""  # the marker that entered the current state
+        self._lstrip = True  # drop whitespace at the start of the next text/reasoning run
+        self._ids = Ids(grammar.id_style)
+
+    @property
+    def state(self) -> str:
+        return self._st.name
+
+    def feed(self, text: str) -> list[ParsedEvent]:
+        """Events for a new piece of the stream."""
+        if not text:
+            return []
+        st = self._st
+        if not self._pending:
+            # Fast path: no held tail and no character that could start a marker.
+            for c in st.firsts:
+                if c in text:
+                    break
+            else:
+                kind = st.kind
+                if kind == TEXT or kind == REASONING:
+                    if self._lstrip:
+                        text = text.lstrip()
+                        if not text:
+                            return []
+                        self._lstrip = False
+                    return [TextDelta(text) if kind == TEXT else ReasoningDelta(text)]
+                if kind == COLLECT and (st.state.limit is None
+                                        or self._body_len + len(text) <= st.state.limit):
+                    self._body.append(text)
+                    self._body_len += len(text)
+                    return []
+        return self._scan(self._pending + text)
+
+    def finish(self) -> list[ParsedEvent]:
+        """Flush what is held at the end of the stream; malformed markup ends as text."""
+        events: list[ParsedEvent] = []
+        buf, self._pending = self._pending, ""
+        st = self._st
+        if st.kind == SNIFF:
+            held = "".join(self._body) + buf
+            self._body, self._body_len = [], 0
+            target = st.state.sniff(held, True) if st.state.sniff else None
+            self._st = st = self._g.states[target or "text"]
+            if held:
+                events.extend(self._scan(held))
+            buf, self._pending = self._pending, ""
+            st = self._st
+        if st.kind == COLLECT:
+            if buf:
+                self._body.append(buf)
+            body = "".join(self._body)
+            self._body, self._body_len = [], 0
+            if self._g.collect is not None:
+                got, _ = self._g.collect(self._ids, st.name, self._enter, body, None)
+                for ev in got:
+                    if isinstance(ev, ToolCall):
+                        events.append(ev)
+                    else:
+                        _push(events, TEXT if type(ev) is TextDelta else REASONING, ev.text)
+            elif self._enter + body:
+                _push(events, TEXT, self._enter + body)
+        elif buf:
+            self._emit(events, st.kind, buf)
+        return events
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _emit(self, events: list[ParsedEvent], kind: int, text: str) -> None:
+        if self._lstrip:
+            text = text.lstrip()
+            if not text:
+                return
+            self._lstrip = False
+        _push(events, kind, text)
+
+    def _scan(self, buf: str) -> list[ParsedEvent]:
+        events: list[ParsedEvent] = []
+        pos = 0
+        n = len(buf)
+        states = self._g.states
+        while pos < n:
+            st = self._st
+            if st.kind == SNIFF:
+                self._body.append(buf[pos:])
+                held = "".join(self._body)
+                target = st.state.sniff(held, False) if st.state.sniff else "text"
+                if target is None:
+                    self._pending = ""
+                    return events
+                self._body, self._body_len = [], 0
+                self._st = states[target]
+                buf, pos, n = held, 0, len(held)
+                continue
+            m = st.pattern.search(buf, pos) if st.pattern is not None else None
+            if m is None:
+                hold = self._partial(buf, pos, st)
+                end = n - hold
+                self._pending = buf[end:]
+                if end > pos:
+                    self._content(events, st, buf[pos:end])
+                return events
+            if m.start() > pos:
+                self._content(events, st, buf[pos : m.start()])
+                if self._st is not st:  # a COLLECT limit overflowed: rescan in new state
+                    pos = m.start()
+                    continue
+            marker = m.group()
+            target = st.exits[marker]
+            if st.kind == COLLECT:
+                body = "".join(self._body)
+                self._body, self._body_len = [], 0
+                if self._g.collect is not None:
+                    got, override = self._g.collect(self._ids, st.name, self._enter, body, marker)
+                    for ev in got:
+                        if isinstance(ev, ToolCall):
+                            events.append(ev)
+                        else:
+                            _push(events, TEXT if type(ev) is TextDelta else REASONING, ev.text)
+                    if override is not None:
+                        target = override
+            self._st = states[target]
+            self._enter = marker
+            self._lstrip = True
+            pos = m.end()
+        self._pending = ""
+        return events
+
+    def _content(self, events: list[ParsedEvent], st: _Compiled, text: str) -> None:
+        if st.kind == COLLECT:
+            self._body.append(text)
+            self._body_len += len(text)
+            limit = st.state.limit
+            if limit is not None and self._body_len > limit:
+                raw = self._enter + "".join(self._body)
+                self._body, self._body_len = [], 0
+                self._st = self._g.states[st.state.overflow]
+                self._enter = ""
+                _push(events, TEXT, raw)
+                self._lstrip = False
+        else:
+            self._emit(events, st.kind, text)
+
+    @staticmethod
+    def _partial(buf: str, pos: int, st: _Compiled) -> int:
+        """Length of the longest tail of buf[pos:] that is a proper prefix of a marker."""
+        if not st.markers:
+            return 0
+        n = len(buf)
+        lo = max(pos, n - st.maxlen + 1)
+        best = n
+        for c in st.firsts:
+            i = buf.find(c, lo)
+            while i != -1 and i < best:
+                tail = buf[i:]
+                for marker in st.markers:
+                    if marker.startswith(tail):
+                        best = i
+                        break
+                else:
+                    i = buf.find(c, i + 1)
+                    continue
+                break
+        return n - best
