@@ -1,0 +1,602 @@
+"""The conversation store: one SQLite file (WAL) behind a small synchronous API.
+
+The runtime owns one Store and calls it from one dedicated worker thread, never from the
+UI loop; the connection is opened with check_same_thread=False for that, and an RLock
+keeps a stray second caller from interleaving transactions. The connection runs in
+autocommit mode and every write takes an explicit BEGIN IMMEDIATE, so a write never
+half-happens and never waits on a lock upgrade deadlock.
+
+Branches: every message has a parent; a conversation remembers its active leaf and shows
+the path from the root to it. Edit and regenerate add a sibling (same parent) that becomes
+the active leaf; switching branch only moves the leaf pointer.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from . import exchange, search
+from .errors import (
+    CANNOT_OPEN,
+    DISK_FULL,
+    LOCKED,
+    NOT_A_DATABASE,
+    NOT_FOUND,
+    StoreError,
+)
+from .models import (
+    MESSAGE_COLUMNS,
+    ROLES,
+    STATUSES,
+    Attachment,
+    Chunk,
+    Conversation,
+    Message,
+    SearchHit,
+    dumps,
+    message_from_row,
+)
+from .schema import migrate, schema_version
+from .titles import auto_title
+
+DEFAULT_BUSY_TIMEOUT_MS = 5000
+
+_CONVERSATION_SELECT = """
+SELECT c.id, c.title, c.model, c.created_at, c.updated_at,
+       (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id)
+FROM conversations c
+"""
+
+# Walk up from a message to the root, at most :limit steps; depth 0 is the start.
+_BRANCH_UP = f"""
+WITH RECURSIVE chain(id, depth) AS (
+    SELECT :start, 0
+    UNION ALL
+    SELECT m.parent_id, chain.depth + 1 FROM messages m JOIN chain ON m.id = chain.id
+    WHERE m.parent_id IS NOT NULL AND chain.depth + 1 < :limit
+)
+SELECT {", ".join("m." + c.strip() for c in MESSAGE_COLUMNS.split(","))}
+FROM chain JOIN messages m ON m.id = chain.id
+ORDER BY chain.depth DESC
+"""
+
+# Walk down from a message along the newest child at each step; the deepest row is the leaf.
+_NEWEST_LEAF = """
+WITH RECURSIVE down(id, depth) AS (
+    SELECT :start, 0
+    UNION ALL
+    SELECT (SELECT c.id FROM messages c WHERE c.parent_id = down.id ORDER BY c.seq DESC LIMIT 1),
+           down.depth + 1
+    FROM down WHERE down.id IS NOT NULL
+)
+SELECT id FROM down WHERE id IS NOT NULL ORDER BY depth DESC LIMIT 1
+"""
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _translate(exc: sqlite3.Error, path: Path) -> StoreError:
+    text = str(exc).lower()
+    if "locked" in text or "busy" in text:
+        return StoreError(
+            LOCKED,
+            f"The conversation database {path} is busy (another llmdeck is writing to it); "
+            "close the other instance or try again.",
+        )
+    if "full" in text:
+        return StoreError(
+            DISK_FULL,
+            f"The disk holding {path} is full; free some space so conversations can be saved.",
+        )
+    if "not a database" in text or "malformed" in text:
+        return StoreError(
+            NOT_A_DATABASE,
+            f"{path} is not an llmdeck database or is damaged; move it aside and llmdeck "
+            "will start a new one.",
+        )
+    return StoreError(CANNOT_OPEN, f"Could not use the conversation database {path}: {exc}.")
+
+
+class Store:
+    """Conversations, messages, search, attachments. See the module docstring."""
+
+    def __init__(self, db: sqlite_utils.Database, path: Path) -> None:
+        self.db = db
+        self.conn: sqlite3.Connection = db.conn
+        self.path = path
+        self._lock = threading.RLock()
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: Path | None = None, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> Store:
+        """Open (creating or upgrading) the database at `path`, default paths.db_path()."""
+        if path is None:
+            from core import paths
+
+            path = paths.db_path()
+        path = Path(path)
+        if path.is_dir():
+            raise StoreError(
+                NOT_A_DATABASE,
+                f"{path} is a folder, not an llmdeck database; move it aside or pick a file path.",
+            )
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                str(path),
+                timeout=busy_timeout_ms / 1000,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(
+                CANNOT_OPEN,
+                f"Could not open the conversation database {path} ({exc}); check that the "
+                "folder exists and is writable.",
+            ) from exc
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            # WAL + NORMAL: a commit survives a killed process (it is in the OS cache);
+            # only a power cut can lose the last commits, never corrupt the file.
+            conn.execute("PRAGMA synchronous = NORMAL")
+            migrate(conn)
+        except StoreError:
+            conn.close()
+            raise
+        except sqlite3.Error as exc:
+            conn.close()
+            raise _translate(exc, path) from exc
+        # No plugins (their discovery costs start-up time) and no recursive triggers.
+        db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+        return cls(db, path)
+
+    def close(self) -> None:
+        with self._lock:
+            self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def schema_version(self) -> int:
+        with self._lock:
+            return schema_version(self.conn)
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; sqlite errors a user can cause become StoreError."""
+        with self._lock:
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise _translate(exc, self.path) from exc
+            try:
+                yield self.conn
+                self.conn.execute("COMMIT")
+            except BaseException as exc:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.OperationalError):
+                    raise _translate(exc, self.path) from exc
+                raise
+
+    def _read(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            try:
+                return self.conn.execute(sql, params).fetchall()
+            except sqlite3.OperationalError as exc:
+                raise _translate(exc, self.path) from exc
+
+    # -- conversations -------------------------------------------------------------------
+
+    def create_conversation(self, title: str | None = None, model: str | None = None) -> str:
+        conversation_id = new_id()
+        now = time.time()
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO conversations (id, title, model, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (conversation_id, title, model, now, now),
+            )
+        return conversation_id
+
+    def list_conversations(self, limit: int = 100, offset: int = 0) -> list[Conversation]:
+        """Newest activity first."""
+        rows = self._read(
+            _CONVERSATION_SELECT + " ORDER BY c.updated_at DESC, c.seq DESC LIMIT ? OFFSET ?",
+            (limit, offset),
+        )
+        return [Conversation(*row) for row in rows]
+
+    def get_conversation(self, conversation_id: str) -> Conversation | None:
+        rows = self._read(_CONVERSATION_SELECT + " WHERE c.id = ?", (conversation_id,))
+        return Conversation(*rows[0]) if rows else None
+
+    def rename_conversation(self, conversation_id: str, title: str) -> None:
+        with self._write() as conn:
+            cur = conn.execute(
+                "UPDATE conversations SET title = ? WHERE id = ?", (title.strip(), conversation_id)
+            )
+            if cur.rowcount == 0:
+                raise _conversation_gone(conversation_id)
+
+    def set_conversation_model(self, conversation_id: str, model: str | None) -> None:
+        with self._write() as conn:
+            conn.execute("UPDATE conversations SET model = ? WHERE id = ?", (model, conversation_id))
+
+    def delete_conversation(self, conversation_id: str) -> None:
+        """Delete a conversation with its messages and attachments (no-op if absent).
+        Asking the user to confirm is the UI's job."""
+        with self._write() as conn:
+            conn.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+
+    # -- messages ------------------------------------------------------------------------
+
+    def add_message(
+        self,
+        conversation_id: str,
+        role: str,
+        content: str,
+        *,
+        status: str = "complete",
+        parent_id: str | None = None,
+        model: str | None = None,
+        reasoning: str = "",
+        tool_calls: list[Any] | None = None,
+        usage: dict[str, Any] | None = None,
+        tool_results: list[Any] | None = None,
+        error: str | None = None,
+    ) -> str:
+        """Append a message under `parent_id` (default: the active leaf) and make it the
+        active leaf. The first user message titles an untitled conversation."""
+        _check_role(role)
+        _check_status(status)
+        message_id = new_id()
+        now = time.time()
+        with self._write() as conn:
+            row = conn.execute(
+                "SELECT title, active_leaf_id FROM conversations WHERE id = ?", (conversation_id,)
+            ).fetchone()
+            if row is None:
+                raise _conversation_gone(conversation_id)
+            title, leaf = row
+            if parent_id is None:
+                parent_id = leaf if leaf is not None else _latest_message(conn, conversation_id)
+            else:
+                _check_parent(conn, conversation_id, parent_id)
+            conn.execute(
+                "INSERT INTO messages (id, conversation_id, parent_id, role, content, reasoning, "
+                "tool_calls, tool_results, usage, model, status, error, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    message_id, conversation_id, parent_id, role, content, reasoning,
+                    dumps(tool_calls), dumps(tool_results), dumps(usage), model, status, error,
+                    now,
+                ),
+            )
+            new_title = auto_title(content) if title is None and role == "user" else title
+            conn.execute(
+                "UPDATE conversations SET updated_at = ?, active_leaf_id = ?, title = ? "
+                "WHERE id = ?",
+                (now, message_id, new_title, conversation_id),
+            )
+        return message_id
+
+    def update_message(
+        self,
+        message_id: str,
+        *,
+        content: str | None = None,
+        reasoning: str | None = None,
+        status: str | None = None,
+        usage: dict[str, Any] | None = None,
+        tool_calls: list[Any] | None = None,
+        tool_results: list[Any] | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Set the given fields (None leaves a field as it is). A status change also marks
+        the conversation as active now."""
+        fields: dict[str, Any] = {}
+        if content is not None:
+            fields["content"] = content
+        if reasoning is not None:
+            fields["reasoning"] = reasoning
+        if status is not None:
+            _check_status(status)
+            fields["status"] = status
+        if usage is not None:
+            fields["usage"] = dumps(usage)
+        if tool_calls is not None:
+            fields["tool_calls"] = dumps(tool_calls)
+        if tool_results is not None:
+            fields["tool_results"] = dumps(tool_results)
+        if error is not None:
+            fields["error"] = error
+        with self._write() as conn:
+            if fields:
+                assignments = ", ".join(f"{name} = ?" for name in fields)
+                found = conn.execute(
+                    f"UPDATE messages SET {assignments} WHERE id = ?", [*fields.values(), message_id]
+                ).rowcount
+            else:
+                found = len(conn.execute("SELECT 1 FROM messages WHERE id = ?", (message_id,)).fetchall())
+            if found == 0:
+                raise StoreError(
+                    NOT_FOUND,
+                    "This message no longer exists; its conversation may have been deleted.",
+                )
+            if status is not None:
+                conn.execute(
+                    "UPDATE conversations SET updated_at = ? WHERE id = "
+                    "(SELECT conversation_id FROM messages WHERE id = ?)",
+                    (time.time(), message_id),
+                )
+
+    def get_message(self, message_id: str) -> Message | None:
+        rows = self._read(f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?", (message_id,))
+        return message_from_row(rows[0]) if rows else None
+
+    def messages(
+        self, conversation_id: str, limit: int = 50, before: str | None = None
+    ) -> list[Message]:
+        """The active branch, oldest first: its last `limit` messages, or the `limit` just
+        before message `before` (for loading older pages)."""
+        if limit <= 0:
+            return []
+        with self._lock:
+            if before is None:
+                start = self._active_leaf(conversation_id)
+            else:
+                row = self.conn.execute(
+                    "SELECT parent_id FROM messages WHERE id = ? AND conversation_id = ?",
+                    (before, conversation_id),
+                ).fetchone()
+                start = row[0] if row else None
+            if start is None:
+                return []
+            rows = self._read(_BRANCH_UP, {"start": start, "limit": limit})
+        return [message_from_row(row) for row in rows]
+
+    def _active_leaf(self, conversation_id: str) -> str | None:
+        row = self.conn.execute(
+            "SELECT active_leaf_id FROM conversations WHERE id = ?", (conversation_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        return row[0] if row[0] is not None else _latest_message(self.conn, conversation_id)
+
+    def active_leaf(self, conversation_id: str) -> str | None:
+        """Id of the last message on the active branch (None for an empty conversation)."""
+        with self._lock:
+            return self._active_leaf(conversation_id)
+
+    # -- branches ------------------------------------------------------------------------
+
+    def branches(self, message_id: str) -> list[Message]:
+        """`message_id` and its siblings (same parent), oldest first: the alternatives the
+        UI pages through with "< 2/3 >"."""
+        rows = self._read(
+            f"""SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id =
+                    (SELECT conversation_id FROM messages WHERE id = :id)
+                AND parent_id IS (SELECT parent_id FROM messages WHERE id = :id)
+                ORDER BY seq""",
+            {"id": message_id},
+        )
+        return [message_from_row(row) for row in rows]
+
+    def switch_branch(self, message_id: str) -> str:
+        """Make the branch through `message_id` active (following the newest child below
+        it) and return its leaf id. One pointer write: instant at any size."""
+        with self._write() as conn:
+            row = conn.execute(
+                "SELECT conversation_id FROM messages WHERE id = ?", (message_id,)
+            ).fetchone()
+            if row is None:
+                raise StoreError(
+                    NOT_FOUND,
+                    "This message no longer exists; its conversation may have been deleted.",
+                )
+            leaf = conn.execute(_NEWEST_LEAF, {"start": message_id}).fetchone()[0]
+            conn.execute(
+                "UPDATE conversations SET active_leaf_id = ? WHERE id = ?", (leaf, row[0])
+            )
+        return leaf
+
+    def edit_message(self, message_id: str, content: str) -> str:
+        """Add an edited copy of a message as its sibling (the original is kept as another
+        branch) and make it active; returns the new id."""
+        original = self.get_message(message_id)
+        if original is None:
+            raise StoreError(
+                NOT_FOUND, "This message no longer exists; its conversation may have been deleted."
+            )
+        return self._add_sibling(original, content)
+
+    def _add_sibling(self, original: Message, content: str) -> str:
+        if original.parent_id is not None:
+            return self.add_message(
+                original.conversation_id, original.role, content,
+                parent_id=original.parent_id, model=original.model,
+            )
+        # A new root: add_message would otherwise hang it under the active leaf.
+        message_id = new_id()
+        now = time.time()
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO messages (id, conversation_id, parent_id, role, content, model, "
+                "created_at) VALUES (?, ?, NULL, ?, ?, ?, ?)",
+                (message_id, original.conversation_id, original.role, content, original.model, now),
+            )
+            conn.execute(
+                "UPDATE conversations SET updated_at = ?, active_leaf_id = ? WHERE id = ?",
+                (now, message_id, original.conversation_id),
+            )
+        return message_id
+
+    # -- search --------------------------------------------------------------------------
+
+    def search(self, query: str, limit: int = 50) -> list[SearchHit]:
+        """Conversations matching `query`, best (bm25) first; see core.store.search for the
+        query language and the «highlight» markers. Never raises on odd input."""
+        with self._lock:
+            return search.search(self.conn, query, limit)
+
+    # -- export / import -----------------------------------------------------------------
+
+    def export_json(self, conversation_id: str) -> str:
+        """The whole conversation (every branch, attachments without chunks) as JSON."""
+        with self._lock:
+            return exchange.export_json(self.conn, conversation_id)
+
+    def export_markdown(self, conversation_id: str) -> str:
+        """The active branch as a readable Markdown document."""
+        with self._lock:
+            return exchange.export_markdown(self, conversation_id)
+
+    def import_json(self, text: str) -> str:
+        """Import an export_json document; returns the conversation id (the original one,
+        or fresh ids for everything when that conversation already exists here)."""
+        with self._write() as conn:
+            return exchange.import_json(conn, text)
+
+    # -- attachments ---------------------------------------------------------------------
+
+    def add_attachment(
+        self,
+        conversation_id: str,
+        alias: str,
+        path: str | Path,
+        *,
+        mime: str | None = None,
+        size: int | None = None,
+        text: str = "",
+    ) -> str:
+        attachment_id = new_id()
+        with self._write() as conn:
+            if conn.execute(
+                "SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)
+            ).fetchone() is None:
+                raise _conversation_gone(conversation_id)
+            conn.execute(
+                "INSERT INTO attachments (id, conversation_id, alias, path, mime, size, text, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (attachment_id, conversation_id, alias, str(path), mime, size, text, time.time()),
+            )
+        return attachment_id
+
+    def attachments(self, conversation_id: str) -> list[Attachment]:
+        with self._lock:
+            rows = self.db["attachments"].rows_where(
+                "conversation_id = ?", [conversation_id], order_by="created_at, rowid"
+            )
+            return [Attachment(**row) for row in rows]
+
+    def delete_attachment(self, attachment_id: str) -> None:
+        with self._write() as conn:
+            conn.execute("DELETE FROM attachments WHERE id = ?", (attachment_id,))
+
+    def add_chunks(
+        self, attachment_id: str, chunks: Iterable[tuple[str, str | None, bytes | None]]
+    ) -> int:
+        """Append (text, source label, embedding) chunks in order; returns how many."""
+        with self._write() as conn:
+            if conn.execute(
+                "SELECT 1 FROM attachments WHERE id = ?", (attachment_id,)
+            ).fetchone() is None:
+                raise StoreError(
+                    NOT_FOUND, "This attachment no longer exists; attach the document again."
+                )
+            start = conn.execute(
+                "SELECT COALESCE(MAX(ordinal) + 1, 0) FROM chunks WHERE attachment_id = ?",
+                (attachment_id,),
+            ).fetchone()[0]
+            rows = [
+                (attachment_id, start + i, text, source, embedding)
+                for i, (text, source, embedding) in enumerate(chunks)
+            ]
+            conn.executemany(
+                "INSERT INTO chunks (attachment_id, ordinal, text, source, embedding) "
+                "VALUES (?, ?, ?, ?, ?)",
+                rows,
+            )
+        return len(rows)
+
+    def set_chunk_embeddings(self, embeddings: Iterable[tuple[int, bytes]]) -> None:
+        """Store embeddings computed after the chunks were written: (chunk id, blob)."""
+        with self._write() as conn:
+            conn.executemany(
+                "UPDATE chunks SET embedding = ? WHERE id = ?",
+                [(blob, chunk_id) for chunk_id, blob in embeddings],
+            )
+
+    def chunks(self, attachment_id: str) -> list[Chunk]:
+        rows = self._read(
+            "SELECT id, attachment_id, ordinal, text, source, embedding FROM chunks "
+            "WHERE attachment_id = ? ORDER BY ordinal",
+            (attachment_id,),
+        )
+        return [Chunk(*row) for row in rows]
+
+    def conversation_chunks(self, conversation_id: str) -> list[Chunk]:
+        """Every chunk of every attachment of a conversation, for retrieval."""
+        rows = self._read(
+            "SELECT k.id, k.attachment_id, k.ordinal, k.text, k.source, k.embedding "
+            "FROM chunks k JOIN attachments a ON a.id = k.attachment_id "
+            "WHERE a.conversation_id = ? ORDER BY a.created_at, a.rowid, k.ordinal",
+            (conversation_id,),
+        )
+        return [Chunk(*row) for row in rows]
+
+
+def _latest_message(conn: sqlite3.Connection, conversation_id: str) -> str | None:
+    row = conn.execute(
+        "SELECT id FROM messages WHERE conversation_id = ? ORDER BY seq DESC LIMIT 1",
+        (conversation_id,),
+    ).fetchone()
+    return row[0] if row else None
+
+
+def _check_parent(conn: sqlite3.Connection, conversation_id: str, parent_id: str) -> None:
+    row = conn.execute(
+        "SELECT conversation_id FROM messages WHERE id = ?", (parent_id,)
+    ).fetchone()
+    if row is None:
+        raise StoreError(
+            NOT_FOUND, "The message to reply to no longer exists; reload the conversation."
+        )
+    if row[0] != conversation_id:
+        raise ValueError(f"parent {parent_id} belongs to another conversation")
+
+
+def _check_role(role: str) -> None:
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, not {role!r}")
+
+
+def _check_status(status: str) -> None:
+    if status not in STATUSES:
+        raise ValueError(f"status must be one of {STATUSES}, not {status!r}")
+
+
+def _conversation_gone(conversation_id: str) -> StoreError:
+    return StoreError(
+        NOT_FOUND, "This conversation no longer exists; it may have been deleted in another window."
+    )
