@@ -111,6 +111,13 @@ class Grammar:
     ) -> None:
         self.name = name
         self.states = {s.name: _Compiled(s) for s in states}
+        for st in self.states.values():
+            # A marker that is a prefix of another in the same state would make the result
+            # depend on where the stream is split (the short one could match first).
+            for a in st.markers:
+                for b in st.markers:
+                    if a != b and b.startswith(a):
+                        raise ValueError(f"grammar {name}: {a!r} is a prefix of {b!r}")
         if start not in self.states:
             raise ValueError(f"grammar {name}: unknown start state {start!r}")
         for st in self.states.values():
@@ -247,18 +254,29 @@ class MarkerScanner:
                 buf, pos, n = held, 0, len(held)
                 continue
             m = st.pattern.search(buf, pos) if st.pattern is not None else None
+            hold = self._partial(buf, pos, st) if m is None else 0
+            end = n - hold if m is None else m.start()
+            if st.kind == COLLECT and st.state.limit is not None and (
+                self._body_len + end - pos > st.state.limit
+            ):
+                # The block never closed within its limit: it was not markup after all.
+                # Re-read its body in the overflow state, so the outcome does not depend
+                # on where the stream was split.
+                body = "".join(self._body) + buf[pos:]
+                self._body, self._body_len = [], 0
+                if self._enter:
+                    self._emit(events, TEXT, self._enter)
+                self._enter = ""
+                self._st = states[st.state.overflow]
+                buf, pos, n = body, 0, len(body)
+                continue
             if m is None:
-                hold = self._partial(buf, pos, st)
-                end = n - hold
                 self._pending = buf[end:]
                 if end > pos:
                     self._content(events, st, buf[pos:end])
                 return events
-            if m.start() > pos:
-                self._content(events, st, buf[pos : m.start()])
-                if self._st is not st:  # a COLLECT limit overflowed: rescan in new state
-                    pos = m.start()
-                    continue
+            if end > pos:
+                self._content(events, st, buf[pos:end])
             marker = m.group()
             target = st.exits[marker]
             if st.kind == COLLECT:
@@ -284,14 +302,6 @@ class MarkerScanner:
         if st.kind == COLLECT:
             self._body.append(text)
             self._body_len += len(text)
-            limit = st.state.limit
-            if limit is not None and self._body_len > limit:
-                raw = self._enter + "".join(self._body)
-                self._body, self._body_len = [], 0
-                self._st = self._g.states[st.state.overflow]
-                self._enter = ""
-                _push(events, TEXT, raw)
-                self._lstrip = False
         else:
             self._emit(events, st.kind, text)
 

@@ -7,7 +7,7 @@ import re
 from core.events import ToolCall
 
 from ..scanner import COLLECT, Grammar, Ids, ParsedEvent, State
-from ..toolargs import bad_call, call, named_json_call, xml_value
+from ..toolargs import as_text, bad_call, call, named_json_call, xml_value
 from ._common import finished_or_text, think_states
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -30,6 +30,8 @@ def glm_call(ids: Ids, body: str) -> ToolCall:
 
 
 def collect(ids: Ids, state: str, enter: str, body: str, closer: str | None):
+    if closer is None and "<arg_key>" in body and not body.rstrip().endswith("</arg_value>"):
+        return as_text(enter, body), None  # cut off mid-call: its arguments may be partial
     calls = [glm_call(ids, body)]
     out: list[ParsedEvent] = list(calls) if closer is not None else finished_or_text(calls, enter, body)
     return out, None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..scanner import COLLECT, Grammar, Ids, ParsedEvent, State
+from ..toolargs import as_text
 from ._common import finished_or_text, think_states, tool_call_body
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -10,6 +11,8 @@ OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
 def collect(ids: Ids, state: str, enter: str, body: str, closer: str | None):
     """Parse one tool_call block; one cut off at the end stays text unless it parses."""
+    if closer is None and "<function=" in body and not body.rstrip().endswith("</function>"):
+        return as_text(enter, body), None  # cut off mid-call: its arguments may be partial
     calls = tool_call_body(ids, body)
     out: list[ParsedEvent] = list(calls) if closer is not None else finished_or_text(calls, enter, body)
     return out, None

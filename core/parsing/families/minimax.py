@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from ..scanner import COLLECT, Grammar, Ids, ParsedEvent, State
-from ..toolargs import bad_call, call, xml_value
+from ..toolargs import as_text, bad_call, call, xml_value
 from ._common import finished_or_text, think_states
 
 OPEN, CLOSE = "<minimax:tool_call>", "</minimax:tool_call>"
@@ -17,6 +17,8 @@ _PARAM_RE = re.compile(
 
 def collect(ids: Ids, state: str, enter: str, body: str, closer: str | None):
     """One block may hold several <invoke>s; each becomes a call."""
+    if closer is None and not body.rstrip().endswith("</invoke>"):
+        return as_text(enter, body), None  # cut off mid-call: its arguments may be partial
     calls = [
         call(ids, m.group(1).strip(),
              {p.group(1).strip(): xml_value(p.group(2)) for p in _PARAM_RE.finditer(m.group(2))})
