@@ -1,0 +1,50 @@
+"""Hugging Face hub: search, file listings, verified resumable downloads, local registry.
+
+The public surface the Runtime and the TUI use; everything talks to the Hub through
+huggingface_hub and reports failures as HubError values (see errors.py).
+"""
+
+from core.hub.download import (
+    CancelToken,
+    DownloadJob,
+    DownloadProgress,
+    DownloadResult,
+    download_plan,
+    pull,
+)
+from core.hub.errors import HUB_ERROR_CODES, HubError
+from core.hub.listing import DownloadPlan, RepoFileInfo, RepoListing, list_files, plan_download
+from core.hub.registry import (
+    LocalModel,
+    delete_model,
+    ensure_bundled,
+    find_model,
+    list_local_models,
+)
+from core.hub.runnable import Runnable, check_runnable
+from core.hub.search import SearchResult, search_models
+
+__all__ = [
+    "HUB_ERROR_CODES",
+    "CancelToken",
+    "DownloadJob",
+    "DownloadPlan",
+    "DownloadProgress",
+    "DownloadResult",
+    "HubError",
+    "LocalModel",
+    "RepoFileInfo",
+    "RepoListing",
+    "Runnable",
+    "SearchResult",
+    "check_runnable",
+    "delete_model",
+    "download_plan",
+    "ensure_bundled",
+    "find_model",
+    "list_files",
+    "list_local_models",
+    "plan_download",
+    "pull",
+    "search_models",
+]

@@ -1,0 +1,117 @@
+"""Hub errors as values: a code the UI can branch on and a sentence a person can act on.
+
+Every failure of search, listing, download or delete becomes a `HubError`; callers never
+see huggingface_hub's or httpx's exception types. `classify` does that mapping in one
+place so the CLI and the TUI say the same thing for the same cause.
+"""
+
+from __future__ import annotations
+
+import errno
+
+HUB_ERROR_CODES = frozenset(
+    {
+        "GATED",  # repo needs its terms accepted (and a token)
+        "AUTH",  # token missing or rejected
+        "NOT_FOUND",  # repo, revision or file does not exist
+        "OFFLINE",  # cannot reach the Hub, or offline mode is on
+        "DISK_FULL",  # not enough free space (checked before, or hit while writing)
+        "CHECKSUM_MISMATCH",  # bytes do not match the Hub's hash even after a re-download
+        "CANCELLED",  # the user cancelled; partial bytes are kept for resume
+        "CONFIRM_REQUIRED",  # a destructive call without confirm=True
+        "BAD_REQUEST",  # the request itself cannot be served (no such local model ...)
+        "HTTP",  # any other Hub answer we cannot act on more precisely
+    }
+)
+
+
+class HubError(Exception):
+    """A hub failure with `code` (one of HUB_ERROR_CODES) and a `message` for people."""
+
+    def __init__(self, code: str, message: str) -> None:
+        if code not in HUB_ERROR_CODES:
+            raise ValueError(f"unknown hub error code {code!r}")
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"HubError({self.code!r}, {self.message!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, HubError)
+            and (self.code, self.message) == (other.code, other.message)
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.code, self.message))
+
+
+def _endpoint() -> str:
+    from core.hub.client import endpoint
+
+    return endpoint()
+
+
+def classify(exc: BaseException, repo_id: str = "", filename: str = "") -> HubError:
+    """Turn any exception raised while talking to the Hub into a HubError."""
+    if isinstance(exc, HubError):
+        return exc
+    import httpx2
+    from huggingface_hub import errors as hf
+
+    what = f"{repo_id}/{filename}" if filename else repo_id
+    web = f"{_endpoint()}/{repo_id}" if repo_id else _endpoint()
+    if isinstance(exc, hf.HFValidationError):
+        return HubError("BAD_REQUEST", f"{repo_id!r} is not a valid repo id; use owner/name.")
+    if isinstance(exc, hf.GatedRepoError):
+        status = exc.response.status_code if exc.response is not None else 0
+        if status == 401:
+            return HubError(
+                "GATED",
+                f"{repo_id} is gated: accept its terms at {web} while logged in, then set "
+                "HF_TOKEN or run `hf auth login` so llmdeck can use your token.",
+            )
+        return HubError(
+            "GATED",
+            f"{repo_id} is gated and your token has no access yet: open {web}, accept the "
+            "terms (some repos need the owner's approval), then try again.",
+        )
+    if isinstance(exc, hf.RevisionNotFoundError):
+        return HubError("NOT_FOUND", f"{repo_id} has no such revision; check the branch or commit.")
+    if isinstance(exc, hf.EntryNotFoundError | hf.RemoteEntryNotFoundError):
+        return HubError("NOT_FOUND", f"{what} does not exist in the repo; list its files first.")
+    if isinstance(exc, hf.RepositoryNotFoundError):
+        return HubError(
+            "NOT_FOUND",
+            f"No model repo named {repo_id} on {_endpoint()}; check the spelling "
+            "(owner/name). Private repos need a token with access.",
+        )
+    if isinstance(exc, hf.OfflineModeIsEnabled):
+        return HubError(
+            "OFFLINE",
+            "Offline mode is on (HF_HUB_OFFLINE); unset it to search or download.",
+        )
+    if isinstance(exc, hf.HfHubHTTPError):
+        status = exc.response.status_code if exc.response is not None else 0
+        if status in (401, 403):
+            return HubError(
+                "AUTH",
+                f"The Hub refused access to {what} ({status}); check HF_TOKEN or "
+                "`hf auth login`.",
+            )
+        return HubError("HTTP", f"The Hub answered {status} for {what}; try again later.")
+    if isinstance(exc, httpx2.TransportError | ConnectionError | TimeoutError):
+        return HubError(
+            "OFFLINE",
+            f"Cannot reach {_endpoint()} ({type(exc).__name__}); check the network "
+            "connection, proxy settings or HF_ENDPOINT.",
+        )
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return HubError(
+            "DISK_FULL",
+            f"The disk filled up while writing {what}; free some space (or point "
+            "LLMDECK_HOME / HF_HOME elsewhere) and pull again: it resumes where it stopped.",
+        )
+    return HubError("HTTP", f"{type(exc).__name__} while talking to the Hub about {what}.")

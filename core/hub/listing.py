@@ -1,0 +1,187 @@
+"""A repo's files with sizes and labels, and the set of files a download needs.
+
+An MLX model is a whole directory (config, tokenizer, safetensors); a GGUF repo holds many
+quantisations of which the user wants one, plus its mmproj when the model sees images.
+`plan_download` turns a choice into the exact files to fetch, so neither the CLI nor the
+TUI ever downloads a whole multi-quant GGUF repo by accident.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, replace
+from typing import Any
+
+from core.hub.client import api
+from core.hub.errors import HubError, classify
+from core.hub.filenames import (
+    gguf_shard,
+    is_gguf,
+    is_mmproj,
+    pair_mmproj,
+    quant_label,
+    suggested_role,
+)
+
+# What mlx-lm reads from a model directory; everything else (README, images, .bin) stays.
+MLX_PATTERNS = ("config.json", "*.safetensors", "model.safetensors.index.json",
+                "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
+                "special_tokens_map.json", "generation_config.json", "chat_template.jinja",
+                "chat_template.json", "vocab.json", "merges.txt", "added_tokens.json",
+                "preprocessor_config.json", "processor_config.json")
+
+
+@dataclass(frozen=True, slots=True)
+class RepoFileInfo:
+    """One file of a repo, as the file list shows it."""
+
+    path: str
+    size: int
+    sha256: str | None  # LFS files: the content hash the Hub checks against
+    quant: str | None
+    role: str | None  # chat | embedding | vision | projector for model files, else None
+    mmproj: str | None  # the projector offered together with this GGUF model file
+
+
+@dataclass(frozen=True, slots=True)
+class RepoListing:
+    repo_id: str
+    revision: str  # the commit the listing describes
+    format: str | None  # "mlx" | "gguf" | None (nothing llmdeck runs)
+    gated: bool
+    pipeline_tag: str | None
+    model_type: str | None
+    files: tuple[RepoFileInfo, ...]
+    ref: str = "main"
+
+    def file(self, path: str) -> RepoFileInfo:
+        for f in self.files:
+            if f.path == path:
+                return f
+        raise HubError("NOT_FOUND", f"{self.repo_id} has no file {path!r}; list its files first.")
+
+    @property
+    def model_files(self) -> list[RepoFileInfo]:
+        """Files a user picks: GGUF models (first shard only) or the MLX weights."""
+        if self.format == "gguf":
+            return [f for f in self.files if is_gguf(f.path) and not is_mmproj(f.path)
+                    and (gguf_shard(f.path) or (1, 1))[0] == 1]
+        return [f for f in self.files if f.path.endswith(".safetensors")]
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedFile:
+    path: str
+    size: int
+    sha256: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadPlan:
+    """Exactly what to fetch for one model, at one commit."""
+
+    repo_id: str
+    revision: str
+    format: str  # "mlx" | "gguf"
+    primary: str  # the GGUF file to load, or "" for an MLX directory
+    files: tuple[PlannedFile, ...]
+    ref: str = "main"  # the branch name the user asked for, recorded under refs/
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+def _detect_format(paths: list[str]) -> str | None:
+    if any(is_gguf(p) and not is_mmproj(p) for p in paths):
+        return "gguf"
+    if "config.json" in paths and any(p.endswith(".safetensors") for p in paths):
+        return "mlx"
+    return None
+
+
+def list_files(repo_id: str, revision: str | None = None, token: str | None = None) -> RepoListing:
+    """The repo's files with sizes, quant labels, roles and mmproj pairing; raises HubError."""
+    try:
+        info = api(token).model_info(repo_id, revision=revision, files_metadata=True)
+    except Exception as exc:
+        raise classify(exc, repo_id) from exc
+    listing = listing_from_info(info)
+    if revision and revision != listing.revision:
+        listing = replace(listing, ref=revision)
+    return listing
+
+
+def listing_from_info(info: Any) -> RepoListing:
+    siblings = info.siblings or []
+    paths = [s.rfilename for s in siblings]
+    fmt = _detect_format(paths)
+    mmprojs = [p for p in paths if is_mmproj(p)]
+    config = info.config or {}
+    files = []
+    for s in siblings:
+        path = s.rfilename
+        if is_gguf(path):
+            role = suggested_role(info.id, path, info.pipeline_tag, has_mmproj=bool(mmprojs))
+            paired = None if is_mmproj(path) else pair_mmproj(path, mmprojs)
+        elif path.endswith(".safetensors") and fmt == "mlx":
+            role = suggested_role(info.id, path, info.pipeline_tag)
+            paired = None
+        else:
+            role, paired = None, None
+        files.append(RepoFileInfo(
+            path=path,
+            size=int(s.size or (s.lfs.size if s.lfs else 0)),
+            sha256=s.lfs.sha256 if s.lfs else None,
+            quant=quant_label(path) if role else None,
+            role=role,
+            mmproj=paired,
+        ))
+    return RepoListing(
+        repo_id=info.id,
+        revision=info.sha,
+        format=fmt,
+        gated=bool(info.gated),
+        pipeline_tag=info.pipeline_tag,
+        model_type=config.get("model_type"),
+        files=tuple(files),
+    )
+
+
+def plan_download(listing: RepoListing, filename: str | None = None,
+                  include_mmproj: bool = True) -> DownloadPlan:
+    """The files one model needs; a GGUF pick brings its shards and its mmproj."""
+    def planned(f: RepoFileInfo) -> PlannedFile:
+        return PlannedFile(f.path, f.size, f.sha256)
+
+    if listing.format == "mlx":
+        chosen = [f for f in listing.files
+                  if any(fnmatch.fnmatch(f.path, p) for p in MLX_PATTERNS) and "/" not in f.path]
+        return DownloadPlan(listing.repo_id, listing.revision, "mlx", "",
+                            tuple(planned(f) for f in chosen), listing.ref)
+    if listing.format == "gguf":
+        models = listing.model_files
+        if filename is None:
+            if len(models) != 1:
+                names = ", ".join(f.path for f in models)
+                raise HubError("BAD_REQUEST", f"{listing.repo_id} has {len(models)} GGUF files; "
+                               f"name the one you want: {names}")
+            filename = models[0].path
+        target = listing.file(filename)
+        if is_mmproj(target.path):
+            raise HubError("BAD_REQUEST", f"{filename} is a vision projector; pick the model "
+                           "file and its projector comes with it.")
+        if not is_gguf(target.path):
+            raise HubError("BAD_REQUEST", f"{filename} is not a GGUF model file.")
+        chosen = [target]
+        if shard := gguf_shard(target.path):
+            prefix = target.path[: -len("-00001-of-00003.gguf")]
+            chosen = [f for f in listing.files
+                      if f.path.startswith(prefix) and gguf_shard(f.path)
+                      and gguf_shard(f.path)[1] == shard[1]]  # type: ignore[index]
+        if include_mmproj and target.mmproj:
+            chosen.append(listing.file(target.mmproj))
+        return DownloadPlan(listing.repo_id, listing.revision, "gguf", target.path,
+                            tuple(planned(f) for f in chosen), listing.ref)
+    raise HubError("BAD_REQUEST", f"{listing.repo_id} has neither GGUF files nor an MLX model "
+                   "(config.json + safetensors); llmdeck cannot run it.")

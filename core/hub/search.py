@@ -1,0 +1,116 @@
+"""Search the Hub for models llmdeck can run: MLX repos and GGUF repos.
+
+One list_models call per format, asking the Hub to expand just the fields a result row
+shows, so a search costs one request per format and no per-repo lookups.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from core.hub.client import api
+from core.hub.errors import HubError, classify
+from core.hub.filenames import is_gguf, is_mmproj, quant_label, suggested_role
+from core.hub.runnable import Runnable, check_runnable
+
+Format = Literal["mlx", "gguf", "all"]
+Sort = Literal["downloads", "likes", "recent"]
+
+_SORTS = {"downloads": "downloads", "likes": "likes", "recent": "last_modified"}
+_EXPAND = ["downloads", "likes", "lastModified", "library_name", "tags", "gated", "gguf",
+           "config", "usedStorage", "pipeline_tag", "safetensors", "siblings"]
+# Q4_K_M averages about 4.85 bits per weight: the size a typical GGUF pick will have.
+_GGUF_TYPICAL_BYTES_PER_PARAM = 0.61
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    """One repo in a search: what the results table shows and whether it runs here."""
+
+    repo_id: str
+    format: str  # "mlx" | "gguf"
+    downloads: int
+    likes: int
+    last_modified: datetime | None
+    size_bytes: int | None
+    quant: str | None
+    architecture: str | None
+    license: str | None
+    gated: bool
+    role: str
+    runnable: Runnable
+
+
+def search_models(query: str = "", fmt: Format = "all", sort: Sort = "downloads",
+                  limit: int = 20, token: str | None = None) -> list[SearchResult]:
+    """Repos matching `query`, best first by `sort`; raises HubError."""
+    if sort not in _SORTS:
+        raise HubError("BAD_REQUEST", f"sort must be one of {', '.join(_SORTS)} (got {sort!r})")
+    if fmt not in ("mlx", "gguf", "all"):
+        raise HubError("BAD_REQUEST", f"format must be mlx, gguf or all (got {fmt!r})")
+    formats = ["mlx", "gguf"] if fmt == "all" else [fmt]
+    client = api(token)
+    results: list[SearchResult] = []
+    try:
+        for f in formats:
+            for info in client.list_models(search=query or None, filter=f, sort=_SORTS[sort],
+                                           limit=limit, expand=_EXPAND):
+                results.append(_to_result(info, f))
+    except Exception as exc:  # every Hub failure becomes a HubError value
+        raise classify(exc) from exc
+    key = {
+        "downloads": lambda r: r.downloads,
+        "likes": lambda r: r.likes,
+        "recent": lambda r: r.last_modified.timestamp() if r.last_modified else 0.0,
+    }[sort]
+    results.sort(key=key, reverse=True)
+    return results[:limit]
+
+
+def _license(tags: list[str] | None) -> str | None:
+    for tag in tags or []:
+        if tag.startswith("license:"):
+            return tag.split(":", 1)[1]
+    return None
+
+
+def _to_result(info: Any, fmt: str) -> SearchResult:
+    config: dict[str, Any] = info.config or {}
+    gguf: dict[str, Any] = info.gguf or {}
+    name = info.id.split("/")[-1]
+    quant = quant_label(name)
+    if fmt == "gguf" and info.siblings:  # a GGUF repo usually offers several quants
+        labels = {quant_label(s.rfilename) for s in info.siblings
+                  if is_gguf(s.rfilename) and not is_mmproj(s.rfilename)}
+        labels.discard(None)
+        quant = ",".join(sorted(labels)) or quant  # type: ignore[arg-type]
+    if fmt == "mlx" and quant is None:
+        bits = (config.get("quantization") or {}).get("bits")
+        quant = f"{bits}bit" if bits else None
+    archs = config.get("architectures") or []
+    architecture = gguf.get("architecture") or config.get("model_type") or (
+        archs[0] if archs else None
+    )
+    size = info.used_storage
+    if fmt == "gguf":
+        params = gguf.get("total")
+        weights = int(params * _GGUF_TYPICAL_BYTES_PER_PARAM) if params else None
+    else:
+        weights = size
+    runnable = check_runnable(fmt, weights, config.get("model_type"))
+    return SearchResult(
+        repo_id=info.id,
+        format=fmt,
+        downloads=info.downloads or 0,
+        likes=info.likes or 0,
+        last_modified=info.last_modified,
+        size_bytes=size,
+        quant=quant,
+        architecture=architecture,
+        license=_license(info.tags),
+        gated=bool(info.gated),
+        role=suggested_role(info.id, pipeline_tag=info.pipeline_tag),
+        runnable=runnable,
+    )

@@ -1,0 +1,515 @@
+"""A loopback fake of the Hugging Face Hub endpoints the real huggingface_hub client calls.
+
+Tests point the real client at it with HF_ENDPOINT, so every request goes through
+huggingface_hub's own code (URL building, headers, error mapping, pagination). Repos are
+built from real files on disk or bytes; LFS-sized files are redirected to a "CDN" path the
+way the Hub does, with X-Linked-Size / X-Linked-Etag on the HEAD answer.
+
+Endpoints (the ones huggingface_hub 2.x uses for what llmdeck does):
+  GET  /api/models                              list_models: search, author, filter, sort,
+                                                limit, expand, Link pagination
+  GET  /api/models/{repo}[/revision/{rev}]      model_info (blobs=True adds sizes/lfs)
+  GET  /api/models/{repo}/tree/{rev}[/{path}]   list_repo_tree
+  HEAD /{repo}/resolve/{rev}/{path}             metadata: X-Repo-Commit, ETag, sizes
+  GET  /{repo}/resolve/{rev}/{path}             the bytes (302 to /__lfs__/ for LFS files)
+  GET  /__lfs__/{sha256}                        the LFS bytes, with Range support
+
+Knobs for failure tests: gated repos (401 without a token, 403 with a token not granted),
+missing repos/files (404 with the Hub's X-Error-Code), a byte-rate throttle, corrupting a
+file's served bytes N times, and per-file counters of bytes served.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote, unquote, urlsplit
+
+LFS_THRESHOLD = 10 * 1024  # files at least this big are served like LFS files on the Hub
+_SERVE_SLICE = 256 * 1024
+
+
+@dataclass
+class FakeFile:
+    """One file in a fake repo; its bytes come from a path on disk or from memory."""
+
+    path: str
+    source: Path | bytes
+    size: int
+    sha256: str
+    git_oid: str
+
+    @property
+    def lfs(self) -> bool:
+        return self.size >= LFS_THRESHOLD
+
+    @property
+    def etag(self) -> str:
+        return self.sha256 if self.lfs else self.git_oid
+
+    def read_range(self, start: int, end: int) -> bytes:
+        """Bytes [start, end) of the file."""
+        if isinstance(self.source, bytes):
+            return self.source[start:end]
+        with open(self.source, "rb") as f:
+            f.seek(start)
+            return f.read(end - start)
+
+
+def _make_file(path: str, source: Path | bytes) -> FakeFile:
+    sha = hashlib.sha256()
+    size = 0
+    if isinstance(source, bytes):
+        sha.update(source)
+        size = len(source)
+        git = hashlib.sha1(b"blob %d\0" % size + source)
+    else:
+        size = source.stat().st_size
+        git = hashlib.sha1(b"blob %d\0" % size)
+        with open(source, "rb") as f:
+            while block := f.read(1 << 20):
+                sha.update(block)
+                git.update(block)
+    return FakeFile(path, source, size, sha.hexdigest(), git.hexdigest())
+
+
+@dataclass
+class FakeRepo:
+    """A model repo with the metadata the Hub's search and info endpoints return."""
+
+    repo_id: str
+    files: dict[str, FakeFile]
+    sha: str
+    downloads: int = 0
+    likes: int = 0
+    last_modified: str = "2025-01-01T00:00:00.000Z"
+    created_at: str = "2024-01-01T00:00:00.000Z"
+    library_name: str | None = None
+    tags: list[str] = field(default_factory=list)
+    pipeline_tag: str | None = "text-generation"
+    gated: bool | str = False
+    license: str | None = "apache-2.0"
+    config: dict[str, Any] | None = None
+    gguf: dict[str, Any] | None = None
+    safetensors: dict[str, Any] | None = None
+
+    @property
+    def author(self) -> str:
+        return self.repo_id.split("/")[0]
+
+    def used_storage(self) -> int:
+        return sum(f.size for f in self.files.values())
+
+    def to_json(self, expand: list[str] | None, blobs: bool = False) -> dict[str, Any]:
+        siblings = []
+        for f in self.files.values():
+            entry: dict[str, Any] = {"rfilename": f.path}
+            if blobs:
+                entry["size"] = f.size
+                entry["blobId"] = f.git_oid
+                if f.lfs:
+                    entry["lfs"] = {"size": f.size, "sha256": f.sha256, "pointerSize": 134}
+            siblings.append(entry)
+        full: dict[str, Any] = {
+            "_id": hashlib.md5(self.repo_id.encode()).hexdigest()[:24],
+            "id": self.repo_id,
+            "modelId": self.repo_id,
+            "author": self.author,
+            "sha": self.sha,
+            "lastModified": self.last_modified,
+            "createdAt": self.created_at,
+            "private": False,
+            "disabled": False,
+            "gated": self.gated,
+            "downloads": self.downloads,
+            "likes": self.likes,
+            "library_name": self.library_name,
+            "tags": list(self.tags) + ([f"license:{self.license}"] if self.license else []),
+            "pipeline_tag": self.pipeline_tag,
+            "usedStorage": self.used_storage(),
+            "cardData": {"license": self.license} if self.license else {},
+            "siblings": siblings,
+        }
+        if self.config is not None:
+            full["config"] = self.config
+        if self.gguf is not None:
+            full["gguf"] = self.gguf
+        if self.safetensors is not None:
+            full["safetensors"] = self.safetensors
+        if expand is None:
+            return full
+        keep = set(expand) | {"_id", "id"}
+        return {k: v for k, v in full.items() if k in keep}
+
+
+class FakeHub:
+    """The fake Hub: add repos, start it, point HF_ENDPOINT at `endpoint`.
+
+    Knobs and counters are plain attributes, safe to change while it serves:
+    `throttle_bps` (None = unthrottled), `corrupt_file()`, `grant()`, `bytes_served`
+    (per "repo/path"), `requests` (method, path, Range header).
+    """
+
+    def __init__(self) -> None:
+        self.repos: dict[str, FakeRepo] = {}
+        self.throttle_bps: int | None = None
+        self.bytes_served: Counter[str] = Counter()
+        self.requests: list[tuple[str, str, str | None]] = []
+        self.auth_headers_seen: list[str] = []
+        self._corrupt: dict[str, int] = {}
+        self._grants: dict[str, set[str]] = {}
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._cdn: ThreadingHTTPServer | None = None
+
+    # -- building repos -------------------------------------------------------------------
+
+    def add_repo(self, repo_id: str, files: dict[str, Path | bytes], **meta: Any) -> FakeRepo:
+        """Add a repo whose files are real bytes; its commit sha derives from the contents."""
+        built = {p: _make_file(p, src) for p, src in files.items()}
+        digest = hashlib.sha1(repo_id.encode())
+        for f in sorted(built.values(), key=lambda f: f.path):
+            digest.update(f"{f.path}:{f.sha256}".encode())
+        repo = FakeRepo(repo_id=repo_id, files=built, sha=digest.hexdigest(), **meta)
+        self.repos[repo_id] = repo
+        return repo
+
+    # -- knobs ------------------------------------------------------------------------------
+
+    def corrupt_file(self, repo_id: str, path: str, times: int = 1) -> None:
+        """Serve wrong bytes (same length) for the next `times` GETs of this file."""
+        with self._lock:
+            self._corrupt[f"{repo_id}/{path}"] = times
+
+    def grant(self, repo_id: str, token: str) -> None:
+        """Let `token` download from a gated repo (as if its owner accepted the terms)."""
+        self._grants.setdefault(repo_id, set()).add(token)
+
+    def served(self, repo_id: str, path: str) -> int:
+        return self.bytes_served[f"{repo_id}/{path}"]
+
+    def _take_corruption(self, key: str) -> bool:
+        with self._lock:
+            left = self._corrupt.get(key, 0)
+            if left > 0:
+                self._corrupt[key] = left - 1
+                return True
+            return False
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    @property
+    def endpoint(self) -> str:
+        """The Hub's origin: what HF_ENDPOINT points at."""
+        assert self._server is not None, "start() the fake hub first"
+        return _origin(self._server)
+
+    @property
+    def cdn_endpoint(self) -> str:
+        """A second origin for LFS bytes, so the client treats it as a CDN (no auth header)."""
+        assert self._cdn is not None, "start() the fake hub first"
+        return _origin(self._cdn)
+
+    def start(self) -> FakeHub:
+        handler = type("BoundHandler", (_Handler,), {"hub": self})
+        self._server = _serve(handler, "fake-hub")
+        self._cdn = _serve(handler, "fake-hub-cdn")
+        return self
+
+    def stop(self) -> None:
+        for server in (self._server, self._cdn):
+            if server is not None:
+                server.shutdown()
+                server.server_close()
+        self._server = self._cdn = None
+
+    def __enter__(self) -> FakeHub:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _serve(handler: type[BaseHTTPRequestHandler], name: str) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name=name, daemon=True).start()
+    return server
+
+
+def _origin(server: ThreadingHTTPServer) -> str:
+    host, port = server.server_address[:2]
+    return f"http://{host}:{port}"
+
+
+_SORT_KEYS = {
+    "downloads": lambda r: r.downloads,
+    "likes": lambda r: r.likes,
+    "lastModified": lambda r: r.last_modified,
+    "createdAt": lambda r: r.created_at,
+    "trendingScore": lambda r: r.downloads,
+}
+
+_RANGE_RE = re.compile(r"bytes=(\d+)-(\d*)$")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    hub: FakeHub
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
+        return
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _error(self, status: int, code: str | None, message: str) -> None:
+        headers = {"X-Error-Message": message}
+        if code:
+            headers["X-Error-Code"] = code
+        self._send_json(status, {"error": message}, headers)
+
+    def _token(self) -> str | None:
+        auth = self.headers.get("Authorization")
+        if auth:
+            self.hub.auth_headers_seen.append(auth)
+        if auth and auth.startswith("Bearer "):
+            return auth[len("Bearer ") :]
+        return None
+
+    def _repo(self, repo_id: str) -> FakeRepo | None:
+        repo = self.hub.repos.get(repo_id)
+        if repo is None:
+            self._error(404, "RepoNotFound", "Repository not found")
+        return repo
+
+    def _check_revision(self, repo: FakeRepo, revision: str) -> bool:
+        if revision in ("main", repo.sha):
+            return True
+        self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+        return False
+
+    def _check_gate(self, repo: FakeRepo) -> bool:
+        if not repo.gated:
+            return True
+        token = self._token()
+        if token is None:
+            self._error(
+                401,
+                "GatedRepo",
+                f"Access to model {repo.repo_id} is restricted. You must have access to it "
+                "and be authenticated to access it. Please log in.",
+            )
+            return False
+        if token not in self.hub._grants.get(repo.repo_id, set()):
+            self._error(
+                403,
+                "GatedRepo",
+                f"Access to model {repo.repo_id} is restricted and you are not in the "
+                f"authorized list. Visit https://huggingface.co/{repo.repo_id} to ask for access.",
+            )
+            return False
+        return True
+
+    # -- routing -------------------------------------------------------------------------
+
+    def do_HEAD(self) -> None:
+        self._route()
+
+    def do_GET(self) -> None:
+        self._route()
+
+    def _route(self) -> None:
+        url = urlsplit(self.path)
+        path = unquote(url.path)
+        query = parse_qs(url.query)
+        self.hub.requests.append((self.command, path, self.headers.get("Range")))
+        self._token()
+        try:
+            if path == "/api/models":
+                return self._list_models(query)
+            if path.startswith("/api/models/"):
+                return self._model_api(path[len("/api/models/") :], query)
+            if path.startswith("/__lfs__/"):
+                return self._serve_lfs(path[len("/__lfs__/") :], query)
+            m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
+            if m:
+                return self._resolve(m.group(1), m.group(2), m.group(3))
+            self._error(404, None, "Not found")
+        except (BrokenPipeError, ConnectionResetError):
+            return
+
+    # -- API ------------------------------------------------------------------------------
+
+    def _list_models(self, query: dict[str, list[str]]) -> None:
+        repos = list(self.hub.repos.values())
+        if search := query.get("search", [None])[0]:
+            repos = [r for r in repos if search.lower() in r.repo_id.lower()]
+        if author := query.get("author", [None])[0]:
+            repos = [r for r in repos if r.author == author]
+        for tag in query.get("filter", []):
+            repos = [r for r in repos if tag in r.tags or tag == r.library_name]
+        sort = query.get("sort", [None])[0]
+        if sort:
+            if sort not in _SORT_KEYS:
+                return self._error(400, None, f"Invalid sort: {sort}")
+            repos.sort(key=_SORT_KEYS[sort], reverse=True)
+        expand = query.get("expand")
+        limit = int(query.get("limit", ["0"])[0] or 0)
+        page_size = limit or 50
+        offset = int(query.get("cursor", ["0"])[0])
+        page = repos[offset : offset + page_size]
+        headers = {}
+        if offset + page_size < len(repos) and not limit:
+            params = dict(query)
+            params["cursor"] = [str(offset + page_size)]
+            qs = "&".join(f"{k}={quote(v)}" for k, vs in params.items() for v in vs)
+            headers["Link"] = f'<{self.hub.endpoint}/api/models?{qs}>; rel="next"'
+        default = ["downloads", "likes", "lastModified", "library_name", "tags", "pipeline_tag",
+                   "private", "createdAt", "gated"]
+        self._send_json(200, [r.to_json(expand or default) for r in page], headers)
+
+    def _model_api(self, rest: str, query: dict[str, list[str]]) -> None:
+        parts = rest.split("/")
+        repo = self._repo("/".join(parts[:2]))
+        if repo is None:
+            return
+        tail = parts[2:]
+        if not tail or tail[0] == "revision":
+            if tail and not self._check_revision(repo, tail[1]):
+                return
+            blobs = query.get("blobs", ["false"])[0].lower() == "true"
+            return self._send_json(200, repo.to_json(query.get("expand"), blobs=blobs))
+        if tail[0] == "tree" and len(tail) >= 2:
+            if not self._check_revision(repo, tail[1]):
+                return
+            prefix = "/".join(tail[2:])
+            recursive = query.get("recursive", ["false"])[0].lower() == "true"
+            return self._send_json(200, _tree(repo, prefix, recursive))
+        self._error(404, None, "Not found")
+
+    def _resolve(self, repo_id: str, revision: str, path: str) -> None:
+        repo = self._repo(repo_id)
+        if repo is None or not self._check_revision(repo, revision):
+            return
+        if not self._check_gate(repo):
+            return
+        f = repo.files.get(path)
+        if f is None:
+            return self._error(404, "EntryNotFound", f"{path} does not exist on main")
+        common = {
+            "X-Repo-Commit": repo.sha,
+            "ETag": f'"{f.etag}"',
+            "Accept-Ranges": "bytes",
+        }
+        if f.lfs:
+            location = f"{self.hub.cdn_endpoint}/__lfs__/{f.sha256}?repo={quote(repo_id)}&path={quote(path)}"
+            self.send_response(302)
+            for k, v in common.items():
+                self.send_header(k, v)
+            self.send_header("X-Linked-Size", str(f.size))
+            self.send_header("X-Linked-Etag", f'"{f.sha256}"')
+            self.send_header("Location", location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self._send_bytes(repo, f, common)
+
+    def _serve_lfs(self, sha: str, query: dict[str, list[str]]) -> None:
+        repo = self.hub.repos.get(query.get("repo", [""])[0])
+        f = repo.files.get(query.get("path", [""])[0]) if repo else None
+        if repo is None or f is None or f.sha256 != sha:
+            return self._error(404, None, "Not found")
+        self._send_bytes(repo, f, {"ETag": f'"{f.sha256}"', "Accept-Ranges": "bytes"})
+
+    def _send_bytes(self, repo: FakeRepo, f: FakeFile, headers: dict[str, str]) -> None:
+        start, end = 0, f.size
+        status = 200
+        rng = self.headers.get("Range")
+        if rng:
+            m = _RANGE_RE.match(rng.strip())
+            if not m or int(m.group(1)) >= f.size:
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{f.size}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            start = int(m.group(1))
+            end = min(int(m.group(2)) + 1, f.size) if m.group(2) else f.size
+            status = 206
+        self.send_response(status)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(end - start))
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{f.size}")
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        key = f"{repo.repo_id}/{f.path}"
+        corrupt = self.hub._take_corruption(key)
+        pos = start
+        began = time.monotonic()
+        sent = 0
+        while pos < end:
+            block = f.read_range(pos, min(pos + _SERVE_SLICE, end))
+            if corrupt:
+                block = bytes(b ^ 0xFF for b in block[:16]) + block[16:]
+            self.wfile.write(block)
+            self.hub.bytes_served[key] += len(block)
+            pos += len(block)
+            sent += len(block)
+            bps = self.hub.throttle_bps
+            if bps:
+                ahead = sent / bps - (time.monotonic() - began)
+                if ahead > 0:
+                    time.sleep(ahead)
+
+
+def _tree(repo: FakeRepo, prefix: str, recursive: bool) -> list[dict[str, Any]]:
+    """Entries under `prefix`, as the Hub's tree endpoint lists them."""
+    out: list[dict[str, Any]] = []
+    dirs: set[str] = set()
+    base = prefix.rstrip("/") + "/" if prefix else ""
+    for f in sorted(repo.files.values(), key=lambda f: f.path):
+        if not f.path.startswith(base):
+            continue
+        rest = f.path[len(base) :]
+        if "/" in rest and not recursive:
+            dirs.add(base + rest.split("/")[0])
+            continue
+        if recursive:
+            parts = f.path.split("/")
+            for i in range(len(base.split("/")) if base else 1, len(parts)):
+                dirs.add("/".join(parts[:i]))
+        entry: dict[str, Any] = {"type": "file", "oid": f.git_oid, "size": f.size, "path": f.path}
+        if f.lfs:
+            entry["lfs"] = {"oid": f.sha256, "size": f.size, "pointerSize": 134}
+        out.append(entry)
+    folders = [{"type": "directory", "oid": "0" * 40, "size": 0, "path": d} for d in sorted(dirs)]
+    return folders + out
+
+
+def now_iso() -> str:
+    """A Hub-style timestamp, for tests that build repos with recency."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
