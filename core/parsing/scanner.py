@@ -80,7 +80,8 @@ Collector = Callable[[Ids, str, str, str, "str | None"], "tuple[list[ParsedEvent
 class _Compiled:
     """A state with its markers compiled for the hot path."""
 
-    __slots__ = ("state", "name", "kind", "exits", "pattern", "firsts", "markers", "maxlen")
+    __slots__ = ("state", "name", "kind", "exits", "pattern", "firsts", "markers", "maxlen",
+                 "prefixes", "limit")
 
     def __init__(self, state: State) -> None:
         self.state = state
@@ -93,6 +94,9 @@ class _Compiled:
         )
         self.firsts = tuple(sorted({m[0] for m in self.markers}))
         self.maxlen = max((len(m) for m in self.markers), default=0)
+        # Every proper prefix of a marker: a tail in this set must be held back.
+        self.prefixes = frozenset(m[:i] for m in self.markers for i in range(1, len(m)))
+        self.limit = state.limit
 
 
 class Grammar:
@@ -172,13 +176,16 @@ class MarkerScanner:
         if not text:
             return []
         st = self._st
-        if not self._pending:
+        kind = st.kind
+        pending = self._pending
+        if pending:
+            buf = pending + text
+        else:
             # Fast path: no held tail and no character that could start a marker.
             for c in st.firsts:
                 if c in text:
                     break
             else:
-                kind = st.kind
                 if kind == TEXT or kind == REASONING:
                     if self._lstrip:
                         text = text.lstrip()
@@ -186,12 +193,29 @@ class MarkerScanner:
                             return []
                         self._lstrip = False
                     return [TextDelta(text) if kind == TEXT else ReasoningDelta(text)]
-                if kind == COLLECT and (st.state.limit is None
-                                        or self._body_len + len(text) <= st.state.limit):
+                if kind == COLLECT and (st.limit is None or self._body_len + len(text) <= st.limit):
                     self._body.append(text)
                     self._body_len += len(text)
                     return []
-        return self._scan(self._pending + text)
+            buf = text
+        if (kind == TEXT or kind == REASONING) and st.pattern.search(buf) is None:
+            # Common slow path: something marker-like (`a < b`, `x[i]`) but no marker.
+            hold = self._partial(buf, 0, st)
+            if hold:
+                self._pending = buf[-hold:]
+                buf = buf[:-hold]
+                if not buf:
+                    return []
+            else:
+                self._pending = ""
+            if self._lstrip:
+                buf = buf.lstrip()
+                if not buf:
+                    return []
+                self._lstrip = False
+            return [TextDelta(buf) if kind == TEXT else ReasoningDelta(buf)]
+        self._pending = ""
+        return self._scan(buf)
 
     def finish(self) -> list[ParsedEvent]:
         """Flush what is held at the end of the stream; malformed markup ends as text."""
@@ -308,21 +332,17 @@ class MarkerScanner:
     @staticmethod
     def _partial(buf: str, pos: int, st: _Compiled) -> int:
         """Length of the longest tail of buf[pos:] that is a proper prefix of a marker."""
-        if not st.markers:
-            return 0
         n = len(buf)
-        lo = max(pos, n - st.maxlen + 1)
+        lo = n - st.maxlen + 1
+        if lo < pos:
+            lo = pos
+        prefixes = st.prefixes
         best = n
         for c in st.firsts:
             i = buf.find(c, lo)
             while i != -1 and i < best:
-                tail = buf[i:]
-                for marker in st.markers:
-                    if marker.startswith(tail):
-                        best = i
-                        break
-                else:
-                    i = buf.find(c, i + 1)
-                    continue
-                break
+                if buf[i:] in prefixes:
+                    best = i
+                    break
+                i = buf.find(c, i + 1)
         return n - best
