@@ -25,6 +25,7 @@ class _Entry:
     tokens: np.ndarray
     cache: list[Any]
     nbytes: int
+    text: str | None = None
 
 
 def cache_nbytes(cache: Sequence[Any]) -> int:
@@ -73,11 +74,14 @@ class PrefixCache:
         self._entries.clear()
         self.nbytes = 0
 
-    def store(self, tokens: Sequence[int], cache: list[Any]) -> None:
+    def store(self, tokens: Sequence[int], cache: list[Any], text: str | None = None) -> None:
         """Keep `cache` (which holds exactly `tokens`); evict least recent beyond the bound.
 
-        An entry whose tokens are a prefix of the new one is dropped: the new entry serves
-        every prompt the old one could.
+        `text` is what those tokens spell (rendered prompt plus generated text), so a next
+        turn whose rendered prompt starts with it can reuse these exact token ids even
+        where re-tokenising the reply would split it differently. An entry whose tokens
+        are a prefix of the new one is dropped: the new entry serves every prompt the old
+        one could.
         """
         if not tokens or self.max_bytes <= 0:
             return
@@ -90,11 +94,20 @@ class PrefixCache:
                 entry.tokens
             ):
                 self._drop(key)
-        self._entries[self._next_key] = _Entry(arr, cache, size)
+        self._entries[self._next_key] = _Entry(arr, cache, size, text)
         self._next_key += 1
         self.nbytes += size
         while self.nbytes > self.max_bytes and self._entries:
             self._drop(next(iter(self._entries)))
+
+    def tokens_for(self, text: str) -> tuple[list[int], str] | None:
+        """(token ids, their text) of the longest entry whose text starts `text`."""
+        best: _Entry | None = None
+        for entry in self._entries.values():
+            if entry.text and text.startswith(entry.text):
+                if best is None or len(entry.text) > len(best.text or ""):
+                    best = entry
+        return None if best is None else (best.tokens.tolist(), best.text or "")
 
     def fetch(self, prompt: Sequence[int]) -> tuple[list[Any] | None, int]:
         """Return (a private copy of the best cache, tokens it covers) or (None, 0).

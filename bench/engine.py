@@ -1,0 +1,238 @@
+"""MlxEngine against raw mlx_lm BatchGenerator and generate_step, same model, same run.
+
+Prints one JSON object. Per batch size (1, 4, 16, 64): tokens/s of both and
+`tokens_per_s_ratio` (ours/raw, higher is better), TTFT p50/p95 of both, and
+`max_step_over_median` (slowest engine step after warm-up over the median step). Per
+model: `batch1_vs_generate_step_ratio` (our single-stream decode tok/s over
+generate_step's) and `cached_ttft_fraction` (second-turn TTFT with a ~2,000-token cached
+history over the cold first-turn TTFT; lower is better).
+
+    python bench/engine.py --quick                  # tiny qwen3 on CPU, under 2 minutes
+    python bench/engine.py --shape qwen3-0.6b --variants bf16,4bit   # GPU machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import mlx.core as mx  # noqa: E402
+from mlx_lm.generate import BatchGenerator, generate_step  # noqa: E402
+
+from core.engines.base import GenerationRequest, ModelSpec, SamplingParams  # noqa: E402
+from core.engines.mlx import MlxEngine  # noqa: E402
+from core.events import Usage  # noqa: E402
+from tests.fixtures.mlx_models import QWEN3_0_6B_SHAPE, QWEN3_SHAPE, build_model_dir  # noqa: E402
+
+_WORDS = "the quick brown fox jumps over a lazy dog while local models count to ten".split()
+
+
+def _text(n_words: int, salt: int) -> str:
+    return " ".join(_WORDS[(i * 7 + salt) % len(_WORDS)] for i in range(n_words))
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def _requests(batch: int, words: int, max_tokens: int, tag: str) -> list[GenerationRequest]:
+    sp = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    return [
+        GenerationRequest(f"{tag}-{i}", ({"role": "user", "content": f"{i}: " + _text(words, i)},), sp)
+        for i in range(batch)
+    ]
+
+
+def run_ours(eng: MlxEngine, reqs: list[GenerationRequest]) -> dict:
+    eng._prefix.clear()
+    t0 = time.perf_counter()
+    for r in reqs:
+        eng.submit(r)
+    usages: list[Usage] = []
+    steps: list[float] = []
+    decode_steps: list[float] = []
+    started: set[str] = set()
+    while eng.has_work():
+        s = time.perf_counter()
+        out = eng.step()
+        dt = time.perf_counter() - s
+        steps.append(dt)
+        if len(started) == len(reqs):  # every request is decoding: steady state
+            decode_steps.append(dt)
+        for rid, events in out:
+            started.add(rid)
+            usages += [e for e in events if isinstance(e, Usage)]
+    total = time.perf_counter() - t0
+    tokens = sum(u.completion_tokens for u in usages)
+    med = statistics.median(decode_steps or steps)
+    return {
+        "tokens": tokens,
+        "tokens_per_s": tokens / total,
+        "ttft_p50_ms": _pct([u.ttft_ms for u in usages], 0.5),
+        "ttft_p95_ms": _pct([u.ttft_ms for u in usages], 0.95),
+        "max_step_over_median": max(decode_steps or steps) / med if med else 0.0,
+        "max_step_over_median_with_admission": max(steps) / med if med else 0.0,
+        "decode_tps_p50": _pct([u.decode_tps for u in usages], 0.5),
+    }
+
+
+def run_raw(model, eos: set[int], prompts: list[list[int]], max_tokens: int) -> dict:
+    bg = BatchGenerator(
+        model,
+        stop_tokens=[[t] for t in sorted(eos)],
+        completion_batch_size=max(len(prompts), 8),
+        prefill_batch_size=8,
+    )
+    t0 = time.perf_counter()
+    uids = bg.insert(prompts, max_tokens=[max_tokens] * len(prompts))
+    first: dict[int, float] = {}
+    tokens = done = 0
+    while done < len(uids):
+        _, responses = bg.next()
+        now = time.perf_counter()
+        for r in responses:
+            tokens += 1
+            first.setdefault(r.uid, now - t0)
+            done += r.finish_reason is not None
+    total = time.perf_counter() - t0
+    bg.close()
+    ttfts = [v * 1000 for v in first.values()]
+    return {
+        "tokens": tokens,
+        "tokens_per_s": tokens / total,
+        "ttft_p50_ms": _pct(ttfts, 0.5),
+        "ttft_p95_ms": _pct(ttfts, 0.95),
+    }
+
+
+def generate_step_tps(model, prompt: list[int], max_tokens: int) -> float:
+    times = []
+    for _, _ in generate_step(mx.array(prompt), model, max_tokens=max_tokens):
+        times.append(time.perf_counter())
+    return (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
+
+
+def cached_ttft(eng: MlxEngine, history_words: int) -> dict:
+    def turn(messages: tuple, rid: str) -> tuple[Usage, str]:
+        eng.submit(GenerationRequest(rid, messages, SamplingParams(temperature=0.0, max_tokens=8)))
+        text, usage = "", None
+        while eng.has_work():
+            for _, events in eng.step():
+                for e in events:
+                    if isinstance(e, Usage):
+                        usage = e
+                    elif hasattr(e, "text"):
+                        text += e.text
+        assert usage is not None
+        return usage, text
+
+    eng._prefix.clear()
+    first = ({"role": "user", "content": _text(history_words, 99)},)
+    u1, reply = turn(first, "turn-1")
+    second = first + ({"role": "assistant", "content": reply}, {"role": "user", "content": "and then?"})
+    u2, _ = turn(second, "turn-2")
+    return {
+        "history_tokens": u1.prompt_tokens,
+        "cold_ttft_ms": u1.ttft_ms,
+        "cached_ttft_ms": u2.ttft_ms,
+        "cached_tokens": u2.cached_tokens,
+        "cached_ttft_fraction": u2.ttft_ms / u1.ttft_ms if u1.ttft_ms else 0.0,
+    }
+
+
+def bench_model(path: Path, label: str, batches: list[int], words: int, max_tokens: int,
+                repeats: int, history_words: int) -> dict:
+    spec = ModelSpec(str(path), "mlx", context_size=8192,
+                     options=(("max_concurrency", max(batches)),))
+    t = time.perf_counter()
+    eng = MlxEngine(spec)
+    load_s = time.perf_counter() - t
+    result: dict = {"model": label, "load_and_warmup_s": round(load_s, 2), "batches": {}}
+    for b in batches:
+        reqs = _requests(b, words, max_tokens, f"b{b}")
+        prompts = [eng.render_prompt(r) for r in reqs]
+        run_raw(eng._model, eng._eos, prompts, 4)  # first meeting of these shapes: untimed
+        run_ours(eng, _requests(b, words, 4, f"w{b}"))
+        best_raw, best_ours = None, None
+        for i in range(repeats):
+            raw = run_raw(eng._model, eng._eos, prompts, max_tokens)
+            ours = run_ours(eng, _requests(b, words, max_tokens, f"b{b}r{i}"))
+            if best_raw is None or raw["tokens_per_s"] > best_raw["tokens_per_s"]:
+                best_raw = raw
+            if best_ours is None or ours["tokens_per_s"] > best_ours["tokens_per_s"]:
+                best_ours = ours
+        result["batches"][str(b)] = {
+            "tokens_per_s_ratio": round(best_ours["tokens_per_s"] / best_raw["tokens_per_s"], 3),
+            "ours": {k: round(v, 3) for k, v in best_ours.items()},
+            "raw": {k: round(v, 3) for k, v in best_raw.items()},
+        }
+    prompt = eng.render_prompt(_requests(1, words, max_tokens, "gs")[0])
+    gs = max(generate_step_tps(eng._model, prompt, max_tokens) for _ in range(repeats))
+    ours1 = max(
+        run_ours(eng, _requests(1, words, max_tokens, f"one{i}"))["decode_tps_p50"]
+        for i in range(repeats)
+    )
+    result["generate_step_decode_tps"] = round(gs, 2)
+    result["ours_batch1_decode_tps"] = round(ours1, 2)
+    result["batch1_vs_generate_step_ratio"] = round(ours1 / gs, 3) if gs else 0.0
+    result["cached_turn"] = {k: round(v, 3) for k, v in cached_ttft(eng, history_words).items()}
+    result["cached_ttft_fraction"] = result["cached_turn"]["cached_ttft_fraction"]
+    result["max_step_over_median"] = max(
+        v["ours"]["max_step_over_median"] for v in result["batches"].values()
+    )
+    eng.close()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="tiny model on CPU, < 2 minutes")
+    ap.add_argument("--shape", default="qwen3-0.6b", choices=("qwen3-0.6b", "tiny"))
+    ap.add_argument("--variants", default="bf16,4bit")
+    ap.add_argument("--batches", default="1,4,16,64")
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--out", default=None, help="also write the JSON here")
+    args = ap.parse_args(argv)
+    batches = [int(b) for b in args.batches.split(",")]
+    if args.quick:
+        mx.set_default_device(mx.cpu)
+        shape, variants, max_tokens, repeats, words, history = QWEN3_SHAPE, ["float32"], 24, 1, 12, 1400
+    else:
+        shape = QWEN3_0_6B_SHAPE if args.shape == "qwen3-0.6b" else QWEN3_SHAPE
+        variants = args.variants.split(",")
+        max_tokens, repeats, words, history = args.max_tokens, args.repeats, 40, 1400
+    report: dict = {
+        "bench": "engine",
+        "device": str(mx.default_device()),
+        "mlx": mx.__version__,
+        "shape": "tiny-qwen3" if shape is QWEN3_SHAPE else "qwen3-0.6b (random weights)",
+        "batches": batches,
+        "max_tokens": max_tokens,
+        "runs": [],
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        for v in variants:
+            bits = 4 if v == "4bit" else 8 if v == "8bit" else None
+            dtype = "bfloat16" if v in ("bf16", "4bit", "8bit") else v
+            path = build_model_dir(Path(tmp) / v, shape, dtype=dtype, quantize_bits=bits)
+            report["runs"].append(bench_model(path, v, batches, words, max_tokens, repeats, history))
+    text = json.dumps(report, indent=1)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

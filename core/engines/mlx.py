@@ -1,0 +1,599 @@
+"""The MLX engine: continuous batching over mlx_lm for every session of one model.
+
+Why not just mlx_lm's BatchGenerator: a lone user would pay for batching (its batched KV
+cache makes single-stream decode markedly slower than mlx_lm's own generate_step), and a
+conversation's second turn would re-prefill its whole history. So this engine runs:
+
+- one request alone on a plain KV cache with generate_step's pipelining (the next token's
+  graph is queued with async_eval before the current one is read back);
+- two or more through BatchGenerator (a running single request joins the batch with its
+  cache and pending token, nothing is recomputed), decoding with a lean step that skips
+  the per-row log-probability split the engine never reads;
+- a PrefixCache of finished requests' KV caches, so a new turn prefills only new tokens.
+
+Stop strings, streaming detokenisation and Usage are handled here; reasoning and tool
+markup are left in the raw text for core.parsing (the worker runs StreamParser on top).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import pkgutil
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+from mlx_lm.generate import BatchGenerator, GenerationBatch, generation_stream
+from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.sample_utils import make_logits_processors, make_sampler
+
+from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, SamplingParams
+from core.engines.prefix_cache import DEFAULT_MAX_BYTES, PrefixCache
+from core.engines.select import SelectionError, check_mlx_dir, check_safetensors
+from core.events import Done, Error, Event, TextDelta, Usage
+from core.parsing.stops import StopMatcher
+
+# Modules of mlx_lm.models that are building blocks, not architectures.
+_NOT_ARCHITECTURES = frozenset(
+    {
+        "activations",
+        "base",
+        "bitlinear_layers",
+        "cache",
+        "gated_delta",
+        "mla",
+        "pipeline",
+        "rope_utils",
+        "ssm",
+        "switch_layers",
+    }
+)
+
+
+def supported_architectures() -> list[str]:
+    """Every config model_type mlx_lm can build, read from its models package."""
+    import mlx_lm.models
+    from mlx_lm.utils import MODEL_REMAPPING
+
+    names = {
+        m.name
+        for m in pkgutil.iter_modules(mlx_lm.models.__path__)
+        if m.name not in _NOT_ARCHITECTURES
+    }
+    names |= {k for k, v in MODEL_REMAPPING.items() if v in names}
+    return sorted(names)
+
+
+def check_architecture(config: dict[str, Any]) -> str:
+    """Return the model_type or raise EngineLoadError(UNSUPPORTED) before loading."""
+    model_type = str(config.get("model_type", ""))
+    supported = supported_architectures()
+    if model_type not in supported:
+        raise EngineLoadError(
+            "UNSUPPORTED",
+            f"Model architecture '{model_type}' is not supported by the MLX engine. "
+            f"Supported: [{', '.join(supported)}]",
+        )
+    return model_type
+
+
+@dataclass
+class _Request:
+    """One request's state from admission to Done."""
+
+    req: GenerationRequest
+    prompt: list[int]
+    max_tokens: int
+    sampler: Any
+    processors: list[Any]
+    detok: Any
+    stops: StopMatcher
+    submitted: float
+    cached: int = 0
+    generated: list[int] = field(default_factory=list)
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    uid: int | None = None
+    error: Error | None = None
+    text: str | None = None  # the rendered prompt (None for raw-token requests)
+    raw: str = ""  # everything generated, stop strings and end-of-turn included
+
+
+@dataclass
+class _Single:
+    """The request decoding alone, generate_step style: `y` is queued, not yet read."""
+
+    act: _Request
+    cache: list[Any]
+    y: mx.array
+    context: mx.array | None
+
+
+class _LeanGenerationBatch(GenerationBatch):
+    """GenerationBatch whose step does not split log-probabilities per row.
+
+    The engine reads only tokens; splitting a (B, vocab) array into B lazy rows and
+    evaluating them every step is pure overhead at large batch sizes.
+    """
+
+    def _step(self) -> tuple[list[int], list[Any]]:
+        self._current_tokens = self._next_tokens
+        inputs = self._current_tokens
+        logits = self.model(inputs[:, None], cache=self.prompt_cache)[:, -1, :]
+        contexts = []
+        if any(self.logits_processors):
+            rows = []
+            for e in range(len(self.uids)):
+                row = logits[e : e + 1]
+                processors = self.logits_processors[e] or ()
+                if processors:
+                    context = self._token_context[e].update_and_fetch(inputs[e : e + 1])
+                    contexts.append(context)
+                    for processor in processors:
+                        row = processor(context, row)
+                rows.append(row)
+            logits = mx.concatenate(rows, axis=0)
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        samplers = self.samplers or [self.fallback_sampler] * len(self.uids)
+        first = samplers[0] if samplers else self.fallback_sampler
+        if all(s is first for s in samplers):
+            sampled = first(logprobs)
+        else:
+            sampled = mx.concatenate(
+                [s(logprobs[e : e + 1]) for e, s in enumerate(samplers)], axis=0
+            )
+        self._next_tokens = sampled
+        self._next_logprobs = [None] * len(self.uids)
+        mx.async_eval(sampled, contexts)
+        tokens = inputs.tolist()
+        for seq, tok in zip(self.tokens, tokens, strict=True):
+            seq.append(tok)
+        return tokens, self._next_logprobs
+
+
+class MlxEngine:
+    """Engine protocol over mlx_lm; see the module docstring for the design."""
+
+    name = "mlx"
+
+    def __init__(self, spec: ModelSpec) -> None:
+        self.spec = spec
+        self.max_concurrency = int(spec.option("max_concurrency", 32))
+        self.context_size = int(spec.context_size)
+        self._prefill_step = int(spec.option("prefill_step_size", 2048))
+        path = Path(spec.path)
+        self._model, self._tokenizer, self._config = _load(path)
+        self.model_type = str(self._config.get("model_type"))
+        self._eos = set(self._tokenizer.eos_token_ids)
+        template = getattr(self._tokenizer, "chat_template", None)
+        self._template: str | None = template if isinstance(template, str) else None
+        self._prefix = PrefixCache(int(spec.option("prefix_cache_bytes", DEFAULT_MAX_BYTES)))
+        self._pending: deque[_Request] = deque()
+        self._cancelled: set[str] = set()
+        self._single: _Single | None = None
+        self._batch: dict[int, _Request] = {}
+        self._samplers: dict[tuple[float, float, int, float], Any] = {}
+        self._stream = generation_stream
+        self._steps = 0
+        self._bg = self._new_batch_generator()
+        sizes = spec.option("warmup_batch_sizes")
+        if sizes is None:
+            sizes = _default_warmup_sizes(self.max_concurrency)
+        self.warmup(tuple(sizes))
+
+    # -- Engine protocol -------------------------------------------------------------
+
+    def submit(self, request: GenerationRequest) -> None:
+        self._pending.append(self._admit(request))
+
+    def cancel(self, request_id: str) -> None:
+        self._cancelled.add(request_id)
+
+    def has_work(self) -> bool:
+        return bool(self._pending or self._single or self._batch or self._cancelled)
+
+    def step(self) -> list[tuple[str, list[Event]]]:
+        out: dict[str, list[Event]] = {}
+        if self._cancelled:
+            self._apply_cancels(out)
+        if self._pending:
+            self._schedule(out)
+        if self._single is not None:
+            self._step_single(out)
+        elif self._batch:
+            self._step_batch(out)
+        self._steps += 1
+        return [(rid, events) for rid, events in out.items() if events]
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "engine": self.name,
+            "path": self.spec.path,
+            "model_type": self.model_type,
+            "context_size": self.context_size,
+            "chat_template": self._template,
+            "max_concurrency": self.max_concurrency,
+            "prefix_cache_bytes": self._prefix.nbytes,
+        }
+
+    def close(self) -> None:
+        self._pending.clear()
+        self._single = None
+        self._batch.clear()
+        self._prefix.clear()
+        self._bg.close()
+
+    # -- Admission -------------------------------------------------------------------
+
+    def render_text(self, request: GenerationRequest) -> str:
+        """The request's messages under the model's chat template (tools when it takes them)."""
+        messages = [dict(m) for m in request.messages]
+        if self._template is None:
+            text = "".join(f"{m['role']}: {m.get('content') or ''}\n" for m in messages)
+            return text + "assistant: "
+        kwargs: dict[str, Any] = {}
+        if request.tools and "tools" in self._template:
+            kwargs["tools"] = [dict(t) for t in request.tools]
+        return self._tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, **kwargs
+        )
+
+    def render_prompt(self, request: GenerationRequest) -> list[int]:
+        """Token ids of the request, reusing a cached conversation's exact ids for its history.
+
+        Re-tokenising a model's own reply can split it differently from how it was
+        generated, which would end prefix reuse at the first differing token; so where the
+        rendered text starts with a cached turn's text, that turn's token ids are kept and
+        only the new text is tokenised.
+        """
+        text = self.render_text(request)
+        return self._tokens_for(text)
+
+    def _tokens_for(self, text: str) -> list[int]:
+        known = self._prefix.tokens_for(text)
+        if known is None:
+            return list(self._tokenizer.encode(text, add_special_tokens=self._template is None))
+        ids, covered = known
+        return ids + list(self._tokenizer.encode(text[len(covered) :], add_special_tokens=False))
+
+    def _admit(self, request: GenerationRequest, prompt: list[int] | None = None) -> _Request:
+        sp = request.sampling
+        error: Error | None = None
+        text: str | None = None
+        try:
+            sp.validate()
+            if prompt is None:
+                text = self.render_text(request)
+                prompt = self._tokens_for(text)
+        except (ValueError, TypeError) as exc:
+            error = Error("BAD_REQUEST", str(exc))
+            prompt = []
+        act = _Request(
+            req=request,
+            prompt=prompt,
+            max_tokens=min(sp.max_tokens, max(self.context_size - len(prompt), 0)),
+            sampler=self._sampler(sp),
+            processors=_processors(sp),
+            detok=_fresh_detokenizer(self._tokenizer),
+            stops=StopMatcher(sp.stop),
+            submitted=time.perf_counter(),
+            text=text,
+        )
+        if error is None and not prompt:
+            error = Error("BAD_REQUEST", "The request rendered to an empty prompt.")
+        if error is None and len(prompt) >= self.context_size:
+            error = Error(
+                "CONTEXT_OVERFLOW",
+                f"The conversation is {len(prompt)} tokens, over this model's context of "
+                f"{self.context_size}; start a new conversation or summarise this one.",
+            )
+        act.error = error
+        return act
+
+    def _sampler(self, sp: SamplingParams) -> Any:
+        # One sampler object per setting, so a batch that shares settings samples in one call.
+        key = (sp.temperature, sp.top_p, sp.top_k, sp.min_p)
+        if key not in self._samplers:
+            top_p = sp.top_p if sp.top_p < 1.0 else 0.0
+            self._samplers[key] = make_sampler(
+                temp=sp.temperature, top_p=top_p, min_p=sp.min_p, top_k=sp.top_k
+            )
+        return self._samplers[key]
+
+    def _schedule(self, out: dict[str, list[Event]]) -> None:
+        """Move pending requests into the single slot or the batch, up to capacity."""
+        free = self.max_concurrency - len(self._batch) - (1 if self._single else 0)
+        ready: list[_Request] = []
+        while self._pending and len(ready) < free:
+            act = self._pending.popleft()
+            if act.error is not None:
+                out.setdefault(act.req.request_id, []).extend([act.error, Done("error")])
+                continue
+            ready.append(act)
+        if not ready:
+            return
+        if self._single is None and not self._batch and len(ready) == 1:
+            self._start_single(ready[0])
+            return
+        if self._single is not None:
+            self._single_to_batch(out)
+        for act in ready:
+            self._insert_batch(act)
+
+    # -- Single-stream path ----------------------------------------------------------
+
+    def _start_single(self, act: _Request) -> None:
+        if act.req.sampling.seed is not None:
+            mx.random.seed(act.req.sampling.seed)
+        cache, cached = self._prefix.fetch(act.prompt)
+        if cache is None:
+            cache = make_prompt_cache(self._model)
+        act.cached = cached
+        rest = mx.array(act.prompt[cached:])
+        context = mx.array(act.prompt) if act.processors else None
+        with mx.stream(self._stream):
+            while rest.shape[0] > 1:
+                n = min(self._prefill_step, rest.shape[0] - 1)
+                self._model(rest[None, :n], cache=cache)
+                mx.eval([c.state for c in cache])
+                rest = rest[n:]
+            y = self._sample_one(rest, cache, act, context)
+            mx.async_eval(y)
+        self._single = _Single(act, cache, y, context)
+
+    def _sample_one(
+        self, tokens: mx.array, cache: list[Any], act: _Request, context: mx.array | None
+    ) -> mx.array:
+        logits = self._model(tokens[None], cache=cache)[:, -1, :]
+        for processor in act.processors:
+            logits = processor(context, logits)
+        logprobs = logits - mx.logsumexp(logits, keepdims=True)
+        return act.sampler(logprobs)
+
+    def _step_single(self, out: dict[str, list[Event]]) -> None:
+        s = self._single
+        assert s is not None
+        with mx.stream(self._stream):
+            if s.context is not None:
+                s.context = mx.concatenate([s.context, s.y])
+            nxt = self._sample_one(s.y, s.cache, s.act, s.context)
+            mx.async_eval(nxt)
+        token = s.y.item()
+        s.y = nxt
+        events: list[Event] = []
+        finish = self._take_token(s.act, token, events)
+        if finish is not None:
+            self._single = None
+            self._finish(s.act, finish, events)
+            self._remember(s.act, s.act.prompt + s.act.generated, s.cache)
+        elif len(s.act.generated) % 256 == 0:
+            mx.clear_cache()
+        out[s.act.req.request_id] = events
+
+    def _single_to_batch(self, out: dict[str, list[Event]]) -> None:
+        """Hand the running single request to the batch with its cache, nothing recomputed.
+
+        Its queued token is read and emitted here: BatchGenerator treats the last token of
+        an inserted sequence as prompt (fed, not reported), and the cache already holds
+        everything before it.
+        """
+        s = self._single
+        assert s is not None
+        self._single = None
+        act = s.act
+        token = s.y.item()
+        events = out.setdefault(act.req.request_id, [])
+        finish = self._take_token(act, token, events)
+        if finish is not None:
+            self._finish(act, finish, events)
+            return
+        [uid] = self._bg.insert(
+            [[token]],
+            max_tokens=[act.max_tokens - len(act.generated)],
+            caches=[s.cache],
+            all_tokens=[act.prompt + act.generated[:-1]],
+            samplers=[act.sampler],
+            logits_processors=[act.processors],
+        )
+        act.uid = uid
+        self._batch[uid] = act
+
+    # -- Batched path ----------------------------------------------------------------
+
+    def _new_batch_generator(self) -> BatchGenerator:
+        bg = BatchGenerator(
+            self._model,
+            stop_tokens=[[t] for t in sorted(self._eos)],
+            completion_batch_size=self.max_concurrency,
+            prefill_batch_size=min(8, self.max_concurrency),
+            prefill_step_size=self._prefill_step,
+        )
+        bg._generation_batch = _LeanGenerationBatch.empty(self._model, bg.sampler)
+        return bg
+
+    def _insert_batch(self, act: _Request) -> None:
+        if act.req.sampling.seed is not None:
+            mx.random.seed(act.req.sampling.seed)
+        cache, cached = self._prefix.fetch(act.prompt)
+        act.cached = cached
+        [uid] = self._bg.insert(
+            [act.prompt[cached:]],
+            max_tokens=[act.max_tokens],
+            caches=[cache] if cache is not None else None,
+            all_tokens=[act.prompt[:cached]],
+            samplers=[act.sampler],
+            logits_processors=[act.processors],
+        )
+        act.uid = uid
+        self._batch[uid] = act
+
+    def _step_batch(self, out: dict[str, list[Event]]) -> None:
+        _, responses = self._bg.next()
+        to_remove: list[int] = []
+        for r in responses:
+            act = self._batch.get(r.uid)
+            if act is None:
+                continue
+            events = out.setdefault(act.req.request_id, [])
+            finish = self._take_token(act, r.token, events)
+            if r.finish_reason is not None:
+                finish = finish or r.finish_reason
+                del self._batch[r.uid]
+                self._finish(act, finish, events)
+                if r.prompt_cache is not None:
+                    self._remember(act, list(r.all_tokens), r.prompt_cache)
+            elif finish is not None:
+                to_remove.append(r.uid)
+                self._finish(act, finish, events)
+        if to_remove:
+            caches = self._bg.remove(to_remove, return_prompt_caches=True)
+            for uid in to_remove:
+                act = self._batch.pop(uid)
+                if uid in caches:
+                    cache, tokens = caches[uid]
+                    self._remember(act, list(tokens), cache)
+
+    # -- Tokens to events ------------------------------------------------------------
+
+    def _take_token(self, act: _Request, token: int, events: list[Event]) -> str | None:
+        """Account one generated token; return a finish reason when the request ends."""
+        now = time.perf_counter()
+        if act.first_token_at is None:
+            act.first_token_at = now
+        act.last_token_at = now
+        act.generated.append(token)
+        if token in self._eos:
+            act.raw += self._tokenizer.decode([token])
+            return "stop"
+        act.detok.add_token(token)
+        segment = act.detok.last_segment
+        act.raw += segment
+        text, stopped = act.stops.feed(segment)
+        if text:
+            events.append(TextDelta(text))
+        if stopped:
+            return "stop"
+        if len(act.generated) >= act.max_tokens:
+            return "length"
+        return None
+
+    def _finish(self, act: _Request, reason: str, events: list[Event]) -> None:
+        if not act.generated or act.generated[-1] not in self._eos:
+            act.detok.finalize()
+            segment = act.detok.last_segment
+            act.raw += segment
+        else:
+            segment = ""
+        if reason != "cancelled" and not act.stops.stopped:
+            text, stopped = act.stops.feed(segment)
+            tail = text + ("" if stopped else act.stops.finish())
+            if tail:
+                events.append(TextDelta(tail))
+        events.append(self._usage(act))
+        events.append(Done(reason))  # type: ignore[arg-type]
+
+    def _remember(self, act: _Request, tokens: list[int], cache: list[Any]) -> None:
+        """Keep a finished request's cache; with its text when that spells `tokens` exactly."""
+        exact = len(tokens) == len(act.prompt) + len(act.generated)
+        text = act.text + act.raw if act.text is not None and exact else None
+        self._prefix.store(tokens, cache, text)
+
+    def _usage(self, act: _Request) -> Usage:
+        first = act.first_token_at
+        ttft = (first - act.submitted) * 1000 if first is not None else 0.0
+        n = len(act.generated)
+        span = (act.last_token_at or 0.0) - (first or 0.0)
+        tps = (n - 1) / span if n > 1 and span > 0 else 0.0
+        return Usage(len(act.prompt), act.cached, n, ttft, tps)
+
+    def _apply_cancels(self, out: dict[str, list[Event]]) -> None:
+        ids, self._cancelled = self._cancelled, set()
+        for act in [a for a in self._pending if a.req.request_id in ids]:
+            self._pending.remove(act)
+            self._finish(act, "cancelled", out.setdefault(act.req.request_id, []))
+        s = self._single
+        if s is not None and s.act.req.request_id in ids:
+            self._single = None
+            self._finish(s.act, "cancelled", out.setdefault(s.act.req.request_id, []))
+            self._remember(s.act, s.act.prompt + s.act.generated, s.cache)
+        uids = [uid for uid, a in self._batch.items() if a.req.request_id in ids]
+        if uids:
+            caches = self._bg.remove(uids, return_prompt_caches=True)
+            for uid in uids:
+                act = self._batch.pop(uid)
+                self._finish(act, "cancelled", out.setdefault(act.req.request_id, []))
+                if uid in caches:
+                    cache, tokens = caches[uid]
+                    self._remember(act, list(tokens), cache)
+
+    # -- Warm-up ---------------------------------------------------------------------
+
+    def warmup(self, batch_sizes: tuple[int, ...]) -> None:
+        """Run every batch size once so a user never meets a kernel-compilation stall."""
+        greedy = SamplingParams(temperature=0.0, max_tokens=4)
+        for size in batch_sizes:
+            size = min(int(size), self.max_concurrency)
+            for i in range(size):
+                req = GenerationRequest(f"__warmup-{size}-{i}", (), greedy)
+                prompt = [int(t) for t in self._warmup_prompt(i)]
+                self._pending.append(self._admit(req, prompt=prompt))
+            while self.has_work():
+                self.step()
+        self._prefix.clear()
+        mx.clear_cache()
+
+    def _warmup_prompt(self, i: int) -> list[int]:
+        ids = self._tokenizer.encode(f"Warm up number {i}: count to ten.")
+        return list(ids) or [0, 1]
+
+
+def _default_warmup_sizes(max_concurrency: int) -> tuple[int, ...]:
+    sizes = set(range(1, min(8, max_concurrency) + 1))
+    n = 16
+    while n < max_concurrency:
+        sizes.add(n)
+        n *= 2
+    sizes.add(max_concurrency)
+    return tuple(sorted(sizes))
+
+
+def _processors(sp: SamplingParams) -> list[Any]:
+    if sp.repetition_penalty == 1.0:
+        return []
+    return list(make_logits_processors(repetition_penalty=sp.repetition_penalty))
+
+
+def _fresh_detokenizer(tokenizer: Any) -> Any:
+    # A shallow copy shares the (expensive) token map; reset gives it its own state.
+    detok = copy.copy(tokenizer.detokenizer)
+    detok.reset()
+    return detok
+
+
+def _load(path: Path) -> tuple[Any, Any, dict[str, Any]]:
+    """Load model and tokenizer, turning user-caused failures into EngineLoadError."""
+    try:
+        weights = check_mlx_dir(path)
+        for w in weights:
+            check_safetensors(w)
+    except SelectionError as exc:
+        raise EngineLoadError(exc.code, exc.message) from exc
+    config = json.loads((path / "config.json").read_text())
+    check_architecture(config)
+    from mlx_lm.utils import load
+
+    try:
+        model, tokenizer = load(str(path))
+    except ValueError as exc:
+        raise EngineLoadError(
+            "MODEL_CORRUPT",
+            f"The weights in {path} do not match its config.json ({exc}); re-download "
+            "or re-import the model.",
+        ) from exc
+    except Exception as exc:  # noqa: BLE001 - anything else is a load failure, reported
+        raise EngineLoadError("LOAD_FAILED", f"Could not load {path}: {exc}") from exc
+    return model, tokenizer, config

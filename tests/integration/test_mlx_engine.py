@@ -1,0 +1,187 @@
+"""MlxEngine on small random-weight qwen3 and llama folders: batching, stops, cancel, cache."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from core.engines.base import GenerationRequest, ModelSpec, SamplingParams
+from core.engines.mlx import MlxEngine
+from core.events import Done, Error, TextDelta, Usage
+from tests.fixtures.mlx_models import LLAMA_SHAPE, QWEN3_SHAPE, build_model_dir
+
+
+@pytest.fixture(scope="module", params=["qwen3", "llama"])
+def model_dir(request, tmp_path_factory) -> Path:
+    shape = QWEN3_SHAPE if request.param == "qwen3" else LLAMA_SHAPE
+    return build_model_dir(tmp_path_factory.mktemp(request.param), shape)
+
+
+@pytest.fixture(scope="module")
+def engine(model_dir):
+    spec = ModelSpec(
+        str(model_dir),
+        "mlx",
+        context_size=2048,
+        options=(("max_concurrency", 8), ("warmup_batch_sizes", (1, 2))),
+    )
+    eng = MlxEngine(spec)
+    yield eng
+    eng.close()
+
+
+def ask(text: str, rid: str, **sampling) -> GenerationRequest:
+    sp = SamplingParams(**{"temperature": 0.0, "max_tokens": 16, **sampling})
+    return GenerationRequest(rid, ({"role": "user", "content": text},), sp)
+
+
+def drain(engine, cancel: dict[str, int] | None = None) -> dict[str, list]:
+    """Step until idle; cancel request ids once they have streamed N deltas."""
+    events: dict[str, list] = defaultdict(list)
+    cancel = dict(cancel or {})
+    while engine.has_work():
+        for rid, evs in engine.step():
+            events[rid].extend(evs)
+            deltas = sum(isinstance(e, TextDelta) for e in events[rid])
+            if rid in cancel and deltas >= cancel[rid]:
+                engine.cancel(rid)
+                del cancel[rid]
+    return events
+
+
+def text_of(evs) -> str:
+    return "".join(e.text for e in evs if isinstance(e, TextDelta))
+
+
+def done_of(evs) -> str:
+    assert isinstance(evs[-1], Done), evs[-1]
+    assert isinstance(evs[-2], Usage)
+    return evs[-1].finish_reason
+
+
+def test_greedy_single_stream_equals_mlx_lm_generate(engine):
+    from mlx_lm import generate
+
+    req = ask("Hello, how are you today?", "g1", max_tokens=12)
+    prompt = engine.render_prompt(req)
+    expected = generate(engine._model, engine._tokenizer, prompt=prompt, max_tokens=12)
+    engine.submit(req)
+    evs = drain(engine)["g1"]
+    assert text_of(evs) == expected
+    usage = evs[-2]
+    assert usage.prompt_tokens == len(prompt)
+    assert usage.completion_tokens == 12
+    assert done_of(evs) == "length"
+
+
+def test_greedy_in_a_batch_equals_single_stream(engine):
+    prompts = [f"Count to ten, take {i}." for i in range(3)]
+    alone = []
+    for i, p in enumerate(prompts):
+        engine.submit(ask(p, f"a{i}"))
+        alone.append(text_of(drain(engine)[f"a{i}"]))
+    engine._prefix.clear()
+    for i, p in enumerate(prompts):
+        engine.submit(ask(p, f"b{i}"))
+    events = drain(engine)
+    assert [text_of(events[f"b{i}"]) for i in range(3)] == alone
+
+
+def test_batch_of_eight_mixed_sampling_stops_and_lengths(engine):
+    engine.submit(ask("The quick brown fox", "probe", max_tokens=12))
+    full = text_of(drain(engine)["probe"])
+    stop = full[4:7]
+    cut = full.find(stop)
+    assert stop and cut >= 0
+
+    reqs = [
+        ask("The quick brown fox", "stop", max_tokens=12, stop=(stop,)),
+        ask("The quick brown fox", "len3", max_tokens=3),
+        ask("Count to ten", "hot", temperature=1.2, top_p=0.9, seed=3, max_tokens=9),
+        ask("Count to ten", "topk", temperature=0.8, top_k=5, max_tokens=7),
+        ask("def main():", "minp", temperature=0.7, min_p=0.1, max_tokens=5),
+        ask("Hello", "rep", repetition_penalty=1.3, max_tokens=11),
+        ask("A conversation", "long", max_tokens=20),
+        ask("Numbers", "one", max_tokens=1),
+    ]
+    for r in reqs:
+        engine.submit(r)
+    events = drain(engine)
+    assert set(events) == {r.request_id for r in reqs}
+    assert text_of(events["stop"]) == full[:cut]
+    assert done_of(events["stop"]) == "stop"
+    for r in reqs[1:]:
+        evs = events[r.request_id]
+        reason = done_of(evs)
+        usage = evs[-2]
+        if reason == "length":
+            assert usage.completion_tokens == r.sampling.max_tokens
+        else:  # the model may emit its end-of-turn token early
+            assert reason == "stop" and usage.completion_tokens <= r.sampling.max_tokens
+    assert done_of(events["long"]) in ("length", "stop")
+    assert events["one"][-2].completion_tokens == 1
+
+
+def test_cancel_mid_stream_frees_the_slot(engine):
+    engine.submit(ask("The quick brown fox", "c1", max_tokens=200))
+    engine.submit(ask("Hello", "c2", max_tokens=6))
+    events = drain(engine, cancel={"c1": 2})
+    assert done_of(events["c1"]) == "cancelled"
+    assert events["c1"][-2].completion_tokens < 200
+    assert done_of(events["c2"]) == "length"
+    assert not engine.has_work()
+    assert not engine._batch and engine._single is None
+
+
+def test_single_request_joins_a_batch_without_losing_tokens(engine):
+    engine.submit(ask("Hello there", "solo", max_tokens=10))
+    alone = text_of(drain(engine)["solo"])
+    engine._prefix.clear()
+    engine.submit(ask("Hello there", "s1", max_tokens=10))
+    events: dict[str, list] = defaultdict(list)
+    for _ in range(3):  # s1 runs alone a few steps, then s2 arrives
+        for rid, evs in engine.step():
+            events[rid].extend(evs)
+    engine.submit(ask("Count", "s2", max_tokens=4))
+    for rid, evs in drain(engine).items():
+        events[rid].extend(evs)
+    assert text_of(events["s1"]) == alone
+    assert done_of(events["s2"]) == "length"
+
+
+def test_second_turn_reuses_the_first_turns_cache(engine):
+    history = [{"role": "user", "content": "Tell me about local language models."}]
+    first = GenerationRequest("t1", tuple(history), SamplingParams(temperature=0.0, max_tokens=24))
+    engine.submit(first)
+    evs = drain(engine)["t1"]
+    u1 = evs[-2]
+    history += [
+        {"role": "assistant", "content": text_of(evs)},
+        {"role": "user", "content": "And why?"},
+    ]
+    second = GenerationRequest("t2", tuple(history), SamplingParams(temperature=0.0, max_tokens=4))
+    engine.submit(second)
+    u2 = drain(engine)["t2"][-2]
+    slack = 4  # end-of-turn tokens the template writes differently from the model
+    assert u2.cached_tokens >= u1.prompt_tokens + u1.completion_tokens - slack
+    assert u2.cached_tokens < u2.prompt_tokens
+
+
+def test_prompt_over_context_is_refused_with_a_sentence(model_dir):
+    spec = ModelSpec(str(model_dir), "mlx", context_size=16, options=(("warmup_batch_sizes", ()),))
+    eng = MlxEngine(spec)
+    eng.submit(ask("word " * 40, "big"))
+    evs = drain(eng)["big"]
+    assert isinstance(evs[0], Error) and evs[0].code == "CONTEXT_OVERFLOW"
+    assert "context of 16" in evs[0].message
+    assert evs[-1] == Done("error")
+    eng.close()
+
+
+def test_info_reports_template_and_context(engine):
+    info = engine.info()
+    assert info["context_size"] == 2048
+    assert info["model_type"] in ("qwen3", "llama")
+    assert "<|im_start|>" in info["chat_template"]
