@@ -7,8 +7,13 @@ huggingface_hub reads HF_ENDPOINT once at import; resolving it per call lets a p
 from __future__ import annotations
 
 import os
+import socket
+from urllib.parse import urlsplit
 
 from core.hub.auth import get_token
+from core.hub.errors import HubError
+
+PROBE_TIMEOUT_S = 3.0
 
 
 def endpoint() -> str:
@@ -26,3 +31,30 @@ def api(token: str | None = None):  # -> HfApi, imported lazily (heavy module)
     from huggingface_hub import HfApi
 
     return HfApi(endpoint=endpoint(), token=token or get_token() or False)
+
+
+def ensure_reachable() -> None:
+    """Fail fast with OFFLINE when the Hub's host does not accept a connection.
+
+    huggingface_hub retries a dead link with backoff for about 25 seconds before it gives
+    up; a keyboard user deserves the answer in a few. Skipped behind a proxy, where a
+    direct connection says nothing.
+    """
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY",
+                                        "http_proxy", "ALL_PROXY", "all_proxy")):
+        return
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        raise HubError("OFFLINE", "Offline mode is on (HF_HUB_OFFLINE); unset it to search "
+                       "or download.")
+    url = urlsplit(endpoint())
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname or "", port), timeout=PROBE_TIMEOUT_S).close()
+    except OSError as exc:
+        raise HubError(
+            "OFFLINE",
+            f"Cannot reach {endpoint()} ({exc.strerror or type(exc).__name__}); check the "
+            "network connection, proxy settings or HF_ENDPOINT.",
+        ) from exc

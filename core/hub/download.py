@@ -360,7 +360,7 @@ def _stream_into(location: str, out: BinaryIO, have: int, size: int, hasher: Any
                     raise _Cancelled()
             out.flush()
             return have
-    except (httpx2.TransportError,) as exc:
+    except httpx2.TransportError as exc:
         out.flush()
         raise _TransientError(str(exc)) from exc
 

@@ -12,7 +12,7 @@ import fnmatch
 from dataclasses import dataclass, replace
 from typing import Any
 
-from core.hub.client import api
+from core.hub.client import api, ensure_reachable
 from core.hub.errors import HubError, classify
 from core.hub.filenames import (
     gguf_shard,
@@ -102,6 +102,7 @@ def _detect_format(paths: list[str]) -> str | None:
 
 def list_files(repo_id: str, revision: str | None = None, token: str | None = None) -> RepoListing:
     """The repo's files with sizes, quant labels, roles and mmproj pairing; raises HubError."""
+    ensure_reachable()
     try:
         info = api(token).model_info(repo_id, revision=revision, files_metadata=True)
     except Exception as exc:

@@ -16,7 +16,14 @@ from pathlib import Path
 from core import paths
 from core.hub import cache_layout as layout
 from core.hub.errors import HubError
-from core.hub.filenames import gguf_shard, is_gguf, is_mmproj, pair_mmproj, quant_label, suggested_role
+from core.hub.filenames import (
+    gguf_shard,
+    is_gguf,
+    is_mmproj,
+    pair_mmproj,
+    quant_label,
+    suggested_role,
+)
 from core.hub.runnable import engine_for_format, human_bytes
 from core.hub.validate import check_gguf, check_mlx_dir
 

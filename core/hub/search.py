@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from core.hub.client import api
+from core.hub.client import api, ensure_reachable
 from core.hub.errors import HubError, classify
 from core.hub.filenames import is_gguf, is_mmproj, quant_label, suggested_role
 from core.hub.runnable import Runnable, check_runnable
@@ -51,6 +51,7 @@ def search_models(query: str = "", fmt: Format = "all", sort: Sort = "downloads"
     if fmt not in ("mlx", "gguf", "all"):
         raise HubError("BAD_REQUEST", f"format must be mlx, gguf or all (got {fmt!r})")
     formats = ["mlx", "gguf"] if fmt == "all" else [fmt]
+    ensure_reachable()
     client = api(token)
     results: list[SearchResult] = []
     try:

@@ -242,7 +242,7 @@ class FakeHub:
 def _serve(handler: type[BaseHTTPRequestHandler], name: str) -> ThreadingHTTPServer:
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name=name, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), name=name, daemon=True).start()
     return server
 
 
