@@ -116,12 +116,12 @@ class Grammar:
         self.name = name
         self.states = {s.name: _Compiled(s) for s in states}
         for st in self.states.values():
-            # A marker that is a prefix of another in the same state would make the result
-            # depend on where the stream is split (the short one could match first).
+            # A marker inside another in the same state would make the result depend on
+            # where the stream is split (the short one could complete first).
             for a in st.markers:
                 for b in st.markers:
-                    if a != b and b.startswith(a):
-                        raise ValueError(f"grammar {name}: {a!r} is a prefix of {b!r}")
+                    if a != b and a in b:
+                        raise ValueError(f"grammar {name}: {a!r} is inside {b!r}")
         if start not in self.states:
             raise ValueError(f"grammar {name}: unknown start state {start!r}")
         for st in self.states.values():
