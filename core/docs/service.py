@@ -96,7 +96,8 @@ class DocsService:
         loop = asyncio.get_running_loop()
         aliases = [conv.registry.add(p).alias for p in paths]
         futures = [
-            loop.run_in_executor(executor, self._ingest_call(p, a)) for p, a in zip(paths, aliases, strict=True)
+            loop.run_in_executor(executor, self._ingest_call(p, a))
+            for p, a in zip(paths, aliases, strict=True)
         ]
         results = await asyncio.gather(*futures)
         return [self._settle(conv, a, r) for a, r in zip(aliases, results, strict=True)]
@@ -104,8 +105,9 @@ class DocsService:
     def add_result(self, conversation_id: str, result: IngestResult) -> None:
         """Take an `IngestResult` produced elsewhere (a worker, or loaded from the store)."""
         conv = self._conv(conversation_id)
-        if conv.registry.get(result.alias) is None:
-            conv.registry.add(result.path)
+        if result.alias in conv.results:
+            self.detach(conversation_id, result.alias)
+        conv.registry.add(result.path, alias=result.alias)
         self._settle(conv, result.alias, result)
 
     def _settle(

@@ -59,6 +59,14 @@ class RolloverMarker:
         record["kind"] = self.kind
         return record
 
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> RolloverMarker:
+        """Rebuild a marker kept by the store (inverse of `to_dict`)."""
+        fields = {k: v for k, v in record.items() if k != "kind"}
+        fields["facts"] = tuple(fields.get("facts", ()))
+        fields["seed"] = tuple(dict(m) for m in fields.get("seed", ()))
+        return cls(**fields)
+
 
 @dataclass(frozen=True, slots=True)
 class TurnPlan:

@@ -19,6 +19,7 @@ from core.docs.chunking import chunk_sections
 from core.docs.embeddings import Embedder, ensure_model_files
 from core.docs.errors import DocError
 from core.docs.extract import extract
+from core.docs.persist import load_results, save_result
 from core.docs.retrieval import IngestResult, VectorIndex, build_context, ingest
 from core.docs.service import DocsService
 from tests.fixtures.docs_files import FACTS, make_fact_document, make_pdf, make_pptx, make_xlsx
@@ -162,6 +163,36 @@ def test_service_attaches_several_mentions_select_and_errors_change_nothing(
     assert {h.chunk.label for h in hits} == {"p.5"}
     assert service.detach("c1", "report.pdf")
     assert "[report.pdf p." not in service.context_for("c1", "vault combination")
+
+
+def test_documents_round_trip_through_the_real_store(
+    fact_doc, home: Path, embedder: Embedder
+) -> None:
+    from core.store import Store
+
+    result, where = fact_doc
+    memo = ingest(make_pdf(home / "memo2.pdf", ["Lunch moves to noon.", "Parking on level 2."]))
+    assert isinstance(memo, IngestResult) and memo.whole
+    store = Store.open(home / "docs-test.db")
+    try:
+        conversation = store.create_conversation("docs")
+        save_result(store, conversation, result)
+        save_result(store, conversation, memo)
+        loaded = load_results(store, conversation)
+    finally:
+        store.close()
+    assert [r.alias for r in loaded] == ["handbook.pdf", "memo2.pdf"]
+    big, small = loaded
+    assert not big.whole and big.chunks == result.chunks
+    assert np.array_equal(big.vectors, result.vectors)
+    assert small.whole and [s.label for s in small.sections] == ["p.1", "p.2"]
+
+    service = DocsService(embedder)
+    for r in loaded:
+        service.add_result("c", r)
+    context = service.context_for("c", FACTS[10][1])
+    assert f"[handbook.pdf p.{where[10]}]" in context and "15 minutes" in context
+    assert "[memo2.pdf p.2]" in context
 
 
 def test_extract_is_consistent_with_ingest_sections(home: Path) -> None:

@@ -153,7 +153,7 @@ def test_corrupt_docx(tmp_path: Path) -> None:
     path.write_bytes(b"this is not a zip archive at all" * 10)
     err = extract(path)
     assert isinstance(err, DocError) and err.code == "CORRUPT"
-    assert "re-save" in err.message
+    assert "re-save" in err.message and "broken.docx" in err.message
 
 
 def test_empty_file(tmp_path: Path) -> None:

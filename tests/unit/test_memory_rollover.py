@@ -7,7 +7,7 @@ import asyncio
 import json
 import re
 
-from core.memory.rollover import SUMMARY_PREFIX, ConversationMemory
+from core.memory.rollover import SUMMARY_PREFIX, ConversationMemory, RolloverMarker
 from core.memory.window import ContextMonitor
 
 CONTEXT = 400
@@ -74,7 +74,9 @@ def test_long_conversation_rolls_over_twice_and_remembers() -> None:
     assert any("14 March [plan.pdf p.2]" in m["content"] for m in turn_after)
     assert first.facts == ("The project deadline is 14 March [plan.pdf p.2].",)
     assert first.tokens_after < first.tokens_before
-    assert first.kept_messages > 0 and first.seed[-1]["role"] == "user"
+    carried = [m for m in first.seed if m["role"] != "system"]
+    assert first.kept_messages == len(carried) > 0
+    assert carried[0]["role"] == "user" and carried == list(turn_after[-1 - len(carried) : -1])
     # The second summary still knows what only the first summary carried.
     assert "topic-1," in second.summary
     assert second.old_session_id == first.new_session_id
@@ -94,6 +96,7 @@ def test_long_conversation_rolls_over_twice_and_remembers() -> None:
     # Markers are plain records the store can keep.
     record = json.loads(json.dumps(first.to_dict()))
     assert record["kind"] == "rollover" and record["summary"] == first.summary
+    assert RolloverMarker.from_dict(record) == first
 
 
 def test_context_is_sent_but_not_kept_in_the_session() -> None:

@@ -1,0 +1,166 @@
+"""Benchmark documents: extraction and ingestion pages/s, query latency over 10,000 chunks.
+
+Prints one JSON object. The query path (embed the question with MiniLM, then top-k by
+cosine over the index) is timed against a raw numpy brute-force cosine baseline in the
+same run (normalise at query time, full argsort), as someone would write it without our
+index. `peak_rss_mb` is the peak resident memory of this process, which does all the work
+a utility worker would (markitdown, MiniLM, the index).
+
+--quick (CI size, CPU, well under 2 minutes): a 20-page PDF and 400 embedded chunks; the
+index is filled to 10,000 rows with noisy copies of those real vectors (re-normalised),
+since embedding 10,000 chunks on two cores alone takes minutes. Without --quick every one
+of the 10,000 chunks is a real embedded chunk.
+
+Run: .venv/bin/python bench/docs.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from core.docs.chunking import Chunk, chunk_sections  # noqa: E402
+from core.docs.embeddings import Embedder  # noqa: E402
+from core.docs.extract import Section, extract  # noqa: E402
+from core.docs.retrieval import IngestResult, VectorIndex, ingest  # noqa: E402
+from tests.fixtures.docs_files import FACTS, filler, make_fact_document  # noqa: E402
+
+INDEX_ROWS = 10_000
+
+
+def _pct(samples: list[float], q: float) -> float:
+    return round(float(np.percentile(np.asarray(samples) * 1000.0, q)), 3)
+
+
+def _peak_rss_mb() -> float:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024, 1)
+
+
+def _numpy_baseline_topk(raw: np.ndarray, query: np.ndarray, k: int) -> np.ndarray:
+    """Brute-force cosine as written from scratch: normalise per query, full argsort."""
+    scores = (raw @ query) / (np.linalg.norm(raw, axis=1) * np.linalg.norm(query))
+    return np.argsort(-scores)[:k]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="CI-size run (CPU, < 2 min)")
+    args = parser.parse_args()
+    pages = 20 if args.quick else 200
+    embed_rows = 400 if args.quick else INDEX_ROWS
+    queries = 200 if args.quick else 1000
+
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ.setdefault("LLMDECK_HOME", str(Path(tmp) / "home"))
+        out: dict[str, object] = {"quick": args.quick, "pages": pages}
+        pdf = Path(tmp) / "bench.pdf"
+        make_fact_document(pdf, pages=pages)
+
+        t0 = time.perf_counter()
+        doc = extract(pdf)
+        extract_s = time.perf_counter() - t0
+        assert not isinstance(doc, Exception) and doc.units == pages, doc
+        out["extract_pages_per_s"] = round(pages / extract_s, 2)
+
+        embedder = Embedder(idle_seconds=0)
+        t0 = time.perf_counter()
+        embedder.encode(["load"])
+        out["model_load_s"] = round(time.perf_counter() - t0, 3)
+
+        t0 = time.perf_counter()
+        result = ingest(pdf, embedder=embedder, whole_threshold=0)
+        ingest_s = time.perf_counter() - t0
+        assert isinstance(result, IngestResult), result
+        out["ingest_pages_per_s"] = round(pages / ingest_s, 2)
+        out["ingest_chunks"] = len(result.chunks)
+        out["embed_chunks_per_s"] = round(len(result.chunks) / max(result.embed_seconds, 1e-9), 2)
+
+        # Build the 10,000-chunk index from real page-sized chunks.
+        rng = random.Random(3)
+        texts: list[Chunk] = list(result.chunks)
+        page = pages
+        while len(texts) < embed_rows:
+            page += 1
+            body = f"Page {page}. " + filler(rng, 9)
+            if page % 7 == 0:
+                body += " " + FACTS[page % len(FACTS)][0]
+            texts.extend(chunk_sections("bench.pdf", [Section(f"p.{page}", body)]))
+        texts = texts[:embed_rows]
+        extra = embed_rows - len(result.chunks)
+        t0 = time.perf_counter()
+        if extra > 0:
+            fresh = embedder.encode([c.text for c in texts[len(result.chunks) :]])
+            vectors = np.vstack([result.vectors, fresh])
+        else:
+            vectors = result.vectors[:embed_rows]
+        embed_s = time.perf_counter() - t0
+        if extra > 0:
+            out["embed_chunks_per_s"] = round(extra / embed_s, 2)
+        chunks = list(texts)
+        fill = INDEX_ROWS - len(chunks)
+        if fill > 0:
+            nprng = np.random.default_rng(5)
+            src = np.arange(fill) % embed_rows
+            noisy = vectors[src] + nprng.normal(0, 0.05, (fill, vectors.shape[1])).astype(np.float32)
+            noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
+            vectors = np.vstack([vectors, noisy]).astype(np.float32)
+            chunks.extend(texts[i] for i in src)
+        out["index_chunks"] = len(chunks)
+        out["embedded_chunks"] = embed_rows
+
+        index = VectorIndex()
+        index.add(chunks, vectors)
+        # The baseline gets the same vectors, un-normalised as a raw store would keep them.
+        scale = np.random.default_rng(6).uniform(0.5, 2.0, (len(vectors), 1)).astype(np.float32)
+        raw = vectors * scale
+
+        questions = [FACTS[i % len(FACTS)][1] + ("" if i < len(FACTS) else f" ({i})") for i in range(queries)]
+        query_lat, search_lat, base_lat, agree = [], [], [], 0
+        index.search(embedder.encode_one("warm"), 5)
+        for q in questions:
+            t0 = time.perf_counter()
+            qv = embedder.encode_one(q)
+            t1 = time.perf_counter()
+            hits = index.search(qv, 5)
+            t2 = time.perf_counter()
+            base = _numpy_baseline_topk(raw, qv, 5)
+            t3 = time.perf_counter()
+            query_lat.append(t2 - t0)
+            search_lat.append(t2 - t1)
+            base_lat.append(t3 - t2)
+            agree += int({h.row for h in hits} == {int(i) for i in base})
+        out["query_p50_ms"] = _pct(query_lat, 50)
+        out["query_p95_ms"] = _pct(query_lat, 95)
+        out["query_target_p95_ms"] = 50
+        out["search_p50_ms"] = _pct(search_lat, 50)
+        out["search_p95_ms"] = _pct(search_lat, 95)
+        out["numpy_search_p50_ms"] = _pct(base_lat, 50)
+        out["numpy_search_p95_ms"] = _pct(base_lat, 95)
+        out["search_qps_ratio"] = round(sum(base_lat) / sum(search_lat), 2)
+        out["top5_agreement_with_numpy"] = round(agree / len(questions), 3)
+
+        import psutil
+
+        proc = psutil.Process()
+        out["rss_model_loaded_mb"] = round(proc.memory_info().rss / 2**20, 1)
+        embedder.unload()
+        out["rss_after_unload_mb"] = round(proc.memory_info().rss / 2**20, 1)
+        out["peak_rss_mb"] = _peak_rss_mb()
+        print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
