@@ -194,7 +194,9 @@ def download_plan(plan: DownloadPlan, *, cache_dir: Path | None = None,
         meter.send("queued")
         for index, f in enumerate(plan.files):
             meter.file_index, meter.filename = index, f.path
+            meter.send("downloading")  # every file start and end is shown, however fast
             _fetch_file(plan, f, cache, token, meter, cancel, chunk_size)
+            meter.send("downloading")
         layout.write_ref(cache, plan.repo_id, plan.ref, plan.revision)
         snap = layout.snapshot_dir(cache, plan.repo_id, plan.revision)
         path = snap / plan.primary if plan.primary else snap

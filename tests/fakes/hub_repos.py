@@ -141,14 +141,14 @@ def subprocess_env(hub: FakeHub, **extra: str) -> dict[str, str]:
 PYTHON = sys.executable
 
 
-@pytest.fixture(scope="module")
-def catalog_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture(scope="module", name="catalog_files")
+def catalog_files_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Model files built once per test module (GGUF writing is the slow part)."""
     return tmp_path_factory.mktemp("hub-files")
 
 
-@pytest.fixture
-def fake_hub(catalog_files: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
+@pytest.fixture(name="fake_hub")
+def fake_hub_fixture(catalog_files: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
     """A running fake Hub with the test catalog, and the real client pointed at it."""
     hub = FakeHub()
     build_catalog(hub, catalog_files)

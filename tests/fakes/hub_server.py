@@ -165,6 +165,7 @@ class FakeHub:
         self.bytes_served: Counter[str] = Counter()
         self.requests: list[tuple[str, str, str | None]] = []
         self.auth_headers_seen: list[str] = []
+        self.cdn_auth_headers_seen: list[str] = []
         self._corrupt: dict[str, int] = {}
         self._grants: dict[str, set[str]] = {}
         self._lock = threading.Lock()
@@ -290,8 +291,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _token(self) -> str | None:
         auth = self.headers.get("Authorization")
-        if auth:
-            self.hub.auth_headers_seen.append(auth)
         if auth and auth.startswith("Bearer "):
             return auth[len("Bearer ") :]
         return None
@@ -343,7 +342,9 @@ class _Handler(BaseHTTPRequestHandler):
         path = unquote(url.path)
         query = parse_qs(url.query)
         self.hub.requests.append((self.command, path, self.headers.get("Range")))
-        self._token()
+        if auth := self.headers.get("Authorization"):
+            on_cdn = self.server is self.hub._cdn
+            (self.hub.cdn_auth_headers_seen if on_cdn else self.hub.auth_headers_seen).append(auth)
         try:
             if path == "/api/models":
                 return self._list_models(query)

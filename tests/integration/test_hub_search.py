@@ -11,8 +11,8 @@ from tests.fakes.hub_repos import (  # noqa: F401  (fixtures)
     GGUF_REPO,
     MLX_REPO,
     VISION_REPO,
-    catalog_files,
-    fake_hub,
+    catalog_files_fixture,
+    fake_hub_fixture,
 )
 from tests.fakes.hub_server import FakeHub
 
