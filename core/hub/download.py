@@ -35,7 +35,9 @@ from core.hub.runnable import human_bytes
 
 log = logging.getLogger("llmdeck.hub")
 
-CHUNK_SIZE = 1024 * 1024
+# None: write bytes as the socket delivers them (reads of up to 64 KiB), so a crash loses
+# at most what was in flight, and cancel reacts within one read.
+CHUNK_SIZE: int | None = None
 NETWORK_RETRIES = 3
 PROGRESS_INTERVAL_S = 0.1
 
@@ -183,7 +185,7 @@ def download_plan(plan: DownloadPlan, *, cache_dir: Path | None = None,
                   token: str | None = None,
                   on_progress: Callable[[DownloadProgress], None] | None = None,
                   cancel: CancelToken | None = None,
-                  chunk_size: int = CHUNK_SIZE) -> DownloadResult:
+                  chunk_size: int | None = CHUNK_SIZE) -> DownloadResult:
     """Fetch every file of `plan` into the cache; blocking, returns a result (no raise)."""
     cache = Path(cache_dir) if cache_dir is not None else paths.hf_cache_dir()
     token = token or get_token()
@@ -216,7 +218,7 @@ def download_plan(plan: DownloadPlan, *, cache_dir: Path | None = None,
 
 
 def _fetch_file(plan: DownloadPlan, f: PlannedFile, cache: Path, token: str | None,
-                meter: _Meter, cancel: CancelToken, chunk_size: int) -> None:
+                meter: _Meter, cancel: CancelToken, chunk_size: int | None) -> None:
     from filelock import FileLock, Timeout
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
@@ -256,7 +258,7 @@ def _fetch_file(plan: DownloadPlan, f: PlannedFile, cache: Path, token: str | No
 
 def _download_verified(location: str, plan: DownloadPlan, filename: str, etag: str, size: int,
                        cache: Path, token: str | None, meter: _Meter, cancel: CancelToken,
-                       chunk_size: int) -> None:
+                       chunk_size: int | None) -> None:
     """Resume or start the partial file, check its hash, re-fetch once if it is wrong."""
     partial = layout.partial_path(cache, plan.repo_id, etag)
     for attempt in (1, 2):
@@ -276,7 +278,7 @@ def _download_verified(location: str, plan: DownloadPlan, filename: str, etag: s
 
 
 def _fill_partial(location: str, partial: Path, etag: str, size: int, token: str | None,
-                  meter: _Meter, cancel: CancelToken, chunk_size: int) -> str | None:
+                  meter: _Meter, cancel: CancelToken, chunk_size: int | None) -> str | None:
     """Bring `partial` to `size` bytes with Range requests; return its hex digest."""
     hasher = _hasher_for(etag, size)
     have = partial.stat().st_size if partial.exists() else 0
@@ -334,7 +336,7 @@ class _RangeIgnored(Exception):
 
 def _stream_into(location: str, out: BinaryIO, have: int, size: int, hasher: Any,
                  token: str | None, meter: _Meter, cancel: CancelToken,
-                 chunk_size: int) -> int:
+                 chunk_size: int | None) -> int:
     """One GET from byte `have`; appends to `out` and returns the new length."""
     import httpx2
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
@@ -378,7 +380,7 @@ class DownloadJob:
     """
 
     def __init__(self, plan: DownloadPlan, *, cache_dir: Path | None = None,
-                 token: str | None = None, chunk_size: int = CHUNK_SIZE) -> None:
+                 token: str | None = None, chunk_size: int | None = CHUNK_SIZE) -> None:
         self.plan = plan
         self._cache_dir = cache_dir
         self._token = token
@@ -436,7 +438,7 @@ def pull(repo_id: str, filename: str | None = None, *, revision: str | None = No
          cache_dir: Path | None = None, token: str | None = None,
          on_progress: Callable[[DownloadProgress], None] | None = None,
          cancel: CancelToken | None = None, include_mmproj: bool = True,
-         chunk_size: int = CHUNK_SIZE) -> DownloadResult:
+         chunk_size: int | None = CHUNK_SIZE) -> DownloadResult:
     """List, plan and download in one blocking call (the CLI's `models pull`)."""
     try:
         listing = list_files(repo_id, revision, token)

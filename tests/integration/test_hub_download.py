@@ -31,7 +31,6 @@ from tests.fakes.hub_repos import (  # noqa: F401  (fixtures)
 from tests.fakes.hub_server import FakeHub
 
 Q4 = "tiny-chat-Q4_K_M.gguf"
-CHUNK = 64 * 1024
 
 
 def _ids() -> set[str]:
@@ -40,7 +39,7 @@ def _ids() -> set[str]:
 
 def test_pull_gguf_lands_in_the_hf_cache_readable_by_huggingface_hub(fake_hub: FakeHub) -> None:
     events: list[DownloadProgress] = []
-    result = pull(GGUF_REPO, Q4, on_progress=events.append, chunk_size=CHUNK)
+    result = pull(GGUF_REPO, Q4, on_progress=events.append)
     assert result.ok, result.error
     size = fake_hub.repos[GGUF_REPO].files[Q4].size
     assert result.path is not None and result.path.stat().st_size == size
@@ -86,7 +85,7 @@ def test_mlx_repo_pull_gives_a_valid_model_directory(fake_hub: FakeHub) -> None:
 async def test_async_job_streams_progress_without_blocking_the_loop(fake_hub: FakeHub) -> None:
     fake_hub.throttle_bps = 6 * 1024 * 1024  # about half a second for the 3 MB file
     plan = plan_download(list_files(GGUF_REPO), Q4)
-    job = DownloadJob(plan, chunk_size=CHUNK)
+    job = DownloadJob(plan)
     ticks = 0
 
     async def ticker() -> None:
@@ -108,7 +107,7 @@ async def test_cancel_keeps_the_partial_and_the_next_pull_resumes(fake_hub: Fake
     size = fake_hub.repos[GGUF_REPO].files[Q4].size
     fake_hub.throttle_bps = 2 * 1024 * 1024
     plan = plan_download(list_files(GGUF_REPO), Q4)
-    job = DownloadJob(plan, chunk_size=CHUNK)
+    job = DownloadJob(plan)
     async for progress in job:
         if progress.downloaded >= 512 * 1024 and not progress.finished:
             job.cancel()
@@ -124,7 +123,7 @@ async def test_cancel_keeps_the_partial_and_the_next_pull_resumes(fake_hub: Fake
 
     fake_hub.throttle_bps = None
     served_before = fake_hub.served(GGUF_REPO, Q4)
-    resumed = pull(GGUF_REPO, Q4, chunk_size=CHUNK)
+    resumed = pull(GGUF_REPO, Q4)
     assert resumed.ok
     assert resumed.bytes_fetched == size - kept
     assert fake_hub.served(GGUF_REPO, Q4) - served_before == size - kept
