@@ -103,3 +103,18 @@ def test_opens_reasoning_from_generation_prompt(template, opens) -> None:
 def test_family_uses_think() -> None:
     assert family_uses_think("qwen3") and family_uses_think("gpt-oss")
     assert not family_uses_think("hermes") and not family_uses_think("gemma")
+
+
+def test_bundled_gemma_gguf_detects_gemma(bundled_gguf) -> None:
+    """The embedded default model: its GGUF carries no chat template, only its architecture,
+    so detection falls back to model_type and still picks gemma."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(str(bundled_gguf)).fields
+    arch = fields["general.architecture"]
+    model_type = bytes(arch.parts[arch.data[0]]).decode()
+    template_field = fields.get("tokenizer.chat_template")
+    template = bytes(template_field.parts[template_field.data[0]]).decode() if template_field else None
+    assert model_type == "gemma3"
+    assert detect_family(template, model_type) == "gemma"
+    assert opens_reasoning(template) is False

@@ -11,7 +11,8 @@ from core.events import ReasoningDelta, TextDelta, ToolCall
 from core.parsing import FAMILIES, StreamParser, UnknownFamilyError, family_markers
 
 WORDS = ["hello", " ", "\n", "{", "}", '"name"', ": ", '"f"', "[", "]", "(", ")", "a=1", "<",
-         ">", "`", "``", "```", "|", "json", ",", '"arguments"', "{}", "function", "to=functions.f"]
+         ">", "`", "``", "```", "|", "json", ",", '"arguments"', "{}", "function", "to=functions.f",
+         "analysis", "final", "commentary", '{"a": 1}']
 
 
 def soup(family: str, rng: random.Random) -> str:
