@@ -1,6 +1,6 @@
 """Attachments: extraction (markitdown), aliases and mentions, chunking, MiniLM
-embeddings and retrieval. Import from the submodules; this package re-exports the API
-the runtime uses."""
+embeddings and retrieval. This package re-exports the API the runtime uses (the
+function `extract` stays in core.docs.extract so the submodule name is not shadowed)."""
 
 from core.docs.attachments import (
     Attachment,
@@ -11,7 +11,7 @@ from core.docs.attachments import (
     resolve_mentions,
 )
 from core.docs.errors import DocError
-from core.docs.extract import ExtractedDoc, Section, extract
+from core.docs.extract import ExtractedDoc, Section
 from core.docs.retrieval import Hit, IngestResult, VectorIndex, build_context, ingest
 from core.docs.service import DocsService
 
@@ -28,7 +28,6 @@ __all__ = [
     "Section",
     "VectorIndex",
     "build_context",
-    "extract",
     "ingest",
     "parse_mentions",
     "resolve_mentions",

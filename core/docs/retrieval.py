@@ -35,8 +35,8 @@ DEFAULT_WHOLE_THRESHOLD = 1500
 DEFAULT_TOP_K = 5
 
 CONTEXT_HEADER = (
-    "The user attached documents. Answer from the excerpts below and cite the source in "
-    "square brackets exactly as written before each excerpt, for example [report.pdf p.3]."
+    "The user attached documents. Answer from the excerpts below and cite each source "
+    "in square brackets exactly as it is written above its excerpt."
 )
 
 

@@ -10,7 +10,7 @@ only right off the UI loop.
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -95,8 +95,10 @@ class DocsService:
         conv = self._conv(conversation_id)
         loop = asyncio.get_running_loop()
         aliases = [conv.registry.add(p).alias for p in paths]
+        # A process pool cannot take our embedder (a worker uses its own); threads share it.
+        extra = {} if isinstance(executor, ProcessPoolExecutor) else {"embedder": self.embedder}
         futures = [
-            loop.run_in_executor(executor, self._ingest_call(p, a))
+            loop.run_in_executor(executor, partial(self._ingest_call(p, a), **extra))
             for p, a in zip(paths, aliases, strict=True)
         ]
         results = await asyncio.gather(*futures)
