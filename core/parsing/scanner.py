@@ -80,8 +80,7 @@ Collector = Callable[[Ids, str, str, str, "str | None"], "tuple[list[ParsedEvent
 class _Compiled:
     """A state with its markers compiled for the hot path."""
 
-    __slots__ = ("state", "name", "kind", "exits", "pattern", "firsts", "markers", "maxlen",
-                 "prefixes", "limit")
+    __slots__ = ("state", "name", "kind", "exits", "pattern", "firsts", "markers", "limit")
 
     def __init__(self, state: State) -> None:
         self.state = state
@@ -89,14 +88,27 @@ class _Compiled:
         self.kind = state.kind
         self.exits = dict(state.exits)
         self.markers = tuple(sorted(self.exits, key=len, reverse=True))
+        # One search finds either a whole marker or, in group "p", the longest tail of the
+        # text that is the start of a marker and must be held back until more arrives.
+        # (No marker lies inside another, so the leftmost match is the right one.)
         self.pattern = (
-            re.compile("|".join(re.escape(m) for m in self.markers)) if self.markers else None
+            re.compile(
+                "|".join(re.escape(m) for m in self.markers)
+                + "|(?P<p>(?:" + "|".join(_prefix_regex(m) for m in self.markers) + r")\Z)"
+            )
+            if self.markers
+            else None
         )
         self.firsts = tuple(sorted({m[0] for m in self.markers}))
-        self.maxlen = max((len(m) for m in self.markers), default=0)
-        # Every proper prefix of a marker: a tail in this set must be held back.
-        self.prefixes = frozenset(m[:i] for m in self.markers for i in range(1, len(m)))
         self.limit = state.limit
+
+
+def _prefix_regex(marker: str) -> str:
+    """A regex matching any proper, non-empty prefix of marker: a(?:b(?:c)?)? for 'abcd'."""
+    out = ""
+    for ch in reversed(marker[1:-1]):
+        out = f"(?:{re.escape(ch)}{out})?"
+    return re.escape(marker[0]) + out
 
 
 class Grammar:
@@ -198,16 +210,19 @@ class MarkerScanner:
                     self._body_len += len(text)
                     return []
             buf = text
-        if (kind == TEXT or kind == REASONING) and st.pattern.search(buf) is None:
+        if kind == TEXT or kind == REASONING:
+            m = st.pattern.search(buf)
+            if m is not None and m.lastgroup is None:
+                self._pending = ""
+                return self._scan(buf)  # a whole marker: state changes
             # Common slow path: something marker-like (`a < b`, `x[i]`) but no marker.
-            hold = self._partial(buf, 0, st)
-            if hold:
-                self._pending = buf[-hold:]
-                buf = buf[:-hold]
+            if m is None:
+                self._pending = ""
+            else:
+                self._pending = buf[m.start() :]
+                buf = buf[: m.start()]
                 if not buf:
                     return []
-            else:
-                self._pending = ""
             if self._lstrip:
                 buf = buf.lstrip()
                 if not buf:
@@ -278,8 +293,11 @@ class MarkerScanner:
                 buf, pos, n = held, 0, len(held)
                 continue
             m = st.pattern.search(buf, pos) if st.pattern is not None else None
-            hold = self._partial(buf, pos, st) if m is None else 0
-            end = n - hold if m is None else m.start()
+            if m is not None and m.lastgroup is not None:  # only a marker's start, at the end
+                end = m.start()
+                m = None
+            else:
+                end = n if m is None else m.start()
             if st.kind == COLLECT and st.state.limit is not None and (
                 self._body_len + end - pos > st.state.limit
             ):
@@ -328,21 +346,3 @@ class MarkerScanner:
             self._body_len += len(text)
         else:
             self._emit(events, st.kind, text)
-
-    @staticmethod
-    def _partial(buf: str, pos: int, st: _Compiled) -> int:
-        """Length of the longest tail of buf[pos:] that is a proper prefix of a marker."""
-        n = len(buf)
-        lo = n - st.maxlen + 1
-        if lo < pos:
-            lo = pos
-        prefixes = st.prefixes
-        best = n
-        for c in st.firsts:
-            i = buf.find(c, lo)
-            while i != -1 and i < best:
-                if buf[i:] in prefixes:
-                    best = i
-                    break
-                i = buf.find(c, i + 1)
-        return n - best
