@@ -56,6 +56,22 @@ class FakeFile:
     def etag(self) -> str:
         return self.sha256 if self.lfs else self.git_oid
 
+    def open_at(self, start: int) -> Any:
+        """A read(n) callable positioned at `start` (one open per response)."""
+        if isinstance(self.source, bytes):
+            view = memoryview(self.source)
+            pos = [start]
+
+            def read(n: int) -> bytes:
+                block = bytes(view[pos[0] : pos[0] + n])
+                pos[0] += n
+                return block
+
+            return read
+        handle = open(self.source, "rb")  # noqa: SIM115  (closed with the response)
+        handle.seek(start)
+        return handle.read
+
     def read_range(self, start: int, end: int) -> bytes:
         """Bytes [start, end) of the file."""
         if isinstance(self.source, bytes):
@@ -472,8 +488,9 @@ class _Handler(BaseHTTPRequestHandler):
         pos = start
         began = time.monotonic()
         sent = 0
+        reader = f.open_at(start)
         while pos < end:
-            block = f.read_range(pos, min(pos + _SERVE_SLICE, end))
+            block = reader(min(_SERVE_SLICE, end - pos))
             if corrupt:
                 block = bytes(b ^ 0xFF for b in block[:16]) + block[16:]
             self.wfile.write(block)
@@ -514,3 +531,26 @@ def _tree(repo: FakeRepo, prefix: str, recursive: bool) -> list[dict[str, Any]]:
 def now_iso() -> str:
     """A Hub-style timestamp, for tests that build repos with recency."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve one repo from files on disk in this process (benchmarks use it so the server
+    does not share a GIL with the client being measured). Prints the endpoint, then serves
+    until stdin closes."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description="loopback fake of the Hugging Face Hub")
+    parser.add_argument("--repo", required=True)
+    parser.add_argument("files", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    hub = FakeHub()
+    hub.add_repo(args.repo, {p.name: p for p in args.files}, library_name="gguf", tags=["gguf"])
+    with hub:
+        print(json.dumps({"endpoint": hub.endpoint}), flush=True)
+        sys.stdin.read()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
