@@ -56,16 +56,18 @@ SELECT c.id, c.title, c.model, c.created_at, c.updated_at,
 FROM conversations c
 """
 
-# Walk up from a message to the root, at most :limit steps; depth 0 is the start.
+# Walk up from a message to the root, at most :limit steps; depth 0 is the start. The
+# scalar subquery and CROSS JOIN pin the plan to one index lookup per step (a plain join
+# lets the planner build a Bloom filter over the whole messages table on every call).
 _BRANCH_UP = f"""
 WITH RECURSIVE chain(id, depth) AS (
     SELECT :start, 0
     UNION ALL
-    SELECT m.parent_id, chain.depth + 1 FROM messages m JOIN chain ON m.id = chain.id
-    WHERE m.parent_id IS NOT NULL AND chain.depth + 1 < :limit
+    SELECT (SELECT m.parent_id FROM messages m WHERE m.id = chain.id), chain.depth + 1
+    FROM chain WHERE chain.id IS NOT NULL AND chain.depth + 1 < :limit
 )
 SELECT {", ".join("m." + c.strip() for c in MESSAGE_COLUMNS.split(","))}
-FROM chain JOIN messages m ON m.id = chain.id
+FROM chain CROSS JOIN messages m ON m.id = chain.id
 ORDER BY chain.depth DESC
 """
 

@@ -129,3 +129,31 @@ def test_fts_query_quotes_everything_it_passes_on() -> None:
     assert fts_query('"two words"') == '"two words"'
     assert fts_query('a OR b') == '"a" OR "b"'
     assert fts_query('* ( )') is None
+
+
+def test_snippet_is_a_window_around_the_matches(store: Store) -> None:
+    text = " ".join(f"w{i}" for i in range(100)) + " needle " + " ".join(f"x{i}" for i in range(100))
+    cid = _conv(store, None, text)
+    (hit,) = store.search("needle")
+    assert hit.conversation_id == cid
+    assert hit.snippet.startswith("…") and hit.snippet.endswith("…")
+    assert "«needle»" in hit.snippet
+    assert len(hit.snippet.split()) == 12
+
+
+def test_snippet_marks_prefix_folded_and_phrase_hits_but_not_negated_ones(store: Store) -> None:
+    _conv(store, None, "Tokenizers and the Café tokenizer\nsplit words")
+    assert store.search("token*")[0].snippet == "«Tokenizers» and the Café «tokenizer» split words"
+    assert store.search("cafe")[0].snippet == "Tokenizers and the «Café» tokenizer split words"
+    assert store.search('"split words"')[0].snippet.endswith("«split» «words»")
+    assert "«" not in store.search("split NOT zebra")[0].snippet.replace("«split»", "")
+
+
+def test_ranking_is_bm25_among_the_newest_candidates(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    import core.store.search as search_module
+
+    old_dense = _conv(store, None, "kiwi kiwi kiwi kiwi")
+    newer = [_conv(store, None, f"kiwi and {i} other words here") for i in range(3)]
+    assert store.search("kiwi")[0].conversation_id == old_dense
+    monkeypatch.setattr(search_module, "CANDIDATES", 3)
+    assert {h.conversation_id for h in store.search("kiwi")} == set(newer)
