@@ -23,7 +23,9 @@ if TYPE_CHECKING:
 FORMAT = "llmdeck.conversation"
 FORMAT_VERSION = 1
 
-_CONV_FIELDS = ("id", "title", "model", "created_at", "updated_at", "active_leaf_id")
+_CONV_FIELDS = (
+    "id", "title", "title_source", "model", "created_at", "updated_at", "active_leaf_id",
+)
 _MSG_FIELDS = (
     "id", "parent_id", "role", "content", "reasoning", "tool_calls", "tool_results",
     "usage", "model", "status", "error", "created_at",
@@ -141,10 +143,11 @@ def import_json(conn: sqlite3.Connection, text: str) -> str:
     conversation_id = remap(conversation["id"])
     leaf = conversation.get("active_leaf_id")
     conn.execute(
-        "INSERT INTO conversations (id, title, model, created_at, updated_at, active_leaf_id) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT INTO conversations (id, title, title_source, model, created_at, updated_at, "
+        "active_leaf_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
         (
-            conversation_id, conversation.get("title"), conversation.get("model"),
+            conversation_id, conversation.get("title"), conversation.get("title_source"),
+            conversation.get("model"),
             conversation.get("created_at", now), conversation.get("updated_at", now),
             remap(leaf) if leaf in {m["id"] for m in messages} else None,
         ),

@@ -105,6 +105,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             UNIQUE (attachment_id, ordinal)
         )""",
     ),
+    # 4: who wrote the title (auto | model | user), so a model-written title replaces the
+    # truncated first line but never a title the user typed. Titles of older databases
+    # are of unknown origin and are kept as if the user had typed them.
+    (
+        "ALTER TABLE conversations ADD COLUMN title_source TEXT",
+        "UPDATE conversations SET title_source = 'user' WHERE title IS NOT NULL",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -214,9 +214,9 @@ class Store:
         now = time.time()
         with self._write() as conn:
             conn.execute(
-                "INSERT INTO conversations (id, title, model, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (conversation_id, title, model, now, now),
+                "INSERT INTO conversations (id, title, title_source, model, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (conversation_id, title, "user" if title else None, model, now, now),
             )
         return conversation_id
 
@@ -235,10 +235,25 @@ class Store:
     def rename_conversation(self, conversation_id: str, title: str) -> None:
         with self._write() as conn:
             cur = conn.execute(
-                "UPDATE conversations SET title = ? WHERE id = ?", (title.strip(), conversation_id)
+                "UPDATE conversations SET title = ?, title_source = 'user' WHERE id = ?",
+                (title.strip(), conversation_id),
             )
             if cur.rowcount == 0:
                 raise _conversation_gone(conversation_id)
+
+    def set_generated_title(self, conversation_id: str, title: str) -> bool:
+        """Use a model-written title unless the user has named the conversation; returns
+        whether it was applied."""
+        title = " ".join(title.split()).strip("\"'")
+        if not title:
+            return False
+        with self._write() as conn:
+            cur = conn.execute(
+                "UPDATE conversations SET title = ?, title_source = 'model' "
+                "WHERE id = ? AND (title_source IS NULL OR title_source != 'user')",
+                (title, conversation_id),
+            )
+            return cur.rowcount == 1
 
     def set_conversation_model(self, conversation_id: str, model: str | None) -> None:
         with self._write() as conn:
@@ -294,12 +309,15 @@ class Store:
                     now,
                 ),
             )
-            new_title = auto_title(content) if title is None and role == "user" else title
             conn.execute(
-                "UPDATE conversations SET updated_at = ?, active_leaf_id = ?, title = ? "
-                "WHERE id = ?",
-                (now, message_id, new_title, conversation_id),
+                "UPDATE conversations SET updated_at = ?, active_leaf_id = ? WHERE id = ?",
+                (now, message_id, conversation_id),
             )
+            if title is None and role == "user":
+                conn.execute(
+                    "UPDATE conversations SET title = ?, title_source = 'auto' WHERE id = ?",
+                    (auto_title(content), conversation_id),
+                )
         return message_id
 
     def update_message(

@@ -193,3 +193,39 @@ def test_a_held_write_lock_becomes_a_locked_error(store_path: Path) -> None:
         assert info.value.code == "LOCKED"
         assert "another llmdeck" in info.value.message
         assert opened.create_conversation()  # usable again once the lock is gone
+
+
+def test_model_title_replaces_the_auto_title_but_never_the_users(store: Store) -> None:
+    auto = store.create_conversation()
+    store.add_message(auto, "user", "tell me about the moon landing in detail please")
+    assert store.set_generated_title(auto, '  "Apollo 11 landing"\n')
+    assert store.get_conversation(auto).title == "Apollo 11 landing"  # type: ignore[union-attr]
+    assert store.set_generated_title(auto, "Moon landing")  # a later model title may refine it
+    named = store.create_conversation("My notes")
+    assert not store.set_generated_title(named, "Something else")
+    renamed = store.create_conversation()
+    store.add_message(renamed, "user", "hello")
+    store.rename_conversation(renamed, "Greetings")
+    assert not store.set_generated_title(renamed, "Hello chat")
+    assert store.get_conversation(renamed).title == "Greetings"  # type: ignore[union-attr]
+    assert not store.set_generated_title(auto, "   ")
+
+
+def test_a_full_disk_is_reported_and_nothing_half_written(store: Store) -> None:
+    cid = store.create_conversation()
+    pages = store.conn.execute("PRAGMA page_count").fetchone()[0]
+    # Cap the file at its current size: the next growth fails exactly like a full disk.
+    store.conn.execute(f"PRAGMA max_page_count = {pages}")
+    with pytest.raises(StoreError) as info:
+        store.add_message(cid, "user", "x" * 200_000)
+    assert info.value.code == "DISK_FULL"
+    assert "free some space" in info.value.message
+    assert store.messages(cid) == []
+    assert store.get_conversation(cid).title is None  # type: ignore[union-attr]
+
+
+def test_two_stores_on_one_file_see_each_others_writes(store_path: Path) -> None:
+    with Store.open(store_path) as one, Store.open(store_path) as two:
+        cid = one.create_conversation("shared")
+        two.add_message(cid, "user", "from two")
+        assert [m.content for m in one.messages(cid)] == ["from two"]

@@ -73,6 +73,7 @@ def test_old_database_is_upgraded_and_its_history_becomes_searchable(tmp_path: P
         messages = store.messages("c1")
         assert [m.content for m in messages] == ["tomatoes need warmth", "keep them above fifteen degrees"]
         assert messages[1].status == "partial"
+        assert store.conn.execute("SELECT title_source FROM conversations").fetchone()[0] == "user"
         assert [h.message_id for h in store.search("fifteen")] == ["m2"]
         assert [h.conversation_id for h in store.search("greenhouse")] == ["c1"]
         # Tables of later migrations work.
