@@ -302,9 +302,11 @@ def _fill_partial(location: str, partial: Path, etag: str, size: int, token: str
                 meter.rewind(have)
                 hasher, have = _hasher_for(etag, size), 0
             except _TransientError:
+                have = out.tell()  # what reached the file before the link died
                 retries -= 1
                 if retries < 0:
-                    raise
+                    raise HubError("OFFLINE", "The connection to the Hub kept dropping; "
+                                   "pull again to resume where it stopped.") from None
                 time.sleep(0.5)
                 continue
             if have < size:  # the server closed early: resume, within the retry budget

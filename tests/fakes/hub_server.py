@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import socket
 import threading
 import time
 from collections import Counter
@@ -183,6 +184,7 @@ class FakeHub:
         self.auth_headers_seen: list[str] = []
         self.cdn_auth_headers_seen: list[str] = []
         self._corrupt: dict[str, int] = {}
+        self._drops: dict[str, list[int]] = {}
         self._grants: dict[str, set[str]] = {}
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -206,6 +208,16 @@ class FakeHub:
         """Serve wrong bytes (same length) for the next `times` GETs of this file."""
         with self._lock:
             self._corrupt[f"{repo_id}/{path}"] = times
+
+    def drop_connection(self, repo_id: str, path: str, after_bytes: int, times: int = 1) -> None:
+        """Hang up mid-body after `after_bytes` of the next `times` GETs (a dying link)."""
+        with self._lock:
+            self._drops[f"{repo_id}/{path}"] = [after_bytes] * times
+
+    def _take_drop(self, key: str) -> int | None:
+        with self._lock:
+            pending = self._drops.get(key)
+            return pending.pop() if pending else None
 
     def grant(self, repo_id: str, token: str) -> None:
         """Let `token` download from a gated repo (as if its owner accepted the terms)."""
@@ -485,6 +497,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         key = f"{repo.repo_id}/{f.path}"
         corrupt = self.hub._take_corruption(key)
+        drop_after = self.hub._take_drop(key)
         pos = start
         began = time.monotonic()
         sent = 0
@@ -493,10 +506,16 @@ class _Handler(BaseHTTPRequestHandler):
             block = reader(min(_SERVE_SLICE, end - pos))
             if corrupt:
                 block = bytes(b ^ 0xFF for b in block[:16]) + block[16:]
-            self.wfile.write(block)
+            # counted before the write so a test that already holds every byte also sees
+            # the count (a client that hangs up mid-write makes it over-count one slice)
             self.hub.bytes_served[key] += len(block)
+            self.wfile.write(block)
             pos += len(block)
             sent += len(block)
+            if drop_after is not None and sent >= drop_after:
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
             bps = self.hub.throttle_bps
             if bps:
                 ahead = sent / bps - (time.monotonic() - began)

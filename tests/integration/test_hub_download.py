@@ -14,12 +14,14 @@ from core.hub import (
     CancelToken,
     DownloadJob,
     DownloadProgress,
+    find_model,
     list_files,
     list_local_models,
     plan_download,
     pull,
 )
 from core.hub import cache_layout as layout
+from core.hub.auth import RedactTokens, redact
 from tests.fakes.hub_repos import (  # noqa: F401  (fixtures)
     GATED_REPO,
     GGUF_REPO,
@@ -28,7 +30,7 @@ from tests.fakes.hub_repos import (  # noqa: F401  (fixtures)
     catalog_files_fixture,
     fake_hub_fixture,
 )
-from tests.fakes.hub_server import FakeHub
+from tests.fakes.hub_server import _SERVE_SLICE, FakeHub
 
 Q4 = "tiny-chat-Q4_K_M.gguf"
 
@@ -214,3 +216,32 @@ def test_missing_repo_and_missing_file(fake_hub: FakeHub) -> None:
     assert "nobody/no-such-model" in missing.error.message
     no_file = pull(GGUF_REPO, "tiny-chat-Q2_K.gguf")
     assert no_file.error is not None and no_file.error.code == "NOT_FOUND"
+
+
+def test_a_dropped_connection_resumes_within_the_same_pull(fake_hub: FakeHub) -> None:
+    size = fake_hub.repos[GGUF_REPO].files[Q4].size
+    fake_hub.drop_connection(GGUF_REPO, Q4, after_bytes=1024 * 1024, times=2)
+    result = pull(GGUF_REPO, Q4)
+    assert result.ok, result.error
+    ranged = [r for _, p, r in fake_hub.requests if p.startswith("/__lfs__/") and r]
+    assert len(ranged) == 2  # two hang-ups, two Range requests picking up from the partial
+    assert fake_hub.served(GGUF_REPO, Q4) <= size + 2 * _SERVE_SLICE
+    assert find_model(f"{GGUF_REPO}:{Q4}").valid
+
+
+def test_log_filter_masks_tokens() -> None:
+    record = logging.LogRecord("huggingface_hub.x", logging.INFO, __file__, 1,
+                               "Authorization: Bearer %s", ("hf_abcdefghijklmnop",), None)
+    RedactTokens().filter(record)
+    assert "hf_abcdefghijklmnop" not in record.getMessage()
+    assert redact("token=hf_ZZZZZZZZZZZZ and x", None) == "token=hf_*** and x"
+
+
+def test_a_link_that_keeps_dying_is_offline_and_keeps_the_partial(fake_hub: FakeHub) -> None:
+    fake_hub.drop_connection(GGUF_REPO, Q4, after_bytes=256 * 1024, times=10)
+    result = pull(GGUF_REPO, Q4)
+    assert result.error is not None and result.error.code == "OFFLINE"
+    assert "resume" in result.error.message
+    sha = fake_hub.repos[GGUF_REPO].files[Q4].sha256
+    assert layout.partial_path(paths.hf_cache_dir(), GGUF_REPO, sha).stat().st_size > 0
+    assert pull(GGUF_REPO, Q4).ok  # the link is back: the pull finishes from the partial
