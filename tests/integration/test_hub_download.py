@@ -244,4 +244,7 @@ def test_a_link_that_keeps_dying_is_offline_and_keeps_the_partial(fake_hub: Fake
     assert "resume" in result.error.message
     sha = fake_hub.repos[GGUF_REPO].files[Q4].sha256
     assert layout.partial_path(paths.hf_cache_dir(), GGUF_REPO, sha).stat().st_size > 0
-    assert pull(GGUF_REPO, Q4).ok  # the link is back: the pull finishes from the partial
+    fake_hub.drop_connection(GGUF_REPO, Q4, after_bytes=0, times=0)  # the link is back
+    kept = layout.partial_path(paths.hf_cache_dir(), GGUF_REPO, sha).stat().st_size
+    again = pull(GGUF_REPO, Q4)
+    assert again.ok and again.bytes_fetched == fake_hub.repos[GGUF_REPO].files[Q4].size - kept
