@@ -88,6 +88,14 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
+def _user_facing(exc: BaseException) -> bool:
+    """Locks, full disks and damaged files reach the user; bugs (bad SQL, constraint
+    violations) stay exceptions for the log."""
+    return isinstance(exc, sqlite3.DatabaseError) and not isinstance(
+        exc, sqlite3.IntegrityError | sqlite3.ProgrammingError | sqlite3.InterfaceError
+    )
+
+
 def _translate(exc: sqlite3.Error, path: Path) -> StoreError:
     text = str(exc).lower()
     if "locked" in text or "busy" in text:
@@ -168,7 +176,13 @@ class Store:
         return cls(db, path)
 
     def close(self) -> None:
+        """Close the connection, first letting SQLite refresh its query-planner statistics
+        (PRAGMA optimize is cheap and skips work it does not need)."""
         with self._lock:
+            try:
+                self.conn.execute("PRAGMA optimize")
+            except sqlite3.Error:
+                pass  # a busy or read-only file: statistics can wait for the next close
             self.conn.close()
 
     def __enter__(self) -> Store:
@@ -196,16 +210,18 @@ class Store:
             except BaseException as exc:
                 if self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.OperationalError):
-                    raise _translate(exc, self.path) from exc
+                if _user_facing(exc):
+                    raise _translate(exc, self.path) from exc  # type: ignore[arg-type]
                 raise
 
     def _read(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
         with self._lock:
             try:
                 return self.conn.execute(sql, params).fetchall()
-            except sqlite3.OperationalError as exc:
-                raise _translate(exc, self.path) from exc
+            except sqlite3.DatabaseError as exc:
+                if _user_facing(exc):
+                    raise _translate(exc, self.path) from exc
+                raise
 
     # -- conversations -------------------------------------------------------------------
 

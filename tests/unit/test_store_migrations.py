@@ -140,3 +140,25 @@ def test_an_unwritable_location_is_reported(tmp_path: Path) -> None:
         Store.open(blocker / "sub" / "llmdeck.db")  # parent "folder" is a file
     assert info.value.code == "CANNOT_OPEN"
     assert "writable" in info.value.message
+
+
+def test_damage_found_after_opening_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "damaged.db"
+    with Store.open(path) as store:
+        cid = store.create_conversation("x")
+        for i in range(300):
+            store.add_message(cid, "user", f"message {i} " + "padding " * 50)
+        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    raw = bytearray(path.read_bytes())
+    page = 4096
+    # Scribble over every page but the first (the header and schema stay readable).
+    for offset in range(page * 2, len(raw), page):
+        raw[offset : offset + 64] = b"\xff" * 64
+    path.write_bytes(bytes(raw))
+    with pytest.raises(StoreError) as info:
+        with Store.open(path) as store:
+            store.messages(cid)
+            store.list_conversations()
+            store.add_message(cid, "user", "more")
+    assert info.value.code == "NOT_A_DATABASE"
+    assert "damaged" in info.value.message
