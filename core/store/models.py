@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +87,11 @@ MESSAGE_COLUMNS = (
     "id, conversation_id, role, content, reasoning, tool_calls, tool_results, usage, "
     "model, status, created_at, parent_id, error"
 )
+
+
+def new_id() -> str:
+    """Row ids are uuid4 hex: unique across databases, so exports import cleanly."""
+    return uuid.uuid4().hex
 
 
 def dumps(value: Any) -> str | None:

@@ -16,8 +16,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 import sqlite_utils
 
 from . import exchange, search
+from .attachments import AttachmentRows
 from .errors import (
     CANNOT_OPEN,
     DISK_FULL,
@@ -37,13 +37,12 @@ from .models import (
     MESSAGE_COLUMNS,
     ROLES,
     STATUSES,
-    Attachment,
-    Chunk,
     Conversation,
     Message,
     SearchHit,
     dumps,
     message_from_row,
+    new_id,
 )
 from .schema import migrate, schema_version
 from .titles import auto_title
@@ -84,10 +83,6 @@ SELECT id FROM down WHERE id IS NOT NULL ORDER BY depth DESC LIMIT 1
 """
 
 
-def new_id() -> str:
-    return uuid.uuid4().hex
-
-
 def _user_facing(exc: BaseException) -> bool:
     """Locks, full disks and damaged files reach the user; bugs (bad SQL, constraint
     violations) stay exceptions for the log."""
@@ -118,7 +113,7 @@ def _translate(exc: sqlite3.Error, path: Path) -> StoreError:
     return StoreError(CANNOT_OPEN, f"Could not use the conversation database {path}: {exc}.")
 
 
-class Store:
+class Store(AttachmentRows):
     """Conversations, messages, search, attachments. See the module docstring."""
 
     def __init__(self, db: sqlite_utils.Database, path: Path) -> None:
@@ -512,94 +507,6 @@ class Store:
         or fresh ids for everything when that conversation already exists here)."""
         with self._write() as conn:
             return exchange.import_json(conn, text)
-
-    # -- attachments ---------------------------------------------------------------------
-
-    def add_attachment(
-        self,
-        conversation_id: str,
-        alias: str,
-        path: str | Path,
-        *,
-        mime: str | None = None,
-        size: int | None = None,
-        text: str = "",
-    ) -> str:
-        attachment_id = new_id()
-        with self._write() as conn:
-            if conn.execute(
-                "SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)
-            ).fetchone() is None:
-                raise _conversation_gone(conversation_id)
-            conn.execute(
-                "INSERT INTO attachments (id, conversation_id, alias, path, mime, size, text, "
-                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (attachment_id, conversation_id, alias, str(path), mime, size, text, time.time()),
-            )
-        return attachment_id
-
-    def attachments(self, conversation_id: str) -> list[Attachment]:
-        with self._lock:
-            rows = self.db["attachments"].rows_where(
-                "conversation_id = ?", [conversation_id], order_by="created_at, rowid"
-            )
-            return [Attachment(**row) for row in rows]
-
-    def delete_attachment(self, attachment_id: str) -> None:
-        with self._write() as conn:
-            conn.execute("DELETE FROM attachments WHERE id = ?", (attachment_id,))
-
-    def add_chunks(
-        self, attachment_id: str, chunks: Iterable[tuple[str, str | None, bytes | None]]
-    ) -> int:
-        """Append (text, source label, embedding) chunks in order; returns how many."""
-        with self._write() as conn:
-            if conn.execute(
-                "SELECT 1 FROM attachments WHERE id = ?", (attachment_id,)
-            ).fetchone() is None:
-                raise StoreError(
-                    NOT_FOUND, "This attachment no longer exists; attach the document again."
-                )
-            start = conn.execute(
-                "SELECT COALESCE(MAX(ordinal) + 1, 0) FROM chunks WHERE attachment_id = ?",
-                (attachment_id,),
-            ).fetchone()[0]
-            rows = [
-                (attachment_id, start + i, text, source, embedding)
-                for i, (text, source, embedding) in enumerate(chunks)
-            ]
-            conn.executemany(
-                "INSERT INTO chunks (attachment_id, ordinal, text, source, embedding) "
-                "VALUES (?, ?, ?, ?, ?)",
-                rows,
-            )
-        return len(rows)
-
-    def set_chunk_embeddings(self, embeddings: Iterable[tuple[int, bytes]]) -> None:
-        """Store embeddings computed after the chunks were written: (chunk id, blob)."""
-        with self._write() as conn:
-            conn.executemany(
-                "UPDATE chunks SET embedding = ? WHERE id = ?",
-                [(blob, chunk_id) for chunk_id, blob in embeddings],
-            )
-
-    def chunks(self, attachment_id: str) -> list[Chunk]:
-        rows = self._read(
-            "SELECT id, attachment_id, ordinal, text, source, embedding FROM chunks "
-            "WHERE attachment_id = ? ORDER BY ordinal",
-            (attachment_id,),
-        )
-        return [Chunk(*row) for row in rows]
-
-    def conversation_chunks(self, conversation_id: str) -> list[Chunk]:
-        """Every chunk of every attachment of a conversation, for retrieval."""
-        rows = self._read(
-            "SELECT k.id, k.attachment_id, k.ordinal, k.text, k.source, k.embedding "
-            "FROM chunks k JOIN attachments a ON a.id = k.attachment_id "
-            "WHERE a.conversation_id = ? ORDER BY a.created_at, a.rowid, k.ordinal",
-            (conversation_id,),
-        )
-        return [Chunk(*row) for row in rows]
 
 
 def _latest_message(conn: sqlite3.Connection, conversation_id: str) -> str | None:
