@@ -14,6 +14,7 @@ from core.hub.download import (
 )
 from core.hub.errors import HUB_ERROR_CODES, HubError
 from core.hub.listing import DownloadPlan, RepoFileInfo, RepoListing, list_files, plan_download
+from core.hub.queue import DownloadQueue
 from core.hub.registry import (
     LocalModel,
     delete_model,
@@ -30,6 +31,7 @@ __all__ = [
     "DownloadJob",
     "DownloadPlan",
     "DownloadProgress",
+    "DownloadQueue",
     "DownloadResult",
     "HubError",
     "LocalModel",

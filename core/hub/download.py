@@ -195,6 +195,8 @@ def download_plan(plan: DownloadPlan, *, cache_dir: Path | None = None,
         check_free_space(plan, cache)
         meter.send("queued")
         for index, f in enumerate(plan.files):
+            if cancel.cancelled:
+                raise _Cancelled()
             meter.file_index, meter.filename = index, f.path
             meter.send("downloading")  # every file start and end is shown, however fast
             _fetch_file(plan, f, cache, token, meter, cancel, chunk_size)
@@ -391,7 +393,9 @@ class DownloadJob:
         self._queue: asyncio.Queue[DownloadProgress] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._future: asyncio.Future[DownloadResult] | None = None
-        self.latest: DownloadProgress | None = None
+        self.latest: DownloadProgress = DownloadProgress(
+            plan.repo_id, plan.primary, 0, len(plan.files), 0, plan.total_bytes, 0.0, None,
+            "queued")
 
     def start(self) -> DownloadJob:
         """Start the worker thread; call from the event loop."""
@@ -407,6 +411,10 @@ class DownloadJob:
     def cancel(self) -> None:
         """Stop at the next chunk; the partial file stays for a later resume."""
         self._cancel.cancel()
+
+    @property
+    def started(self) -> bool:
+        return self._future is not None
 
     def _emit(self, progress: DownloadProgress) -> None:
         assert self._loop is not None and self._queue is not None
