@@ -248,3 +248,15 @@ def test_a_link_that_keeps_dying_is_offline_and_keeps_the_partial(fake_hub: Fake
     kept = layout.partial_path(paths.hf_cache_dir(), GGUF_REPO, sha).stat().st_size
     again = pull(GGUF_REPO, Q4)
     assert again.ok and again.bytes_fetched == fake_hub.repos[GGUF_REPO].files[Q4].size - kept
+
+
+def test_token_stored_by_hf_auth_login_is_used(fake_hub: FakeHub) -> None:
+    from huggingface_hub import constants
+
+    token = "hf_storedbyloginABCDEFG"
+    fake_hub.grant(GATED_REPO, token)
+    stored = Path(constants.HF_TOKEN_PATH)  # inside this test's LLMDECK_HOME (see fixture)
+    stored.parent.mkdir(parents=True, exist_ok=True)
+    stored.write_text(token)
+    assert pull(GATED_REPO).ok
+    assert f"Bearer {token}" in fake_hub.auth_headers_seen
