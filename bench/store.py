@@ -4,9 +4,9 @@
 Prints one JSON object. Every figure is timed against raw sqlite3 doing the equivalent
 work on the same file in the same run: a plain `MATCH ... ORDER BY rank LIMIT 50` with
 snippets for search, the last 50 rows by conversation for opening a conversation (no
-branch walk), an UPDATE for a streamed delta, connect + the sidebar SELECT for start-up.
-`*_throughput_ratio` = raw time / our time (ours over theirs in operations per second,
-higher is better, 1.0 = no overhead).
+branch walk), a pointer UPDATE for switching branch, an UPDATE for a streamed delta,
+connect + the sidebar SELECT for start-up. `*_throughput_ratio` = raw time / our time
+(ours over theirs in operations per second; higher is better, 1.0 = no overhead).
 
 Targets (issue 7): search p95 <= 30 ms, open p95 <= 20 ms, DB open + sidebar <= 50 ms.
 
@@ -197,6 +197,28 @@ def run(quick: bool, keep: Path | None) -> dict[str, Any]:
         "open_p95_ms": _pct(ours, 0.95),
         "raw_open_p95_ms": _pct(raw, 0.95),
         "open_throughput_ratio": round(statistics.median(raw) / statistics.median(ours), 3),
+    }
+
+    # Switching branch: make the path through a conversation's first message active
+    # (walks down to its newest leaf) against a bare pointer UPDATE.
+    firsts = [
+        rawc.execute("SELECT id FROM messages WHERE conversation_id = ? ORDER BY seq LIMIT 1",
+                     (cid,)).fetchone()[0]
+        for cid in sample[:50]
+    ]
+    ours = [t for mid in firsts for t in _time_ms(lambda mid=mid: store.switch_branch(mid), 1)]
+
+    def raw_switch(cid: str, mid: str) -> None:
+        rawc.execute("UPDATE conversations SET active_leaf_id = ? WHERE id = ?", (mid, cid))
+        rawc.commit()
+
+    raw = [t for cid, mid in zip(sample, firsts, strict=False)
+           for t in _time_ms(lambda cid=cid, mid=mid: raw_switch(cid, mid), 1)]
+    result |= {
+        "switch_branch_p50_ms": _pct(ours, 0.5),
+        "switch_branch_p95_ms": _pct(ours, 0.95),
+        "raw_switch_branch_p95_ms": _pct(raw, 0.95),
+        "switch_branch_throughput_ratio": round(statistics.median(raw) / statistics.median(ours), 3),
     }
 
     # Search: our API (sanitising, one hit per conversation, titles, snippets) against a
