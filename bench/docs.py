@@ -6,7 +6,7 @@ same run (normalise at query time, full argsort), as someone would write it with
 index. `peak_rss_mb` is the peak resident memory of this process, which does all the work
 a utility worker would (markitdown, MiniLM, the index).
 
---quick (CI size, CPU, well under 2 minutes): a 20-page PDF and 400 embedded chunks; the
+--quick (CI size, CPU, well under 2 minutes): a 25-page PDF and 400 embedded chunks; the
 index is filled to 10,000 rows with noisy copies of those real vectors (re-normalised),
 since embedding 10,000 chunks on two cores alone takes minutes. Without --quick every one
 of the 10,000 chunks is a real embedded chunk.
@@ -59,7 +59,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="CI-size run (CPU, < 2 min)")
     args = parser.parse_args()
-    pages = 20 if args.quick else 200
+    pages = 25 if args.quick else 200
     embed_rows = 400 if args.quick else INDEX_ROWS
     queries = 200 if args.quick else 1000
 
@@ -114,7 +114,9 @@ def main() -> None:
         if fill > 0:
             nprng = np.random.default_rng(5)
             src = np.arange(fill) % embed_rows
-            noisy = vectors[src] + nprng.normal(0, 0.05, (fill, vectors.shape[1])).astype(np.float32)
+            noisy = vectors[src] + nprng.normal(0, 0.05, (fill, vectors.shape[1])).astype(
+                np.float32
+            )
             noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
             vectors = np.vstack([vectors, noisy]).astype(np.float32)
             chunks.extend(texts[i] for i in src)
@@ -127,7 +129,9 @@ def main() -> None:
         scale = np.random.default_rng(6).uniform(0.5, 2.0, (len(vectors), 1)).astype(np.float32)
         raw = vectors * scale
 
-        questions = [FACTS[i % len(FACTS)][1] + ("" if i < len(FACTS) else f" ({i})") for i in range(queries)]
+        questions = [
+            FACTS[i % len(FACTS)][1] + ("" if i < len(FACTS) else f" ({i})") for i in range(queries)
+        ]
         query_lat, search_lat, base_lat, agree = [], [], [], 0
         index.search(embedder.encode_one("warm"), 5)
         for q in questions:

@@ -70,7 +70,9 @@ def check_path(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> DocError
     p = Path(path).expanduser()
     shown = str(path)
     if not p.exists():
-        return DocError("NOT_FOUND", f"{shown} does not exist; check the path and try again.", shown)
+        return DocError(
+            "NOT_FOUND", f"{shown} does not exist; check the path and try again.", shown
+        )
     if p.is_dir():
         return DocError(
             "IS_DIRECTORY",

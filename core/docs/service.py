@@ -10,6 +10,7 @@ only right off the UI loop.
 from __future__ import annotations
 
 import asyncio
+import re
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -165,5 +166,33 @@ class DocsService:
             return []
         return conv.index.search(self.embedder.encode_one(question), k or self.top_k)
 
+    def facts_for(
+        self, conversation_id: str, question: str, k: int = 3, chunks: int = 3
+    ) -> list[str]:
+        """The `k` sentences that best answer `question`, each with its citation.
+
+        This is the `retrieve` callable memory rollover takes: a rollover has room for a
+        few facts, not for page-sized chunks, so the sentences of the top `chunks` chunks
+        are embedded (one small batch) and ranked against the question.
+        """
+        hits = self.retrieve(conversation_id, question, chunks)
+        candidates = [
+            (sentence, hit.chunk.source) for hit in hits for sentence in _sentences(hit.chunk.text)
+        ]
+        if not candidates:
+            return []
+        vectors = self.embedder.encode([c[0] for c in candidates])
+        scores = vectors @ self.embedder.encode_one(question)
+        best = sorted(range(len(candidates)), key=lambda i: -scores[i])[:k]
+        return [f"{candidates[i][0]} [{candidates[i][1]}]" for i in best]
+
     def close(self) -> None:
         self.embedder.unload()
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def _sentences(text: str) -> list[str]:
+    flat = " ".join(text.split())
+    return [s for s in _SENTENCE_END.split(flat) if len(s) > 3]

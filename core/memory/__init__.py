@@ -1,5 +1,6 @@
 """Long-conversation memory: the context wind monitor and summarise-and-rehydrate."""
 
+from core.memory.persist import load_markers, save_marker
 from core.memory.rollover import ConversationMemory, RolloverMarker, TurnPlan
 from core.memory.window import DEFAULT_THRESHOLD, ContextMonitor, messages_tokens
 
@@ -9,5 +10,7 @@ __all__ = [
     "ConversationMemory",
     "RolloverMarker",
     "TurnPlan",
+    "load_markers",
+    "save_marker",
     "messages_tokens",
 ]

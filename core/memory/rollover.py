@@ -188,14 +188,16 @@ class ConversationMemory:
         if self.retrieve is not None:
             budget = int(monitor.context_tokens * FACTS_SHARE)
             for fact in self.retrieve(user_text):
-                if count_tokens("\n".join([*facts, fact])) > budget:
-                    break
-                facts.append(fact)
+                if count_tokens("\n".join([*facts, fact])) <= budget:
+                    facts.append(fact)  # a fact too long is skipped; shorter ones may fit
         seed = self._system()
         seed.append({"role": "system", "content": f"{SUMMARY_PREFIX}\n{summary}"})
         if facts:
             seed.append(
-                {"role": "system", "content": FACTS_PREFIX + "\n" + "\n".join(f"- {f}" for f in facts)}
+                {
+                    "role": "system",
+                    "content": FACTS_PREFIX + "\n" + "\n".join(f"- {f}" for f in facts),
+                }
             )
         turns = [m for m in self.session if m["role"] != "system"]
         keep = min(self.keep_last_messages, len(turns))

@@ -21,9 +21,7 @@ MESSAGE_OVERHEAD_TOKENS = 4
 Message = dict[str, Any]
 
 
-def messages_tokens(
-    messages: Sequence[Message], count: Callable[[str], int] = count_tokens
-) -> int:
+def messages_tokens(messages: Sequence[Message], count: Callable[[str], int] = count_tokens) -> int:
     """Approximate prompt tokens of `messages` as a chat template would render them."""
     return sum(count(str(m.get("content") or "")) + MESSAGE_OVERHEAD_TOKENS for m in messages)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -138,7 +138,10 @@ def test_service_attaches_several_mentions_select_and_errors_change_nothing(
     home: Path, embedder: Embedder
 ) -> None:
     sheet = make_xlsx(home / "ledger.xlsx", {"Q1": [["item", "eur"], ["rent", 800]]})
-    pages = [f"Page {i}. " + "routine filler text about nothing in particular. " * 30 for i in range(1, 9)]
+    pages = [
+        f"Page {i}. " + "routine filler text about nothing in particular. " * 30
+        for i in range(1, 9)
+    ]
     pages[4] += " The vault combination is 31-07-22."
     report = make_pdf(home / "report.pdf", pages)
     (home / "copy").mkdir()
@@ -202,6 +205,47 @@ def test_documents_round_trip_through_the_real_store(
     context = service.context_for("c", FACTS[10][1])
     assert f"[handbook.pdf p.{where[10]}]" in context and "15 minutes" in context
     assert "[memo2.pdf p.2]" in context
+
+
+def test_ingest_runs_in_a_spawned_worker_process(home: Path, embedder: Embedder) -> None:
+    """What the utility worker does: ingest in another process, results pickled back."""
+    import multiprocessing
+
+    memo = make_pdf(home / "worker-memo.pdf", ["Standup moves to 9:30.", "Retro on Friday."])
+    service = DocsService(embedder)
+
+    async def attach():
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(1, mp_context=ctx) as pool:
+            return await service.attach_many("w", [memo, home / "nope.docx"], executor=pool)
+
+    ok, missing = asyncio.run(attach())
+    assert isinstance(ok, IngestResult) and [s.label for s in ok.sections] == ["p.1", "p.2"]
+    assert isinstance(missing, DocError) and missing.code == "NOT_FOUND"
+    assert "[worker-memo.pdf p.2]" in service.context_for("w", "when is the retro?")
+
+
+def test_retrieved_facts_feed_memory_rollover(fact_doc, embedder: Embedder) -> None:
+    from core.memory import ContextMonitor, ConversationMemory
+
+    result, where = fact_doc
+    service = DocsService(embedder)
+    service.add_result("m", result)
+    memory = ConversationMemory(
+        "m",
+        ContextMonitor(context_tokens=300),
+        lambda messages: "We talked about the handbook.",
+        retrieve=lambda q: service.facts_for("m", q, k=2),
+    )
+    for i in range(8):
+        memory.prepare(f"Tell me more about section {i} of the handbook, please, in detail.")
+        memory.record_reply("It covers routine matters " * 8)
+    plan = memory.prepare(FACTS[7][1])  # this turn crosses the threshold (deterministic)
+    marker = plan.marker
+    assert marker is not None and marker.facts
+    assert all(f.endswith("]") and "[handbook.pdf p." in f for f in marker.facts)
+    assert marker.facts[0] == f"{FACTS[7][0]} [handbook.pdf p.{where[7]}]"
+    assert any(FACTS[7][0] in m["content"] for m in plan.messages)
 
 
 def test_extract_is_consistent_with_ingest_sections(home: Path) -> None:

@@ -10,7 +10,11 @@ def test_duplicate_names_get_numbered_aliases() -> None:
     first = reg.add("/a/report.pdf")
     second = reg.add("/b/report.pdf")
     third = reg.add("/c/report.pdf")
-    assert [first.alias, second.alias, third.alias] == ["report.pdf", "report.pdf #2", "report.pdf #3"]
+    assert [first.alias, second.alias, third.alias] == [
+        "report.pdf",
+        "report.pdf #2",
+        "report.pdf #3",
+    ]
     assert reg.get("report.pdf #2").path == "/b/report.pdf"
 
 

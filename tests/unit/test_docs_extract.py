@@ -62,7 +62,10 @@ def test_pptx_slides_are_labelled(tmp_path: Path) -> None:
 def test_xlsx_sheets_are_labelled(tmp_path: Path) -> None:
     path = make_xlsx(
         tmp_path / "book.xlsx",
-        {"Sales": [["region", "total"], ["north", 1200]], "Costs": [["item", "eur"], ["rent", 800]]},
+        {
+            "Sales": [["region", "total"], ["north", 1200]],
+            "Costs": [["item", "eur"], ["rent", 800]],
+        },
     )
     doc = _ok(extract(path))
     assert [s.label for s in doc.sections] == ["sheet Sales", "sheet Costs"]

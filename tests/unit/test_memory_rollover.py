@@ -70,7 +70,10 @@ def test_long_conversation_rolls_over_twice_and_remembers() -> None:
     # The summary is visible to the model right after the rollover, with the facts.
     turn_after = sent[first.at_message // 2]
     assert turn_after[0] == {"role": "system", "content": "Be brief."}
-    assert any(m["content"].startswith(SUMMARY_PREFIX) and first.summary in m["content"] for m in turn_after)
+    assert any(
+        m["content"].startswith(SUMMARY_PREFIX) and first.summary in m["content"]
+        for m in turn_after
+    )
     assert any("14 March [plan.pdf p.2]" in m["content"] for m in turn_after)
     assert first.facts == ("The project deadline is 14 March [plan.pdf p.2].",)
     assert first.tokens_after < first.tokens_before
@@ -141,3 +144,30 @@ def test_real_usage_calibrates_the_projection() -> None:
     plan = memory.prepare(_question(1))
     memory.record_reply("ok", prompt_tokens=3 * monitor.used(plan.messages))
     assert monitor.scale("c") == 3.0
+
+
+def test_markers_are_stored_in_the_real_store_and_searchable(tmp_path) -> None:
+    from core.memory.persist import is_marker, load_markers, save_marker
+    from core.store import Store
+
+    store = Store.open(tmp_path / "memory.db")
+    try:
+        conv = store.create_conversation("long chat")
+        memory = ConversationMemory(conv, ContextMonitor(context_tokens=200), scripted_summarise)
+        for i in range(1, 12):
+            plan = memory.prepare(_question(i))
+            store.add_message(conv, "user", _question(i))
+            if plan.marker:
+                save_marker(store, plan.marker)
+            reply = scripted_model(plan.messages)
+            memory.record_reply(reply)
+            store.add_message(conv, "assistant", reply)
+        assert len(memory.markers) >= 2
+        assert load_markers(store, conv) == memory.markers
+        stored = store.messages(conv, limit=1000)
+        assert sum(1 for m in stored if is_marker(m)) == len(memory.markers)
+        assert sum(1 for m in stored if m.role == "user") == 11  # the full history is kept
+        hits = store.search("condensed")
+        assert [h.conversation_id for h in hits] == [conv]
+    finally:
+        store.close()
