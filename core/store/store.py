@@ -70,6 +70,30 @@ FROM chain CROSS JOIN messages m ON m.id = chain.id
 ORDER BY chain.depth DESC
 """
 
+# Whether :target lies on the path from :leaf up to the root.
+_ON_PATH = """
+WITH RECURSIVE up(id) AS (
+    SELECT :leaf
+    UNION ALL
+    SELECT (SELECT m.parent_id FROM messages m WHERE m.id = up.id) FROM up
+    WHERE up.id IS NOT NULL AND up.id != :target
+)
+SELECT 1 FROM up WHERE id = :target
+"""
+
+# The path from :target down to :leaf, oldest first (empty-ish when :target is off it).
+_PATH_BELOW = f"""
+WITH RECURSIVE up(id, depth) AS (
+    SELECT :leaf, 0
+    UNION ALL
+    SELECT (SELECT m.parent_id FROM messages m WHERE m.id = up.id), up.depth + 1 FROM up
+    WHERE up.id IS NOT NULL AND up.id != :target
+)
+SELECT {", ".join("m." + c.strip() for c in MESSAGE_COLUMNS.split(","))}
+FROM up CROSS JOIN messages m ON m.id = up.id
+ORDER BY up.depth DESC
+"""
+
 # Walk down from a message along the newest child at each step; the deepest row is the leaf.
 _NEWEST_LEAF = """
 WITH RECURSIVE down(id, depth) AS (
@@ -434,22 +458,58 @@ class Store(AttachmentRows):
         return [message_from_row(row) for row in rows]
 
     def switch_branch(self, message_id: str) -> str:
-        """Make the branch through `message_id` active (following the newest child below
-        it) and return its leaf id. One pointer write: instant at any size."""
+        """Make the branch through `message_id` active and return its leaf id. A message
+        already on the active branch keeps it; otherwise the newest child is followed at
+        each step below it. One pointer write: instant at any size."""
         with self._write() as conn:
             row = conn.execute(
                 "SELECT conversation_id FROM messages WHERE id = ?", (message_id,)
             ).fetchone()
             if row is None:
-                raise StoreError(
-                    NOT_FOUND,
-                    "This message no longer exists; its conversation may have been deleted.",
-                )
+                raise _message_gone()
+            leaf = self._active_leaf(row[0])
+            if leaf is not None and conn.execute(
+                _ON_PATH, {"leaf": leaf, "target": message_id}
+            ).fetchone():
+                return leaf
             leaf = conn.execute(_NEWEST_LEAF, {"start": message_id}).fetchone()[0]
             conn.execute(
                 "UPDATE conversations SET active_leaf_id = ? WHERE id = ?", (leaf, row[0])
             )
         return leaf
+
+    def messages_through(
+        self, conversation_id: str, message_id: str, limit: int = 50
+    ) -> list[Message]:
+        """The page of the active branch that ends with `message_id` (inclusive), oldest
+        first: where to open a conversation at a search hit. Call switch_branch first
+        when the hit may sit on another branch."""
+        if limit <= 0:
+            return []
+        with self._lock:
+            known = self.conn.execute(
+                "SELECT 1 FROM messages WHERE id = ? AND conversation_id = ?",
+                (message_id, conversation_id),
+            ).fetchone()
+            if known is None:
+                return []
+            rows = self._read(_BRANCH_UP, {"start": message_id, "limit": limit})
+        return [message_from_row(row) for row in rows]
+
+    def messages_after(self, conversation_id: str, after: str, limit: int = 50) -> list[Message]:
+        """The `limit` messages that follow `after` on the active branch, oldest first
+        (the newer pages once a conversation was opened at an older message)."""
+        if limit <= 0:
+            return []
+        with self._lock:
+            leaf = self._active_leaf(conversation_id)
+            if leaf is None:
+                return []
+            rows = self._read(_PATH_BELOW, {"leaf": leaf, "target": after})
+        below = [message_from_row(row) for row in rows]
+        if not below or below[0].id != after:
+            return []  # `after` is not on the active branch
+        return below[1 : 1 + limit]
 
     def edit_message(self, message_id: str, content: str) -> str:
         """Add an edited copy of a message as its sibling (the original is kept as another
@@ -537,6 +597,12 @@ def _check_role(role: str) -> None:
 def _check_status(status: str) -> None:
     if status not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}, not {status!r}")
+
+
+def _message_gone() -> StoreError:
+    return StoreError(
+        NOT_FOUND, "This message no longer exists; its conversation may have been deleted."
+    )
 
 
 def _conversation_gone(conversation_id: str) -> StoreError:

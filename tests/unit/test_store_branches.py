@@ -87,3 +87,38 @@ def test_parent_from_another_conversation_is_refused(store: Store) -> None:
     foreign = store.add_message(one, "user", "x")
     with pytest.raises(ValueError):
         store.add_message(two, "user", "y", parent_id=foreign)
+
+
+def test_switching_to_a_message_on_the_active_branch_keeps_it(store: Store) -> None:
+    cid = store.create_conversation()
+    q = store.add_message(cid, "user", "q")
+    store.add_message(cid, "assistant", "a1")
+    store.add_message(cid, "assistant", "a2", parent_id=q)
+    a1 = store.branches(store.messages(cid)[-1].id)[0].id
+    follow = store.add_message(cid, "user", "on a1", parent_id=a1)
+    # The newest child of q is a2, but q is on the active path through a1: stay there.
+    assert store.switch_branch(q) == follow
+    assert _contents(store, cid) == ["q", "a1", "on a1"]
+
+
+def test_opening_at_a_search_hit_and_paging_both_ways(store: Store) -> None:
+    cid = store.create_conversation()
+    ids = [store.add_message(cid, "user", f"m{i}") for i in range(200)]
+    hit = ids[30]
+    page = store.messages_through(cid, hit, limit=10)
+    assert [m.id for m in page] == ids[21:31]
+    assert [m.id for m in store.messages(cid, limit=10, before=page[0].id)] == ids[11:21]
+    assert [m.id for m in store.messages_after(cid, page[-1].id, limit=10)] == ids[31:41]
+    assert [m.id for m in store.messages_after(cid, ids[195], limit=10)] == ids[196:]
+    assert store.messages_after(cid, ids[-1]) == []
+
+
+def test_paging_helpers_ignore_messages_off_the_branch_or_elsewhere(store: Store) -> None:
+    cid = store.create_conversation()
+    root = store.add_message(cid, "user", "root")
+    off = store.add_message(cid, "assistant", "old answer")
+    store.add_message(cid, "assistant", "new answer", parent_id=root)
+    assert store.messages_after(cid, off) == []
+    other = store.create_conversation()
+    assert store.messages_through(other, off) == []
+    assert store.messages_through(cid, off, limit=0) == []
