@@ -1,5 +1,21 @@
 """Conversation history in SQLite: conversations, branching messages, FTS5 search,
-streaming writes that survive crashes, export/import, attachments and chunks."""
+streaming writes that survive crashes, export/import, attachments and chunks.
+
+Call everything from one dedicated thread (the runtime's store worker), never the UI loop.
+
+    store = Store.open(path)                      # creates/migrates; StoreError on trouble
+    cid = store.create_conversation(model=label)
+    store.add_message(cid, "user", text)          # titles an untitled conversation
+    stream = MessageStream(store, cid, model=label, parent_id=user_id)
+    stream.feed(text, reasoning); stream.finish("complete", usage=..., tool_calls=...)
+    store.messages(cid)                           # active branch, last 50, oldest first
+    store.messages(cid, before=page[0].id)        # older page
+    store.search("query")                         # SearchHit per conversation, «» marks
+    store.edit_message(mid, text) / store.branches(mid) / store.switch_branch(mid)
+    store.export_json(cid) / store.import_json(text) / store.export_markdown(cid)
+
+Every StoreError has a stable `code` (errors.py) and a `message` to show as is.
+"""
 
 from .errors import StoreError
 from .models import Attachment, Chunk, Conversation, Message, SearchHit
