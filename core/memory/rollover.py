@@ -232,6 +232,33 @@ class ConversationMemory:
         self.markers.append(marker)
         return marker
 
+    @classmethod
+    def resume(
+        cls,
+        conversation_id: str,
+        monitor: ContextMonitor,
+        summarise: Summarise,
+        history: Sequence[Message],
+        markers: Sequence[RolloverMarker] = (),
+        **options: Any,
+    ) -> ConversationMemory:
+        """Rebuild the memory of a conversation reopened from the store.
+
+        `history` is the user/assistant messages (markers excluded); the model-facing
+        session is the last marker's seed plus everything said after it.
+        """
+        memory = cls(conversation_id, monitor, summarise, **options)
+        memory.history = [{"role": m["role"], "content": m["content"]} for m in history]
+        memory.markers = list(markers)
+        if memory.markers:
+            last = memory.markers[-1]
+            memory.session = [dict(m) for m in last.seed]
+            memory.session += [dict(m) for m in memory.history[last.at_message :]]
+            memory.session_id = last.new_session_id
+        else:
+            memory.session = memory._system() + [dict(m) for m in memory.history]
+        return memory
+
     def record_reply(self, text: str, prompt_tokens: int | None = None) -> None:
         """Add the assistant's answer; `prompt_tokens` (from Usage) calibrates the monitor."""
         if prompt_tokens:

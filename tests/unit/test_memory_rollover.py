@@ -169,5 +169,18 @@ def test_markers_are_stored_in_the_real_store_and_searchable(tmp_path) -> None:
         assert sum(1 for m in stored if m.role == "user") == 11  # the full history is kept
         hits = store.search("condensed")
         assert [h.conversation_id for h in hits] == [conv]
+
+        # Reopen: the rebuilt session is exactly what the live one was.
+        history = [{"role": m.role, "content": m.content} for m in stored if not is_marker(m)]
+        resumed = ConversationMemory.resume(
+            conv,
+            ContextMonitor(context_tokens=200),
+            scripted_summarise,
+            history,
+            load_markers(store, conv),
+        )
+        assert resumed.session == memory.session
+        assert resumed.session_id == memory.session_id
+        assert resumed.history == memory.history
     finally:
         store.close()
