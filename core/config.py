@@ -1,0 +1,81 @@
+"""User settings, typed, read from and written to a TOML file in the config dir.
+
+The file is written only on a deliberate save; a missing file means defaults. An
+invalid file is reported (with the path) and defaults are used, so a typo never stops
+the app from starting.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from core import paths
+from core.engines.base import SamplingParams
+
+
+@dataclass
+class Sampling:
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    max_tokens: int = 1024
+
+    def to_params(self, stop: tuple[str, ...] = (), seed: int | None = None) -> SamplingParams:
+        return SamplingParams(
+            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+            min_p=self.min_p, repetition_penalty=self.repetition_penalty,
+            max_tokens=self.max_tokens, stop=stop, seed=seed,
+        )
+
+
+@dataclass
+class Settings:
+    model: str | None = None  # path to a .gguf or an MLX model dir; None = bundled
+    engine: str | None = None  # None = choose from the artifact
+    context_size: int = 4096
+    system_prompt: str = ""
+    theme: str = "llmdeck-dark"
+    replicas: int = 1
+    sampling: Sampling = field(default_factory=Sampling)
+    problems: list[str] = field(default_factory=list, repr=False, compare=False)
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> Settings:
+        path = path or paths.config_path()
+        settings = cls()
+        if not path.is_file():
+            return settings
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            settings.problems.append(f"{path}: {exc}; using defaults")
+            return settings
+        settings._apply(data)
+        return settings
+
+    def _apply(self, data: dict[str, Any]) -> None:
+        names = {f.name for f in fields(self)} - {"sampling", "problems"}
+        for key, value in data.items():
+            if key in names:
+                setattr(self, key, value)
+        samp = data.get("sampling", {})
+        snames = {f.name for f in fields(Sampling)}
+        for key, value in samp.items() if isinstance(samp, dict) else ():
+            if key in snames:
+                setattr(self.sampling, key, value)
+
+    def save(self, path: Path | None = None) -> None:
+        path = path or paths.config_path()
+        data = asdict(self)
+        data.pop("problems", None)
+        data = {k: v for k, v in data.items() if v is not None}
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(tomli_w.dumps(data), encoding="utf-8")
+        tmp.replace(path)

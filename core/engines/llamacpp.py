@@ -1,0 +1,224 @@
+"""llama.cpp engine: serves GGUF files, one sequence at a time per worker.
+
+The chat template comes from the GGUF metadata (ChatML when there is none) and is
+rendered here, where the tokenizer lives. Prefix reuse is llama.cpp's own: the worker
+keeps the previous turn's tokens in its context, so a session pinned to this worker
+prefills only what is new; `cached_tokens` reports how much was reused.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec
+from core.engines.templates import fallback_template, template_stops
+from core.events import Done, Error, Event, TextDelta, Usage
+from core.parsing.stops import StopMatcher
+
+
+class _Active:
+    """The one request this engine is generating."""
+
+    def __init__(self, request: GenerationRequest, stream: Iterator[dict], prompt_tokens: int,
+                 cached: int) -> None:
+        self.request = request
+        self.stream = stream
+        self.prompt_tokens = prompt_tokens
+        self.cached = cached
+        self.stops = StopMatcher(request.sampling.stop)
+        self.started = time.perf_counter()
+        self.first_token_at: float | None = None
+        self.completion_tokens = 0
+
+    def usage(self) -> Usage:
+        now = time.perf_counter()
+        first = self.first_token_at or now
+        ttft_ms = (first - self.started) * 1000.0
+        decode_s = now - first
+        tps = (self.completion_tokens - 1) / decode_s if decode_s > 0 and self.completion_tokens > 1 else 0.0
+        return Usage(self.prompt_tokens, self.cached, self.completion_tokens, ttft_ms, tps)
+
+
+class LlamaCppEngine:
+    """llama_cpp.Llama behind the Engine protocol."""
+
+    name = "llamacpp"
+    max_concurrency = 1
+
+    def __init__(self, spec: ModelSpec) -> None:
+        path = Path(spec.path)
+        if not path.is_file():
+            raise EngineLoadError(
+                "LOAD_FAILED",
+                f"Model file not found: {path}. Pick another model, or restore the "
+                "bundled one with `llmdeck models restore-default`.",
+            )
+        from llama_cpp import Llama
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        threads = spec.option("threads") or max(1, (os.cpu_count() or 2))
+        try:
+            self._llm = Llama(
+                model_path=str(path),
+                n_ctx=spec.context_size,
+                n_threads=threads,
+                n_gpu_layers=int(spec.option("gpu_layers", -1)),
+                verbose=False,
+                logits_all=False,
+            )
+        except (ValueError, RuntimeError) as exc:
+            raise EngineLoadError(
+                "MODEL_CORRUPT",
+                f"The model file {path.name} could not be loaded; it may be corrupt or "
+                f"truncated. Download it again. ({exc})",
+            ) from exc
+        meta = self._llm.metadata or {}
+        self._template = meta.get("tokenizer.chat_template")
+        eos = self._token_text(self._llm.token_eos())
+        bos = self._token_text(self._llm.token_bos())
+        self._model_type = meta.get("general.architecture")
+        if self._template:
+            template, self._turn_stops = self._template, template_stops(self._template)
+        else:
+            template, self._turn_stops = fallback_template(self._model_type)
+        self._formatter = Jinja2ChatFormatter(
+            template=template, eos_token=eos, bos_token=bos,
+            stop_token_ids=[self._llm.token_eos()],
+        )
+        self._spec = spec
+        self._queue: deque[GenerationRequest] = deque()
+        self._active: _Active | None = None
+        self._out: list[tuple[str, list[Event]]] = []
+
+    def _token_text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        return self._llm.detokenize([token], special=True).decode("utf-8", errors="ignore")
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "engine": self.name,
+            "context_size": self._llm.n_ctx(),
+            "model_type": self._model_type,
+            "chat_template": self._template,
+            "path": self._spec.path,
+        }
+
+    def submit(self, request: GenerationRequest) -> None:
+        request.sampling.validate()
+        self._queue.append(request)
+
+    def cancel(self, request_id: str) -> None:
+        if self._active and self._active.request.request_id == request_id:
+            active, self._active = self._active, None
+            active.stream.close()
+            self._out.append((request_id, [active.usage(), Done("cancelled")]))
+            return
+        for request in list(self._queue):
+            if request.request_id == request_id:
+                self._queue.remove(request)
+                self._out.append((request_id, [Done("cancelled")]))
+
+    def has_work(self) -> bool:
+        return bool(self._out or self._active or self._queue)
+
+    def step(self) -> list[tuple[str, list[Event]]]:
+        out, self._out = self._out, []
+        if self._active is None and self._queue:
+            started = self._start(self._queue.popleft())
+            if started is not None:
+                out.append(started)
+                return out
+        if self._active is not None:
+            out.append(self._advance(self._active))
+        return out
+
+    def _start(self, request: GenerationRequest) -> tuple[str, list[Event]] | None:
+        rid = request.request_id
+        try:
+            rendered = self._formatter(messages=list(request.messages),
+                                       tools=list(request.tools) or None)
+        except Exception as exc:
+            return rid, [Error("BAD_REQUEST", f"The chat template failed: {exc}"), Done("error")]
+        tokens = self._llm.tokenize(rendered.prompt.encode("utf-8"),
+                                    add_bos=not rendered.added_special, special=True)
+        budget = self._llm.n_ctx() - len(tokens)
+        if budget < 1:
+            return rid, [
+                Error(
+                    "CONTEXT_OVERFLOW",
+                    f"The conversation is {len(tokens)} tokens, more than this model's "
+                    f"context of {self._llm.n_ctx()}. Start a new chat or raise the context size.",
+                ),
+                Done("error"),
+            ]
+        cached = _common_prefix(self._llm._input_ids[: self._llm.n_tokens].tolist(), tokens)
+        s = request.sampling
+        stop = rendered.stop if isinstance(rendered.stop, list) else [rendered.stop] if rendered.stop else []
+        stop = [x for x in (*stop, *self._turn_stops) if x]
+        stream = self._llm.create_completion(
+            prompt=tokens,
+            max_tokens=min(s.max_tokens, budget),
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k,
+            min_p=s.min_p,
+            repeat_penalty=s.repetition_penalty,
+            seed=s.seed,
+            stop=stop,
+            stream=True,
+        )
+        self._active = _Active(request, iter(stream), len(tokens), min(cached, len(tokens)))
+        return None
+
+    def _advance(self, active: _Active) -> tuple[str, list[Event]]:
+        rid = active.request.request_id
+        events: list[Event] = []
+        try:
+            chunk = next(active.stream)
+        except StopIteration:
+            chunk = None
+        except Exception as exc:  # llama.cpp decode failure
+            self._active = None
+            return rid, [Error("INTERNAL", f"Generation failed: {exc}"), Done("error")]
+        if chunk is not None:
+            choice = chunk["choices"][0]
+            text = choice.get("text") or ""
+            if active.first_token_at is None:
+                active.first_token_at = time.perf_counter()
+            active.completion_tokens += 1
+            shown, stopped = active.stops.feed(text)
+            if shown:
+                events.append(TextDelta(shown))
+            reason = choice.get("finish_reason")
+            if stopped:
+                active.stream.close()
+                reason = "stop"
+            if reason is None:
+                return rid, events
+        else:
+            reason = "stop"
+        tail = active.stops.finish()
+        if tail:
+            events.append(TextDelta(tail))
+        events += [active.usage(), Done("length" if reason == "length" else "stop")]
+        self._active = None
+        return rid, events
+
+    def close(self) -> None:
+        llm = getattr(self, "_llm", None)
+        if llm is not None:
+            llm.close()
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

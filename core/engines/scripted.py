@@ -1,0 +1,130 @@
+"""A scripted engine: replays fixed replies at a fixed pace, for tests and benches.
+
+It is not a model: snapshot tests and the UI bench need byte-identical output at a
+known rate, which no real sampler gives. Everything around it (worker process, pipes,
+parsing, store, UI) is the real code path.
+
+Options (ModelSpec.options): reply (str), replies (list[str], used in turn), tokens_per_s
+(float, 0 = as fast as possible), chunk_chars (int), fail_load (str: an error code),
+template (chat template string reported in info, to drive family detection),
+fixed_timing (bool: report constant TTFT and tok/s so snapshots are stable),
+hang_load_s (float: sleep while loading), max_concurrency (int).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec
+from core.events import Done, Event, TextDelta, Usage
+from core.parsing.stops import StopMatcher
+
+
+class _Run:
+    def __init__(self, request: GenerationRequest, pieces: list[str]) -> None:
+        self.request = request
+        self.pieces = deque(pieces)
+        self.stops = StopMatcher(request.sampling.stop)
+        self.started = time.perf_counter()
+        self.first: float | None = None
+        self.count = 0
+        self.next_at = self.started
+        self.truncated = False
+
+
+class ScriptedEngine:
+    """Replays scripted replies token by token; batches any number of requests."""
+
+    name = "scripted"
+    max_concurrency = 64
+
+    def __init__(self, spec: ModelSpec) -> None:
+        hang = float(spec.option("hang_load_s", 0))
+        if hang:  # a load that never finishes, for the pool's load timeout
+            time.sleep(hang)
+        fail = spec.option("fail_load")
+        if fail:
+            raise EngineLoadError(fail, f"Scripted load failure ({fail}).")
+        self._spec = spec
+        self.max_concurrency = int(spec.option("max_concurrency", 64))
+        replies = spec.option("replies") or [spec.option("reply", "Hello from the scripted engine.")]
+        self._replies = list(replies)
+        self._turn = 0
+        self._chunk = int(spec.option("chunk_chars", 4))
+        rate = float(spec.option("tokens_per_s", 0.0))
+        self._interval = 1.0 / rate if rate > 0 else 0.0
+        self._runs: dict[str, _Run] = {}
+        self._out: list[tuple[str, list[Event]]] = []
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "engine": self.name,
+            "context_size": self._spec.context_size,
+            "model_type": "scripted",
+            "chat_template": self._spec.option("template"),
+            "path": self._spec.path,
+        }
+
+    def submit(self, request: GenerationRequest) -> None:
+        request.sampling.validate()
+        reply = self._replies[self._turn % len(self._replies)]
+        self._turn += 1
+        pieces = [reply[i : i + self._chunk] for i in range(0, len(reply), self._chunk)]
+        run = _Run(request, pieces[: request.sampling.max_tokens])
+        run.truncated = len(pieces) > request.sampling.max_tokens
+        self._runs[request.request_id] = run
+
+    def cancel(self, request_id: str) -> None:
+        run = self._runs.pop(request_id, None)
+        if run is not None:
+            self._out.append((request_id, [self._usage(run), Done("cancelled")]))
+
+    def has_work(self) -> bool:
+        return bool(self._runs or self._out)
+
+    def step(self) -> list[tuple[str, list[Event]]]:
+        out, self._out = self._out, []
+        if self._interval:
+            wait = min(r.next_at for r in self._runs.values()) - time.perf_counter() if self._runs else 0
+            if wait > 0:
+                time.sleep(wait)
+        now = time.perf_counter()
+        for rid, run in list(self._runs.items()):
+            if run.next_at > now:
+                continue
+            run.next_at += self._interval
+            events: list[Event] = []
+            if run.pieces:
+                piece = run.pieces.popleft()
+                run.count += 1
+                run.first = run.first or now
+                shown, stopped = run.stops.feed(piece)
+                if shown:
+                    events.append(TextDelta(shown))
+                if stopped:
+                    run.pieces.clear()
+                    events += [self._usage(run), Done("stop")]
+                    del self._runs[rid]
+                elif not run.pieces:
+                    tail = run.stops.finish()
+                    if tail:
+                        events.append(TextDelta(tail))
+                    events += [self._usage(run), Done("length" if run.truncated else "stop")]
+                    del self._runs[rid]
+            out.append((rid, events))
+        return out
+
+    def _usage(self, run: _Run) -> Usage:
+        prompt = sum(len(str(m.get("content", ""))) // 4 + 4 for m in run.request.messages)
+        if self._spec.option("fixed_timing"):  # snapshot tests need identical stats lines
+            return Usage(prompt, 0, run.count, 12.0, 100.0)
+        now = time.perf_counter()
+        first = run.first or now
+        span = now - first
+        tps = (run.count - 1) / span if span > 0 and run.count > 1 else 0.0
+        return Usage(prompt, 0, run.count, (first - run.started) * 1000.0, tps)
+
+    def close(self) -> None:
+        self._runs.clear()

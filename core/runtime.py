@@ -1,0 +1,320 @@
+"""Runtime: the one object the UI holds.
+
+An async API over the worker pool, the store and the settings. The UI calls it from
+Textual's loop; everything slow happens elsewhere: model work in worker processes, SQLite
+on one dedicated store thread. Streaming replies are written to the store as partial
+messages at most every FLUSH_S, so a crash loses at most that much text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from core import bundled, paths
+from core.config import Settings
+from core.engines.base import GenerationRequest, ModelSpec
+from core.events import Done, Error, Event, ReasoningDelta, TextDelta, ToolCall, Usage
+from core.store import Conversation, Message, MessageStream, SearchHit, Store
+from core.workers.pool import WorkerLoadError, WorkerPool, WorkerStatus
+
+T = TypeVar("T")
+FLUSH_S = 0.25
+
+
+@dataclass
+class ModelState:
+    """What the UI shows about the active model."""
+
+    label: str = "no model"
+    state: str = "idle"  # idle | provisioning | loading | ready | failed
+    error: str | None = None
+    context_size: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def engine_for(path: Path) -> str:
+    """Pick the engine from the artifact alone (full rules live in core.engines.select)."""
+    try:
+        from core.engines.select import select_engine
+
+        return select_engine(path).engine
+    except ImportError:
+        return "mlx" if path.is_dir() else "llamacpp"
+    except Exception:
+        return "mlx" if path.is_dir() else "llamacpp"
+
+
+class Turn:
+    """One user message and the assistant reply streaming for it."""
+
+    def __init__(self, runtime: Runtime, conversation_id: str, user_message_id: str,
+                 request: GenerationRequest) -> None:
+        self.runtime = runtime
+        self.conversation_id = conversation_id
+        self.user_message_id = user_message_id
+        self.request = request
+        self.assistant_message_id: str | None = None
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.runtime.pool.cancel(self.request.request_id)
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Stream the reply's events; the reply is saved as it streams."""
+        rt = self.runtime
+        stream = MessageStream(rt.store_handle, self.conversation_id,
+                               model=rt.model.label, parent_id=self.user_message_id, interval=0.0)
+        text: list[str] = []
+        reasoning: list[str] = []
+        tool_calls: list[dict[str, Any]] = []
+        last_flush = time.monotonic()
+        usage: dict[str, Any] | None = None
+        error: Error | None = None
+        finish = "error"
+        try:
+            ok = await rt.ensure_model()
+            if not ok or self.cancelled:
+                error = Error(
+                    "LOAD_FAILED" if not self.cancelled else "CANCELLED",
+                    rt.model.error or "The model is not available.",
+                ) if not self.cancelled else None
+                if error:
+                    yield error
+                finish = "error" if error else "cancelled"
+                yield Done(finish)  # type: ignore[arg-type]
+                return
+            async for event in rt.pool.generate(rt.model_key, self.request):
+                if isinstance(event, TextDelta):
+                    text.append(event.text)
+                elif isinstance(event, ReasoningDelta):
+                    reasoning.append(event.text)
+                elif isinstance(event, ToolCall):
+                    tool_calls.append({"id": event.id, "name": event.name,
+                                       "arguments": event.arguments, "error": event.error})
+                elif isinstance(event, Usage):
+                    usage = {"prompt_tokens": event.prompt_tokens, "cached_tokens": event.cached_tokens,
+                             "completion_tokens": event.completion_tokens, "ttft_ms": event.ttft_ms,
+                             "decode_tps": event.decode_tps}
+                elif isinstance(event, Error):
+                    error = event
+                elif isinstance(event, Done):
+                    finish = event.finish_reason
+                now = time.monotonic()
+                if (text or reasoning) and now - last_flush >= FLUSH_S:
+                    last_flush = now
+                    t, r = "".join(text), "".join(reasoning)
+                    text.clear()
+                    reasoning.clear()
+                    rt.store_call_nowait(stream.feed, t, r)
+                yield event
+        finally:
+            t, r = "".join(text), "".join(reasoning)
+            status = "error" if error is not None else "complete"
+            if error is not None and error.code == "WORKER_CRASHED":
+                status = "partial"
+
+            def _finish() -> None:
+                if t or r:
+                    stream.feed(t, r)
+                stream.finish(status, usage=usage, tool_calls=tool_calls or None,
+                              error=error.message if error else None)
+
+            await rt.store_call(_finish)
+            self.assistant_message_id = stream.message_id
+
+
+class Runtime:
+    """Async facade over pool, store and settings; the UI's only door into the core."""
+
+    def __init__(self, settings: Settings | None = None, *, pool: WorkerPool | None = None,
+                 model_spec: ModelSpec | None = None) -> None:
+        self.settings = settings or Settings.load()
+        self.pool = pool or WorkerPool()
+        self.model = ModelState()
+        self.model_key = "chat"
+        self._spec_override = model_spec
+        self._store: Store | None = None
+        self._db = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmdeck-store")
+        self._load_task: asyncio.Task[bool] | None = None
+        self._status_task: asyncio.Task[None] | None = None
+        self._closed = False
+        self.listeners: list[Callable[[ModelState], None]] = []
+
+    # -- lifecycle -------------------------------------------------------------
+    async def start(self, *, preload: bool = True) -> None:
+        self._store = await self.store_call(Store.open, paths.db_path())
+        if preload:
+            self._load_task = asyncio.ensure_future(self._load_model())
+        self._status_task = asyncio.ensure_future(self._publish_status())
+
+    async def _publish_status(self) -> None:
+        """Keep the status file fresh for `llmdeck workers` in another terminal."""
+        from core.workers.status_file import write_status
+
+        while True:
+            try:
+                await asyncio.to_thread(lambda: write_status(self.pool.status()))
+            except OSError:
+                pass
+            await asyncio.sleep(1.0)
+
+    async def close(self) -> None:
+        """Stop workers and close the store; safe to call more than once."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._load_task and not self._load_task.done():
+            self._load_task.cancel()
+        if self._status_task is not None:
+            self._status_task.cancel()
+            from core.workers.status_file import status_path
+
+            status_path().unlink(missing_ok=True)
+        await self.pool.shutdown()
+        if self._store is not None:
+            await self.store_call(self._store.close)
+        self._db.shutdown(wait=True)
+
+    @property
+    def store_handle(self) -> Store:
+        assert self._store is not None, "Runtime.start() was not awaited"
+        return self._store
+
+    async def store_call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._db, lambda: fn(*args, **kwargs))
+
+    def store_call_nowait(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Queue a write on the store thread without waiting (ordered with other calls)."""
+        self._db.submit(fn, *args)
+
+    # -- model -----------------------------------------------------------------
+    def _notify(self) -> None:
+        for listener in list(self.listeners):
+            listener(self.model)
+
+    async def _resolve_spec(self) -> ModelSpec:
+        if self._spec_override is not None:
+            return self._spec_override
+        s = self.settings
+        if s.model:
+            path = Path(s.model).expanduser()
+            label = path.name
+        else:
+            self.model.label = bundled.BUNDLED_CHAT_LABEL
+            target = bundled.bundled_chat_target()
+            if not await asyncio.to_thread(paths.config_path().exists):  # first run
+                self.model.state = "provisioning"
+                self._notify()
+                target = await asyncio.to_thread(bundled.provision_bundled_chat)
+                s.model = str(target)
+                await asyncio.to_thread(s.save)
+            path, label = target, bundled.BUNDLED_CHAT_LABEL
+        self.model.label = label if label != bundled.BUNDLED_CHAT_NAME else bundled.BUNDLED_CHAT_LABEL
+        engine = s.engine or engine_for(path)
+        return ModelSpec(path=str(path), engine=engine, context_size=s.context_size)
+
+    async def _load_model(self) -> bool:
+        try:
+            spec = await self._resolve_spec()
+            if spec.engine == "scripted" and self._spec_override is not None:
+                self.model.label = spec.option("label", "scripted")
+            self.model.state = "loading"
+            self.model.error = None
+            self._notify()
+            info = await self.pool.load(self.model_key, spec, replicas=self.settings.replicas,
+                                        label=self.model.label)
+        except WorkerLoadError as exc:
+            self.model.state = "failed"
+            self.model.error = exc.message
+            self._notify()
+            return False
+        except Exception as exc:  # provisioning (disk full, missing package)
+            self.model.state = "failed"
+            self.model.error = f"Could not prepare the model: {exc}"
+            self._notify()
+            return False
+        self.model.state = "ready"
+        self.model.info = info
+        self.model.context_size = int(info.get("context_size") or 0)
+        self._notify()
+        return True
+
+    async def ensure_model(self) -> bool:
+        """Load the configured model if it is not loaded; False (with model.error) if it can't."""
+        crashed = self.pool.crash_failure(self.model_key)
+        if crashed:
+            self.model.state = "failed"
+            self.model.error = crashed
+            self._notify()
+            return False
+        if self.model.state == "ready" and self.model_key in self.pool.loaded():
+            return True
+        if self._load_task is None or self._load_task.done():
+            if self._load_task is not None and self._load_task.done() and self.model.state == "ready":
+                pass
+            self._load_task = asyncio.ensure_future(self._load_model())
+        return await asyncio.shield(self._load_task)
+
+    async def reload_model(self) -> bool:
+        """Unload and load the current model again (clears a crash-budget failure)."""
+        await self.pool.unload(self.model_key)
+        self.model.state = "idle"
+        self._load_task = asyncio.ensure_future(self._load_model())
+        return await asyncio.shield(self._load_task)
+
+    async def switch_model(self, path: str, engine: str | None = None) -> bool:
+        await self.pool.unload(self.model_key)
+        self.settings.model = path
+        self.settings.engine = engine
+        self._spec_override = None
+        self.model = ModelState()
+        self._load_task = asyncio.ensure_future(self._load_model())
+        return await asyncio.shield(self._load_task)
+
+    def worker_status(self) -> list[WorkerStatus]:
+        return self.pool.status()
+
+    # -- conversations -----------------------------------------------------------
+    async def list_conversations(self, limit: int = 200) -> list[Conversation]:
+        return await self.store_call(self.store_handle.list_conversations, limit)
+
+    async def messages(self, conversation_id: str, limit: int = 50) -> list[Message]:
+        return await self.store_call(self.store_handle.messages, conversation_id, limit)
+
+    async def search(self, query: str, limit: int = 50) -> list[SearchHit]:
+        return await self.store_call(self.store_handle.search, query, limit)
+
+    async def start_turn(self, conversation_id: str | None, text: str) -> Turn:
+        """Save the user's message and prepare the reply (history comes from the store)."""
+        store = self.store_handle
+
+        def _prepare() -> tuple[str, str, list[Message]]:
+            cid = conversation_id or store.create_conversation(model=self.model.label)
+            history = store.messages(cid, limit=200)
+            mid = store.add_message(cid, "user", text)
+            return cid, mid, history
+
+        cid, mid, history = await self.store_call(_prepare)
+        chat: list[dict[str, Any]] = []
+        if self.settings.system_prompt:
+            chat.append({"role": "system", "content": self.settings.system_prompt})
+        for m in history:
+            if m.role in ("user", "assistant", "system") and (m.content or m.role == "user"):
+                chat.append({"role": m.role, "content": m.content})
+        chat.append({"role": "user", "content": text})
+        request = GenerationRequest(
+            request_id=uuid.uuid4().hex,
+            messages=tuple(chat),
+            sampling=self.settings.sampling.to_params(),
+            session_id=cid,
+        )
+        return Turn(self, cid, mid, request)

@@ -1,0 +1,550 @@
+"""WorkerPool: spawns, feeds, watches and respawns the worker processes.
+
+Lives in the app process on its asyncio loop. Pipes are read with `loop.add_reader`, so
+the loop never blocks on a worker. A worker that dies fails its open requests with
+Error(WORKER_CRASHED) at once (its process sentinel wakes the loop), and is respawned
+within a restart budget. Sessions stick to the worker that holds their KV cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import itertools
+import multiprocessing as mp
+import os
+import sys
+import time
+import weakref
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.engines.base import GenerationRequest, ModelSpec
+from core.events import Done, Error, Event, ReasoningDelta, TextDelta
+from core.workers import protocol as p
+from core.workers.worker_main import worker_main
+
+_CTX = mp.get_context("spawn")
+_ALL_POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
+
+
+@dataclass(slots=True)
+class WorkerStatus:
+    """A cheap snapshot of one worker for the status pane and `llmdeck workers`."""
+
+    worker_id: str
+    model: str
+    engine: str
+    state: str  # loading | ready | busy | crashed | idle | failed
+    pid: int | None
+    rss_bytes: int
+    active: int
+    queued: int
+    tokens_per_s: float
+    restarts: int
+    error: str | None = None
+
+
+@dataclass
+class _Stream:
+    queue: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
+    done: bool = False
+
+
+class _Worker:
+    """One worker process and the requests in flight on it."""
+
+    def __init__(self, pool: WorkerPool, group: _ModelGroup, index: int) -> None:
+        self.pool = pool
+        self.group = group
+        self.worker_id = f"{group.key}#{index}"
+        self.process: Any = None
+        self.conn: Any = None
+        self.state = "loading"
+        self.info: dict[str, Any] = {}
+        self.streams: dict[str, _Stream] = {}
+        self.slots = asyncio.Semaphore(1)
+        self.waiting = 0
+        self.restarts = 0
+        self.restart_times: deque[float] = deque()
+        self.error: str | None = None
+        self.token_times: deque[tuple[float, int]] = deque()
+        self.last_used = time.monotonic()
+        self._loaded: asyncio.Future[dict[str, Any]] | None = None
+
+    # -- lifecycle -------------------------------------------------------------
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        parent_conn, child_conn = _CTX.Pipe(duplex=True)
+        self.process = _CTX.Process(
+            target=worker_main,
+            args=(child_conn, self.group.spec, os.getpid()),
+            name=f"llmdeck-worker-{self.worker_id}",
+            daemon=True,
+        )
+        self.state = "loading"
+        self.error = None
+        self._loaded = loop.create_future()
+        self.process.start()
+        child_conn.close()
+        self.conn = parent_conn
+        loop.add_reader(self.conn.fileno(), self._on_readable)
+        loop.add_reader(self.process.sentinel, self._on_exit)
+        try:
+            self.info = await asyncio.wait_for(
+                asyncio.shield(self._loaded), timeout=self.pool.load_timeout_s
+            )
+        except TimeoutError:
+            self._detach()
+            self._kill()
+            self.state = "failed"
+            self.error = (
+                f"The model did not finish loading within {self.pool.load_timeout_s:.0f} s "
+                "and was stopped. Check that the file is a valid model and that memory is free."
+            )
+            raise WorkerLoadError("TIMEOUT", self.error) from None
+        self.slots = asyncio.Semaphore(int(self.info.get("max_concurrency", 1)))
+        self.state = "ready"
+
+    def _detach(self) -> None:
+        loop = asyncio.get_running_loop()
+        for fd in (self._fileno(), self._sentinel()):
+            if fd is not None:
+                loop.remove_reader(fd)
+
+    def _fileno(self) -> int | None:
+        try:
+            return self.conn.fileno() if self.conn and not self.conn.closed else None
+        except OSError:
+            return None
+
+    def _sentinel(self) -> int | None:
+        return self.process.sentinel if self.process is not None else None
+
+    def _kill(self) -> None:
+        if self.process is not None and self.process.is_alive():
+            self.process.kill()
+        if self.process is not None:
+            self.process.join(timeout=2)
+
+    # -- pipe ------------------------------------------------------------------
+    def _on_readable(self) -> None:
+        try:
+            while self.conn.poll():
+                self._dispatch(self.conn.recv())
+        except (EOFError, OSError):
+            self._on_exit()
+
+    def _dispatch(self, msg: tuple) -> None:
+        kind = msg[0]
+        if kind == p.STEP:
+            now = time.monotonic()
+            tokens = 0
+            for request_id, events in msg[1]:
+                stream = self.streams.get(request_id)
+                if stream is None:
+                    continue
+                for event in events:
+                    stream.queue.put_nowait(event)
+                    if isinstance(event, TextDelta | ReasoningDelta):
+                        tokens += 1
+                    elif isinstance(event, Done):
+                        stream.done = True
+                        self.streams.pop(request_id, None)
+            if tokens:
+                self.token_times.append((now, tokens))
+        elif kind == p.LOADED:
+            if self._loaded and not self._loaded.done():
+                self._loaded.set_result(msg[1])
+        elif kind == p.LOAD_FAILED:
+            if self._loaded and not self._loaded.done():
+                self._loaded.set_exception(WorkerLoadError(msg[1], msg[2]))
+        elif kind == p.FATAL:
+            self.error = "The worker hit an internal error and stopped."
+
+    def _on_exit(self) -> None:
+        """The process ended: fail its requests now, then respawn within the budget."""
+        if self.state in ("crashed", "stopped", "failed"):
+            return
+        self._detach()
+        if self._loaded and not self._loaded.done():
+            if self.process is not None:
+                self.process.join(timeout=1.0)
+            code = self.process.exitcode if self.process else None
+            self._loaded.set_exception(
+                WorkerLoadError("LOAD_FAILED", f"The worker exited while loading (exit code {code}).")
+            )
+            self.state = "failed"
+            return
+        if self.pool.closing:
+            self.state = "stopped"
+            return
+        self.process.join(timeout=0.1)
+        code = self.process.exitcode
+        self.state = "crashed"
+        message = (
+            f"The model worker stopped unexpectedly (exit code {code}). The reply so far was "
+            "kept; send again to retry."
+        )
+        if code is not None and code < 0 and -code == 9:
+            message = (
+                "The model worker was killed (out of memory, or stopped by the system). "
+                "The reply so far was kept; send again to retry."
+            )
+        for stream in self.streams.values():
+            stream.queue.put_nowait(Error("WORKER_CRASHED", message))
+            stream.queue.put_nowait(Done("error"))
+            stream.done = True
+        self.streams.clear()
+        self.group.forget_worker(self)
+        self.pool._schedule_respawn(self)
+
+    def send(self, msg: tuple) -> None:
+        self.conn.send(msg)
+
+    # -- status ----------------------------------------------------------------
+    def tokens_per_s(self, window: float = 10.0) -> float:
+        cutoff = time.monotonic() - window
+        while self.token_times and self.token_times[0][0] < cutoff:
+            self.token_times.popleft()
+        return sum(n for _, n in self.token_times) / window
+
+    def load(self) -> int:
+        return len(self.streams) + self.waiting
+
+    def status(self) -> WorkerStatus:
+        rss = 0
+        pid = self.process.pid if self.process is not None else None
+        if pid and self.state not in ("crashed", "failed", "stopped"):
+            try:
+                import psutil
+
+                rss = psutil.Process(pid).memory_info().rss
+            except Exception:
+                rss = 0
+        state = self.state
+        if state == "ready":
+            state = "busy" if self.streams else "idle"
+        return WorkerStatus(
+            worker_id=self.worker_id,
+            model=self.group.label,
+            engine=self.group.spec.engine,
+            state=state,
+            pid=pid,
+            rss_bytes=rss,
+            active=len(self.streams),
+            queued=self.waiting,
+            tokens_per_s=self.tokens_per_s(),
+            restarts=self.restarts,
+            error=self.error,
+        )
+
+
+class WorkerLoadError(Exception):
+    """A model could not be loaded; carries an events.Error code and a user sentence."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class _ModelGroup:
+    """The workers serving one model, and which session sits on which worker."""
+
+    def __init__(self, key: str, spec: ModelSpec, replicas: int, label: str) -> None:
+        self.key = key
+        self.spec = spec
+        self.replicas = replicas
+        self.label = label
+        self.workers: list[_Worker] = []
+        self.affinity: OrderedDict[str, _Worker] = OrderedDict()
+        self.failed: str | None = None
+        self.failed_code = "LOAD_FAILED"
+        self.crash_failed = False  # the restart budget ran out; only an explicit reload clears it
+        self.loading: asyncio.Task[None] | None = None
+
+    def forget_worker(self, worker: _Worker) -> None:
+        for session, w in list(self.affinity.items()):
+            if w is worker:
+                del self.affinity[session]
+
+    def pick(self, session_id: str | None, max_sessions: int) -> _Worker:
+        live = [w for w in self.workers if w.state == "ready"]
+        if not live:
+            raise WorkerLoadError("LOAD_FAILED", self.failed or "No worker is ready for this model.")
+        if session_id is not None:
+            worker = self.affinity.get(session_id)
+            if worker is not None and worker in live:
+                self.affinity.move_to_end(session_id)
+                return worker
+        worker = min(live, key=lambda w: (w.load(), w.last_used))
+        if session_id is not None:
+            self.affinity[session_id] = worker
+            while len(self.affinity) > max_sessions:
+                self.affinity.popitem(last=False)
+        return worker
+
+
+class WorkerPool:
+    """All worker processes of the app, keyed by model."""
+
+    def __init__(
+        self,
+        *,
+        load_timeout_s: float = 180.0,
+        max_restarts: int = 3,
+        restart_window_s: float = 300.0,
+        max_sessions_per_model: int = 256,
+        idle_unload_s: float | None = None,
+    ) -> None:
+        self.load_timeout_s = load_timeout_s
+        self.max_restarts = max_restarts
+        self.restart_window_s = restart_window_s
+        self.max_sessions = max_sessions_per_model
+        self.idle_unload_s = idle_unload_s
+        self.closing = False
+        self._groups: dict[str, _ModelGroup] = {}
+        self._ids = itertools.count(1)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._idle_task: asyncio.Task[None] | None = None
+        _ALL_POOLS.add(self)
+        _start_resource_tracker()
+
+    # -- models ----------------------------------------------------------------
+    async def load(self, key: str, spec: ModelSpec, *, replicas: int = 1, label: str | None = None) -> dict[str, Any]:
+        """Start the workers for a model (if not running) and wait until they are ready."""
+        group = self._groups.get(key)
+        if group is None or group.spec != spec:
+            if group is not None:
+                await self.unload(key)
+            group = _ModelGroup(key, spec, replicas, label or key)
+            self._groups[key] = group
+        if group.loading is None or group.loading.done() and not self._ready(group):
+            group.failed = None
+            group.loading = asyncio.ensure_future(self._start_workers(group))
+        await asyncio.shield(group.loading)
+        if self.idle_unload_s and self._idle_task is None:
+            self._idle_task = asyncio.ensure_future(self._idle_watch())
+        return dict(group.workers[0].info) if group.workers else {}
+
+    def _ready(self, group: _ModelGroup) -> bool:
+        return any(w.state == "ready" for w in group.workers)
+
+    async def _start_workers(self, group: _ModelGroup) -> None:
+        missing = group.replicas - len([w for w in group.workers if w.state in ("ready", "loading")])
+        new = [_Worker(self, group, next(self._ids)) for _ in range(max(0, missing))]
+        group.workers.extend(new)
+        results = await asyncio.gather(*(w.start() for w in new), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors and not self._ready(group):
+            err = errors[0]
+            group.workers = [w for w in group.workers if w.state == "ready"]
+            group.failed = getattr(err, "message", str(err))
+            group.failed_code = getattr(err, "code", "LOAD_FAILED")
+            raise err
+
+    async def unload(self, key: str) -> None:
+        group = self._groups.pop(key, None)
+        if group is not None:
+            await self._stop_workers(group.workers)
+
+    def crash_failure(self, key: str) -> str | None:
+        """Why a model was given up on after repeated crashes (None when it wasn't)."""
+        group = self._groups.get(key)
+        return group.failed if group is not None and group.crash_failed else None
+
+    def worker_for_session(self, key: str, session_id: str) -> str | None:
+        """Which worker holds this session's cache (None if none yet)."""
+        group = self._groups.get(key)
+        worker = group.affinity.get(session_id) if group else None
+        return worker.worker_id if worker else None
+
+    def loaded(self) -> list[str]:
+        return [k for k, g in self._groups.items() if self._ready(g)]
+
+    # -- requests ----------------------------------------------------------------
+    async def generate(self, key: str, request: GenerationRequest) -> AsyncIterator[Event]:
+        """Stream the events of one request; always ends with Done."""
+        group = self._groups.get(key)
+        if group is None:
+            yield Error("LOAD_FAILED", f"Model {key!r} is not loaded.")
+            yield Done("error")
+            return
+        if group.crash_failed:
+            yield Error("WORKER_CRASHED", group.failed or "The model is marked failed.")
+            yield Done("error")
+            return
+        if not self._ready(group):
+            try:
+                await self.load(key, group.spec, replicas=group.replicas, label=group.label)
+            except WorkerLoadError as exc:
+                yield Error(exc.code if exc.code in _CODES else "LOAD_FAILED", exc.message)
+                yield Done("error")
+                return
+        try:
+            worker = group.pick(request.session_id, self.max_sessions)
+        except WorkerLoadError as exc:
+            yield Error("LOAD_FAILED", exc.message)
+            yield Done("error")
+            return
+        worker.waiting += 1
+        try:
+            await worker.slots.acquire()
+        finally:
+            worker.waiting -= 1
+        stream = _Stream()
+        finished = False
+        try:
+            if worker.state != "ready":
+                yield Error("WORKER_CRASHED", "The model worker stopped before this request started; send again.")
+                yield Done("error")
+                finished = True
+                return
+            worker.streams[request.request_id] = stream
+            worker.last_used = time.monotonic()
+            worker.send((p.GENERATE, request))
+            while True:
+                event = await stream.queue.get()
+                yield event
+                if isinstance(event, Done):
+                    finished = True
+                    return
+        finally:
+            worker.slots.release()
+            worker.last_used = time.monotonic()
+            if not finished and request.request_id in worker.streams:
+                worker.streams.pop(request.request_id, None)
+                if worker.state == "ready":
+                    try:
+                        worker.send((p.CANCEL, request.request_id))
+                    except OSError:
+                        pass
+
+    def cancel(self, request_id: str) -> None:
+        """Ask the worker to stop a request; its stream ends with Done('cancelled')."""
+        for group in self._groups.values():
+            for worker in group.workers:
+                if request_id in worker.streams and worker.state == "ready":
+                    worker.send((p.CANCEL, request_id))
+                    return
+
+    # -- crash recovery ------------------------------------------------------------
+    def _schedule_respawn(self, worker: _Worker) -> None:
+        group = worker.group
+        now = time.monotonic()
+        times = worker.restart_times
+        while times and now - times[0] > self.restart_window_s:
+            times.popleft()
+        if len(times) >= self.max_restarts:
+            worker.state = "failed"
+            group.failed = (
+                f"The model crashed {len(times) + 1} times within {self.restart_window_s:.0f} s "
+                "and was not restarted again. Check free memory, then reload it."
+            )
+            worker.error = group.failed
+            group.crash_failed = True
+            return
+        times.append(now)
+        task = asyncio.ensure_future(self._respawn(worker))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _respawn(self, worker: _Worker) -> None:
+        worker.restarts += 1
+        try:
+            await worker.start()
+        except WorkerLoadError as exc:
+            worker.state = "failed"
+            worker.error = exc.message
+            worker.group.failed = exc.message
+
+    # -- idle unload -----------------------------------------------------------------
+    async def _idle_watch(self) -> None:
+        while not self.closing:
+            await asyncio.sleep(min(5.0, self.idle_unload_s or 5.0))
+            cutoff = time.monotonic() - (self.idle_unload_s or 0)
+            for group in list(self._groups.values()):
+                idle = [w for w in group.workers if w.state == "ready" and not w.streams and not w.waiting and w.last_used < cutoff]
+                if idle and len(idle) == len(group.workers):
+                    group.workers = []
+                    group.affinity.clear()
+                    group.loading = None
+                    await self._stop_workers(idle)
+
+    # -- status and shutdown -----------------------------------------------------------
+    def status(self) -> list[WorkerStatus]:
+        out: list[WorkerStatus] = []
+        for group in self._groups.values():
+            out.extend(w.status() for w in group.workers)
+            if group.failed and not group.workers:
+                out.append(WorkerStatus(f"{group.key}#-", group.label, group.spec.engine, "failed",
+                                        None, 0, 0, 0, 0.0, 0, group.failed))
+        return out
+
+    def pids(self) -> list[int]:
+        return [w.process.pid for g in self._groups.values() for w in g.workers
+                if w.process is not None and w.process.is_alive()]
+
+    async def _stop_workers(self, workers: list[_Worker]) -> None:
+        for w in workers:
+            w.state = "stopped"
+            try:
+                w._detach()
+            except (ValueError, OSError):
+                pass
+            try:
+                w.send((p.SHUTDOWN,))
+            except (OSError, AttributeError):
+                pass
+        deadline = time.monotonic() + 3.0
+        for w in workers:
+            while w.process is not None and w.process.is_alive() and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            w._kill()
+            if w.conn is not None:
+                w.conn.close()
+
+    async def shutdown(self) -> None:
+        """Stop every worker; nothing is left running afterwards."""
+        self.closing = True
+        if self._idle_task:
+            self._idle_task.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        groups, self._groups = list(self._groups.values()), {}
+        await self._stop_workers([w for g in groups for w in g.workers])
+
+    def kill_all_now(self) -> None:
+        """Synchronous last resort (atexit): kill whatever is still alive."""
+        self.closing = True
+        for group in self._groups.values():
+            for w in group.workers:
+                if w.process is not None and w.process.is_alive():
+                    w.process.kill()
+
+
+def _start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker while sys.stderr is the real one.
+
+    Textual swaps sys.stderr for a capture object without a usable fileno while the app
+    runs; a tracker first started then fails ("bad value(s) in fds_to_keep").
+    """
+    from multiprocessing import resource_tracker
+
+    real, sys.stderr = sys.stderr, sys.__stderr__ or sys.stderr
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        sys.stderr = real
+
+
+_CODES = {"OOM", "MODEL_CORRUPT", "UNSUPPORTED", "LOAD_FAILED", "TIMEOUT", "INTERNAL"}
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for pool in list(_ALL_POOLS):
+        pool.kill_all_now()

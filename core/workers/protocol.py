@@ -1,0 +1,25 @@
+"""Messages between the app process and a worker process.
+
+Messages are small tuples sent over a multiprocessing Connection (which frames and
+pickles them). A worker sends one STEP message per engine step carrying the deltas of
+all its active requests, never one message per token per request: that keeps the app
+process's cost per token tiny at large batch sizes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# app -> worker
+GENERATE = "generate"  # (GENERATE, GenerationRequest)
+CANCEL = "cancel"  # (CANCEL, request_id)
+SHUTDOWN = "shutdown"  # (SHUTDOWN,)
+STATS = "stats"  # (STATS,) -> worker answers with STATS, dict
+
+# worker -> app
+LOADED = "loaded"  # (LOADED, info: dict)
+LOAD_FAILED = "load_failed"  # (LOAD_FAILED, code, message)
+STEP = "step"  # (STEP, [(request_id, [Event, ...]), ...])
+FATAL = "fatal"  # (FATAL, message): the worker is about to exit
+
+Message = tuple[Any, ...]

@@ -1,0 +1,196 @@
+"""The worker process: load one engine, then serve requests step by step.
+
+Runs under multiprocessing's spawn start method, so it imports only what the engine
+needs (never textual). It exits by itself when the app process disappears, so killing
+the app never leaves a model in memory.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+from core.engines.base import Engine, EngineLoadError, GenerationRequest, ModelSpec
+from core.events import Done, Error, Event, TextDelta
+from core.workers import protocol as p
+
+PARENT_CHECK_S = 0.5
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL us when the parent dies; elsewhere we poll getppid()."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _quiet_stdio() -> None:
+    """Send the worker's stdout/stderr (llama.cpp and MLX write there) to a log file.
+
+    The app owns the terminal: a stray native log line would land on top of the UI.
+    Only library diagnostics go there, never conversation text.
+    """
+    try:
+        from core import paths
+
+        log = open(paths.log_dir() / f"worker-{os.getpid()}.log", "ab", buffering=0)  # noqa: SIM115
+    except OSError:
+        log = open(os.devnull, "wb")  # noqa: SIM115
+    for fd in (1, 2):
+        try:
+            os.dup2(log.fileno(), fd)
+        except OSError:
+            pass
+
+
+def load_engine(spec: ModelSpec) -> Engine:
+    """Build the engine named by the spec; raises EngineLoadError for user-caused failures."""
+    if spec.engine == "llamacpp":
+        from core.engines.llamacpp import LlamaCppEngine
+
+        return LlamaCppEngine(spec)
+    if spec.engine == "mlx":
+        from core.engines.mlx import MlxEngine
+
+        return MlxEngine(spec)
+    if spec.engine == "scripted":
+        from core.engines.scripted import ScriptedEngine
+
+        return ScriptedEngine(spec)
+    raise EngineLoadError("UNSUPPORTED", f"Unknown engine {spec.engine!r}.")
+
+
+class _Parsers:
+    """Runs the model family's stream parser on each request's raw text, in the worker."""
+
+    def __init__(self, engine_info: dict[str, Any]) -> None:
+        self.family = "plain"
+        self._factory = None
+        try:
+            from core.parsing import StreamParser, detect_family
+
+            self.family = detect_family(
+                engine_info.get("chat_template"), engine_info.get("model_type")
+            )
+            self._factory = StreamParser
+        except ImportError:  # parsing package not present yet: plain text
+            pass
+        self._active: dict[str, Any] = {}
+
+    def start(self, request_id: str) -> None:
+        if self._factory is not None:
+            self._active[request_id] = self._factory(self.family)
+
+    def process(self, request_id: str, events: list[Event]) -> list[Event]:
+        parser = self._active.get(request_id)
+        if parser is None:
+            return events
+        out: list[Event] = []
+        for event in events:
+            if isinstance(event, TextDelta):
+                out.extend(parser.feed(event.text))
+            else:
+                if isinstance(event, Done | Error):
+                    out.extend(parser.finish())
+                    self._active.pop(request_id, None)
+                out.append(event)
+        return out
+
+
+def worker_main(conn: Connection, spec: ModelSpec, parent_pid: int) -> None:
+    """Entry point of a worker process."""
+    _die_with_parent()
+    _quiet_stdio()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C in the terminal is the app's
+    try:
+        engine = load_engine(spec)
+    except EngineLoadError as exc:
+        conn.send((p.LOAD_FAILED, exc.code, exc.message))
+        return
+    except MemoryError:
+        conn.send((p.LOAD_FAILED, "OOM", "Not enough memory to load this model."))
+        return
+    except Exception as exc:  # an engine bug: report it, never a silent death
+        conn.send((p.LOAD_FAILED, "LOAD_FAILED", f"Could not load the model: {exc}"))
+        return
+    info = dict(engine.info())
+    parsers = _Parsers(info)
+    info["family"] = parsers.family
+    info["pid"] = os.getpid()
+    info["max_concurrency"] = engine.max_concurrency
+    conn.send((p.LOADED, info))
+    try:
+        _serve(conn, engine, parsers, parent_pid)
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        pass  # the app went away
+    except Exception:
+        try:
+            conn.send((p.FATAL, traceback.format_exc(limit=5)))
+        except OSError:
+            pass
+    finally:
+        engine.close()
+
+
+def _serve(conn: Connection, engine: Engine, parsers: _Parsers, parent_pid: int) -> None:
+    last_parent_check = time.monotonic()
+    tokens_out = 0
+    while True:
+        busy = engine.has_work()
+        # When idle, block on the pipe (cheap); when busy, only drain what is there.
+        if conn.poll(0 if busy else PARENT_CHECK_S):
+            while True:
+                msg = conn.recv()
+                if not _handle(msg, conn, engine, parsers, tokens_out):
+                    return
+                if not conn.poll(0):
+                    break
+        now = time.monotonic()
+        if now - last_parent_check >= PARENT_CHECK_S:
+            last_parent_check = now
+            if os.getppid() != parent_pid:
+                return
+        if not engine.has_work():
+            continue
+        results = engine.step()
+        if results:
+            batch = []
+            for request_id, events in results:
+                events = parsers.process(request_id, events)
+                if events:
+                    batch.append((request_id, events))
+                    tokens_out += 1
+            if batch:
+                conn.send((p.STEP, batch))
+
+
+def _handle(msg: tuple, conn: Connection, engine: Engine, parsers: _Parsers, tokens: int) -> bool:
+    kind = msg[0]
+    if kind == p.GENERATE:
+        request: GenerationRequest = msg[1]
+        parsers.start(request.request_id)
+        try:
+            engine.submit(request)
+        except ValueError as exc:
+            conn.send(
+                (p.STEP, [(request.request_id, [Error("BAD_REQUEST", str(exc)), Done("error")])])
+            )
+    elif kind == p.CANCEL:
+        engine.cancel(msg[1])
+    elif kind == p.STATS:
+        conn.send((p.STATS, {"pid": os.getpid(), "steps_with_output": tokens}))
+    elif kind == p.SHUTDOWN:
+        return False
+    return True

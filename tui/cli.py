@@ -1,0 +1,87 @@
+"""The `llmdeck` command: starts the app, or runs a subcommand for a second SSH window.
+
+Imports stay lazy so `--version` and `--help` answer instantly without loading Textual,
+torch or a model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+
+def _version() -> str:
+    try:
+        return version("llmdeck")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llmdeck",
+        description="A full-screen terminal app for running LLMs locally. "
+        "Run with no arguments to open the app.",
+        epilog="Files live under LLMDECK_HOME when it is set, else in the usual per-user folders.",
+    )
+    parser.add_argument("--version", action="version", version=f"llmdeck {_version()}")
+    parser.add_argument("--model", help="a .gguf file or an MLX model folder to chat with")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.add_parser("workers", help="print the worker status table (for a second SSH window)")
+    models = sub.add_parser("models", help="search, pull, list, remove or import models",
+                            add_help=False)
+    models.add_argument("rest", nargs=argparse.REMAINDER)
+    sub.add_parser("paths", help="print where llmdeck keeps its files")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    if args.command == "models":
+        return _models(args.rest)
+    if args.command == "workers":
+        from core.workers.status_file import main as workers_main
+
+        return workers_main()
+    if args.command == "paths":
+        from core import paths
+
+        for name in ("data_dir", "config_dir", "log_dir", "cache_dir", "models_dir", "db_path"):
+            print(f"{name:12} {getattr(paths, name)()}")
+        return 0
+    return _run_app(args.model)
+
+
+def _models(rest: list[str]) -> int:
+    if rest and rest[0] == "import":
+        from core.engines.gguf_import import main as import_main
+
+        return import_main(rest[1:])
+    if rest and rest[0] == "restore-default":
+        from core.bundled import provision_bundled_chat
+
+        print(provision_bundled_chat(overwrite=True))
+        return 0
+    from core.hub.cli import main as hub_main
+
+    return hub_main(rest)
+
+
+def _run_app(model: str | None) -> int:
+    from core.config import Settings
+    from core.runtime import Runtime
+    from tui.app import LlmdeckApp
+
+    settings = Settings.load()
+    if model:
+        settings.model = model
+        settings.engine = None
+    app = LlmdeckApp(Runtime(settings))
+    app.run()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

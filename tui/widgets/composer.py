@@ -1,0 +1,85 @@
+"""The message composer: multi-line, Enter sends, Ctrl+J inserts a newline.
+
+Shift+Enter rarely reaches an app over SSH (most terminals send the same byte as Enter),
+so the newline key is Ctrl+J, which every terminal sends as a plain line feed; Alt+Enter
+works too where the terminal passes it. Both are shown in the footer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual import events
+from textual.binding import Binding
+from textual.message import Message
+from textual.widgets import TextArea
+
+NEWLINE_KEYS = frozenset({"ctrl+j", "alt+enter", "shift+enter", "ctrl+enter"})
+
+
+class Composer(TextArea):
+    """Where the user writes; posts Composer.Submitted on Enter."""
+
+    BINDINGS = [
+        Binding("enter", "submit", "Send", show=True, priority=True),
+        Binding("ctrl+j", "newline", "Newline", show=True, key_display="^j"),
+    ]
+
+    @dataclass
+    class Submitted(Message):
+        composer: Composer
+        text: str
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(soft_wrap=True, show_line_numbers=False, tab_behavior="focus", **kwargs)
+        self.sent_history: list[str] = []
+        self._history_pos: int | None = None
+
+    async def _on_key(self, event: events.Key) -> None:
+        if event.key in NEWLINE_KEYS:
+            event.stop()
+            event.prevent_default()
+            self.action_newline()
+            return
+        if event.key in ("up", "down") and self._browse_history(event.key):
+            event.stop()
+            event.prevent_default()
+            return
+        await super()._on_key(event)
+
+    def action_newline(self) -> None:
+        self.insert("\n")
+
+    def action_submit(self) -> None:
+        text = self.text
+        if not text.strip():
+            return
+        self.sent_history.append(text)
+        self._history_pos = None
+        self.post_message(self.Submitted(self, text))
+
+    def restore(self, text: str) -> None:
+        """Put text back (e.g. when sending failed before it was saved)."""
+        self.load_text(text)
+        self.move_cursor(self.document.end)
+
+    def _browse_history(self, key: str) -> bool:
+        """Up on the first line / down on the last walks the sent-message history."""
+        if not self.sent_history:
+            return False
+        row, _ = self.cursor_location
+        if key == "up" and row == 0 and (not self.text or self._history_pos is not None):
+            pos = len(self.sent_history) if self._history_pos is None else self._history_pos
+            pos = max(0, pos - 1)
+        elif key == "down" and self._history_pos is not None and row == self.document.line_count - 1:
+            pos = self._history_pos + 1
+            if pos >= len(self.sent_history):
+                self._history_pos = None
+                self.load_text("")
+                return True
+        else:
+            return False
+        self._history_pos = pos
+        self.load_text(self.sent_history[pos])
+        self.move_cursor(self.document.end)
+        return True

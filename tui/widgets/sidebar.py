@@ -1,0 +1,96 @@
+"""Conversations sidebar: newest first, with a live full-text search box."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import Input, OptionList
+from textual.widgets.option_list import Option
+
+from core.store import Conversation, SearchHit, snippet_parts
+
+
+def _hit_label(hit: SearchHit) -> Text:
+    text = Text(hit.title or "Untitled", style="bold")
+    text.append("\n")
+    text.append(highlight_snippet(hit.snippet))
+    return text
+
+
+def highlight_snippet(snippet: str) -> Text:
+    """Turn the store's highlight markers into highlighted spans."""
+    out = Text()
+    for part, matched in snippet_parts(snippet.replace("\n", " ")):
+        out.append(part, style="bold reverse" if matched else "dim")
+    return out
+
+
+class Sidebar(Vertical):
+    """Lists conversations; typing in the search box switches to FTS results."""
+
+    @dataclass
+    class Opened(Message):
+        conversation_id: str
+        message_id: str | None = None
+
+    @dataclass
+    class SearchChanged(Message):
+        query: str
+
+    def compose(self) -> ComposeResult:
+        yield Input(placeholder="Search chats (ctrl+f)", id="search")
+        yield OptionList(id="conversations")
+
+    @property
+    def options(self) -> OptionList:
+        return self.query_one("#conversations", OptionList)
+
+    def show_conversations(self, conversations: list[Conversation], current: str | None = None) -> None:
+        options = self.options
+        options.clear_options()
+        options.add_options(
+            Option(c.title or "Untitled", id=f"c:{c.id}") for c in conversations
+        )
+        if current is not None:
+            self.highlight(current)
+        elif conversations:
+            options.highlighted = 0
+
+    def show_hits(self, hits: list[SearchHit]) -> None:
+        options = self.options
+        options.clear_options()
+        seen: set[str] = set()
+        for hit in hits:
+            if hit.conversation_id in seen:
+                continue
+            seen.add(hit.conversation_id)
+            options.add_option(Option(_hit_label(hit), id=f"h:{hit.conversation_id}:{hit.message_id or ''}"))
+        if not hits:
+            options.add_option(Option(Text("No matches", style="dim"), disabled=True))
+        else:
+            options.highlighted = 0
+
+    def highlight(self, conversation_id: str) -> None:
+        try:
+            index = self.options.get_option_index(f"c:{conversation_id}")
+        except Exception:
+            return
+        self.options.highlighted = index
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self.post_message(self.SearchChanged(event.value))
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        oid = event.option.id or ""
+        kind, _, rest = oid.partition(":")
+        if kind == "c":
+            self.post_message(self.Opened(rest))
+        elif kind == "h":
+            cid, _, mid = rest.partition(":")
+            self.post_message(self.Opened(cid, mid or None))

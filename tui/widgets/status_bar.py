@@ -1,0 +1,26 @@
+"""The top line: app name, active model, its state, and context use."""
+
+from __future__ import annotations
+
+from textual.reactive import reactive
+from textual.widgets import Static
+
+
+def human_tokens(n: int) -> str:
+    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
+
+
+class StatusBar(Static):
+    """Renders from reactives so any update is one cheap refresh."""
+
+    model_label: reactive[str] = reactive("no model")
+    model_state: reactive[str] = reactive("idle")
+    context_used: reactive[int] = reactive(0)
+    context_size: reactive[int] = reactive(0)
+
+    def render(self) -> str:
+        state = {"ready": "●", "loading": "◌ loading", "provisioning": "◌ preparing",
+                 "failed": "✖ failed", "idle": "○"}.get(self.model_state, self.model_state)
+        ctx = (f"{human_tokens(self.context_used)} / {human_tokens(self.context_size)}"
+               if self.context_size else "")
+        return f" llmdeck │ {self.model_label} {state} │ ctx {ctx}".rstrip(" │ctx")
