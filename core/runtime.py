@@ -287,8 +287,10 @@ class Runtime:
     async def list_conversations(self, limit: int = 200) -> list[Conversation]:
         return await self.store_call(self.store_handle.list_conversations, limit)
 
-    async def messages(self, conversation_id: str, limit: int = 50) -> list[Message]:
-        return await self.store_call(self.store_handle.messages, conversation_id, limit)
+    async def messages(self, conversation_id: str, limit: int = 50,
+                       before: str | None = None) -> list[Message]:
+        """The active branch's last `limit` messages, or the page just before `before`."""
+        return await self.store_call(self.store_handle.messages, conversation_id, limit, before)
 
     async def search(self, query: str, limit: int = 50) -> list[SearchHit]:
         return await self.store_call(self.store_handle.search, query, limit)
@@ -304,6 +306,10 @@ class Runtime:
             return cid, mid, history
 
         cid, mid, history = await self.store_call(_prepare)
+        return Turn(self, cid, mid, self._request(cid, history, text))
+
+    def _request(self, cid: str, history: list[Message], text: str) -> GenerationRequest:
+        """The generation request for `text` after `history` (system prompt first)."""
         chat: list[dict[str, Any]] = []
         if self.settings.system_prompt:
             chat.append({"role": "system", "content": self.settings.system_prompt})
@@ -311,10 +317,125 @@ class Runtime:
             if m.role in ("user", "assistant", "system") and (m.content or m.role == "user"):
                 chat.append({"role": m.role, "content": m.content})
         chat.append({"role": "user", "content": text})
-        request = GenerationRequest(
+        return GenerationRequest(
             request_id=uuid.uuid4().hex,
             messages=tuple(chat),
             sampling=self.settings.sampling.to_params(),
             session_id=cid,
         )
-        return Turn(self, cid, mid, request)
+
+    # -- message actions (regenerate, edit, branches, delete) ------------------------------
+    async def _turn_for_user_message(self, cid: str, user_id: str) -> Turn:
+        store = self.store_handle
+
+        def _history() -> tuple[Message, list[Message]]:
+            page = store.messages_through(cid, user_id, limit=201)
+            return page[-1], page[:-1]
+
+        user, history = await self.store_call(_history)
+        return Turn(self, cid, user.id, self._request(cid, history, user.content))
+
+    async def regenerate(self, conversation_id: str, message_id: str) -> Turn:
+        """A new reply to the user message that `message_id` answers (or is): the old reply
+        stays as another branch."""
+        msg = await self.store_call(self.store_handle.get_message, message_id)
+        if msg is None:
+            raise LookupError("That message no longer exists.")
+        user_id = msg.id if msg.role == "user" else msg.parent_id
+        if user_id is None:
+            raise LookupError("There is no user message to answer.")
+        await self.store_call(self.store_handle.switch_branch, user_id)
+        return await self._turn_for_user_message(conversation_id, user_id)
+
+    async def edit_and_resend(self, conversation_id: str, message_id: str, text: str) -> Turn:
+        """Save `text` as a sibling of user message `message_id` (a new branch) and answer it."""
+        new_id = await self.store_call(self.store_handle.edit_message, message_id, text)
+        return await self._turn_for_user_message(conversation_id, new_id)
+
+    async def branch_positions(self, message_ids: list[str]) -> dict[str, tuple[int, int]]:
+        """(1-based index, count) among its siblings for each message that has siblings."""
+        store = self.store_handle
+
+        def _positions() -> dict[str, tuple[int, int]]:
+            out: dict[str, tuple[int, int]] = {}
+            for mid in message_ids:
+                ids = [m.id for m in store.branches(mid)]
+                if len(ids) > 1 and mid in ids:
+                    out[mid] = (ids.index(mid) + 1, len(ids))
+            return out
+
+        return await self.store_call(_positions)
+
+    async def step_branch(self, message_id: str, step: int) -> bool:
+        """Make the previous (-1) or next (+1) sibling of `message_id` active; False at an end."""
+        store = self.store_handle
+
+        def _step() -> bool:
+            ids = [m.id for m in store.branches(message_id)]
+            if message_id not in ids:
+                return False
+            index = ids.index(message_id) + step
+            if not 0 <= index < len(ids):
+                return False
+            store.switch_branch(ids[index])
+            return True
+
+        return await self.store_call(_step)
+
+    async def delete_message(self, message_id: str) -> None:
+        """Delete a message and every reply below it; the active branch falls back to its
+        parent when it ran through the deleted message."""
+        store = self.store_handle
+
+        def _delete() -> None:
+            msg = store.get_message(message_id)
+            if msg is None:
+                return
+            with store._write() as conn:
+                conn.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+                leaf = conn.execute("SELECT active_leaf_id FROM conversations WHERE id = ?",
+                                    (msg.conversation_id,)).fetchone()
+                gone = leaf and leaf[0] and conn.execute(
+                    "SELECT 1 FROM messages WHERE id = ?", (leaf[0],)).fetchone() is None
+                if gone:
+                    conn.execute("UPDATE conversations SET active_leaf_id = ? WHERE id = ?",
+                                 (msg.parent_id, msg.conversation_id))
+
+        await self.store_call(_delete)
+
+    # -- conversations: rename, delete, export -----------------------------------------------
+    async def rename_conversation(self, conversation_id: str, title: str) -> None:
+        await self.store_call(self.store_handle.rename_conversation, conversation_id, title)
+
+    async def delete_conversation(self, conversation_id: str) -> None:
+        await self.store_call(self.store_handle.delete_conversation, conversation_id)
+
+    async def export_conversation(self, conversation_id: str, folder: Path | None = None) -> Path:
+        """Write the active branch as Markdown under data_dir()/exports; returns the file."""
+        store = self.store_handle
+
+        def _export() -> Path:
+            text = store.export_markdown(conversation_id)
+            conv = store.get_conversation(conversation_id)
+            stem = "".join(ch if ch.isalnum() or ch in "-_" else "-"
+                           for ch in (conv.title if conv and conv.title else "conversation"))[:40]
+            out_dir = folder or (paths.data_dir() / "exports")
+            out_dir.mkdir(parents=True, exist_ok=True)
+            path = out_dir / f"{stem.strip('-') or 'conversation'}-{conversation_id[:8]}.md"
+            path.write_text(text, encoding="utf-8")
+            return path
+
+        return await self.store_call(_export)
+
+    # -- settings ------------------------------------------------------------------------------
+    async def save_settings(self) -> None:
+        """Write settings to the TOML config file off the loop."""
+        await asyncio.to_thread(self.settings.save)
+
+
+def context_use(messages: list[Message]) -> int:
+    """Tokens the conversation fills: prompt + completion of the newest reply with usage."""
+    for m in reversed(messages):
+        if m.usage:
+            return int(m.usage.get("prompt_tokens", 0)) + int(m.usage.get("completion_tokens", 0))
+    return 0
