@@ -127,6 +127,12 @@ class PrefixCache:
         if best_key is None:
             return None, 0
         entry = self._entries[best_key]
+        if best_len == len(entry.tokens):
+            # The usual next turn: the whole entry is a prefix of the prompt. Hand the
+            # cache over without copying (a copy of a long history costs more than the
+            # prefill it saves); the request stores its longer cache when it finishes.
+            self._drop(best_key)
+            return entry.cache, best_len
         self._entries.move_to_end(best_key)
         cache = copy.deepcopy(entry.cache)
         if not _trim(cache, len(entry.tokens) - best_len):

@@ -49,13 +49,22 @@ def test_no_match_returns_nothing():
 def test_fetched_copy_does_not_alter_the_stored_entry():
     pc = PrefixCache()
     pc.store([1, 2, 3, 4], filled_cache([1, 2, 3, 4]))
-    cache, n = pc.fetch([1, 2, 3, 4, 5])
+    cache, n = pc.fetch([1, 2, 3, 9, 5])  # partial match: a trimmed private copy
+    assert n == 3
     new = mx.full((1, 1, 1, 4), 42.0)
     for c in cache:
         c.update_and_fetch(new, new)
-    assert positions(cache) == [1, 2, 3, 4, 42]
+    assert positions(cache) == [1, 2, 3, 42]
     again, _ = pc.fetch([1, 2, 3, 4, 5])
     assert positions(again) == [1, 2, 3, 4]
+
+
+def test_whole_entry_match_is_handed_over_without_a_copy():
+    pc = PrefixCache()
+    stored = filled_cache([1, 2, 3])
+    pc.store([1, 2, 3], stored)
+    cache, n = pc.fetch([1, 2, 3, 4])
+    assert n == 3 and cache is stored and len(pc) == 0
 
 
 def test_entry_covered_by_a_longer_one_is_replaced():
@@ -70,7 +79,7 @@ def test_lru_evicts_least_recent_beyond_the_byte_bound():
     pc = PrefixCache(max_bytes=2 * one)
     pc.store([1, 2, 3], filled_cache([1, 2, 3]))
     pc.store([4, 5, 6], filled_cache([4, 5, 6]))
-    pc.fetch([1, 2, 3, 0])  # touch the first: the second is now least recent
+    pc.fetch([1, 2, 0])  # touch the first (partial match): the second is least recent
     pc.store([7, 8, 9], filled_cache([7, 8, 9]))
     assert len(pc) == 2 and pc.nbytes <= 2 * one
     assert pc.fetch([4, 5, 6, 0]) == (None, 0)
