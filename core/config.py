@@ -7,6 +7,7 @@ the app from starting.
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -36,6 +37,25 @@ class Sampling:
 
 
 @dataclass
+class RemoteEndpoint:
+    """An OpenAI-compatible server (vLLM, llama.cpp server, Ollama, another llmdeck).
+
+    `url` is the API base as the openai client takes it (e.g. http://gpu-box:8000/v1);
+    the key comes from `api_key`, or from the environment variable named by
+    `api_key_env` so it need not sit in the settings file.
+    """
+
+    name: str
+    url: str
+    api_key: str = ""
+    api_key_env: str = ""
+    models: list[str] = field(default_factory=list)
+
+    def key(self) -> str:
+        return os.environ.get(self.api_key_env, "") if self.api_key_env else self.api_key
+
+
+@dataclass
 class Settings:
     model: str | None = None  # path to a .gguf or an MLX model dir; None = bundled
     engine: str | None = None  # None = choose from the artifact
@@ -44,6 +64,7 @@ class Settings:
     theme: str = "llmdeck-dark"
     replicas: int = 1
     sampling: Sampling = field(default_factory=Sampling)
+    remotes: list[RemoteEndpoint] = field(default_factory=list)
     problems: list[str] = field(default_factory=list, repr=False, compare=False)
 
     @classmethod
@@ -61,7 +82,7 @@ class Settings:
         return settings
 
     def _apply(self, data: dict[str, Any]) -> None:
-        names = {f.name for f in fields(self)} - {"sampling", "problems"}
+        names = {f.name for f in fields(self)} - {"sampling", "problems", "remotes"}
         for key, value in data.items():
             if key in names:
                 setattr(self, key, value)
@@ -70,6 +91,20 @@ class Settings:
         for key, value in samp.items() if isinstance(samp, dict) else ():
             if key in snames:
                 setattr(self.sampling, key, value)
+        self.remotes = []
+        for entry in data.get("remotes", []) if isinstance(data.get("remotes"), list) else ():
+            try:
+                remote = RemoteEndpoint(**entry)
+                if not remote.name or not remote.url.startswith(("http://", "https://")):
+                    raise TypeError("needs a name and an http(s) url")
+            except TypeError as exc:
+                self.problems.append(f"remote endpoint {entry!r} ignored: {exc}")
+                continue
+            self.remotes.append(remote)
+
+    def remote(self, name: str) -> RemoteEndpoint | None:
+        """The configured endpoint called `name` (None when there is none)."""
+        return next((r for r in self.remotes if r.name == name), None)
 
     def save(self, path: Path | None = None) -> None:
         path = path or paths.config_path()
