@@ -1,0 +1,333 @@
+"""The model hub screen: search Hugging Face, pick a file, download it, load a local model.
+
+Every Hub and disk call in core.hub blocks, so each runs in a thread (asyncio.to_thread
+inside a Textual worker) and downloads run in DownloadJob threads behind one
+DownloadQueue; the screen only receives results and progress values. The screen is
+installed on the app (see `open_hub`), so closing it keeps downloads going and reopening
+it shows them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
+
+from core.hub import (
+    DownloadJob,
+    DownloadProgress,
+    DownloadQueue,
+    HubError,
+    LocalModel,
+    delete_model,
+    ensure_bundled,
+    list_files,
+    list_local_models,
+    plan_download,
+    search_models,
+)
+from tui.widgets import hub_format as fmt
+from tui.widgets.hub_confirm import ConfirmDialog
+from tui.widgets.hub_downloads import DownloadsPanel
+from tui.widgets.hub_files import FilesTable
+from tui.widgets.hub_local import LocalTable
+from tui.widgets.hub_results import ResultsTable
+
+SCREEN_NAME = "hub"
+FORMATS = ("all", "gguf", "mlx")
+SORTS = ("downloads", "likes", "recent")
+SEARCH_TAB = "hub-search-tab"
+LOCAL_TAB = "hub-local-tab"
+
+
+def open_hub(app: App) -> None:
+    """Show the hub, creating it once per app so its download queue outlives a close."""
+    if not app.is_screen_installed(SCREEN_NAME):
+        app.install_screen(HubScreen(), SCREEN_NAME)
+    if app.screen is not app.get_screen(SCREEN_NAME):
+        app.push_screen(SCREEN_NAME)
+
+
+class HubScreen(Screen):
+    """Search, files and downloads on one tab; the local registry on the other."""
+
+    BINDINGS = [
+        Binding("escape", "close", "Back"),
+        Binding("ctrl+t", "switch_tab", "Search/Local"),
+        Binding("slash", "focus_search", "Search"),
+        Binding("ctrl+g", "cycle_format", "Format"),
+        Binding("ctrl+r", "cycle_sort", "Sort"),
+        Binding("c", "cancel_download", "Cancel download"),
+        Binding("x", "clear_downloads", "Clear finished"),
+    ]
+
+    search_format: reactive[str] = reactive("all")
+    search_sort: reactive[str] = reactive("downloads")
+
+    def __init__(self, *, search_on_open: bool = True) -> None:
+        super().__init__(id="hub-screen")
+        self.queue: DownloadQueue | None = None
+        self.query_text = ""
+        self._search_on_open = search_on_open
+
+    def compose(self) -> ComposeResult:
+        yield Static("llmdeck │ Model hub", id="hub-title")
+        with TabbedContent(id="hub-tabs", initial=SEARCH_TAB):
+            with TabPane("Search Hugging Face", id=SEARCH_TAB):
+                with Horizontal(id="hub-search-row"):
+                    yield Input(placeholder="model name, then Enter (empty = most popular)",
+                                id="hub-query")
+                    yield Static("", id="hub-filters")
+                yield Static("", id="hub-search-status", classes="hub-status")
+                yield ResultsTable(id="hub-results")
+                yield Static("", id="hub-detail")
+                yield Static("Files: press Enter on a repo", id="hub-files-status",
+                             classes="hub-status")
+                yield FilesTable(id="hub-files")
+            with TabPane("Local models", id=LOCAL_TAB):
+                yield Static("", id="hub-local-status", classes="hub-status")
+                yield LocalTable(id="hub-local")
+        yield DownloadsPanel(id="hub-downloads")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.queue = DownloadQueue(on_update=self._on_download_update)
+        self._show_filters()
+        self.query_one("#hub-query", Input).focus()
+        if self._search_on_open:
+            self.run_search()
+        self.refresh_local()
+
+    # -- small helpers -----------------------------------------------------------------------
+    def _status(self, selector: str, text: str, error: bool = False) -> None:
+        widget = self.query_one(selector, Static)
+        widget.update(text)
+        widget.set_class(error, "-error")
+
+    def _show_error(self, selector: str, err: HubError) -> None:
+        self._status(selector, f"{err.code}: {err.message}", error=True)
+
+    def _show_filters(self) -> None:
+        self.query_one("#hub-filters", Static).update(
+            f"format {self.search_format} (ctrl+g) · sort {self.search_sort} (ctrl+r)")
+
+    @property
+    def on_local_tab(self) -> bool:
+        return self.query_one(TabbedContent).active == LOCAL_TAB
+
+    # -- search --------------------------------------------------------------------------------
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "hub-query":
+            event.stop()
+            self.query_text = event.value.strip()
+            self.run_search(focus_results=True)
+
+    @work(exclusive=True, group="hub-search")
+    async def run_search(self, focus_results: bool = False) -> None:
+        what = f"“{self.query_text}”" if self.query_text else "the most popular models"
+        self._status("#hub-search-status", f"Searching {what} ({self.search_format}, by "
+                     f"{self.search_sort})…")
+        try:
+            results = await asyncio.to_thread(search_models, self.query_text,
+                                              self.search_format, self.search_sort)
+        except HubError as err:
+            self.query_one(ResultsTable).show([])
+            self._show_error("#hub-search-status", err)
+            return
+        table = self.query_one(ResultsTable)
+        table.show(results)
+        if not results:
+            self._status("#hub-search-status", f"No {self.search_format} repos match {what}; "
+                         "try fewer words or ctrl+g for another format.")
+            return
+        self._status("#hub-search-status", f"{len(results)} repos · Enter lists a repo's files")
+        if focus_results:
+            table.focus()
+
+    def on_results_table_highlighted(self, event: ResultsTable.Highlighted) -> None:
+        self.query_one("#hub-detail", Static).update(fmt.result_detail(event.result))
+
+    def on_results_table_opened(self, event: ResultsTable.Opened) -> None:
+        self.open_repo(event.result.repo_id)
+
+    @work(exclusive=True, group="hub-files")
+    async def open_repo(self, repo_id: str) -> None:
+        files = self.query_one(FilesTable)
+        self._status("#hub-files-status", f"Listing {repo_id}…")
+        try:
+            listing = await asyncio.to_thread(list_files, repo_id)
+        except HubError as err:
+            files.show_empty()
+            self._show_error("#hub-files-status", err)
+            return
+        files.show(listing)
+        what = {"gguf": "d downloads the GGUF under the cursor (its mmproj comes along)",
+                "mlx": "MLX model: d downloads the files it needs",
+                None: "nothing here llmdeck can run"}[listing.format]
+        gated = " · gated: accept its terms on the Hub first" if listing.gated else ""
+        self._status("#hub-files-status", f"{repo_id} · {len(listing.files)} files · "
+                     f"{what}{gated}")
+        files.focus()
+
+    # -- downloads ----------------------------------------------------------------------------
+    def on_files_table_download_requested(self, event: FilesTable.DownloadRequested) -> None:
+        try:
+            plan = plan_download(event.listing, None if event.listing.format == "mlx"
+                                 else event.file.path)
+        except HubError as err:
+            self._show_error("#hub-files-status", err)
+            return
+        assert self.queue is not None
+        for job in self.queue.jobs:
+            if job.plan == plan and not job.latest.finished:
+                self._status("#hub-files-status", f"{plan.primary or plan.repo_id} is already "
+                             "in the download queue.")
+                return
+        self.queue.add(plan)
+        name = plan.primary or plan.repo_id
+        self._status("#hub-files-status", f"Queued {name} ({fmt.size(plan.total_bytes)}, "
+                     f"{len(plan.files)} file{'s' if len(plan.files) > 1 else ''}) · "
+                     "c cancels")
+        self.refresh_bindings()
+
+    def _on_download_update(self, job: DownloadJob, progress: DownloadProgress) -> None:
+        before = self.query_one(DownloadsPanel).rows.get(job)
+        old_state = before.progress.state if before is not None else None
+        self.query_one(DownloadsPanel).show_progress(
+            job, progress, fmt.job_title(job.plan.repo_id, job.plan.primary))
+        if progress.state != old_state:
+            self.refresh_bindings()
+        if progress.state == "done" and old_state != "done":
+            ident = f"{job.plan.repo_id}:{job.plan.primary}" if job.plan.primary \
+                else job.plan.repo_id
+            self.notify(f"{job.plan.primary or job.plan.repo_id} is ready; ctrl+t then l "
+                        "loads it.", title="Download finished")
+            self.refresh_local(select=ident)
+
+    def action_cancel_download(self) -> None:
+        assert self.queue is not None
+        job = self._cancellable()
+        if job is not None:
+            self.queue.cancel(job)
+
+    def _cancellable(self) -> DownloadJob | None:
+        if self.queue is None:
+            return None
+        if (active := self.queue.active) is not None:
+            return active
+        return next((j for j in self.queue.jobs if not j.latest.finished), None)
+
+    def action_clear_downloads(self) -> None:
+        self.query_one(DownloadsPanel).clear_finished()
+        self.refresh_bindings()
+
+    # -- local models -------------------------------------------------------------------------
+    @work(exclusive=True, group="hub-local")
+    async def refresh_local(self, select: str | None = None) -> None:
+        try:
+            models = await asyncio.to_thread(list_local_models)
+        except OSError as exc:
+            self._status("#hub-local-status", f"Cannot read the models folders: {exc}", True)
+            return
+        self.query_one(LocalTable).show(models, select=select)
+        self._status("#hub-local-status", f"{len(models)} models on this machine · l loads "
+                     "one into the chat · Delete removes its files")
+
+    def on_local_table_refresh_requested(self, _: LocalTable.RefreshRequested) -> None:
+        self.refresh_local()
+
+    def on_local_table_load_requested(self, event: LocalTable.LoadRequested) -> None:
+        self.load_model(event.model)
+
+    @work(exclusive=True, group="hub-load")
+    async def load_model(self, model: LocalModel) -> None:
+        if not model.valid:
+            self._status("#hub-local-status", f"{model.name} cannot be loaded: {model.problem}. "
+                         "Delete it and download it again.", error=True)
+            return
+        path = model.path
+        if model.source == "bundled":
+            path = await asyncio.to_thread(ensure_bundled)
+        runtime = self.app.runtime  # type: ignore[attr-defined]
+        # The app owns the load, so closing this screen does not cancel it.
+        self.app.run_worker(runtime.switch_model(str(path)), name="switch-model",
+                            group="model-switch", exclusive=True)
+        self.notify(f"Loading {model.name}…", title="Model")
+        self.action_close()
+
+    def on_local_table_delete_requested(self, event: LocalTable.DeleteRequested) -> None:
+        model = event.model
+        loaded = getattr(self.app, "runtime", None)
+        current = loaded.settings.model if loaded is not None else None
+        if current and Path(current).expanduser() == model.path:
+            self._status("#hub-local-status", f"{model.name} is the model in use; load another "
+                         "one first, then delete it.", error=True)
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.remove_model(model)
+
+        self.app.push_screen(
+            ConfirmDialog(f"Delete {model.name}?",
+                          f"{fmt.size(model.size_bytes)} from {model.source} ({model.path})"),
+            answered,
+        )
+
+    @work(group="hub-delete")
+    async def remove_model(self, model: LocalModel) -> None:
+        try:
+            freed = await asyncio.to_thread(delete_model, model, confirm=True)
+        except HubError as err:
+            self._show_error("#hub-local-status", err)
+            return
+        except OSError as exc:
+            self._status("#hub-local-status", f"Could not delete {model.name}: {exc}", True)
+            return
+        self.refresh_local()
+        self.notify(f"Deleted {model.name}, freed {fmt.size(freed)}.", title="Model")
+
+    # -- keys ------------------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("cycle_format", "cycle_sort", "focus_search"):
+            return not self.on_local_tab
+        if action == "cancel_download":
+            return self._cancellable() is not None
+        if action == "clear_downloads":
+            return self.query_one(DownloadsPanel).has_finished
+        return True
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        self.refresh_bindings()
+        if event.pane.id == LOCAL_TAB:
+            self.query_one(LocalTable).focus()
+
+    def action_switch_tab(self) -> None:
+        tabs = self.query_one(TabbedContent)
+        tabs.active = SEARCH_TAB if tabs.active == LOCAL_TAB else LOCAL_TAB
+        if tabs.active == SEARCH_TAB:
+            self.query_one(ResultsTable).focus()
+
+    def action_focus_search(self) -> None:
+        self.query_one("#hub-query", Input).focus()
+
+    def action_cycle_format(self) -> None:
+        self.search_format = FORMATS[(FORMATS.index(self.search_format) + 1) % len(FORMATS)]
+        self._show_filters()
+        self.run_search()
+
+    def action_cycle_sort(self) -> None:
+        self.search_sort = SORTS[(SORTS.index(self.search_sort) + 1) % len(SORTS)]
+        self._show_filters()
+        self.run_search()
+
+    def action_close(self) -> None:
+        if self.app.screen is self:
+            self.app.pop_screen()

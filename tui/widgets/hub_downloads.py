@@ -1,0 +1,87 @@
+"""The download queue as progress rows: bytes, rate, ETA, and the error when one fails.
+
+Rows render from DownloadProgress values only, so the same widget shows a live job and a
+fixed snapshot state; the queue itself lives on the hub screen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import Label, ProgressBar, Static
+
+from core.hub import DownloadProgress
+from tui.widgets import hub_format as fmt
+
+
+class DownloadRow(Vertical):
+    """One job: name, bar, numbers; an error line underneath when it failed."""
+
+    def __init__(self, title: str, progress: DownloadProgress) -> None:
+        super().__init__(classes="download-row")
+        self.title = title
+        self.progress = progress
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(classes="download-line"):
+            yield Label("", classes="download-name")
+            yield ProgressBar(total=1, show_eta=False, classes="download-bar")
+            yield Label("", classes="download-stats")
+        yield Label("", classes="download-error")
+
+    def on_mount(self) -> None:
+        self.show(self.progress)
+
+    def show(self, p: DownloadProgress) -> None:
+        self.progress = p
+        self.query_one(".download-name", Label).update(self.title)
+        self.query_one(ProgressBar).update(total=max(p.total, 1),
+                                           progress=p.downloaded if p.total else 1)
+        self.query_one(".download-stats", Label).update(fmt.progress_stats(p))
+        error = self.query_one(".download-error", Label)
+        if p.error is not None and p.state == "error":
+            error.update(f"{p.error.code}: {p.error.message}")
+            error.display = True
+        else:
+            error.display = False
+        for state in fmt.STATE_LABELS:
+            self.set_class(p.state == state, f"-{state}")
+
+
+class DownloadsPanel(VerticalScroll):
+    """Every job of this session, newest last; hidden until the first download."""
+
+    can_focus = False
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.rows: dict[Hashable, DownloadRow] = {}
+        self.border_title = "Downloads"
+
+    def compose(self) -> ComposeResult:
+        yield Static("No downloads yet: pick a file and press d.", classes="downloads-empty")
+
+    def show_progress(self, key: Hashable, progress: DownloadProgress, title: str = "") -> None:
+        """Add or update the row for `key` (a job) with its latest progress."""
+        row = self.rows.get(key)
+        if row is None:
+            row = DownloadRow(title or progress.repo_id, progress)
+            self.rows[key] = row
+            self.query(".downloads-empty").remove()
+            self.mount(row)
+            self.scroll_end(animate=False)
+        else:
+            row.show(progress)
+
+    def clear_finished(self) -> int:
+        """Drop rows of jobs that ended (done, failed, cancelled); return how many."""
+        gone = [k for k, row in self.rows.items() if row.progress.finished]
+        for k in gone:
+            self.rows.pop(k).remove()
+        return len(gone)
+
+    @property
+    def has_finished(self) -> bool:
+        return any(row.progress.finished for row in self.rows.values())
