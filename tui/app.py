@@ -20,6 +20,7 @@ class LlmdeckApp(App):
     BINDINGS = [
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("f2", "next_theme", "Theme", show=False),
+        Binding("ctrl+o", "open_hub", "Models"),
     ]
 
     def __init__(self, runtime: Runtime | None = None, *, preload: bool = True) -> None:
@@ -48,6 +49,19 @@ class LlmdeckApp(App):
             return
         await self.main.refresh_sidebar()
         self.main.on_model_state(self.runtime.model)
+
+    def action_open_hub(self) -> None:
+        """The model hub: search, download, load (tui/screens/hub.py)."""
+        from tui.screens.hub import open_hub
+
+        open_hub(self)
+
+    def get_system_commands(self, screen):  # noqa: ANN001, ANN201  (Textual's signature)
+        yield from super().get_system_commands(screen)
+        from textual.app import SystemCommand
+
+        yield SystemCommand("Models", "Search, download and load models (ctrl+o)",
+                            self.action_open_hub)
 
     def action_next_theme(self) -> None:
         names = list(THEME_NAMES)
