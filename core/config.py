@@ -65,6 +65,10 @@ class Settings:
     replicas: int = 1
     sampling: Sampling = field(default_factory=Sampling)
     remotes: list[RemoteEndpoint] = field(default_factory=list)
+    tools_enabled: bool = True  # offer tools to models whose output format has tool calls
+    python_asks: bool = True  # ask before each python tool run (False: run without asking)
+    python_timeout_s: float = 30.0
+    python_memory_mb: int = 1024
     problems: list[str] = field(default_factory=list, repr=False, compare=False)
 
     @classmethod

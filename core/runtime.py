@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,7 +21,17 @@ from core import bundled, paths
 from core.config import Settings
 from core.engines.base import GenerationRequest, ModelSpec
 from core.events import Done, Error, Event, ReasoningDelta, TextDelta, ToolCall, Usage
+from core.remote.backend import Backend, PoolBackend
+from core.remote.refs import remote_ref
 from core.store import Conversation, Message, MessageStream, SearchHit, Store
+from core.tools import Approver, ToolKit, ToolRunner, ToolStatus, chat_messages
+from core.tools.loop import (
+    MAX_ROUNDS,
+    assistant_message,
+    limit_statuses,
+    tool_message,
+    tool_results_text,
+)
 from core.workers.pool import WorkerLoadError, WorkerPool, WorkerStatus
 
 T = TypeVar("T")
@@ -62,16 +72,77 @@ class Turn:
         self.request = request
         self.assistant_message_id: str | None = None
         self.cancelled = False
+        self.approve: Approver | None = None  # asked before a tool runs; None = deny all
+        self.max_rounds = MAX_ROUNDS
+        self._tool_runner: ToolRunner | None = None
 
     def cancel(self) -> None:
         self.cancelled = True
-        self.runtime.pool.cancel(self.request.request_id)
+        self.runtime.backend.cancel(self.request.request_id)
+        if self._tool_runner is not None:
+            self._tool_runner.cancel()
 
-    async def events(self) -> AsyncIterator[Event]:
-        """Stream the reply's events; the reply is saved as it streams."""
+    async def events(self) -> AsyncIterator[Event | ToolStatus]:
+        """Stream the reply's events; the reply is saved as it streams.
+
+        When a generation ends with tool calls, each call is shown (ToolStatus), approved,
+        run and stored as a `tool` message, and the model goes on with the results: one
+        Done at the very end, at most `max_rounds` generations.
+        """
+        rt = self.runtime
+        parent_id = self.user_message_id
+        for round_no in range(1, self.max_rounds + 1):
+            calls: list[ToolCall] = []
+            text: list[str] = []
+            done: Done | None = None
+            async for event in self._generate(parent_id):
+                if isinstance(event, ToolCall):
+                    calls.append(event)
+                elif isinstance(event, TextDelta):
+                    text.append(event.text)
+                if isinstance(event, Done):
+                    done = event
+                else:
+                    yield event
+            assistant_id = self.assistant_message_id
+            if not calls or self.cancelled or assistant_id is None or done is None \
+                    or done.finish_reason in ("error", "cancelled"):
+                if done is not None:
+                    yield done
+                return
+            statuses: list[ToolStatus] = []
+            if round_no == self.max_rounds:
+                statuses = limit_statuses(calls, self.max_rounds)
+                for status in statuses:
+                    yield status
+            else:
+                ctx = rt.tools.context(self.conversation_id, store=rt.store_handle,
+                                       store_call=rt.store_call)
+                self._tool_runner = ToolRunner(rt.tools.registry, rt.tools.policy, ctx, self.approve)
+                try:
+                    async for status in self._tool_runner.run(calls):
+                        if status.final:
+                            statuses.append(status)
+                        yield status
+                finally:
+                    self._tool_runner = None
+            parent_id = await rt.store_call(
+                rt.store_handle.add_message, self.conversation_id, "tool",
+                tool_results_text(statuses), parent_id=assistant_id,
+                tool_results=[s.record() for s in statuses])
+            if self.cancelled or round_no == self.max_rounds:
+                yield Done("cancelled" if self.cancelled else "tool_calls")
+                return
+            follow = (assistant_message("".join(text), calls),
+                      *(tool_message(s.call.id, s.call.name, s.result) for s in statuses))
+            self.request = replace(self.request, request_id=uuid.uuid4().hex,
+                                   messages=self.request.messages + follow)
+
+    async def _generate(self, parent_id: str) -> AsyncIterator[Event]:
+        """One generation of the reply, saved as one assistant message under `parent_id`."""
         rt = self.runtime
         stream = MessageStream(rt.store_handle, self.conversation_id,
-                               model=rt.model.label, parent_id=self.user_message_id, interval=0.0)
+                               model=rt.model.label, parent_id=parent_id, interval=0.0)
         text: list[str] = []
         reasoning: list[str] = []
         tool_calls: list[dict[str, Any]] = []
@@ -91,7 +162,9 @@ class Turn:
                 finish = "error" if error else "cancelled"
                 yield Done(finish)  # type: ignore[arg-type]
                 return
-            async for event in rt.pool.generate(rt.model_key, self.request):
+            if not self.request.tools:
+                self.request = replace(self.request, tools=rt.tools.offer(rt.model.info))
+            async for event in rt.backend.generate(self.request):
                 if isinstance(event, TextDelta):
                     text.append(event.text)
                 elif isinstance(event, ReasoningDelta):
@@ -140,6 +213,8 @@ class Runtime:
         self.pool = pool or WorkerPool()
         self.model = ModelState()
         self.model_key = "chat"
+        # Where generations come from: the pool (local model) or a remote endpoint.
+        self.backend: Backend = PoolBackend(self.pool, self.model_key)
         self._spec_override = model_spec
         self._store: Store | None = None
         self._db = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmdeck-store")
@@ -147,6 +222,7 @@ class Runtime:
         self._status_task: asyncio.Task[None] | None = None
         self._closed = False
         self.listeners: list[Callable[[ModelState], None]] = []
+        self.tools = ToolKit.from_settings(self.settings)
 
     # -- lifecycle -------------------------------------------------------------
     async def start(self, *, preload: bool = True) -> None:
@@ -179,6 +255,8 @@ class Runtime:
 
             status_path().unlink(missing_ok=True)
         await self.pool.shutdown()
+        await self.backend.close()
+        await self.tools.close()
         if self._store is not None:
             await self.store_call(self._store.close)
         self._db.shutdown(wait=True)
@@ -222,7 +300,31 @@ class Runtime:
         engine = s.engine or engine_for(path)
         return ModelSpec(path=str(path), engine=engine, context_size=s.context_size)
 
+    async def _use_remote(self, endpoint_name: str, model: str) -> bool:
+        """Point generations at a remote endpoint; nothing loads locally."""
+        endpoint = self.settings.remote(endpoint_name)
+        self.model.label = f"{model} @ {endpoint_name}"
+        if endpoint is None:
+            self.model.state = "failed"
+            self.model.error = (f"No remote endpoint named {endpoint_name!r} is configured; "
+                                "add it under [[remotes]] in settings.")
+            self._notify()
+            return False
+        from core.remote.client import RemoteBackend
+
+        self.backend = RemoteBackend(endpoint, model)
+        self.model.state = "ready"
+        self.model.error = None
+        self.model.info = {"engine": "remote", "url": endpoint.url, "model": model}
+        self._notify()
+        return True
+
     async def _load_model(self) -> bool:
+        await self.backend.close()
+        ref = remote_ref(self.settings.model) if self._spec_override is None else None
+        if ref is not None:
+            return await self._use_remote(*ref)
+        self.backend = PoolBackend(self.pool, self.model_key)
         try:
             spec = await self._resolve_spec()
             if spec.engine == "scripted" and self._spec_override is not None:
@@ -256,7 +358,7 @@ class Runtime:
             self.model.error = crashed
             self._notify()
             return False
-        if self.model.state == "ready" and self.model_key in self.pool.loaded():
+        if self.model.state == "ready" and self.backend.ready():
             return True
         if self._load_task is None or self._load_task.done():
             if self._load_task is not None and self._load_task.done() and self.model.state == "ready":
@@ -313,9 +415,7 @@ class Runtime:
         chat: list[dict[str, Any]] = []
         if self.settings.system_prompt:
             chat.append({"role": "system", "content": self.settings.system_prompt})
-        for m in history:
-            if m.role in ("user", "assistant", "system") and (m.content or m.role == "user"):
-                chat.append({"role": m.role, "content": m.content})
+        chat.extend(chat_messages(history))  # tool calls and results included
         chat.append({"role": "user", "content": text})
         return GenerationRequest(
             request_id=uuid.uuid4().hex,

@@ -1,0 +1,51 @@
+"""ToolKit: the tools, the approval policy and the sandbox the runtime holds.
+
+The sandbox process starts on the first python run, never at app start, so a chat that
+uses no tools costs nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.tools.approval import ApprovalPolicy
+from core.tools.builtins import default_registry
+from core.tools.registry import StoreCall, ToolContext, ToolRegistry
+from core.tools.sandbox import Sandbox
+
+NO_TOOL_FAMILIES = frozenset({"plain"})
+
+
+class ToolKit:
+    """Registry + policy + sandbox; `offer(model_info)` says which schemas a model gets."""
+
+    def __init__(self, *, enabled: bool = True, python_asks: bool = True,
+                 python_timeout_s: float = 30.0, python_memory_mb: int = 1024,
+                 registry: ToolRegistry | None = None) -> None:
+        self.enabled = enabled
+        self.registry = registry or default_registry()
+        self.policy = ApprovalPolicy(self.registry, python_asks=python_asks)
+        self.sandbox = Sandbox(timeout_s=python_timeout_s, memory_mb=python_memory_mb)
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> ToolKit:
+        return cls(
+            enabled=getattr(settings, "tools_enabled", True),
+            python_asks=getattr(settings, "python_asks", True),
+            python_timeout_s=float(getattr(settings, "python_timeout_s", 30.0)),
+            python_memory_mb=int(getattr(settings, "python_memory_mb", 1024)),
+        )
+
+    def offer(self, model_info: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+        """Tool schemas for this model: none when tools are off or its output format has
+        no tool-call markup we can parse (the calls would show up as plain text)."""
+        if not self.enabled or model_info.get("family", "plain") in NO_TOOL_FAMILIES:
+            return ()
+        return self.registry.schemas()
+
+    def context(self, conversation_id: str, *, store: Any = None,
+                store_call: StoreCall | None = None) -> ToolContext:
+        return ToolContext(conversation_id, store=store, store_call=store_call, sandbox=self.sandbox)
+
+    async def close(self) -> None:
+        await self.sandbox.close()

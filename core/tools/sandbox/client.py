@@ -1,0 +1,208 @@
+"""Sandbox: the app-side handle on the sandbox worker process.
+
+Runs are serialised (one sandbox process, one run at a time) and waited for off the
+event loop, so the chat keeps streaming while code runs. A run past its timeout, a
+MemoryError, a crash or a cancelled turn replaces the process: it is killed and a fresh
+one is started in the background, and the result says the namespace was reset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import multiprocessing as mp
+import os
+import re
+import uuid
+import weakref
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from core import paths
+from core.tools.sandbox.worker import sandbox_main
+
+_CTX = mp.get_context("spawn")
+_ALL: weakref.WeakSet[Sandbox] = weakref.WeakSet()
+START_TIMEOUT_S = 60.0
+DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_MEMORY_MB = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """What one run produced. `kind` says why it failed: exception | timeout | memory |
+    crashed | cancelled; `reset` is True when the run cost the conversation its variables."""
+
+    ok: bool
+    stdout: str = ""
+    stderr: str = ""
+    value: str | None = None
+    error: str | None = None
+    kind: str | None = None
+    figures: tuple[str, ...] = ()
+    reset: bool = False
+    pid: int | None = field(default=None, compare=False)
+
+    def text(self) -> str:
+        """The result as the model (and the tool card) reads it, like a notebook cell's output."""
+        parts: list[str] = []
+        if self.stdout:
+            parts.append(self.stdout.rstrip("\n"))
+        if self.stderr:
+            parts.append("[stderr]\n" + self.stderr.rstrip("\n"))
+        if self.value is not None:
+            parts.append(self.value)
+        for path in self.figures:
+            parts.append(f"[figure saved: {path}]")
+        if self.error:
+            parts.append(self.error)
+        if self.reset:
+            parts.append("(The Python session was restarted; variables from earlier runs are gone.)")
+        return "\n".join(parts) if parts else "(no output)"
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:80] or "default"
+
+
+class Sandbox:
+    """One sandbox worker process with a persistent namespace per conversation."""
+
+    def __init__(self, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 memory_mb: int = DEFAULT_MEMORY_MB) -> None:
+        self.timeout_s = timeout_s
+        self.memory_mb = memory_mb
+        self.restarts = 0
+        self._proc: Any = None
+        self._conn: Connection | None = None
+        self._lock = asyncio.Lock()
+        self._respawn_task: asyncio.Task[None] | None = None
+        self._closed = False
+        _ALL.add(self)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._proc.is_alive() else None
+
+    def figure_dir(self, conversation_id: str) -> str:
+        return str(paths.data_dir() / "figures" / _safe(conversation_id))
+
+    async def start(self) -> None:
+        """Start the worker now (it also starts on the first run)."""
+        async with self._lock:
+            await self._ensure()
+
+    async def _ensure(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            return
+        self._kill()
+        parent, child = _CTX.Pipe()
+        proc = _CTX.Process(
+            target=sandbox_main, name="llmdeck-sandbox",
+            args=(child, self.memory_mb * 1024 * 1024, os.getpid(),
+                  str(paths.data_dir() / "sandbox")),
+        )
+        proc.start()
+        child.close()
+        self._proc, self._conn = proc, parent
+        reply = await asyncio.to_thread(_wait_reply, parent, proc.sentinel, START_TIMEOUT_S)
+        if reply is None or reply is _TIMED_OUT or reply[0] != "ready":
+            self._kill()
+            raise RuntimeError("The Python sandbox did not start; see the log folder for details.")
+
+    async def run(self, conversation_id: str, code: str, *,
+                  timeout_s: float | None = None) -> RunResult:
+        """Run `code` in the conversation's namespace; never raises for what the code does."""
+        if self._closed:
+            return RunResult(False, error="The Python sandbox is shut down.", kind="crashed")
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        async with self._lock:
+            await self._ensure()
+            proc, conn = self._proc, self._conn
+            assert conn is not None
+            pid = proc.pid
+            run_id = uuid.uuid4().hex[:10]
+            try:
+                conn.send(("run", run_id, conversation_id, code, self.figure_dir(conversation_id)))
+                reply = await asyncio.to_thread(_wait_reply, conn, proc.sentinel, timeout)
+            except asyncio.CancelledError:
+                self._replace()
+                raise
+            except OSError:
+                reply = None
+            if reply is _TIMED_OUT:
+                self._replace()
+                return RunResult(False, kind="timeout", reset=True, pid=pid, error=(
+                    f"Stopped: the code ran longer than the {timeout:g} s limit."))
+            if reply is None:
+                self._replace()
+                return RunResult(False, kind="crashed", reset=True, pid=pid, error=(
+                    "The Python sandbox died while running this code (out of memory or a crash)."))
+            data: dict[str, Any] = reply[2]
+            if data.get("kind") == "memory":
+                self._replace()
+                data["error"] = (f"MemoryError: the code went over the sandbox memory limit "
+                                 f"of {self.memory_mb} MiB.")
+            return RunResult(
+                ok=bool(data["ok"]), stdout=data.get("stdout", ""), stderr=data.get("stderr", ""),
+                value=data.get("value"), error=data.get("error"), kind=data.get("kind"),
+                figures=tuple(data.get("figures") or ()), reset=data.get("kind") == "memory",
+                pid=pid,
+            )
+
+    def _replace(self) -> None:
+        """Kill the worker (its namespaces go with it) and start a new one in the background."""
+        self._kill()
+        self.restarts += 1
+        if not self._closed:
+            self._respawn_task = asyncio.ensure_future(self._respawn())
+
+    async def _respawn(self) -> None:
+        try:
+            async with self._lock:
+                await self._ensure()
+        except RuntimeError:
+            pass  # the next run tries again and reports it
+
+    def _kill(self) -> None:
+        proc, conn = self._proc, self._conn
+        self._proc = self._conn = None
+        if proc is not None:  # kill first: a thread waiting on the pipe wakes on the sentinel
+            if proc.is_alive():
+                proc.kill()
+            proc.join(timeout=5)
+        if conn is not None:
+            conn.close()
+
+    async def close(self) -> None:
+        """Stop the worker; safe to call more than once."""
+        self._closed = True
+        if self._respawn_task is not None and not self._respawn_task.done():
+            self._respawn_task.cancel()
+        async with self._lock:
+            self._kill()
+
+
+_TIMED_OUT = ("timeout",)
+
+
+def _wait_reply(conn: Connection, sentinel: int, timeout: float) -> tuple | None:
+    """Block (in a thread) until the worker answers (its message), dies (None) or the
+    timeout passes (_TIMED_OUT)."""
+    ready = wait([conn, sentinel], timeout)
+    if not ready:
+        return _TIMED_OUT
+    if conn in ready:
+        try:
+            return conn.recv()
+        except (EOFError, OSError):
+            return None
+    return None
+
+
+@atexit.register
+def _kill_all() -> None:
+    for sandbox in list(_ALL):
+        sandbox._closed = True
+        sandbox._kill()
