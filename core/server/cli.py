@@ -1,0 +1,115 @@
+"""`llmdeck serve`: the OpenAI-compatible server without the TUI, on its own WorkerPool.
+
+Loopback by default; binding elsewhere needs an API key (--api-key or LLMDECK_API_KEY).
+`--engine`/`--option` build the model spec directly (e.g. the scripted engine for
+tests, or max_concurrency for MLX).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from core.server.app import DEFAULT_MAX_QUEUE
+from core.server.handle import DEFAULT_HOST, DEFAULT_PORT, ServeError, ServerHandle
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="llmdeck serve",
+                                description="Serve the model over an OpenAI-compatible HTTP API.")
+    p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 = any free)")
+    p.add_argument("--api-key", default=os.environ.get("LLMDECK_API_KEY"),
+                   help="require this bearer key (default $LLMDECK_API_KEY); needed off loopback")
+    p.add_argument("--model", help="a .gguf file, an MLX model folder, or remote:<endpoint>/<model>")
+    p.add_argument("--engine", help="force an engine (mlx, llamacpp, scripted)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="engine option (value read as JSON when it parses), repeatable")
+    p.add_argument("--served-model-name", help="the model id clients use (default: the model's name)")
+    p.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
+                   help=f"requests allowed to wait before answering 429 (default {DEFAULT_MAX_QUEUE})")
+    p.add_argument("--replicas", type=int, help="worker processes for the model")
+    return p
+
+
+def _options(pairs: list[str]) -> tuple[tuple[str, Any], ...]:
+    out = []
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"llmdeck serve: --option wants KEY=VALUE (got {pair!r})")
+        try:
+            value: Any = json.loads(raw)
+        except ValueError:
+            value = raw
+        out.append((key, value))
+    return tuple(out)
+
+
+async def serve(args: argparse.Namespace) -> int:
+    from core.config import Settings
+    from core.engines.base import ModelSpec
+    from core.runtime import Runtime
+
+    settings = Settings.load()
+    if args.replicas:
+        settings.replicas = args.replicas
+    spec = None
+    served = args.served_model_name
+    if args.engine and (args.option or args.engine == "scripted"):
+        options = _options(args.option)
+        spec = ModelSpec(path=args.model or args.engine, engine=args.engine,
+                         context_size=settings.context_size, options=options)
+        served = served or dict(options).get("label") or Path(spec.path).name
+    elif args.model:
+        settings.model = args.model
+        settings.engine = args.engine
+    runtime = Runtime(settings, model_spec=spec)
+    await runtime.start(preload=True)
+    try:
+        handle = await ServerHandle.start(runtime, args.host, args.port, api_key=args.api_key,
+                                          max_queue=args.max_queue, served_name=served)
+    except ServeError as exc:
+        print(f"llmdeck serve: {exc.message}", file=sys.stderr)
+        await runtime.close()
+        return 2
+    print(f"llmdeck serve: listening on {handle.url}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    loaded = asyncio.ensure_future(runtime.ensure_model())
+    loaded.add_done_callback(lambda t: print(
+        f"llmdeck serve: model {handle.server.local_name()!r} "
+        + ("ready" if not t.cancelled() and t.result() else f"failed: {runtime.model.error}"),
+        flush=True))
+    await stop.wait()
+    loaded.cancel()
+    await handle.stop()
+    await runtime.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from core.server.handle import is_loopback
+
+    if not is_loopback(args.host) and not args.api_key:  # say so before loading anything
+        print(f"llmdeck serve: refusing to serve on {args.host} without an API key: anyone on the "
+              "network could use this machine's model. Pass --api-key (or set LLMDECK_API_KEY), "
+              "or bind 127.0.0.1.", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(serve(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,320 @@
+"""The OpenAI chat wire format, both ways: requests in, chunks and errors out, and back.
+
+The server turns an HTTP body into a GenerationRequest and core.events into chunks; the
+remote backend does the reverse. Keeping both directions in one module means a field
+spelled one way when sent is spelled the same way when read.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from core.config import Sampling
+from core.engines.base import GenerationRequest, SamplingParams
+from core.events import ERROR_CODES, Error, Usage
+
+# events.Error code -> HTTP status the server answers with (before the stream starts).
+STATUS_FOR_CODE: dict[str, int] = {
+    "BAD_REQUEST": 400,
+    "CONTEXT_OVERFLOW": 400,
+    "UNSUPPORTED": 400,
+    "LOAD_FAILED": 503,
+    "TIMEOUT": 504,
+    "CANCELLED": 499,
+    "OOM": 500,
+    "MODEL_CORRUPT": 500,
+    "WORKER_CRASHED": 500,
+    "INTERNAL": 500,
+}
+
+_ROLES = {"system", "developer", "user", "assistant", "tool"}
+
+
+class ApiError(Exception):
+    """An error answered in OpenAI's shape: {"error": {message, type, param, code}}."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None,
+                 code: str | None = None, type_: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.type = type_ or _type_for(status)
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type,
+                          "param": self.param, "code": self.code}}
+
+
+def _type_for(status: int) -> str:
+    return {400: "invalid_request_error", 401: "authentication_error",
+            404: "not_found_error", 429: "rate_limit_error",
+            503: "service_unavailable"}.get(status, "server_error")
+
+
+def api_error_for(event: Error) -> ApiError:
+    """The HTTP error for an engine error that arrived before any output was sent."""
+    code = "context_length_exceeded" if event.code == "CONTEXT_OVERFLOW" else event.code.lower()
+    return ApiError(STATUS_FOR_CODE.get(event.code, 500), event.message, code=code)
+
+
+def error_event_for(status: int, body: Any, where: str) -> Error:
+    """Read an OpenAI-shaped error answer (from any server) back into an events.Error."""
+    message, code = "", ""
+    if isinstance(body, Mapping):
+        err = body.get("error", body)
+        if isinstance(err, Mapping):
+            message = str(err.get("message") or "")
+            code = str(err.get("code") or "")
+        elif isinstance(err, str):
+            message = err
+    message = message or f"HTTP {status}"
+    ours = code.upper()
+    if code == "context_length_exceeded":
+        ours = "CONTEXT_OVERFLOW"
+    if ours not in ERROR_CODES:
+        ours = _code_for_status(status)
+    hint = {
+        401: " Check the API key configured for this remote.",
+        403: " Check the API key configured for this remote.",
+        404: " Check the model name configured for this remote.",
+        429: " The remote is busy; try again in a moment.",
+        503: " The remote is not ready (still loading?); try again in a moment.",
+    }.get(status, "")
+    return Error(ours, f"{where} answered {status}: {message}.{hint}".replace("..", "."))
+
+
+def _code_for_status(status: int) -> str:
+    if status in (400, 422):
+        return "BAD_REQUEST"
+    if status in (401, 403, 404, 503):
+        return "LOAD_FAILED"
+    if status in (408, 504):
+        return "TIMEOUT"
+    if status == 413:
+        return "CONTEXT_OVERFLOW"
+    return "INTERNAL"
+
+
+# -- requests in -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ChatCall:
+    """A validated /v1/chat/completions body."""
+
+    model: str
+    request: GenerationRequest
+    stream: bool
+    include_usage: bool
+
+
+def _bad(message: str, param: str | None = None) -> ApiError:
+    return ApiError(400, message, param=param, code="invalid_value" if param else None)
+
+
+def _number(body: Mapping[str, Any], name: str, default: float, *, integer: bool = False) -> Any:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or (integer and not isinstance(value, int)):
+        kind = "an integer" if integer else "a number"
+        raise _bad(f"'{name}' must be {kind} (got {json.dumps(value)[:40]}).", name)
+    return value
+
+
+def _text_of(content: Any, where: str) -> str:
+    """Message content as text: a string, or a list of text parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        out = []
+        for part in content:
+            if not isinstance(part, Mapping) or part.get("type") not in ("text", "input_text"):
+                kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
+                raise _bad(f"{where}: content part of type {kind!r} is not supported; "
+                           "send text parts only.", where)
+            out.append(str(part.get("text", "")))
+        return "".join(out)
+    raise _bad(f"{where}: content must be a string or a list of text parts.", where)
+
+
+def _messages(raw: Any) -> tuple[dict[str, Any], ...]:
+    if not isinstance(raw, list) or not raw:
+        raise _bad("'messages' must be a non-empty list of {role, content} objects.", "messages")
+    out: list[dict[str, Any]] = []
+    for i, m in enumerate(raw):
+        where = f"messages[{i}]"
+        if not isinstance(m, Mapping):
+            raise _bad(f"{where} must be an object with 'role' and 'content'.", where)
+        role = m.get("role")
+        if role not in _ROLES:
+            raise _bad(f"{where}.role must be one of {sorted(_ROLES)} (got {role!r}).", f"{where}.role")
+        msg: dict[str, Any] = {"role": "system" if role == "developer" else role,
+                               "content": _text_of(m.get("content"), f"{where}.content")}
+        if role == "assistant" and m.get("tool_calls"):
+            msg["tool_calls"] = [_tool_call_in(tc, f"{where}.tool_calls[{j}]")
+                                 for j, tc in enumerate(m["tool_calls"])]
+        if role == "tool":
+            if m.get("tool_call_id") is not None:
+                msg["tool_call_id"] = str(m["tool_call_id"])
+            if m.get("name"):
+                msg["name"] = str(m["name"])
+        out.append(msg)
+    return tuple(out)
+
+
+def _tool_call_in(tc: Any, where: str) -> dict[str, Any]:
+    """An assistant tool call from history; arguments become a dict for chat templates."""
+    fn = tc.get("function") if isinstance(tc, Mapping) else None
+    if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+        raise _bad(f"{where} must be {{id, type: 'function', function: {{name, arguments}}}}.", where)
+    args: Any = fn.get("arguments") or {}
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            pass  # keep the string; the template renders it as is
+    return {"id": str(tc.get("id") or ""), "type": "function",
+            "function": {"name": fn["name"], "arguments": args}}
+
+
+def _tools(raw: Any, choice: Any) -> tuple[dict[str, Any], ...]:
+    if raw is None or choice == "none":
+        return ()
+    if not isinstance(raw, list):
+        raise _bad("'tools' must be a list of {type: 'function', function: {...}} objects.", "tools")
+    for i, tool in enumerate(raw):
+        fn = tool.get("function") if isinstance(tool, Mapping) else None
+        if (not isinstance(tool, Mapping) or tool.get("type", "function") != "function"
+                or not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str) or not fn["name"]):
+            raise _bad(f"tools[{i}] must be {{type: 'function', function: {{name, description, "
+                       "parameters}}}}.", f"tools[{i}]")
+    return tuple(dict(t) for t in raw)
+
+
+def parse_chat(body: Any, defaults: Sampling) -> ChatCall:
+    """Validate a chat completions body; raise ApiError(400) naming the bad parameter."""
+    if not isinstance(body, Mapping):
+        raise _bad("The request body must be a JSON object.")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise _bad("'model' is required (see GET /v1/models for the names served here).", "model")
+    n = _number(body, "n", 1, integer=True)
+    if n != 1:
+        raise _bad("Only n=1 is supported; send several requests for several answers.", "n")
+    stop = body.get("stop")
+    if stop is None:
+        stops: tuple[str, ...] = ()
+    elif isinstance(stop, str):
+        stops = (stop,)
+    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        stops = tuple(s for s in stop if s)
+    else:
+        raise _bad("'stop' must be a string or a list of strings.", "stop")
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise _bad("'seed' must be an integer.", "seed")
+    sampling = SamplingParams(
+        temperature=float(_number(body, "temperature", defaults.temperature)),
+        top_p=float(_number(body, "top_p", defaults.top_p)),
+        top_k=int(_number(body, "top_k", defaults.top_k, integer=True)),
+        min_p=float(_number(body, "min_p", defaults.min_p)),
+        repetition_penalty=float(_number(body, "repetition_penalty", defaults.repetition_penalty)),
+        seed=seed,
+        max_tokens=int(_number({"max_tokens": max_tokens}, "max_tokens", defaults.max_tokens, integer=True)),
+        stop=stops,
+    )
+    try:
+        sampling.validate()
+    except ValueError as exc:
+        raise _bad(f"{exc}.", str(exc).split(" ", 1)[0]) from None
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise _bad("'stream' must be true or false.", "stream")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, Mapping):
+        raise _bad("'stream_options' must be an object.", "stream_options")
+    request = GenerationRequest(
+        request_id=uuid.uuid4().hex,
+        messages=_messages(body.get("messages")),
+        sampling=sampling,
+        tools=_tools(body.get("tools"), body.get("tool_choice")),
+        session_id=body.get("user") if isinstance(body.get("user"), str) else None,
+    )
+    return ChatCall(model, request, stream, bool(options.get("include_usage")))
+
+
+# -- responses out -------------------------------------------------------------------
+
+
+def usage_body(usage: Usage | None) -> dict[str, Any] | None:
+    if usage is None:
+        return None
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+    }
+
+
+def tool_call_body(call_id: str, name: str, arguments: Any, raw: str | None = None) -> dict[str, Any]:
+    args = raw if isinstance(raw, str) and not arguments else json.dumps(arguments, ensure_ascii=False)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def finish_for(reason: str, had_tools: bool) -> str:
+    if had_tools and reason == "stop":
+        return "tool_calls"
+    return reason if reason in ("stop", "length", "tool_calls") else "stop"
+
+
+# -- requests out (for a remote) ----------------------------------------------------------
+
+
+def request_body(request: GenerationRequest, model: str, *, stream: bool = True) -> dict[str, Any]:
+    """The chat completions body that asks a remote for `request`."""
+    s = request.sampling
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [_message_out(m) for m in request.messages],
+        "stream": stream,
+        "temperature": s.temperature,
+        "top_p": s.top_p,
+        "max_tokens": s.max_tokens,
+    }
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    if s.stop:
+        body["stop"] = list(s.stop)
+    if s.seed is not None:
+        body["seed"] = s.seed
+    if request.tools:
+        body["tools"] = list(request.tools)
+    return body
+
+
+def _message_out(m: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in m.items() if k in ("role", "content", "tool_call_id", "name")}
+    calls = m.get("tool_calls")
+    if calls:
+        out["tool_calls"] = [_tool_call_out(c) for c in calls]
+    return out
+
+
+def _tool_call_out(c: Mapping[str, Any]) -> dict[str, Any]:
+    """Stored tool calls may be flat ({id, name, arguments: dict}) or OpenAI-shaped."""
+    fn = c.get("function") if isinstance(c.get("function"), Mapping) else c
+    args = fn.get("arguments", {})
+    return tool_call_body(str(c.get("id") or ""), str(fn.get("name", "")),
+                          args if not isinstance(args, str) else None,
+                          raw=args if isinstance(args, str) else None)
