@@ -18,7 +18,7 @@ import time
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from core.engines.base import GenerationRequest, ModelSpec
@@ -47,10 +47,32 @@ class WorkerStatus:
     error: str | None = None
 
 
-@dataclass
 class _Stream:
-    queue: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
-    done: bool = False
+    """Events of one request on their way to its consumer.
+
+    A deque and one waiter future: cheaper per token than asyncio.Queue, which matters
+    when one worker step fans out to dozens of streams.
+    """
+
+    __slots__ = ("items", "waiter", "done")
+
+    def __init__(self) -> None:
+        self.items: deque[Event] = deque()
+        self.waiter: asyncio.Future[None] | None = None
+        self.done = False
+
+    def put(self, event: Event) -> None:
+        self.items.append(event)
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> Event:
+        while not self.items:
+            self.waiter = asyncio.get_running_loop().create_future()
+            await self.waiter
+            self.waiter = None
+        return self.items.popleft()
 
 
 class _Worker:
@@ -146,8 +168,12 @@ class _Worker:
                 stream = self.streams.get(request_id)
                 if stream is None:
                     continue
+                if type(events) is str:  # the compact form of a lone TextDelta
+                    stream.put(TextDelta(events))
+                    tokens += 1
+                    continue
                 for event in events:
-                    stream.queue.put_nowait(event)
+                    stream.put(event)
                     if isinstance(event, TextDelta | ReasoningDelta):
                         tokens += 1
                     elif isinstance(event, Done):
@@ -194,8 +220,8 @@ class _Worker:
                 "The reply so far was kept; send again to retry."
             )
         for stream in self.streams.values():
-            stream.queue.put_nowait(Error("WORKER_CRASHED", message))
-            stream.queue.put_nowait(Done("error"))
+            stream.put(Error("WORKER_CRASHED", message))
+            stream.put(Done("error"))
             stream.done = True
         self.streams.clear()
         self.group.forget_worker(self)
@@ -407,7 +433,7 @@ class WorkerPool:
             worker.last_used = time.monotonic()
             worker.send((p.GENERATE, request))
             while True:
-                event = await stream.queue.get()
+                event = await stream.get()
                 yield event
                 if isinstance(event, Done):
                     finished = True

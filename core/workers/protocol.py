@@ -19,7 +19,7 @@ STATS = "stats"  # (STATS,) -> worker answers with STATS, dict
 # worker -> app
 LOADED = "loaded"  # (LOADED, info: dict)
 LOAD_FAILED = "load_failed"  # (LOAD_FAILED, code, message)
-STEP = "step"  # (STEP, [(request_id, [Event, ...]), ...])
+STEP = "step"  # (STEP, [(request_id, [Event, ...] | str), ...]); a str is one TextDelta
 FATAL = "fatal"  # (FATAL, message): the worker is about to exit
 
 Message = tuple[Any, ...]

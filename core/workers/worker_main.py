@@ -169,9 +169,15 @@ def _serve(conn: Connection, engine: Engine, parsers: _Parsers, parent_pid: int)
             batch = []
             for request_id, events in results:
                 events = parsers.process(request_id, events)
-                if events:
+                if not events:
+                    continue
+                tokens_out += 1
+                # The common case, one text piece, travels as a bare str: far cheaper to
+                # pickle and unpickle than a dataclass (see protocol.STEP).
+                if len(events) == 1 and type(events[0]) is TextDelta:
+                    batch.append((request_id, events[0].text))
+                else:
                     batch.append((request_id, events))
-                    tokens_out += 1
             if batch:
                 conn.send((p.STEP, batch))
 
