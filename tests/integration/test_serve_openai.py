@@ -1,0 +1,223 @@
+"""The official `openai` client against a real llmdeck server on loopback.
+
+The server runs in-process (its own loop in a thread) over a real worker process with
+the scripted engine, whose reply carries <think> reasoning and a hermes <tool_call>; the
+worker's parser must turn them into reasoning_content and tool_calls.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx2 as httpx
+import openai
+import pytest
+from openai import OpenAI
+
+from core.server import ServeError, ServerHandle
+from tests.fixtures.serve import ServerThread, scripted_spec
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]},
+    },
+}
+HI = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    home = tmp_path_factory.mktemp("serve-home")
+    old = os.environ.get("LLMDECK_HOME")
+    os.environ["LLMDECK_HOME"] = str(home)  # module scope runs before the per-test home
+    srv = ServerThread(scripted_spec())
+    yield srv
+    srv.close()
+    if old is None:
+        os.environ.pop("LLMDECK_HOME", None)
+    else:
+        os.environ["LLMDECK_HOME"] = old
+
+
+@pytest.fixture
+def client(server: ServerThread) -> OpenAI:
+    return OpenAI(base_url=server.url, api_key="unused-on-loopback", max_retries=0)
+
+
+def test_non_streaming_chat_has_content_reasoning_tool_calls_and_usage(client: OpenAI) -> None:
+    reply = client.chat.completions.create(model="scripted", messages=HI, tools=[WEATHER_TOOL])
+    choice = reply.choices[0]
+    assert choice.message.content == "I will look it up."
+    assert choice.message.model_extra["reasoning_content"] == "The user wants the weather."
+    assert choice.finish_reason == "tool_calls"
+    [call] = choice.message.tool_calls
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "Paris"}
+    assert reply.usage.completion_tokens > 0 and reply.usage.prompt_tokens > 0
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
+
+
+def test_streaming_chat_sends_deltas_and_usage_last(client: OpenAI) -> None:
+    stream = client.chat.completions.create(model="scripted", messages=HI, tools=[WEATHER_TOOL],
+                                            stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    reasoning = "".join((c.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
+                        for c in chunks if c.choices)
+    calls = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or ()]
+    assert content == "I will look it up."
+    assert reasoning == "The user wants the weather."
+    assert len(chunks) > 5, "the reply must arrive in pieces, not at once"
+    assert [c.function.name for c in calls] == ["get_weather"]
+    assert json.loads(calls[0].function.arguments) == {"city": "Paris"}
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == ["tool_calls"]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
+
+
+def test_streaming_without_include_usage_sends_no_usage_chunk(client: OpenAI) -> None:
+    chunks = list(client.chat.completions.create(model="scripted", messages=HI, stream=True))
+    assert all(c.usage is None for c in chunks)
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_tool_result_round_trip(client: OpenAI) -> None:
+    first = client.chat.completions.create(model="scripted", messages=HI, tools=[WEATHER_TOOL])
+    call = first.choices[0].message.tool_calls[0]
+    history = [
+        *HI,
+        {"role": "assistant", "content": first.choices[0].message.content,
+         "tool_calls": [{"id": call.id, "type": "function",
+                         "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+        {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temp_c": 21})},
+    ]
+    second = client.chat.completions.create(model="scripted", messages=history, tools=[WEATHER_TOOL])
+    assert second.choices[0].message.content == "I will look it up."
+    assert second.usage.prompt_tokens > first.usage.prompt_tokens  # the tool result was sent
+
+
+def test_parallel_streaming_requests_all_complete(client: OpenAI) -> None:
+    def one(i: int) -> str:
+        stream = client.chat.completions.create(
+            model="scripted", messages=[{"role": "user", "content": f"question {i}"}], stream=True)
+        return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+    with ThreadPoolExecutor(16) as pool:
+        texts = list(pool.map(one, range(16)))
+    assert texts == ["I will look it up."] * 16
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"temperature": 5}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"n": 2}, "n=1"),
+        ({"temperature": "hot"}, "temperature"),
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "wizard", "content": "x"}]}, "role"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "image_url"),
+        ({"stop": 7}, "stop"),
+        ({"tools": [{"type": "function", "function": {}}]}, "tools[0]"),
+    ],
+)
+def test_bad_parameters_are_400_with_a_message(client: OpenAI, kwargs: dict, words: str) -> None:
+    args = {"model": "scripted", "messages": HI, **kwargs}
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(**args)
+    assert info.value.status_code == 400
+    assert words in info.value.message
+    assert info.value.body["type"] == "invalid_request_error"
+
+
+def test_unknown_model_is_404_naming_the_served_one(client: OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as info:
+        client.chat.completions.create(model="gpt-9", messages=HI)
+    assert info.value.status_code == 404
+    assert "gpt-9" in info.value.message and "scripted" in info.value.message
+    assert info.value.body["code"] == "model_not_found"
+
+
+def test_models_lists_the_served_model(client: OpenAI) -> None:
+    ids = [m.id for m in client.models.list()]
+    assert "scripted" in ids and "all-MiniLM-L6-v2" in ids
+
+
+def test_non_json_body_and_unknown_route_answer_in_openai_shape(server: ServerThread) -> None:
+    bad = httpx.post(f"{server.url}/chat/completions", content=b"{nope",
+                     headers={"Content-Type": "application/json"})
+    assert bad.status_code == 400 and "not valid JSON" in bad.json()["error"]["message"]
+    missing = httpx.get(f"{server.url}/completions")
+    assert missing.status_code == 404 and "not an endpoint" in missing.json()["error"]["message"]
+
+
+def test_a_second_server_on_the_same_runtime_requires_its_api_key(server: ServerThread) -> None:
+    handle: ServerHandle = server.call(ServerHandle.start(server.runtime, "127.0.0.1", 0, api_key="s3cret"))
+    try:
+        with pytest.raises(openai.AuthenticationError) as info:
+            OpenAI(base_url=handle.url, api_key="wrong", max_retries=0).models.list()
+        assert "API key" in info.value.message
+        good = OpenAI(base_url=handle.url, api_key="s3cret", max_retries=0)
+        reply = good.chat.completions.create(model="scripted", messages=HI)
+        assert reply.choices[0].message.content == "I will look it up."
+    finally:
+        server.call(handle.stop())
+
+
+def test_binding_beyond_loopback_without_a_key_is_refused(server: ServerThread) -> None:
+    with pytest.raises(ServeError) as info:
+        server.call(ServerHandle.start(server.runtime, "0.0.0.0", 0))
+    assert "API key" in info.value.message and "127.0.0.1" in info.value.message
+
+
+def test_503_while_loading_then_429_when_the_queue_is_full(tmp_path: Path) -> None:
+    srv = ServerThread(scripted_spec(hang_load_s=1.5, tokens_per_s=40, max_concurrency=1,
+                                     reply="slow " * 40),
+                       wait_ready=False, max_queue=1)
+    try:
+        client = OpenAI(base_url=srv.url, api_key="x", max_retries=0)
+        with pytest.raises(openai.InternalServerError) as info:
+            client.chat.completions.create(model="scripted", messages=HI)
+        assert info.value.status_code == 503 and "loading" in info.value.message
+        assert srv.call(srv.runtime.ensure_model())
+
+        with ThreadPoolExecutor(2) as pool:
+            running = pool.submit(lambda: list(client.chat.completions.create(
+                model="scripted", messages=HI, stream=True)))
+            waiting = pool.submit(lambda: client.chat.completions.create(model="scripted", messages=HI))
+            deadline = time.monotonic() + 30
+            while srv.runtime.backend.queued() < 1 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert srv.runtime.backend.queued() == 1
+            with pytest.raises(openai.RateLimitError) as info:
+                client.chat.completions.create(model="scripted", messages=HI)
+            assert info.value.status_code == 429 and "queue is full" in info.value.message
+            assert running.result(60) and waiting.result(60).choices[0].message.content.startswith("slow")
+    finally:
+        srv.close()
+
+
+def test_embeddings_from_the_bundled_minilm(client: OpenAI) -> None:
+    reply = client.embeddings.create(model="all-MiniLM-L6-v2",
+                                     input=["a cat sat on the mat", "a kitten on a rug", "tax law"])
+    vectors = [d.embedding for d in reply.data]
+    assert [len(v) for v in vectors] == [384, 384, 384]
+
+    def dot(a: list[float], b: list[float]) -> float:
+        return sum(x * y for x, y in zip(a, b, strict=True))
+
+    assert dot(vectors[0], vectors[1]) > dot(vectors[0], vectors[2])
+    with pytest.raises(openai.NotFoundError):
+        client.embeddings.create(model="text-embedding-3-large", input="x")
+    with pytest.raises(openai.BadRequestError):
+        client.embeddings.create(model="all-MiniLM-L6-v2", input=[])
