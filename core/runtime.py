@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from core import bundled, paths
+from core.chat_context import AttachResult, ChatContext
 from core.config import Settings
+from core.docs import Attachment, DocError, MentionResolution
 from core.engines.base import GenerationRequest, ModelSpec
 from core.events import Done, Error, Event, ReasoningDelta, TextDelta, ToolCall, Usage
 from core.remote.backend import Backend, PoolBackend
@@ -75,6 +77,8 @@ class Turn:
         self.approve: Approver | None = None  # asked before a tool runs; None = deny all
         self.max_rounds = MAX_ROUNDS
         self._tool_runner: ToolRunner | None = None
+        self.rollover: Any = None  # a memory RolloverMarker when this turn started a new session
+        self.sources: tuple[str, ...] = ()  # documents cited in this turn's context
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -173,6 +177,7 @@ class Turn:
                     tool_calls.append({"id": event.id, "name": event.name,
                                        "arguments": event.arguments, "error": event.error})
                 elif isinstance(event, Usage):
+                    rt.chat.observe(self, event)
                     usage = {"prompt_tokens": event.prompt_tokens, "cached_tokens": event.cached_tokens,
                              "completion_tokens": event.completion_tokens, "ttft_ms": event.ttft_ms,
                              "decode_tps": event.decode_tps}
@@ -223,6 +228,7 @@ class Runtime:
         self._closed = False
         self.listeners: list[Callable[[ModelState], None]] = []
         self.tools = ToolKit.from_settings(self.settings)
+        self.chat = ChatContext(self)  # documents and long-conversation memory
 
     # -- lifecycle -------------------------------------------------------------
     async def start(self, *, preload: bool = True) -> None:
@@ -254,6 +260,7 @@ class Runtime:
             from core.workers.status_file import status_path
 
             status_path().unlink(missing_ok=True)
+        await self.chat.close()
         await self.pool.shutdown()
         await self.backend.close()
         await self.tools.close()
@@ -383,7 +390,8 @@ class Runtime:
         return await asyncio.shield(self._load_task)
 
     def worker_status(self) -> list[WorkerStatus]:
-        return self.pool.status()
+        utility = self.chat.utility.status()
+        return self.pool.status() + ([utility] if utility is not None else [])
 
     # -- conversations -----------------------------------------------------------
     async def list_conversations(self, limit: int = 200) -> list[Conversation]:
@@ -401,14 +409,40 @@ class Runtime:
         """Save the user's message and prepare the reply (history comes from the store)."""
         store = self.store_handle
 
-        def _prepare() -> tuple[str, str, list[Message]]:
+        def _open() -> tuple[str, list[Message]]:
             cid = conversation_id or store.create_conversation(model=self.model.label)
-            history = store.messages(cid, limit=200)
-            mid = store.add_message(cid, "user", text)
-            return cid, mid, history
+            return cid, store.messages(cid, limit=400)
 
-        cid, mid, history = await self.store_call(_prepare)
-        return Turn(self, cid, mid, self._request(cid, history, text))
+        cid, history = await self.store_call(_open)
+        try:  # attached documents, and a memory rollover when the context is 70% full
+            prepared = await self.chat.prepare_turn(cid, history, text)
+        except Exception:  # never lose the user's message to a documents/memory failure
+            mid = await self.store_call(store.add_message, cid, "user", text)
+            return Turn(self, cid, mid, self._request(cid, history[-200:], text))
+        mid = await self.store_call(self.chat.save_turn_start, store, cid, text, prepared)
+        request = replace(self._request(cid, [], text), messages=prepared.messages,
+                          session_id=prepared.session_id)
+        turn = Turn(self, cid, mid, request)
+        turn.rollover, turn.sources = prepared.marker, prepared.sources
+        return turn
+
+    # -- documents ----------------------------------------------------------------------
+    async def attach(self, conversation_id: str | None,
+                     paths: list[str | Path]) -> list[AttachResult | DocError]:
+        """Attach files (several at once) to a conversation; a new one when None, created
+        only if some file attached. Bad files come back as DocError; nothing else changes."""
+        return await self.chat.attach(conversation_id, paths)
+
+    def check_mentions(self, conversation_id: str | None, text: str) -> MentionResolution:
+        """For the composer: which @doc(...) mentions resolve, which to flag before sending."""
+        return self.chat.check_mentions(conversation_id, text)
+
+    async def attachments(self, conversation_id: str | None) -> list[Attachment]:
+        """The attachments of a conversation (loads them from the store the first time)."""
+        return await self.chat.attachments(conversation_id)
+
+    async def detach(self, conversation_id: str, alias: str) -> bool:
+        return await self.chat.detach(conversation_id, alias)
 
     def _request(self, cid: str, history: list[Message], text: str) -> GenerationRequest:
         """The generation request for `text` after `history` (system prompt first)."""

@@ -65,6 +65,10 @@ class DocsService:
     def registry(self, conversation_id: str) -> AttachmentRegistry:
         return self._conv(conversation_id).registry
 
+    def index(self, conversation_id: str) -> VectorIndex:
+        """The conversation's vector index (a caller that embeds queries elsewhere searches it)."""
+        return self._conv(conversation_id).index
+
     def _ingest_call(self, path: str | Path, alias: str):
         # The embedder is not passed when work leaves the process: a worker uses its own.
         return partial(

@@ -1,6 +1,12 @@
 """Long-conversation memory: the context wind monitor and summarise-and-rehydrate."""
 
-from core.memory.persist import load_markers, save_marker
+from core.memory.persist import (
+    is_marker,
+    load_markers,
+    marker_headline,
+    resume_from_messages,
+    save_marker,
+)
 from core.memory.rollover import ConversationMemory, RolloverMarker, TurnPlan
 from core.memory.window import DEFAULT_THRESHOLD, ContextMonitor, messages_tokens
 
@@ -10,7 +16,10 @@ __all__ = [
     "ConversationMemory",
     "RolloverMarker",
     "TurnPlan",
+    "is_marker",
     "load_markers",
+    "marker_headline",
+    "resume_from_messages",
     "save_marker",
     "messages_tokens",
 ]

@@ -9,17 +9,33 @@ the marker itself (`RolloverMarker.to_dict`) does not depend on it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from core.memory.rollover import RolloverMarker
+from core.memory.rollover import ConversationMemory, RolloverMarker, Summarise
+from core.memory.window import ContextMonitor
 
 USAGE_KEY = "rollover"
 
 
-def marker_text(marker: RolloverMarker) -> str:
-    """What the chat view shows at the rollover point."""
+def marker_percent(marker: RolloverMarker) -> int:
+    """How full the context was projected to be when the conversation rolled over."""
+    return round(100 * marker.tokens_before / max(1, marker.context_tokens))
+
+
+def marker_headline(marker: RolloverMarker) -> str:
+    """The one line the chat view shows at the rollover point."""
     return (
-        f"Memory rollover #{marker.seq}: the conversation was condensed to fit the context "
+        f"Memory: conversation summarised at {marker_percent(marker)}% of context — "
+        "earlier messages remain searchable"
+    )
+
+
+def marker_text(marker: RolloverMarker) -> str:
+    """The stored message: headline, then the summary (so full-text search finds it)."""
+    return (
+        f"{marker_headline(marker)}\n\n"
+        f"Rollover #{marker.seq}: the conversation was condensed to fit the context "
         f"({marker.tokens_before} -> {marker.tokens_after} of {marker.context_tokens} tokens).\n\n"
         f"{marker.summary}"
     )
@@ -47,3 +63,52 @@ def load_markers(store: Any, conversation_id: str, limit: int = 10_000) -> list[
         for m in store.messages(conversation_id, limit=limit)
         if is_marker(m)
     ]
+
+
+def plain_messages(messages: Sequence[Any]) -> list[dict[str, Any]]:
+    """Stored user/assistant messages as chat messages (the default `convert`)."""
+    return [
+        {"role": m.role, "content": m.content}
+        for m in messages
+        if m.role in ("user", "assistant") and (m.content or m.role == "user")
+    ]
+
+
+def resume_from_messages(
+    conversation_id: str,
+    monitor: ContextMonitor,
+    summarise: Summarise,
+    messages: Sequence[Any],
+    convert: Callable[[list[Any]], list[dict[str, Any]]] = plain_messages,
+    **options: Any,
+) -> ConversationMemory:
+    """Rebuild the model-facing session from stored messages of the active branch.
+
+    `messages` are store messages, markers included, oldest first; they may be only the
+    newest page of a long branch: the session is the last marker's seed plus what was
+    said after that marker, found by position in the page (not by the marker's absolute
+    `at_message`), so a truncated page still rebuilds correctly. `convert` turns stored
+    messages into chat messages (the runtime's keeps tool calls and results). Without a
+    marker the session id is the conversation id, so a conversation keeps its worker (and
+    its KV cache) from turn to turn.
+    """
+    memory = ConversationMemory(conversation_id, monitor, summarise, **options)
+    markers: list[RolloverMarker] = []
+    spoken: list[Any] = []
+    after: list[Any] = []
+    for m in messages:
+        if is_marker(m):
+            markers.append(RolloverMarker.from_dict(m.usage[USAGE_KEY]))
+            after = []
+        else:
+            spoken.append(m)
+            after.append(m)
+    memory.history = convert(spoken)
+    memory.markers = markers
+    if markers:
+        memory.session = [dict(m) for m in markers[-1].seed] + convert(after)
+        memory.session_id = markers[-1].new_session_id
+    else:
+        memory.session = memory._system() + convert(spoken)
+        memory.session_id = conversation_id
+    return memory

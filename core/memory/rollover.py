@@ -209,8 +209,9 @@ class ConversationMemory:
             if use < monitor.threshold or keep == 0:
                 break
             keep -= 1
-        # A session must not open with an assistant turn after the system messages.
-        while kept and kept[0]["role"] == "assistant":
+        # A session must not open with an assistant turn (or a tool result) after the system
+        # messages.
+        while kept and kept[0]["role"] in ("assistant", "tool"):
             kept = kept[1:]
         old_session = self.session_id
         self.session = [*seed, *[dict(m) for m in kept]]

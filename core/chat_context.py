@@ -1,0 +1,341 @@
+"""ChatContext: what goes into a request besides the user's words, for the Runtime.
+
+Two things feed a turn: attached documents (whole when small, the top-k chunks with
+"[file.pdf p.3]" citations when large) and the conversation's memory (the context wind
+monitor, and at 70% a summary made by the loaded model that seeds a fresh session).
+Both need work that must not run on the UI loop: extraction and embedding go to the
+utility worker process (core.docs.worker), summaries to the model worker through the
+pool, SQLite to the store thread. This module only orchestrates; the logic lives in
+core.docs and core.memory.
+
+The memory is rebuilt from the store's active branch on every turn (markers are stored
+messages), so branches, edits and restarts need no extra bookkeeping; only the
+monitor's calibration (real prompt tokens / estimate) is kept in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from core.docs.attachments import Attachment, AttachmentRegistry, MentionResolution
+from core.docs.chunking import count_tokens
+from core.docs.errors import DocError
+from core.docs.extract import check_path
+from core.docs.persist import load_results, save_result
+from core.docs.retrieval import CONTEXT_HEADER, IngestResult, format_excerpt
+from core.docs.service import DocsService
+from core.docs.worker import UtilityWorker, UtilityWorkerError
+from core.engines.base import GenerationRequest
+from core.events import Done, Error, TextDelta, Usage
+from core.memory.persist import resume_from_messages, save_marker
+from core.memory.rollover import SUMMARY_SHARE, RolloverMarker
+from core.memory.summarise import fallback_summary, summary_request
+from core.memory.window import ContextMonitor, Message
+from core.tools import chat_messages
+
+if TYPE_CHECKING:
+    from core.runtime import Runtime, Turn
+
+DOCS_SHARE = 0.35  # at most this share of the context goes to document excerpts
+TRANSCRIPT_SHARE = 0.45  # of the context, for the transcript in a summarise request
+HISTORY_PAGE = 400  # messages of the active branch read to rebuild the session
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def _sentences(text: str) -> list[str]:
+    flat = " ".join(text.split())
+    return [s for s in _SENTENCE_END.split(flat) if len(s) > 3]
+
+
+@dataclass(frozen=True, slots=True)
+class AttachResult:
+    """A document attached to a conversation (what the composer's chips show)."""
+
+    conversation_id: str
+    alias: str
+    path: str
+    kind: str
+    units: int  # pages, slides or sheets
+    tokens: int
+    whole: bool  # small: goes into the prompt whole; else chunked and retrieved
+    chunks: int
+
+    @property
+    def label(self) -> str:
+        unit = {"pdf": "page", "pptx": "slide", "xlsx": "sheet"}.get(self.kind)
+        size = f"{self.units} {unit}{'s' if self.units != 1 else ''}" if unit else self.kind
+        how = "whole" if self.whole else f"{self.chunks} chunks"
+        return f"{self.alias} ({size}, {how})"
+
+    @classmethod
+    def of(cls, conversation_id: str, result: IngestResult) -> AttachResult:
+        return cls(
+            conversation_id, result.alias, result.path, result.kind, result.units,
+            result.tokens, result.whole, len(result.chunks),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DocContext:
+    """The document block of one turn and the sources it cites."""
+
+    text: str = ""
+    sources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTurn:
+    """What start_turn sends: messages, session, and what the chat view should show."""
+
+    messages: tuple[Message, ...]
+    session_id: str
+    marker: RolloverMarker | None = None
+    sources: tuple[str, ...] = ()
+    projected_use: float = 0.0
+
+
+class ChatContext:
+    """Documents and memory for every conversation of one Runtime."""
+
+    def __init__(self, runtime: Runtime, *, utility: UtilityWorker | None = None) -> None:
+        self.rt = runtime
+        self.utility = utility or UtilityWorker()
+        self.docs = DocsService()  # registries and indexes here; embedding in the worker
+        self.threshold = 0.7
+        self._monitors: dict[int, ContextMonitor] = {}
+        self._loaded: set[str] = set()
+        # Called with (conversation_id, stage) where stage is "summarising" or "done".
+        self.listeners: list[Callable[[str, str], None]] = []
+
+    # -- documents ---------------------------------------------------------------------------
+    async def ensure_loaded(self, conversation_id: str) -> None:
+        """Bring a conversation's stored attachments into memory (once per runtime)."""
+        if conversation_id in self._loaded:
+            return
+        results = await self.rt.store_call(load_results, self.rt.store_handle, conversation_id)
+        if conversation_id not in self._loaded:
+            self._loaded.add(conversation_id)
+            for result in results:
+                self.docs.add_result(conversation_id, result)
+
+    async def attachments(self, conversation_id: str | None) -> list[Attachment]:
+        if conversation_id is None:
+            return []
+        await self.ensure_loaded(conversation_id)
+        return self.docs.registry(conversation_id).all()
+
+    def check_mentions(self, conversation_id: str | None, text: str) -> MentionResolution:
+        if conversation_id is None:
+            return AttachmentRegistry().resolve(text)
+        return self.docs.check_mentions(conversation_id, text)
+
+    async def attach(
+        self, conversation_id: str | None, paths: Sequence[str | Path]
+    ) -> list[AttachResult | DocError]:
+        """Attach several files at once; a bad one is a DocError and changes nothing.
+
+        Without a conversation, one is created, but only when some file was attached.
+        """
+        paths = [Path(str(p)).expanduser() for p in paths]
+        if conversation_id is not None:
+            await self.ensure_loaded(conversation_id)
+            registry = self.docs.registry(conversation_id)
+        else:
+            registry = AttachmentRegistry()
+        aliases = [registry.add(p).alias for p in paths]  # in order: a.pdf, then a.pdf #2
+        results = await asyncio.gather(*(self._ingest(p, a) for p, a in zip(paths, aliases, strict=True)))
+        for alias, result in zip(aliases, results, strict=True):
+            if isinstance(result, DocError):
+                registry.remove(alias)
+        if not any(isinstance(r, IngestResult) for r in results):
+            return list(results)
+        if conversation_id is None:
+            conversation_id = await self.rt.store_call(
+                self.rt.store_handle.create_conversation, model=self.rt.model.label
+            )
+            self._loaded.add(conversation_id)
+        out: list[AttachResult | DocError] = []
+        for result in results:
+            if isinstance(result, DocError):
+                out.append(result)
+                continue
+            try:
+                await self.rt.store_call(
+                    save_result, self.rt.store_handle, conversation_id, result
+                )
+            except Exception as exc:  # noqa: BLE001 - the store's errors carry a sentence
+                self.docs.registry(conversation_id).remove(result.alias)
+                out.append(DocError("UNREADABLE", f"{result.alias} was read but not saved: {exc}",
+                                    result.path))
+                continue
+            self.docs.add_result(conversation_id, result)
+            out.append(AttachResult.of(conversation_id, result))
+        return out
+
+    async def _ingest(self, path: Path, alias: str) -> IngestResult | DocError:
+        refused = await asyncio.to_thread(check_path, path, self.docs.max_bytes)
+        if refused is not None:  # cheap checks first: a typo never starts the worker
+            return refused
+        try:
+            return await self.utility.ingest(
+                path, alias=alias, whole_threshold=self.docs.whole_threshold,
+                max_bytes=self.docs.max_bytes,
+            )
+        except UtilityWorkerError as exc:
+            return DocError("UNREADABLE", f"{path.name}: {exc.message}", str(path))
+
+    async def detach(self, conversation_id: str, alias: str) -> bool:
+        """Forget an attachment (and its stored chunks)."""
+        await self.ensure_loaded(conversation_id)
+        store = self.rt.store_handle
+
+        def _delete() -> None:
+            for row in store.attachments(conversation_id):
+                if row.alias == alias:
+                    store.delete_attachment(row.id)
+
+        await self.rt.store_call(_delete)
+        return self.docs.detach(conversation_id, alias)
+
+    async def context_for(self, conversation_id: str, text: str) -> DocContext:
+        """The document block for `text`: mentioned documents, or all when none is."""
+        await self.ensure_loaded(conversation_id)
+        docs = self.docs.selected(conversation_id, text)
+        if not docs:
+            return DocContext()
+        parts: list[tuple[str, str]] = []
+        for result in docs:
+            if result.whole:
+                for section in result.sections:
+                    label = f"{result.alias} {section.label}" if section.label else result.alias
+                    parts.append((label, section.text))
+        chunked = [d.alias for d in docs if not d.whole]
+        if chunked:
+            query = (await self.utility.encode([text]))[0]
+            hits = self.docs.index(conversation_id).search(query, self.docs.top_k, docs=chunked)
+            parts.extend((h.chunk.source, h.chunk.text) for h in hits)
+        budget = int(self.context_tokens() * DOCS_SHARE)
+        excerpts, used = [], count_tokens(CONTEXT_HEADER)
+        for source, body in parts:
+            cost = count_tokens(body) + 8
+            if used + cost > budget and excerpts:
+                break  # the rest would crowd out the conversation itself
+            excerpts.append(format_excerpt(source, body))
+            used += cost
+        sources = tuple(dict.fromkeys(source for source, _ in parts[: len(excerpts)]))
+        return DocContext(CONTEXT_HEADER + "\n\n" + "\n\n".join(excerpts), sources)
+
+    async def facts_for(self, conversation_id: str, question: str, k: int = 3) -> list[str]:
+        """The `k` sentences of the attachments that best answer `question`, cited."""
+        index = self.docs.index(conversation_id)
+        if len(index) == 0:
+            return []
+        query = (await self.utility.encode([question]))[0]
+        hits = index.search(query, 3)
+        candidates = [(s, h.chunk.source) for h in hits for s in _sentences(h.chunk.text)]
+        if not candidates:
+            return []
+        vectors = await self.utility.encode([c[0] for c in candidates])
+        scores = vectors @ query
+        best = sorted(range(len(candidates)), key=lambda i: -scores[i])[:k]
+        return [f"{candidates[i][0]} [{candidates[i][1]}]" for i in best]
+
+    # -- memory ------------------------------------------------------------------------------
+    def context_tokens(self) -> int:
+        return int(self.rt.model.context_size or self.rt.settings.context_size or 4096)
+
+    def monitor(self) -> ContextMonitor:
+        size = self.context_tokens()
+        if size not in self._monitors:
+            self._monitors[size] = ContextMonitor(size, threshold=self.threshold)
+        return self._monitors[size]
+
+    async def prepare_turn(
+        self, conversation_id: str, branch: Sequence[Any], text: str
+    ) -> PreparedTurn:
+        """Messages for `text` after the stored `branch`; rolls over first when needed."""
+        docs = DocContext()
+        try:
+            docs = await self.context_for(conversation_id, text)
+        except UtilityWorkerError:
+            docs = DocContext()  # the turn still goes out, without excerpts
+        monitor = self.monitor()
+        memory = resume_from_messages(
+            conversation_id, monitor, self._summariser(conversation_id), branch,
+            convert=chat_messages, system_prompt=self.rt.settings.system_prompt or None,
+        )
+        user = {"role": "user", "content": f"{docs.text}\n\n{text}" if docs.text else text}
+        new_tokens = monitor.used([user], conversation_id)
+        facts: list[str] = []
+        if monitor.should_roll(memory.session, new_tokens, conversation_id):
+            try:
+                facts = await self.facts_for(conversation_id, text)
+            except UtilityWorkerError:
+                facts = []
+        memory.retrieve = lambda _question: facts
+        plan = await memory.aprepare(text, docs.text)
+        return PreparedTurn(plan.messages, plan.session_id, plan.marker, docs.sources,
+                            plan.projected_use)
+
+    def _summariser(self, conversation_id: str):
+        async def summarise(messages: list[Message]) -> str:
+            for listener in list(self.listeners):
+                listener(conversation_id, "summarising")
+            try:
+                return await self.summarise(conversation_id, messages)
+            finally:
+                for listener in list(self.listeners):
+                    listener(conversation_id, "done")
+
+        return summarise
+
+    async def summarise(self, conversation_id: str, messages: list[Message]) -> str:
+        """A summary of `messages` written by the loaded model (a real generate call)."""
+        size = self.context_tokens()
+        summary_tokens = max(32, int(size * SUMMARY_SHARE * 0.8))
+        fallback = fallback_summary(messages, summary_tokens)
+        if not await self.rt.ensure_model():
+            return fallback
+        sampling = dataclasses.replace(
+            self.rt.settings.sampling.to_params(),
+            temperature=0.2,
+            max_tokens=min(summary_tokens, self.rt.settings.sampling.max_tokens),
+        )
+        request = GenerationRequest(
+            request_id=uuid.uuid4().hex,
+            messages=tuple(summary_request(messages, int(size * TRANSCRIPT_SHARE), summary_tokens)),
+            sampling=sampling,
+            session_id=f"{conversation_id}:summary",
+        )
+        pieces: list[str] = []
+        async for event in self.rt.backend.generate(request):
+            if isinstance(event, TextDelta):
+                pieces.append(event.text)
+            elif isinstance(event, Error):
+                return fallback
+            elif isinstance(event, Done):
+                break
+        summary = "".join(pieces).strip()
+        return summary or fallback
+
+    @staticmethod
+    def save_turn_start(store: Any, conversation_id: str, text: str, prepared: PreparedTurn) -> str:
+        """Store thread: the rollover marker (if any), then the user's message."""
+        if prepared.marker is not None:
+            save_marker(store, prepared.marker)
+        return store.add_message(conversation_id, "user", text)
+
+    def observe(self, turn: Turn, usage: Usage) -> None:
+        """Calibrate the monitor with the engine's real prompt token count."""
+        if usage.prompt_tokens > 0:
+            self.monitor().observe(turn.conversation_id, turn.request.messages, usage.prompt_tokens)
+
+    async def close(self) -> None:
+        await self.utility.shutdown()

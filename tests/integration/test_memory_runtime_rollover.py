@@ -1,0 +1,130 @@
+"""Long conversations through the real Runtime: worker process, pool, SQLite, memory.
+
+The scripted engine answers in a fixed order (its `replies`, one per generate call), so
+a summarise request is visible as one reply consumed between two answers: the summary a
+rollover stores must be exactly the reply the engine produced for it.
+"""
+
+from __future__ import annotations
+
+from core.config import Settings
+from core.engines.base import ModelSpec
+from core.events import Done, TextDelta, Usage
+from core.memory import is_marker, load_markers
+from core.memory.rollover import SUMMARY_PREFIX
+from core.runtime import Runtime
+
+CONTEXT = 400
+REPLIES = tuple(
+    f"Reply {i}: noted, item {i} sits on shelf {i} of the archive. "
+    "The catalogue lists it with the others in the east wing."
+    for i in range(60)
+)
+
+
+def _runtime() -> Runtime:
+    spec = ModelSpec(path="scripted", engine="scripted", context_size=CONTEXT,
+                     options=(("replies", REPLIES), ("fixed_timing", True)))
+    settings = Settings(context_size=CONTEXT)
+    settings.sampling.max_tokens = 200
+    return Runtime(settings, model_spec=spec)
+
+
+def _question(i: int) -> str:
+    if i == 0:
+        return "Remember this: my code word is HERON-42. Please keep it in mind."
+    return f"Question {i}: where is item {i} kept, and who catalogued it in the archive?"
+
+
+async def _chat(rt: Runtime, cid: str | None, turns: int, start: int = 0):
+    """Run `turns` turns; returns (cid, [(turn, reply text, usage)])."""
+    out = []
+    for i in range(start, start + turns):
+        turn = await rt.start_turn(cid, _question(i))
+        cid = turn.conversation_id
+        events = [e async for e in turn.events()]
+        assert isinstance(events[-1], Done) and events[-1].finish_reason == "stop", events[-1]
+        text = "".join(e.text for e in events if isinstance(e, TextDelta))
+        usage = next(e for e in events if isinstance(e, Usage))
+        out.append((turn, text, usage))
+    return cid, out
+
+
+async def test_long_conversation_rolls_over_twice_and_keeps_answering() -> None:
+    rt = _runtime()
+    await rt.start()
+    try:
+        cid, turns = await _chat(rt, None, 16)
+        rollovers = [t for t, _, _ in turns if t.rollover is not None]
+        assert len(rollovers) >= 2, [u.prompt_tokens for _, _, u in turns]
+
+        # Every turn got an answer, and the engine saw one extra request per rollover:
+        # the summarise call went through the pool to the loaded model.
+        consumed = 0
+        for turn, text, usage in turns:
+            if turn.rollover is not None:
+                assert turn.rollover.summary == REPLIES[consumed % len(REPLIES)]
+                consumed += 1
+            assert text == REPLIES[consumed % len(REPLIES)]
+            consumed += 1
+            # The real prompt never overflows the context (it would without rollovers).
+            assert usage.prompt_tokens < CONTEXT
+
+        # Rehydration: each rollover starts a fresh session seeded with its summary.
+        sessions = [t.request.session_id for t, _, _ in turns]
+        assert sessions[0] == cid
+        for turn in rollovers:
+            marker = turn.rollover
+            assert turn.request.session_id == marker.new_session_id != marker.old_session_id
+            seed = turn.request.messages
+            assert seed[0]["content"] == f"{SUMMARY_PREFIX}\n{marker.summary}"
+            assert seed[-1] == {"role": "user", "content": _question(turns.index(
+                next(x for x in turns if x[0] is turn)))}  # the new question closes it
+            assert len(seed) < len(turns)  # earlier turns were replaced by the summary
+        assert len(set(sessions)) == len(rollovers) + 1
+        assert [m.seq for m in (t.rollover for t in rollovers)] == list(
+            range(1, len(rollovers) + 1)
+        )
+
+        # Stored: the full history stays, markers sit in the stream, search finds them.
+        stored = await rt.messages(cid, limit=1000)
+        assert sum(1 for m in stored if m.role == "user") == 16
+        assert sum(1 for m in stored if is_marker(m)) == len(rollovers)
+        assert stored[0].content == _question(0)  # nothing was rewritten
+        markers = await rt.store_call(load_markers, rt.store_handle, cid)
+        assert markers == [t.rollover for t in rollovers]
+        first = next(i for i, m in enumerate(stored) if is_marker(m))
+        assert stored[first + 1].role == "user"  # the marker precedes the turn it started
+        assert stored[first].content.startswith("Memory: conversation summarised at ")
+        assert "earlier messages remain searchable" in stored[first].content
+        hits = await rt.search("HERON")
+        assert [h.conversation_id for h in hits] == [cid]
+    finally:
+        await rt.close()
+
+
+async def test_a_restarted_app_resumes_the_rolled_over_session() -> None:
+    rt = _runtime()
+    await rt.start()
+    try:
+        cid, turns = await _chat(rt, None, 10)
+        last_marker = [t.rollover for t, _, _ in turns if t.rollover][-1]
+        live_session = turns[-1][0].request.session_id
+        live_messages = turns[-1][0].request.messages
+    finally:
+        await rt.close()
+    assert live_session == last_marker.new_session_id
+
+    rt2 = _runtime()
+    await rt2.start()
+    try:
+        turn = await rt2.start_turn(cid, _question(10))
+        [e async for e in turn.events()]
+        if turn.rollover is None:  # same session, same seed, plus the turns since
+            assert turn.request.session_id == live_session
+            n = len(live_messages) - 1
+            assert turn.request.messages[:n] == live_messages[:n]
+        else:
+            assert turn.rollover.seq == last_marker.seq + 1
+    finally:
+        await rt2.close()
