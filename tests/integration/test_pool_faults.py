@@ -105,7 +105,7 @@ async def test_requests_wait_visibly_when_the_worker_is_full() -> None:
     await pool.load("m", spec(reply=LONG, tokens_per_s=500, max_concurrency=1))
 
     async def run(rid: str) -> list:
-        return [e async for e in pool.generate("m", request(rid, max_tokens=20))]
+        return [e async for e in pool.generate("m", request(rid, max_tokens=100))]
 
     tasks = [asyncio.ensure_future(run(f"r{i}")) for i in range(3)]
     await asyncio.sleep(0.05)
