@@ -205,3 +205,26 @@ async def test_models_without_tool_markup_get_no_tools() -> None:
         assert events[-1] == Done("stop")
     finally:
         await rt.close()
+
+
+async def test_keyboard_runs_are_stored_in_the_chat_but_kept_out_of_the_prompt() -> None:
+    from core.tools.fenced import fix_prompt, python_blocks, run_block
+
+    rt = scripted_runtime(["```python\nvalue = 10\nvalue / 0\n```", "fixed"])
+    await rt.start()
+    try:
+        turn, _ = await _run(rt, "show me code")
+        reply = (await rt.messages(turn.conversation_id))[-1]
+        [code] = python_blocks(reply.content)
+        result, mid = await run_block(rt, turn.conversation_id, code)
+        assert not result.ok and "ZeroDivisionError" in result.error
+        stored = (await rt.messages(turn.conversation_id))[-1]
+        assert stored.id == mid and stored.role == "tool"
+        assert stored.tool_results[0]["origin"] == "user" and stored.tool_results[0]["state"] == "failed"
+        assert "value / 0" in fix_prompt(code, result)
+        again = await rt.tools.sandbox.run(turn.conversation_id, "value")
+        assert again.value == "10", "the keyboard run shares the conversation's namespace"
+        nxt = await rt.start_turn(turn.conversation_id, fix_prompt(code, result))
+        assert [m["role"] for m in nxt.request.messages] == ["user", "assistant", "user"]
+    finally:
+        await rt.close()
