@@ -33,11 +33,18 @@ def _parser() -> argparse.ArgumentParser:
                             add_help=False)
     models.add_argument("rest", nargs=argparse.REMAINDER)
     sub.add_parser("paths", help="print where llmdeck keeps its files")
+    serve = sub.add_parser("serve", help="serve the model over an OpenAI-compatible HTTP API",
+                           add_help=False)
+    serve.add_argument("rest", nargs=argparse.REMAINDER)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:  # its own parser: REMAINDER would not pass leading --options
+        from core.server.cli import main as serve_main
+
+        return serve_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "models":
         return _models(args.rest)

@@ -151,7 +151,7 @@ def test_serve_refuses_a_public_bind_without_a_key(tmp_path: Path) -> None:
     env = {**os.environ, "LLMDECK_HOME": str(tmp_path), "LLMDECK_API_KEY": ""}
     from tests.fixtures.serve import ROOT
 
-    out = subprocess.run([sys.executable, "-m", "core.server.cli", "--host", "0.0.0.0"],
+    out = subprocess.run([sys.executable, "-m", "tui.cli", "serve", "--host", "0.0.0.0"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert "without an API key" in out.stderr and "--api-key" in out.stderr
