@@ -276,8 +276,7 @@ class HubScreen(Screen):
                 self.remove_model(model)
 
         self.app.push_screen(
-            ConfirmDialog(f"Delete {model.name}?",
-                          f"{fmt.size(model.size_bytes)} from {model.source} ({model.path})"),
+            ConfirmDialog(f"Delete {model.name}?", _delete_detail(model)),
             answered,
         )
 
@@ -331,3 +330,10 @@ class HubScreen(Screen):
     def action_close(self) -> None:
         if self.app.screen is self:
             self.app.pop_screen()
+
+
+def _delete_detail(model: LocalModel) -> str:
+    where = {"hf-cache": "the Hugging Face cache", "models-dir": "the models folder"}.get(
+        model.source, model.source)
+    extra = " and its vision projector" if model.mmproj else ""
+    return f"Frees {fmt.size(model.size_bytes)}: removes the file{extra} from {where}."

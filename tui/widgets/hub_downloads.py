@@ -15,6 +15,8 @@ from textual.widgets import Label, ProgressBar, Static
 from core.hub import DownloadProgress
 from tui.widgets import hub_format as fmt
 
+EMPTY_HINT = "No downloads running: pick a file and press d."
+
 
 class DownloadRow(Vertical):
     """One job: name, bar, numbers; an error line underneath when it failed."""
@@ -61,7 +63,7 @@ class DownloadsPanel(VerticalScroll):
         self.border_title = "Downloads"
 
     def compose(self) -> ComposeResult:
-        yield Static("No downloads yet: pick a file and press d.", classes="downloads-empty")
+        yield Static(EMPTY_HINT, classes="downloads-empty")
 
     def show_progress(self, key: Hashable, progress: DownloadProgress, title: str = "") -> None:
         """Add or update the row for `key` (a job) with its latest progress."""
@@ -80,6 +82,8 @@ class DownloadsPanel(VerticalScroll):
         gone = [k for k, row in self.rows.items() if row.progress.finished]
         for k in gone:
             self.rows.pop(k).remove()
+        if gone and not self.rows:
+            self.mount(Static(EMPTY_HINT, classes="downloads-empty"))
         return len(gone)
 
     @property

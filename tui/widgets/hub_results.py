@@ -9,7 +9,8 @@ from textual.widgets import DataTable
 from core.hub import SearchResult
 from tui.widgets import hub_format as fmt
 
-COLUMNS = ("Repo", "Runs here", "Fmt", "Quant", "Size", "Arch", "Dl", "Likes", "Updated",
+# The format shows in the engine ("llamacpp" serves GGUF, "mlx" MLX) and the detail line.
+COLUMNS = ("Repo", "Runs here", "Quant", "Size", "Arch", "Dl", "Likes", "Updated",
            "License", "Gated")
 REPO_WIDTH = 30
 QUANT_WIDTH = 12
@@ -47,7 +48,7 @@ class ResultsTable(DataTable):
         self.clear()
         for r in self.results:
             self.add_row(
-                _clip(r.repo_id, REPO_WIDTH), fmt.verdict(r.runnable), r.format,
+                _clip(r.repo_id, REPO_WIDTH), fmt.verdict(r.runnable),
                 _clip(r.quant or "", QUANT_WIDTH), fmt.size(r.size_bytes), r.architecture or "",
                 fmt.count(r.downloads), fmt.count(r.likes), fmt.when(r.last_modified),
                 _clip(r.license or "", LICENSE_WIDTH), "gated" if r.gated else "", key=r.repo_id,
