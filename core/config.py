@@ -62,7 +62,7 @@ class Settings:
     context_size: int = 4096
     system_prompt: str = ""
     theme: str = "llmdeck-dark"
-    replicas: int = 1
+    replicas: int = 0  # workers per model; 0 = the engine's default (llama.cpp 2, MLX 1)
     sampling: Sampling = field(default_factory=Sampling)
     remotes: list[RemoteEndpoint] = field(default_factory=list)
     tools_enabled: bool = True  # offer tools to models whose output format has tool calls

