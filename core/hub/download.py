@@ -418,7 +418,10 @@ class DownloadJob:
 
     def _emit(self, progress: DownloadProgress) -> None:
         assert self._loop is not None and self._queue is not None
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, progress)
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, progress)
+        except RuntimeError:  # the loop closed (app quit): nobody is listening any more
+            pass
 
     def _run(self) -> None:
         result = download_plan(self.plan, cache_dir=self._cache_dir, token=self._token,
@@ -426,7 +429,10 @@ class DownloadJob:
                                chunk_size=self._chunk_size)
         assert self._loop is not None and self._future is not None
         fut = self._future
-        self._loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(result))
+        try:
+            self._loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(result))
+        except RuntimeError:  # the loop closed while the download finished
+            pass
 
     async def __aiter__(self) -> AsyncIterator[DownloadProgress]:
         self.start()
