@@ -95,3 +95,19 @@ async def test_first_run_provisions_the_bundled_model_under_llmdeck_home(llmdeck
     assert Settings.load().model == str(bundled.bundled_chat_target())
     assert paths.db_path().is_file() and str(paths.db_path()).startswith(str(llmdeck_home))
     await rt.close()
+
+
+async def test_conversation_text_never_reaches_the_logs(bundled_gguf: Path) -> None:
+    secret = "my-unique-secret-phrase-4711"
+    rt = Runtime(_settings(bundled_gguf))
+    await rt.start()
+    turn = await rt.start_turn(None, f"Remember {secret} please.")
+    reply = "".join([e.text async for e in turn.events() if isinstance(e, TextDelta)])
+    await rt.close()
+    logs = list(paths.log_dir().rglob("*"))
+    assert logs, "workers write their diagnostics to the log folder"
+    for log in logs:
+        if log.is_file():
+            data = log.read_text(errors="replace")
+            assert secret not in data
+            assert not reply.strip() or reply.strip()[:40] not in data
