@@ -1,0 +1,131 @@
+"""The OpenAI wire format both ways, remote settings and the serve command's refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core.config import RemoteEndpoint, Sampling, Settings
+from core.engines.base import GenerationRequest
+from core.events import Error
+from core.remote import remote_models
+from core.remote.refs import remote_model_string, remote_ref
+from core.server.cli import main as serve_main
+from core.server.handle import is_loopback
+from core.server.wire import ApiError, error_event_for, parse_chat, request_body
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+def test_parse_chat_maps_openai_fields_onto_the_request() -> None:
+    call = parse_chat({
+        "model": "m", "stream": True, "stream_options": {"include_usage": True},
+        "messages": [{"role": "developer", "content": [{"type": "text", "text": "be brief"}]},
+                     *HI,
+                     {"role": "assistant", "content": None, "tool_calls": [
+                         {"id": "c1", "type": "function",
+                          "function": {"name": "f", "arguments": "{\"a\": 1}"}}]},
+                     {"role": "tool", "tool_call_id": "c1", "content": "2"}],
+        "temperature": 0.2, "max_completion_tokens": 7, "stop": "END", "seed": 3, "user": "s1",
+    }, Sampling())
+    r = call.request
+    assert (call.model, call.stream, call.include_usage) == ("m", True, True)
+    assert r.messages[0] == {"role": "system", "content": "be brief"}
+    assert r.messages[2]["tool_calls"][0]["function"]["arguments"] == {"a": 1}
+    assert r.messages[3]["tool_call_id"] == "c1"
+    assert (r.sampling.temperature, r.sampling.max_tokens, r.sampling.stop, r.sampling.seed) == (0.2, 7, ("END",), 3)
+    assert r.session_id == "s1"
+
+
+def test_unset_sampling_falls_back_to_the_app_settings() -> None:
+    defaults = Sampling(temperature=0.3, max_tokens=99)
+    r = parse_chat({"model": "m", "messages": HI}, defaults).request
+    assert (r.sampling.temperature, r.sampling.max_tokens) == (0.3, 99)
+
+
+def test_tool_choice_none_sends_no_tools() -> None:
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    assert parse_chat({"model": "m", "messages": HI, "tools": tools}, Sampling()).request.tools
+    assert parse_chat({"model": "m", "messages": HI, "tools": tools, "tool_choice": "none"},
+                      Sampling()).request.tools == ()
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({"messages": HI}, "model"),
+    ({"model": "m", "messages": "hi"}, "messages"),
+    ({"model": "m", "messages": HI, "max_tokens": 1.5}, "max_tokens"),
+    ({"model": "m", "messages": HI, "seed": "x"}, "seed"),
+    ({"model": "m", "messages": HI, "stream": "yes"}, "stream"),
+    ({"model": "m", "messages": HI, "temperature": True}, "temperature"),
+    ({"model": "m", "messages": HI, "min_p": 2}, "min_p"),
+])
+def test_bad_bodies_name_the_parameter(body: dict, param: str) -> None:
+    with pytest.raises(ApiError) as info:
+        parse_chat(body, Sampling())
+    assert info.value.status == 400 and info.value.param == param
+    assert param in info.value.message
+
+
+def test_request_body_sends_history_tool_calls_as_json_strings() -> None:
+    request = GenerationRequest("r", (
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "name": "f", "arguments": {"x": 1}}]},
+    ))
+    body = request_body(request, "remote-model")
+    call = body["messages"][0]["tool_calls"][0]
+    assert call == {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}}
+    assert body["stream_options"] == {"include_usage": True} and body["model"] == "remote-model"
+
+
+@pytest.mark.parametrize(("status", "body", "code", "words"), [
+    (400, {"error": {"message": "bad temperature", "code": None}}, "BAD_REQUEST", "bad temperature"),
+    (400, {"error": {"message": "too long", "code": "context_length_exceeded"}}, "CONTEXT_OVERFLOW", "too long"),
+    (401, {"error": {"message": "no"}}, "LOAD_FAILED", "API key"),
+    (500, {"error": {"message": "worker died", "code": "worker_crashed"}}, "WORKER_CRASHED", "worker died"),
+    (502, "<html>bad gateway</html>", "INTERNAL", "HTTP 502"),
+    (429, {"error": "busy"}, "INTERNAL", "try again"),
+])
+def test_remote_errors_become_event_codes(status: int, body: object, code: str, words: str) -> None:
+    event = error_event_for(status, body, "The remote 'gpu'")
+    assert isinstance(event, Error) and event.code == code and words in event.message
+    assert event.message.startswith("The remote 'gpu' answered")
+
+
+def test_remote_refs_round_trip() -> None:
+    assert remote_ref(remote_model_string("gpu", "org/qwen3-32b")) == ("gpu", "org/qwen3-32b")
+    assert remote_ref("/models/qwen.gguf") is None and remote_ref("remote:gpu") is None
+    assert remote_ref(None) is None
+
+
+def test_remotes_load_from_settings_and_bad_entries_are_reported(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(
+        '[[remotes]]\nname = "gpu"\nurl = "http://gpu:8000/v1"\napi_key_env = "GPU_KEY"\n'
+        'models = ["qwen3-32b", "llama-70b"]\n'
+        '[[remotes]]\nname = "broken"\nurl = "gpu:8000"\n'
+        '[[remotes]]\nname = "typo"\nurl = "http://x/v1"\napikey = "k"\n', encoding="utf-8")
+    settings = Settings.load(path)
+    assert [r.name for r in settings.remotes] == ["gpu"]
+    assert len(settings.problems) == 2 and "broken" in settings.problems[0]
+    assert [m.model_string for m in remote_models(settings)] == ["remote:gpu/qwen3-32b", "remote:gpu/llama-70b"]
+    settings.save(path)
+    assert Settings.load(path).remotes == settings.remotes
+
+
+def test_api_key_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPU_KEY", "from-env")
+    assert RemoteEndpoint("gpu", "http://x/v1", api_key="file", api_key_env="GPU_KEY").key() == "from-env"
+    assert RemoteEndpoint("gpu", "http://x/v1", api_key="file").key() == "file"
+
+
+def test_loopback_detection() -> None:
+    assert all(is_loopback(h) for h in ("127.0.0.1", "::1", "localhost", "127.5.5.5"))
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "192.168.1.2", "::", "example.com"))
+
+
+def test_serve_refuses_public_bind_without_key(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("LLMDECK_API_KEY", raising=False)
+    assert serve_main(["--host", "0.0.0.0"]) == 2
+    err = capsys.readouterr().err
+    assert "without an API key" in err and "127.0.0.1" in err
