@@ -86,12 +86,14 @@ class RemoteBackend:
             await self._session.close()
 
     async def list_models(self) -> list[str]:
-        """The model ids the endpoint serves (GET /models)."""
+        """The chat model ids the endpoint serves (GET /models)."""
         async with self._client().get(f"{self.base}/models") as response:
             body = await response.json(content_type=None)
             if response.status != 200:
                 raise RemoteError(error_event_for(response.status, body, self.where))
-        return [str(m.get("id")) for m in body.get("data", []) if isinstance(m, dict)]
+        # Another llmdeck marks its embedding model; a chat picker has no use for it.
+        return [str(m.get("id")) for m in body.get("data", [])
+                if isinstance(m, dict) and m.get("owned_by") != "llmdeck-embeddings"]
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
         rid = request.request_id

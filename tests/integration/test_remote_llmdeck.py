@@ -155,3 +155,34 @@ def test_serve_refuses_a_public_bind_without_a_key(tmp_path: Path) -> None:
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert "without an API key" in out.stderr and "--api-key" in out.stderr
+
+
+async def test_discover_lists_the_peer_models_and_reports_dead_endpoints(peer: str) -> None:
+    from core.remote import discover_models
+
+    s = _settings(peer)
+    s.remotes.append(RemoteEndpoint(name="dead", url="http://127.0.0.1:9/v1"))
+    found, problems = await discover_models(s)
+    assert [(m.endpoint, m.model) for m in found] == [("peer", "peer-model")]
+    assert len(problems) == 1 and "dead" in problems[0]
+
+
+async def test_cancelling_a_remote_turn_ends_it_as_cancelled(tmp_path: Path) -> None:
+    proc, url = spawn_serve(tmp_path / "slow", *scripted_args("slow", reply="tick " * 300, tokens_per_s=50))
+    rt = Runtime(_settings(url, key="", model="slow"))
+    await rt.start()
+    try:
+        turn = await rt.start_turn(None, "Keep going.")
+        events = []
+        async for event in turn.events():
+            events.append(event)
+            if sum(isinstance(e, TextDelta) for e in events) == 5:
+                turn.cancel()
+        assert events[-1] == Done("cancelled")
+        assert not any(isinstance(e, Error) for e in events)
+        again = await rt.start_turn(turn.conversation_id, "Still there?")
+        assert any(isinstance(e, TextDelta) for e in [e async for e in again.events()])
+    finally:
+        await rt.close()
+        proc.kill()
+        proc.wait()
