@@ -19,6 +19,7 @@ import openai
 import pytest
 from openai import OpenAI
 
+from core.events import TextDelta
 from core.server import ServeError, ServerHandle
 from tests.fixtures.serve import ServerThread, scripted_spec
 
@@ -221,3 +222,36 @@ def test_embeddings_from_the_bundled_minilm(client: OpenAI) -> None:
         client.embeddings.create(model="text-embedding-3-large", input="x")
     with pytest.raises(openai.BadRequestError):
         client.embeddings.create(model="all-MiniLM-L6-v2", input=[])
+
+
+def test_http_clients_and_a_tui_turn_share_one_worker(server: ServerThread, client: OpenAI) -> None:
+    async def tui_turn() -> str:
+        turn = await server.runtime.start_turn(None, "from the chat window")
+        turn.max_rounds = 1  # the scripted reply always calls a tool; one round is enough here
+        return "".join([e.text async for e in turn.events() if isinstance(e, TextDelta)])
+
+    with ThreadPoolExecutor(4) as pool:
+        http = [pool.submit(lambda: client.chat.completions.create(model="scripted", messages=HI))
+                for _ in range(3)]
+        tui = server.call(tui_turn())
+        replies = [f.result(60) for f in http]
+    assert tui == "I will look it up."
+    assert all(r.choices[0].message.content == "I will look it up." for r in replies)
+    assert len(server.runtime.pool.pids()) == 1, "HTTP and the chat window must use the same worker"
+
+
+def test_a_client_that_hangs_up_frees_its_slot(tmp_path: Path) -> None:
+    srv = ServerThread(scripted_spec(tokens_per_s=30, reply="slow " * 200))
+    try:
+        with httpx.stream("POST", f"{srv.url}/chat/completions", timeout=30,
+                          json={"model": "scripted", "messages": HI, "stream": True}) as response:
+            lines = response.iter_lines()
+            for _ in range(4):
+                next(lines)
+            assert [w.active for w in srv.runtime.worker_status()] == [1]
+        deadline = time.monotonic() + 20
+        while srv.runtime.worker_status()[0].active and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert srv.runtime.worker_status()[0].active == 0
+    finally:
+        srv.close()
