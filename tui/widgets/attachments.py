@@ -1,0 +1,217 @@
+"""Documents in the composer area: attachment chips, mention warnings, /attach and its
+path completion, the sources line under a cited answer, and the memory rollover marker.
+
+The main screen only forwards to these: the logic of attaching (calling the runtime,
+showing each error as the sentence the runtime wrote, giving failed paths back to the
+composer) lives here so the screen stays a dispatcher.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Static
+
+from core.chat_context import AttachResult
+from core.docs import Attachment, DocError, MentionResolution
+from core.memory.persist import marker_headline
+from core.memory.rollover import RolloverMarker
+
+ATTACH = "/attach"
+
+
+# -- /attach arguments and path completion ---------------------------------------------------
+def parse_paths(argument: str) -> list[str]:
+    """Paths of `/attach a.pdf "my notes.docx"`; quotes or backslashes keep spaces."""
+    try:
+        return shlex.split(argument)
+    except ValueError:  # an unclosed quote: take the words as they are
+        return argument.split()
+
+
+def path_candidates(partial: str, limit: int = 50) -> list[str]:
+    """Entries of the folder `partial` points into whose names start with its last part."""
+    expanded = os.path.expanduser(partial) if partial else ""
+    folder, _, stem = expanded.rpartition(os.sep)
+    base = Path(folder or ("/" if expanded.startswith(os.sep) else "."))
+    try:
+        names = sorted(
+            e.name + (os.sep if e.is_dir() else "")
+            for e in os.scandir(base)
+            if e.name.startswith(stem) and (stem.startswith(".") or not e.name.startswith("."))
+        )
+    except OSError:
+        return []
+    shown_folder = partial[: len(partial) - len(stem)] if stem else partial
+    return [shown_folder + name for name in names[:limit]]
+
+
+def complete_attach(text: str) -> str | None:
+    """Composer text after Tab on `/attach ... PARTIAL`: the longest common completion."""
+    if not text.startswith(ATTACH + " ") or "\n" in text:
+        return None
+    head, _, partial = text.rpartition(" ")
+    if '"' in partial or "'" in partial:
+        return None
+    matches = path_candidates(partial)
+    if not matches:
+        return None
+    common = os.path.commonprefix(matches)
+    if len(matches) == 1 and not common.endswith(os.sep):
+        common += " "
+    if common == partial:
+        return None
+    return f"{head} {common.replace(' ', chr(92) + ' ')}"
+
+
+def attach_hint(text: str) -> str:
+    """What the hint line shows while a path is typed after /attach."""
+    if not text.startswith(ATTACH + " "):
+        return ""
+    partial = text.rpartition(" ")[2]
+    matches = path_candidates(partial, limit=8)
+    if not matches:
+        return "No such file or folder here." if partial else "Type a path; Tab completes."
+    names = [m.rstrip(os.sep).rpartition(os.sep)[2] + ("/" if m.endswith(os.sep) else "")
+             for m in matches]
+    return "  ".join(names) + "   (tab completes)"
+
+
+# -- widgets -------------------------------------------------------------------------------------
+class AttachmentBar(Vertical):
+    """Chips for the conversation's attachments, and one line of warnings or errors."""
+
+    def compose(self) -> ComposeResult:
+        yield Horizontal(classes="chips")
+        yield Static("", classes="notice")
+
+    def on_mount(self) -> None:
+        self._chips: list[str] = getattr(self, "_chips", [])
+        self.query_one(".chips", Horizontal).display = bool(self._chips)
+        self.notice.display = False
+        self._sync()
+
+    @property
+    def chips(self) -> list[str]:
+        return list(getattr(self, "_chips", []))
+
+    @property
+    def notice(self) -> Static:
+        return self.query_one(".notice", Static)
+
+    def _sync(self) -> None:
+        self.display = bool(self._chips) or bool(self.notice.display)
+
+    async def show(self, attachments: Sequence[Attachment | AttachResult]) -> None:
+        """Replace the chips with `attachments` (an empty list hides the bar)."""
+        self._chips = [a.alias for a in attachments]
+        row = self.query_one(".chips", Horizontal)
+        await row.remove_children()
+        if self._chips:
+            await row.mount_all(
+                [Static("Attached", classes="chips-label")]
+                + [Static(alias, classes="chip") for alias in self._chips]
+            )
+        row.display = bool(self._chips)
+        self._sync()
+
+    def clear(self) -> None:
+        """A new chat: no chips, no notice."""
+        self._chips = []
+        row = self.query_one(".chips", Horizontal)
+        row.remove_children()
+        row.display = False
+        self.say("")
+
+    def say(self, text: str, kind: str = "warning") -> None:
+        """One line under the chips: "warning", "error" or "info"; "" clears it."""
+        notice = self.notice
+        notice.set_classes(f"notice {kind}")
+        notice.update(text)
+        notice.display = bool(text)
+        self._sync()
+
+    def show_mentions(self, resolution: MentionResolution) -> None:
+        """Flag `@doc(...)` mentions that match no attachment (cleared when all match)."""
+        if resolution.ok:
+            if "mention" in self.notice.classes:
+                self.say("")
+            return
+        names = ", ".join(f"@doc({m.alias})" for m in resolution.unresolved)
+        known = ", ".join(self._chips) if self._chips else "nothing is attached yet"
+        self.say(f"⚠ {names} matches no attachment ({known}); fix it before sending.",
+                 "warning mention")
+
+    def show_results(self, results: Sequence[AttachResult | DocError]) -> None:
+        errors = [r for r in results if isinstance(r, DocError)]
+        done = [r for r in results if isinstance(r, AttachResult)]
+        if errors:
+            lines = [f"✗ {e.message}" for e in errors]
+            if done:
+                lines.insert(0, "Attached " + ", ".join(r.label for r in done) + ".")
+            self.say("\n".join(lines), "error")
+        elif done:
+            self.say("Attached " + ", ".join(r.label for r in done) + ".", "info")
+
+
+class SourcesLine(Static):
+    """Under a cited answer: the document excerpts the model was given."""
+
+    def __init__(self, sources: Sequence[str]) -> None:
+        super().__init__("Sources: " + " · ".join(f"[{s}]" for s in sources),
+                         classes="sources", markup=False)
+
+
+class MemoryMarker(Vertical):
+    """The point where the conversation was summarised into a fresh session."""
+
+    def __init__(self, marker: RolloverMarker) -> None:
+        super().__init__(classes="memory-marker")
+        self.marker = marker
+
+    def compose(self) -> ComposeResult:
+        m = self.marker
+        yield Static(marker_headline(m), classes="memory-headline", markup=False)
+        carried = f"kept the last {m.kept_messages} messages"
+        if m.facts:
+            carried += f" and {len(m.facts)} retrieved facts"
+        yield Static(f"Summary ({carried}): {m.summary}", classes="memory-summary",
+                     markup=False)
+
+
+def marker_of(message: Any) -> RolloverMarker | None:
+    """The rollover marker a stored message carries (None for ordinary messages)."""
+    from core.memory.persist import USAGE_KEY, is_marker
+
+    return RolloverMarker.from_dict(message.usage[USAGE_KEY]) if is_marker(message) else None
+
+
+async def attach_from_composer(screen: Any, argument: str) -> None:
+    """Run `/attach PATH...` for the main screen: attach, then chips and messages.
+
+    Paths that failed are put back in the composer after `/attach`, so a typo is fixed
+    in place; the conversation and its other attachments stay as they were.
+    """
+    bar = screen.query_one(AttachmentBar)
+    paths = parse_paths(argument)
+    if not paths:
+        bar.say("Usage: /attach PATH [PATH...] (Tab completes paths).", "warning")
+        return
+    bar.say(f"Reading {len(paths)} file{'s' if len(paths) > 1 else ''}…", "info")
+    results = await screen.runtime.attach(screen.conversation_id, paths)
+    done = [r for r in results if isinstance(r, AttachResult)]
+    if done and screen.conversation_id != done[0].conversation_id:
+        screen.conversation_id = done[0].conversation_id
+        await screen.refresh_sidebar()
+    if screen.conversation_id is not None:
+        await bar.show(await screen.runtime.attachments(screen.conversation_id))
+    bar.show_results(results)
+    failed = [p for p, r in zip(paths, results, strict=True) if isinstance(r, DocError)]
+    if failed:
+        screen.composer.restore(f"{ATTACH} " + " ".join(shlex.quote(p) for p in failed))
