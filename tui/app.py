@@ -8,6 +8,7 @@ from textual.binding import Binding
 from core.runtime import ModelState, Runtime
 from themes import stylesheets
 from themes.palettes import THEME_NAMES, THEMES
+from tui.commands import AppCommands, ModelCommands
 from tui.screens.main import MainScreen
 
 
@@ -17,6 +18,7 @@ class LlmdeckApp(App):
     TITLE = "llmdeck"
     CSS_PATH = stylesheets()
     ENABLE_COMMAND_PALETTE = True
+    COMMANDS = App.COMMANDS | {AppCommands, ModelCommands}
     BINDINGS = [
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("f2", "next_theme", "Theme", show=False),
@@ -65,7 +67,57 @@ class LlmdeckApp(App):
 
     def action_next_theme(self) -> None:
         names = list(THEME_NAMES)
-        self.theme = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
+        self.set_theme(names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0])
+
+    def set_theme(self, name: str) -> None:
+        """Switch the theme live and remember it in the config file (written off the loop)."""
+        self.theme = name
+        self.runtime.settings.theme = name
+        self.notify(f"Theme: {name.removeprefix('llmdeck-')}", timeout=2)
+        self.run_worker(self.runtime.save_settings(), group="settings-save")
+
+    def use_model(self, choice) -> None:  # noqa: ANN001  (tui.screens.model_picker.ModelChoice)
+        """Load a picked model for this and later chats (remembered per conversation)."""
+        self.run_worker(self._use_model(choice), group="model", exclusive=True)
+
+    async def _use_model(self, choice) -> None:  # noqa: ANN001
+        import asyncio
+
+        main = self.main
+        if main.turn is not None:
+            self.notify("A reply is still streaming; press Esc to stop it first.")
+            return
+        path = choice.path
+        if choice.bundled:
+            from core.bundled import provision_bundled_chat
+
+            path = str(await asyncio.to_thread(provision_bundled_chat))
+        self.notify(f"Loading {choice.name}…", timeout=3)
+        ok = await self.runtime.switch_model(path, choice.engine)
+        if ok:
+            await self.runtime.save_settings()
+            if main.conversation_id is not None:
+                await self.runtime.store_call(self.runtime.store_handle.set_conversation_model,
+                                              main.conversation_id, self.runtime.model.label)
+            self.notify(f"Model ready: {self.runtime.model.label}", timeout=3)
+
+    def use_model_named(self, name: str) -> None:
+        """`/model NAME`: load the one local model whose name contains NAME."""
+        self.run_worker(self._use_model_named(name), group="model", exclusive=True)
+
+    async def _use_model_named(self, name: str) -> None:
+        import asyncio
+
+        from tui.screens.model_picker import load_choices
+
+        choices, _ = await asyncio.to_thread(load_choices)
+        found = [c for c in choices if name.lower() in c.name.lower() or name == c.id]
+        if len(found) != 1:
+            names = ", ".join(c.name for c in choices) or "none"
+            what = "matches several models" if found else "matches no local model"
+            self.notify(f"{name!r} {what}. Local models: {names}.", severity="warning", timeout=8)
+            return
+        await self._use_model(found[0])
 
     async def action_quit(self) -> None:
         await self.runtime.close()

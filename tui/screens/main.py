@@ -1,4 +1,9 @@
-"""The main screen: sidebar, chat view, composer, status line, footer."""
+"""The main screen: sidebar, chat view, worker pane, composer, status line, footer.
+
+It owns the conversation being shown and the turn streaming into it; widgets post
+messages (MessageView.Action, Sidebar.Requested, ChatView.LoadOlder) and this screen
+carries them out through the runtime.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +12,28 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Input
+from textual.widgets import Footer, Input, Static, TextArea
 
 from core.events import Done, Error, ReasoningDelta, TextDelta, ToolCall, Usage
-from core.runtime import ModelState, Turn
-from tui.widgets.chat_view import ChatView
+from core.runtime import ModelState, Turn, context_use
+from core.tools import ToolStatus
+from tui import slash
+from tui.screens.dialogs import ConfirmScreen, PromptScreen
+from tui.widgets.attachments import (
+    AttachmentBar,
+    MemoryMarker,
+    SourcesLine,
+    attach_from_composer,
+    attach_hint,
+)
+from tui.widgets.chat_view import PAGE, ChatView
 from tui.widgets.composer import Composer
 from tui.widgets.message_view import MessageView
 from tui.widgets.sidebar import Sidebar
 from tui.widgets.status_bar import StatusBar
+from tui.widgets.worker_pane import WorkerPane
+
+BUSY = "A reply is still streaming; press Esc to stop it first."
 
 
 class MainScreen(Screen):
@@ -24,9 +42,14 @@ class MainScreen(Screen):
     BINDINGS = [
         Binding("ctrl+n", "new_chat", "New chat"),
         Binding("ctrl+f", "search", "Search"),
-        Binding("escape", "stop", "Stop", show=True),
-        Binding("ctrl+b", "toggle_sidebar", "Sidebar"),
+        Binding("escape", "stop", "Stop"),
+        Binding("ctrl+b", "toggle_sidebar", "Sidebar", show=False),
         Binding("ctrl+l", "focus_composer", "Composer", show=False),
+        Binding("ctrl+up", "focus_messages", "Messages", show=False),
+        Binding("f1", "help", "Help"),
+        Binding("f3", "settings", "Settings"),
+        Binding("f4", "toggle_workers", "Workers"),
+        Binding("f5", "pick_model", "Model"),
     ]
 
     def __init__(self) -> None:
@@ -40,6 +63,11 @@ class MainScreen(Screen):
             yield Sidebar(id="sidebar")
             with Vertical(id="chat-column"):
                 yield ChatView(id="chat")
+                pane = WorkerPane(self.app.runtime.worker_status, id="worker-pane")  # type: ignore[attr-defined]
+                pane.display = False
+                yield pane
+                yield Static("", id="slash-hint")
+                yield AttachmentBar(id="attachment-bar")
                 yield Composer(id="composer")
         yield Footer()
 
@@ -47,8 +75,23 @@ class MainScreen(Screen):
     def runtime(self):
         return self.app.runtime  # type: ignore[attr-defined]
 
+    @property
+    def chat(self) -> ChatView:
+        return self.query_one(ChatView)
+
+    @property
+    def composer(self) -> Composer:
+        return self.query_one(Composer)
+
     def on_mount(self) -> None:
-        self.query_one(Composer).focus()
+        self.query_one("#slash-hint").display = False
+        self.composer.focus()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "stop":  # only shown (and bound) when there is something to stop
+            return (self.turn is not None or self.composer.editing_id is not None
+                    or not self.composer.has_focus)
+        return True
 
     # -- runtime callbacks -------------------------------------------------------------
     def on_model_state(self, state: ModelState) -> None:
@@ -60,49 +103,116 @@ class MainScreen(Screen):
             self.notify(state.error, title="Model", severity="error", timeout=8)
 
     async def refresh_sidebar(self) -> None:
+        sidebar = self.query_one(Sidebar)
+        query = self.query_one("#search", Input).value
+        if query.strip():
+            sidebar.show_hits(await self.runtime.search(query))
+            return
         conversations = await self.runtime.list_conversations()
-        self.query_one(Sidebar).show_conversations(conversations, self.conversation_id)
+        sidebar.show_conversations(conversations, self.conversation_id)
 
     # -- actions -------------------------------------------------------------------------
     def action_new_chat(self) -> None:
         if self.turn is not None:
-            self.notify("A reply is still streaming; press Esc to stop it first.")
+            self.notify(BUSY)
             return
         self.conversation_id = None
-        self.query_one(ChatView).show_empty()
+        self.composer.stop_editing()
+        self.query_one(AttachmentBar).clear()
+        self.chat.show_empty()
         self.query_one(StatusBar).context_used = 0
-        self.query_one(Composer).focus()
+        self.composer.focus()
 
     def action_search(self) -> None:
         self.query_one("#search", Input).focus()
 
     def action_focus_composer(self) -> None:
-        self.query_one(Composer).focus()
+        self.composer.focus()
+
+    def action_focus_messages(self) -> None:
+        views = self.chat.views
+        if views:
+            views[-1].focus()
+            views[-1].scroll_visible(animate=False)
 
     def action_toggle_sidebar(self) -> None:
         sidebar = self.query_one(Sidebar)
         sidebar.display = not sidebar.display
 
+    def action_toggle_workers(self) -> None:
+        self.query_one(WorkerPane).toggle()
+
+    def action_help(self) -> None:
+        from tui.screens.help import HelpScreen
+
+        self.app.push_screen(HelpScreen())
+
+    def action_settings(self) -> None:
+        from tui.screens.settings import SettingsScreen
+
+        def _done(reload: bool | None) -> None:
+            if reload and self.turn is None:
+                self.run_worker(self.runtime.reload_model(), group="model", exclusive=True)
+
+        self.app.push_screen(SettingsScreen(), _done)
+
+    def action_pick_model(self) -> None:
+        from tui.screens.model_picker import ModelPickerScreen
+
+        def _picked(choice) -> None:
+            if choice is not None:
+                self.app.use_model(choice)  # type: ignore[attr-defined]
+
+        self.app.push_screen(ModelPickerScreen(), _picked)
+
+    def action_reload_model(self) -> None:
+        if self.turn is not None:
+            self.notify(BUSY)
+            return
+        self.run_worker(self.runtime.reload_model(), group="model", exclusive=True)
+
     def action_stop(self) -> None:
         if self.turn is not None:
             self.turn.cancel()
-        elif self.focused is not None and self.focused.id == "search":
-            self.query_one(Composer).focus()
+        elif self.composer.editing_id is not None:
+            self.composer.stop_editing()
+            self.notify("Edit cancelled.", timeout=2)
+        else:
+            self.composer.focus()
 
-    # -- messages from widgets -------------------------------------------------------------
+    @work(group="export")
+    async def action_export(self) -> None:
+        if self.conversation_id is None:
+            self.notify("Nothing to export yet: send a message first.")
+            return
+        try:
+            path = await self.runtime.export_conversation(self.conversation_id)
+        except Exception as exc:
+            self.notify(f"Could not export: {exc}", severity="error")
+            return
+        self.notify(f"Exported to {path}", title="Export", timeout=6)
+
+    # -- conversations ---------------------------------------------------------------------
+    async def open_conversation(self, conversation_id: str, focus_message: str | None = None) -> None:
+        self.conversation_id = conversation_id
+        messages = await self.runtime.messages(conversation_id, PAGE)
+        branches = await self.runtime.branch_positions([m.id for m in messages])
+        await self.chat.show_messages(messages, branches)
+        await self.query_one(AttachmentBar).show(await self.runtime.attachments(conversation_id))
+        self.query_one(StatusBar).context_used = context_use(messages)
+        target = next((v for v in self.chat.views if v.message_id == focus_message), None)
+        if target is not None:
+            target.focus()
+            self.call_after_refresh(target.scroll_visible, animate=False)
+
     async def on_sidebar_opened(self, event: Sidebar.Opened) -> None:
         if self.turn is not None:
-            self.notify("A reply is still streaming; press Esc to stop it first.")
+            self.notify(BUSY)
             return
-        self.conversation_id = event.conversation_id
-        messages = await self.runtime.messages(event.conversation_id)
-        await self.query_one(ChatView).show_messages(messages)
-        used = 0
-        for m in messages:
-            if m.usage:
-                used = int(m.usage.get("prompt_tokens", 0)) + int(m.usage.get("completion_tokens", 0))
-        self.query_one(StatusBar).context_used = used
-        self.query_one(Composer).focus()
+        self.composer.stop_editing()
+        await self.open_conversation(event.conversation_id, event.message_id)
+        if event.message_id is None:
+            self.composer.focus()
 
     async def on_sidebar_search_changed(self, event: Sidebar.SearchChanged) -> None:
         self.run_search(event.query)
@@ -111,46 +221,239 @@ class MainScreen(Screen):
     async def run_search(self, query: str) -> None:
         sidebar = self.query_one(Sidebar)
         if not query.strip():
-            await self.refresh_sidebar()
+            sidebar.show_conversations(await self.runtime.list_conversations(), self.conversation_id)
             return
-        hits = await self.runtime.search(query)
-        sidebar.show_hits(hits)
+        sidebar.show_hits(await self.runtime.search(query))
+
+    def on_sidebar_requested(self, event: Sidebar.Requested) -> None:
+        cid = event.conversation_id
+        if event.action == "rename":
+            self.app.push_screen(PromptScreen("New title for this conversation:"),
+                                 lambda title: self._rename(cid, title) if title else None)
+        elif event.action == "delete":
+            if self.turn is not None and self.turn.conversation_id == cid:
+                self.notify(BUSY)
+                return
+            self.app.push_screen(
+                ConfirmScreen("Delete this conversation and all its messages? This cannot be undone."),
+                lambda yes: self._delete_conversation(cid) if yes else None)
+
+    @work(group="conversation-edit")
+    async def _rename(self, cid: str, title: str) -> None:
+        await self.runtime.rename_conversation(cid, title)
+        await self.refresh_sidebar()
+
+    @work(group="conversation-edit")
+    async def _delete_conversation(self, cid: str) -> None:
+        await self.runtime.delete_conversation(cid)
+        if cid == self.conversation_id:
+            self.action_new_chat()
+        await self.refresh_sidebar()
+        self.notify("Conversation deleted.", timeout=3)
+
+    async def on_chat_view_load_older(self, event: ChatView.LoadOlder) -> None:
+        if self.conversation_id is None:
+            return
+        older = await self.runtime.messages(self.conversation_id, PAGE, before=event.before)
+        branches = await self.runtime.branch_positions([m.id for m in older])
+        await self.chat.prepend_messages(older, branches)
+
+    # -- message actions -------------------------------------------------------------------
+    async def on_message_view_action(self, event: MessageView.Action) -> None:
+        view, action = event.view, event.action
+        if action == "load_older":
+            self.chat.request_older()
+            return
+        if self.turn is not None:
+            self.notify(BUSY)
+            return
+        if view.message_id is None or self.conversation_id is None:
+            self.notify("This message is not saved yet.")
+            return
+        if action == "regenerate":
+            self._regenerate(view)
+        elif action == "edit":
+            if view.role != "user":
+                self.notify("Only your own messages can be edited; press r to regenerate a reply.")
+                return
+            self.composer.start_editing(view.message_id, view.content)
+        elif action in ("prev_branch", "next_branch"):
+            step = -1 if action == "prev_branch" else 1
+            if not await self.runtime.step_branch(view.message_id, step):
+                self.notify("No other branch that way." if view.branch else
+                            "This message has no other branches (edit or regenerate to make one).",
+                            timeout=3)
+                return
+            index = self.chat.views.index(view)
+            await self.open_conversation(self.conversation_id)
+            views = self.chat.views
+            if views:
+                views[min(index, len(views) - 1)].focus()
+        elif action == "delete":
+            mid = view.message_id
+            self.app.push_screen(
+                ConfirmScreen("Delete this message and every reply below it?"),
+                lambda yes: self._delete_message(mid) if yes else None)
+
+    @work(group="message-edit")
+    async def _delete_message(self, message_id: str) -> None:
+        await self.runtime.delete_message(message_id)
+        if self.conversation_id is not None:
+            await self.open_conversation(self.conversation_id)
+        self.notify("Message deleted.", timeout=3)
+
+    async def _drop_from(self, view: MessageView) -> None:
+        """Remove `view` and every message below it (they belong to another branch now)."""
+        views = self.chat.views
+        for v in views[views.index(view):]:
+            await v.remove()
+
+    @work(exclusive=True, group="turn")
+    async def _regenerate(self, view: MessageView) -> None:
+        try:
+            turn = await self.runtime.regenerate(self.conversation_id, view.message_id)
+        except Exception as exc:
+            self.notify(f"Cannot regenerate: {exc}", severity="error")
+            return
+        views = self.chat.views
+        user_view = next((v for v in views if v.message_id == turn.user_message_id), None)
+        if user_view is not None and views.index(user_view) + 1 < len(views):
+            await self._drop_from(views[views.index(user_view) + 1])
+        await self.run_turn(turn, user_view)
+
+    async def _approve_tool(self, call: ToolCall) -> str:
+        """Ask before a tool runs (the tool loop awaits this); Esc or n denies."""
+        import asyncio
+
+        from tui.widgets.tool_card import format_arguments
+
+        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        question = f"Allow the tool {call.name} to run with {format_arguments(call.arguments, 200)}?"
+        self.app.push_screen(ConfirmScreen(question, "Allow"),
+                             lambda yes: answer.done() or answer.set_result(bool(yes)))
+        return "allow" if await answer else "deny"
+
+    # -- sending -----------------------------------------------------------------------------
+    def on_text_area_changed(self, event: TextArea.Changed) -> None:
+        if not isinstance(event.text_area, Composer):
+            return
+        hint = self.query_one("#slash-hint", Static)
+        matches = slash.completions(event.text_area.text)
+        hint.display = bool(matches)
+        if matches:
+            hint.update("  ".join(f"{m} {slash.COMMANDS[m]}" if len(matches) == 1 else m
+                                  for m in matches) + "   (tab completes)")
+        elif paths := attach_hint(event.text_area.text):
+            hint.display = True
+            hint.update(paths)
+        self.query_one(AttachmentBar).show_mentions(
+            self.runtime.check_mentions(self.conversation_id, event.text_area.text))
 
     async def on_composer_submitted(self, event: Composer.Submitted) -> None:
         if self.turn is not None:
             self.notify("Wait for the reply to finish, or press Esc to stop it.")
             return
         text = event.text
+        command = slash.parse(text)
+        refused = slash.unknown_command(text) if command is None else None
+        if refused:
+            self.notify(refused, severity="warning", timeout=6)
+            return
+        if command is None and not self.runtime.check_mentions(self.conversation_id, text).ok:
+            return  # the attachment bar already says which @doc(...) matches nothing
         event.composer.load_text("")
-        self.send(text)
+        self.query_one("#slash-hint").display = False
+        if command is not None:
+            await self.run_slash(command)
+            return
+        if text.strip().startswith("//"):
+            text = text.strip()[1:]
+        editing = event.composer.editing_id
+        if editing is not None:
+            event.composer.stop_editing()
+            self.edit_and_resend(editing, text)
+        else:
+            self.send(text)
+
+    async def run_slash(self, command: slash.SlashCommand) -> None:
+        name, arg = command.name, command.argument
+        if name == "/clear":
+            self.action_new_chat()
+        elif name == "/export":
+            self.action_export()
+        elif name == "/model":
+            if arg:
+                self.app.use_model_named(arg)  # type: ignore[attr-defined]
+            else:
+                self.action_pick_model()
+        elif name == "/system":
+            self.runtime.settings.system_prompt = arg
+            await self.runtime.save_settings()
+            self.notify("System prompt cleared." if not arg else "System prompt set (saved).",
+                        timeout=3)
+        elif name == "/attach":
+            await attach_from_composer(self, arg)
 
     @work(exclusive=True, group="turn")
     async def send(self, text: str) -> None:
-        chat = self.query_one(ChatView)
-        composer = self.query_one(Composer)
         try:
             turn = await self.runtime.start_turn(self.conversation_id, text)
         except Exception as exc:  # the store refused: give the text back, lose nothing
-            composer.restore(text)
+            self.composer.restore(text)
             self.notify(f"Could not save your message: {exc}", severity="error")
             return
-        self.turn = turn
         new_conversation = self.conversation_id != turn.conversation_id
         self.conversation_id = turn.conversation_id
-        await chat.add_message(MessageView("user", text))
-        reply = await chat.add_message(MessageView("assistant"))
+        if turn.rollover is not None:  # the context was summarised into a fresh session
+            await self.chat.add_message(MemoryMarker(turn.rollover))  # type: ignore[arg-type]
+        user_view = await self.chat.add_message(MessageView("user", text, message_id=turn.user_message_id))
         if new_conversation:
             await self.refresh_sidebar()
+        await self.run_turn(turn, user_view)
+
+    @work(exclusive=True, group="turn")
+    async def edit_and_resend(self, message_id: str, text: str) -> None:
+        try:
+            turn = await self.runtime.edit_and_resend(self.conversation_id, message_id, text)
+        except Exception as exc:
+            self.composer.restore(text)
+            self.notify(f"Could not save the edit: {exc}", severity="error")
+            return
+        old = next((v for v in self.chat.views if v.message_id == message_id), None)
+        if old is not None:
+            await self._drop_from(old)
+        user_view = await self.chat.add_message(MessageView("user", text, message_id=turn.user_message_id))
+        await self.run_turn(turn, user_view)
+
+    async def run_turn(self, turn: Turn, user_view: MessageView | None) -> None:
+        """Stream a turn into a new reply view; the shared tail of send/regenerate/edit."""
+        self.turn = turn
+        turn.approve = self._approve_tool
+        self.refresh_bindings()
+        chat = self.chat
+        reply = await chat.add_message(MessageView("assistant"))
+        chat.anchor()
         bar = self.query_one(StatusBar)
+        after_tools = False  # text after a tool round is a new assistant message
         try:
             async for event in turn.events():
+                if isinstance(event, (TextDelta, ReasoningDelta)) and after_tools:
+                    after_tools = False
+                    await reply.finish()
+                    reply = await chat.add_message(MessageView("assistant"))
                 if isinstance(event, TextDelta):
                     await reply.append_text(event.text)
-                    chat.scroll_end(animate=False)
                 elif isinstance(event, ReasoningDelta):
                     await reply.append_reasoning(event.text)
                 elif isinstance(event, ToolCall):
-                    await reply.append_text(f"\n\n`tool call: {event.name}({event.arguments})`\n")
+                    await reply.add_tool_call(event)
+                elif isinstance(event, ToolStatus):
+                    if not after_tools:
+                        after_tools = True
+                        reply.message_id = turn.assistant_message_id
+                    card = reply.tool_card(event.call.id) or await reply.add_tool_call(event.call)
+                    card.state = event.state
+                    card.result = event.result
                 elif isinstance(event, Usage):
                     reply.set_usage(event)
                     bar.context_used = event.prompt_tokens + event.completion_tokens
@@ -160,6 +463,15 @@ class MainScreen(Screen):
                     break
         finally:
             await reply.finish()
+            if turn.sources:
+                await reply.mount(SourcesLine(turn.sources))
             self.turn = None
+            self.refresh_bindings()
+            reply.message_id = turn.assistant_message_id
             chat.scroll_end(animate=False)
-            await self.refresh_sidebar()
+        ids = [v.message_id for v in (user_view, reply) if v is not None and v.message_id]
+        positions = await self.runtime.branch_positions(ids)
+        for v in (user_view, reply):
+            if v is not None and v.message_id in positions:
+                v.set_branch(positions[v.message_id])
+        await self.refresh_sidebar()

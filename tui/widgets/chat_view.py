@@ -1,43 +1,110 @@
-"""The scrolling list of messages of the open conversation."""
+"""The scrolling list of messages of the open conversation.
+
+Only the newest page of a conversation is mounted; reaching the top (by scrolling, or by
+moving the message cursor up past the first message) asks for the page before it, so a
+long conversation opens as fast as a short one.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from textual.containers import VerticalScroll
+from textual.message import Message as TextualMessage
 from textual.widgets import Static
 
 from core.store import Message
+from tui.widgets.attachments import MemoryMarker, marker_of
 from tui.widgets.message_view import MessageView, format_stats_dict
 
 EMPTY_HINT = (
-    "Start typing below. Enter sends, Ctrl+J adds a new line, Ctrl+N starts a new chat."
+    "Start typing below. Enter sends, Ctrl+J adds a new line, Ctrl+N starts a new chat.\n"
+    "Shift+Tab (or ctrl+up) moves to the messages; F1 lists every key."
 )
+PAGE = 50
+
+
+def view_for(m: Message, branch: tuple[int, int] | None = None) -> MessageView:
+    marker = marker_of(m)
+    if marker is not None:  # a memory rollover: a line of its own, not a message
+        return MemoryMarker(marker)  # type: ignore[return-value]
+    error = m.error or ("This reply failed." if m.status == "error" else None)
+    return MessageView(m.role, m.content, reasoning=m.reasoning or "",
+                       stats=format_stats_dict(m.usage), status=m.status,
+                       error=f"⚠ {error}\n  → Press r on this reply to try again." if error else None,
+                       message_id=m.id, branch=branch, tool_results=m.tool_results)
 
 
 class ChatView(VerticalScroll):
     """Shows messages; keeps itself scrolled to the end while a reply streams."""
 
-    can_focus = True
+    can_focus = False
+
+    @dataclass
+    class LoadOlder(TextualMessage):
+        """Posted when the top is reached and older messages exist."""
+
+        before: str
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.has_older = False
+        self._asked = False
 
     def on_mount(self) -> None:
         self.show_empty()
 
     def show_empty(self) -> None:
+        self.has_older = False
         self.remove_children()
         self.mount(Static(EMPTY_HINT, classes="empty-hint"))
 
-    async def show_messages(self, messages: list[Message]) -> None:
+    @property
+    def views(self) -> list[MessageView]:
+        return list(self.query(MessageView))
+
+    async def show_messages(self, messages: list[Message],
+                            branches: dict[str, tuple[int, int]] | None = None) -> None:
+        branches = branches or {}
         await self.remove_children()
+        self.has_older = len(messages) >= PAGE
+        self._asked = False
         if not messages:
             await self.mount(Static(EMPTY_HINT, classes="empty-hint"))
             return
-        views = [
-            MessageView(m.role, m.content, reasoning=m.reasoning or "",
-                        stats=format_stats_dict(m.usage), status=m.status,
-                        error=m.error or ("This reply failed." if m.status == "error" else None))
-            for m in messages
-        ]
-        await self.mount_all(views)
+        await self.mount_all([view_for(m, branches.get(m.id)) for m in messages])
         self.scroll_end(animate=False)
+
+    async def prepend_messages(self, messages: list[Message],
+                               branches: dict[str, tuple[int, int]] | None = None) -> int:
+        """Mount an older page above the first message, keeping the view where it was."""
+        branches = branches or {}
+        self.has_older = len(messages) >= PAGE
+        self._asked = False
+        current = self.views
+        if not messages or not current:
+            return 0
+        height_before = self.virtual_size.height
+        await self.mount_all([view_for(m, branches.get(m.id)) for m in messages],
+                             before=current[0])
+        self.call_after_refresh(self._keep_place, height_before)
+        return len(messages)
+
+    def _keep_place(self, height_before: int) -> None:
+        grown = self.virtual_size.height - height_before
+        if grown > 0:
+            self.scroll_to(y=self.scroll_y + grown, animate=False, immediate=True)
+
+    def request_older(self) -> None:
+        views = self.views
+        if self.has_older and not self._asked and views and views[0].message_id:
+            self._asked = True
+            self.post_message(self.LoadOlder(views[0].message_id))
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        if new <= 0 and old > 0:
+            self.request_older()
 
     async def add_message(self, view: MessageView) -> MessageView:
         for hint in self.query(".empty-hint"):

@@ -1,5 +1,8 @@
 """The message composer: multi-line, Enter sends, Ctrl+J inserts a newline.
 
+Tab completes a slash command while one is typed (see tui.slash), and a path after
+/attach (see tui.widgets.attachments).
+
 Shift+Enter rarely reaches an app over SSH (most terminals send the same byte as Enter),
 so the newline key is Ctrl+J, which every terminal sends as a plain line feed; Alt+Enter
 works too where the terminal passes it. Both are shown in the footer.
@@ -13,6 +16,9 @@ from textual import events
 from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import TextArea
+
+from tui.slash import complete
+from tui.widgets.attachments import complete_attach
 
 NEWLINE_KEYS = frozenset({"ctrl+j", "alt+enter", "shift+enter", "ctrl+enter"})
 
@@ -34,8 +40,30 @@ class Composer(TextArea):
         super().__init__(soft_wrap=True, show_line_numbers=False, tab_behavior="focus", **kwargs)
         self.sent_history: list[str] = []
         self._history_pos: int | None = None
+        self.editing_id: str | None = None  # set while editing a sent message
+
+    def start_editing(self, message_id: str, text: str) -> None:
+        """Load a sent message for editing; Enter resends it as a new branch."""
+        self.editing_id = message_id
+        self.border_title = "Editing: enter resends as a new branch · esc cancels"
+        self.restore(text)
+        self.focus()
+
+    def stop_editing(self) -> None:
+        if self.editing_id is not None:
+            self.editing_id = None
+            self.border_title = None
+            self.load_text("")
 
     async def _on_key(self, event: events.Key) -> None:
+        if event.key == "tab" and self.text.startswith("/"):
+            done = complete(self.text) or complete_attach(self.text)
+            if done is not None:
+                event.stop()
+                event.prevent_default()
+                self.load_text(done)
+                self.move_cursor(self.document.end)
+                return
         if event.key in NEWLINE_KEYS:
             event.stop()
             event.prevent_default()

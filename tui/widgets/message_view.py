@@ -1,18 +1,48 @@
-"""One message in the chat view: role, thinking block, Markdown body, stats, errors.
+"""One message in the chat view: role, branch marker, thinking block, Markdown body, tool
+cards, stats, and errors with what to do about them.
 
 Assistant replies stream into the Markdown body through Textual's MarkdownStream, which
 coalesces a fast producer into the frames the terminal can show: no full re-render per
-token.
+token. A message can take focus (the message cursor); its keys act on that message.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from typing import Any
+
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Vertical
+from textual.message import Message
 from textual.widgets import Collapsible, Markdown, Static
 from textual.widgets._markdown import MarkdownStream
 
-from core.events import Error, Usage
+from core.events import Error, ToolCall, Usage
+from tui.widgets.tool_card import STATES, ToolCard
+
+CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.S)
+
+# What a person can do about each error, shown under it.
+ERROR_HINTS = {
+    "OOM": "Free memory, lower the context size in Settings (f3), or pick a smaller model (ctrl+p).",
+    "MODEL_CORRUPT": "Download the model again, or pick another one (ctrl+p → Model).",
+    "UNSUPPORTED": "This model's format is not supported here; pick another one (ctrl+p → Model).",
+    "LOAD_FAILED": "Check the model path in Settings (f3) or pick another model (ctrl+p → Model).",
+    "CONTEXT_OVERFLOW": "Start a new chat (ctrl+n) or raise the context size in Settings (f3).",
+    "CANCELLED": "Stopped. Press r on this reply to regenerate it.",
+    "TIMEOUT": "The model took too long. Press r on this reply to try again.",
+    "WORKER_CRASHED": "The model process restarts by itself; press r on this reply to try again.",
+    "BAD_REQUEST": "Check the sampling settings (f3); they were refused.",
+    "INTERNAL": "Press r on this reply to try again; if it repeats, restart llmdeck.",
+}
+GENERIC_HINT = "Press r on this reply to try again."
+
+
+def code_blocks(markdown: str) -> list[str]:
+    """The fenced code blocks of a message, in order (an unclosed last one included)."""
+    return [m.group(1).rstrip("\n") for m in CODE_BLOCK.finditer(markdown)]
 
 
 def format_stats(usage: Usage) -> str:
@@ -33,58 +63,132 @@ def format_stats_dict(usage: dict | None) -> str:
         return ""
 
 
+def error_text(message: str, code: str | None) -> str:
+    hint = ERROR_HINTS.get(code or "", GENERIC_HINT)
+    return f"⚠ {message}\n  → {hint}"
+
+
 class MessageView(Vertical):
-    """A chat message; assistant ones can stream."""
+    """A chat message; assistant ones can stream. Focus it to act on it from the keyboard."""
+
+    can_focus = True
+
+    BINDINGS = [
+        Binding("c", "copy", "Copy"),
+        Binding("y", "copy_code", "Copy code"),
+        Binding("r", "act('regenerate')", "Regenerate"),
+        Binding("e", "act('edit')", "Edit"),
+        Binding("left_square_bracket", "act('prev_branch')", "◀ Branch", key_display="["),
+        Binding("right_square_bracket", "act('next_branch')", "Branch ▶", key_display="]"),
+        Binding("d", "act('delete')", "Delete"),
+        Binding("up,k", "move(-1)", "Previous message", show=False),
+        Binding("down,j", "move(1)", "Next message", show=False),
+        Binding("t", "toggle_thinking", "Thinking", show=False),
+    ]
+
+    @dataclass
+    class Action(Message):
+        """A message action the screen carries out (it owns the runtime)."""
+
+        view: MessageView
+        action: str
 
     def __init__(self, role: str, content: str = "", *, reasoning: str = "",
-                 stats: str = "", error: str | None = None, status: str = "complete") -> None:
+                 stats: str = "", error: str | None = None, status: str = "complete",
+                 message_id: str | None = None, branch: tuple[int, int] | None = None,
+                 tool_results: list[Any] | None = None) -> None:
         super().__init__(classes=f"message {role}")
         self.role = role
-        self._content = content
-        self._reasoning = reasoning
+        self.message_id = message_id
+        self.content = content
+        self.reasoning = reasoning
+        self.branch = branch
         self._stats = stats
         self._error = error
         self._status = status
+        self._tool_results = tool_results or []
         self._stream: MarkdownStream | None = None
         self._thinking_stream: MarkdownStream | None = None
+        self._code_index = 0
 
     def compose(self) -> ComposeResult:
-        label = {"user": "You", "assistant": "Assistant", "system": "System"}.get(self.role, self.role)
-        if self._status == "partial":
-            label += " (interrupted)"
-        yield Static(label, classes="role")
+        yield Static(self._role_label(), classes="role")
         with Collapsible(title="Thinking", collapsed=True, classes="thinking") as c:
-            c.display = bool(self._reasoning)
-            yield Markdown(self._reasoning, classes="reasoning")
-        yield Markdown(self._content, classes="body")
+            c.display = bool(self.reasoning)
+            yield Markdown(self.reasoning, classes="reasoning")
+        body = Markdown(self.content, classes="body")
+        body.display = self.role != "tool"  # a tool message is its cards
+        yield body
+        for record in self._tool_results:  # stored ToolStatus records (core.tools.loop)
+            if isinstance(record, dict):
+                state = record.get("state", "done")
+                yield ToolCard(record.get("id", ""), record.get("name", "?"),
+                               record.get("arguments") or {},
+                               state=state if state in STATES else "done",
+                               result=str(record.get("content", "")))
         stats = Static(self._stats, classes="stats")
         stats.display = bool(self._stats)
         yield stats
-        err = Static(self._error or "", classes="error")
+        err = Static(self._error or "", classes="error", markup=False)
         err.display = bool(self._error)
         yield err
+
+    def _role_label(self) -> str:
+        label = {"user": "You", "assistant": "Assistant", "system": "System",
+                 "tool": "Tools"}.get(self.role, self.role)
+        if self._status == "partial":
+            label += " (interrupted)"
+        if self.branch:
+            label += f"  ‹ {self.branch[0]}/{self.branch[1]} ›"
+        return label
 
     @property
     def body(self) -> Markdown:
         return self.query_one(".body", Markdown)
 
+    @property
+    def thinking(self) -> Collapsible:
+        return self.query_one(".thinking", Collapsible)
+
+    @property
+    def streaming(self) -> bool:
+        return self._stream is not None or self._thinking_stream is not None
+
+    # -- streaming -------------------------------------------------------------------------
     async def append_text(self, text: str) -> None:
-        if self._thinking_stream is not None:
+        if self._thinking_stream is not None:  # the answer starts: fold the thinking away
             await self._thinking_stream.stop()
             self._thinking_stream = None
-            self.query_one(".thinking", Collapsible).collapsed = True
+            self.thinking.collapsed = True
         if self._stream is None:
             self._stream = Markdown.get_stream(self.body)
+        self.content += text
         await self._stream.write(text)
 
     async def append_reasoning(self, text: str) -> None:
-        block = self.query_one(".thinking", Collapsible)
+        block = self.thinking
         if not block.display:
             block.display = True
             block.collapsed = False
         if self._thinking_stream is None:
             self._thinking_stream = Markdown.get_stream(self.query_one(".reasoning", Markdown))
+        self.reasoning += text
         await self._thinking_stream.write(text)
+
+    async def add_tool_call(self, call: ToolCall, state: str = "awaiting-approval") -> ToolCard:
+        """A card for a call the model just made; the tool loop's statuses move its state."""
+        if call.error:
+            state = "failed"
+        card = ToolCard(call.id, call.name, call.arguments, state=state, error=call.error)
+        await self.mount(card, before=self.query_one(".stats"))
+        return card
+
+    def tool_card(self, call_id: str) -> ToolCard | None:
+        return next((c for c in self.query(ToolCard) if c.call_id == call_id), None)
+
+    def set_branch(self, branch: tuple[int, int] | None) -> None:
+        self.branch = branch
+        self.query_one(".role", Static).update(self._role_label())
 
     def set_usage(self, usage: Usage) -> None:
         stats = self.query_one(".stats", Static)
@@ -93,7 +197,7 @@ class MessageView(Vertical):
 
     def show_error(self, error: Error) -> None:
         err = self.query_one(".error", Static)
-        err.update(f"⚠ {error.message}")
+        err.update(error_text(error.message, error.code))
         err.display = True
 
     async def finish(self) -> None:
@@ -101,3 +205,34 @@ class MessageView(Vertical):
             if stream is not None:
                 await stream.stop()
         self._stream = self._thinking_stream = None
+
+    # -- keyboard actions ------------------------------------------------------------------
+    def action_copy(self) -> None:
+        self.app.copy_to_clipboard(self.content)
+        self.notify(f"Copied the message ({len(self.content)} characters).", timeout=2)
+
+    def action_copy_code(self) -> None:
+        blocks = code_blocks(self.content)
+        if not blocks:
+            self.notify("This message has no code block; press c to copy all of it.", timeout=3)
+            return
+        index = self._code_index % len(blocks)
+        self._code_index += 1
+        self.app.copy_to_clipboard(blocks[index])
+        self.notify(f"Copied code block {index + 1}/{len(blocks)}.", timeout=2)
+
+    def action_act(self, action: str) -> None:
+        self.post_message(self.Action(self, action))
+
+    def action_toggle_thinking(self) -> None:
+        if self.thinking.display:
+            self.thinking.collapsed = not self.thinking.collapsed
+
+    def action_move(self, step: int) -> None:
+        views = list(self.screen.query(MessageView))
+        index = views.index(self) + step
+        if 0 <= index < len(views):
+            views[index].focus()
+            views[index].scroll_visible(animate=False)
+        elif step < 0:
+            self.post_message(self.Action(self, "load_older"))

@@ -1,4 +1,8 @@
-"""Conversations sidebar: newest first, with a live full-text search box."""
+"""Conversations sidebar: newest first, with a live full-text search box.
+
+The list's own keys (r rename, d / delete) post requests; the screen asks for the new
+name or a confirmation, since it owns the runtime.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from dataclasses import dataclass
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Input, OptionList
@@ -29,6 +34,24 @@ def highlight_snippet(snippet: str) -> Text:
     return out
 
 
+class ConversationList(OptionList):
+    """The conversation rows, with keys for the highlighted one."""
+
+    BINDINGS = [
+        Binding("r", "request('rename')", "Rename"),
+        Binding("d,delete", "request('delete')", "Delete"),
+    ]
+
+    def action_request(self, what: str) -> None:
+        if self.highlighted is None:
+            return
+        oid = self.get_option_at_index(self.highlighted).id or ""
+        kind, _, rest = oid.partition(":")
+        if kind in ("c", "h"):
+            cid = rest.partition(":")[0]
+            self.post_message(Sidebar.Requested(cid, what))
+
+
 class Sidebar(Vertical):
     """Lists conversations; typing in the search box switches to FTS results."""
 
@@ -41,9 +64,16 @@ class Sidebar(Vertical):
     class SearchChanged(Message):
         query: str
 
+    @dataclass
+    class Requested(Message):
+        """Rename or delete a conversation (`action` is "rename" or "delete")."""
+
+        conversation_id: str
+        action: str
+
     def compose(self) -> ComposeResult:
         yield Input(placeholder="Search chats (ctrl+f)", id="search")
-        yield OptionList(id="conversations")
+        yield ConversationList(id="conversations")
 
     @property
     def options(self) -> OptionList:
@@ -55,6 +85,8 @@ class Sidebar(Vertical):
         options.add_options(
             Option(c.title or "Untitled", id=f"c:{c.id}") for c in conversations
         )
+        if not conversations:
+            options.add_option(Option(Text("No conversations yet", style="dim"), disabled=True))
         if current is not None:
             self.highlight(current)
         elif conversations:

@@ -1,0 +1,70 @@
+"""Command palette providers: models (listed off the loop), themes, and the app's screens.
+
+Everything the keys do is also here, so ctrl+p is a way to find any action by name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from functools import partial
+
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+from themes.palettes import THEME_NAMES
+
+
+class ModelCommands(Provider):
+    """"Model: <name>" for every valid local model; picking one loads it."""
+
+    async def startup(self) -> None:
+        from tui.screens.model_picker import load_choices
+
+        try:
+            self._choices, _ = await asyncio.to_thread(load_choices)
+        except Exception:  # a damaged cache must not break the palette
+            self._choices = []
+
+    def _commands(self):
+        app = self.app
+        for choice in getattr(self, "_choices", []):
+            yield f"Model: {choice.name}", partial(app.use_model, choice), f"Load {choice.path}"  # type: ignore[attr-defined]
+
+    async def discover(self) -> Hits:
+        for name, run, help_text in self._commands():
+            yield DiscoveryHit(name, run, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for name, run, help_text in self._commands():
+            score = matcher.match(name)
+            if score > 0:
+                yield Hit(score, matcher.highlight(name), run, help=help_text)
+
+
+class AppCommands(Provider):
+    """Themes, screens and toggles by name."""
+
+    def _commands(self):
+        app = self.app
+        for theme in THEME_NAMES:
+            yield (f"Theme: {theme.removeprefix('llmdeck-')}", partial(app.set_theme, theme),  # type: ignore[attr-defined]
+                   "Switch the colour theme (saved)")
+        main = app.main  # type: ignore[attr-defined]
+        yield "Choose model…", main.action_pick_model, "List local models and load one"
+        yield "Settings", main.action_settings, "Sampling, context size, system prompt, theme"
+        yield "Help: keys", main.action_help, "Every key binding"
+        yield "Toggle worker status pane", main.action_toggle_workers, "Model, state, tok/s, RSS"
+        yield "New chat", main.action_new_chat, "Start an empty conversation"
+        yield "Export conversation", main.action_export, "Write it as Markdown"
+        yield "Reload model", main.action_reload_model, "Unload and load the model again"
+
+    async def discover(self) -> Hits:
+        for name, run, help_text in self._commands():
+            yield DiscoveryHit(name, run, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for name, run, help_text in self._commands():
+            score = matcher.match(name)
+            if score > 0:
+                yield Hit(score, matcher.highlight(name), run, help=help_text)

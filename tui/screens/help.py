@@ -1,0 +1,76 @@
+"""The help screen: every key binding, generated from the bindings themselves, so it can
+never drift from what the keys really do."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Static
+
+
+def _keys(binding: Binding) -> str:
+    if binding.key_display:
+        return binding.key_display
+    names = {"left_square_bracket": "[", "right_square_bracket": "]", "escape": "esc"}
+    return " / ".join(names.get(k, k) for k in binding.key.split(","))
+
+
+def binding_rows(groups: list[tuple[str, list[BindingType]]]) -> list[tuple[str, str, str]]:
+    """(where, keys, what) for every binding that has a description."""
+    rows: list[tuple[str, str, str]] = []
+    for where, bindings in groups:
+        for b in bindings:
+            if isinstance(b, Binding) and b.description:
+                rows.append((where, _keys(b), b.description))
+    return rows
+
+
+def help_groups() -> list[tuple[str, list[BindingType]]]:
+    """The binding tables of the app, in the order a person meets them."""
+    from tui.app import LlmdeckApp
+    from tui.screens.main import MainScreen
+    from tui.screens.settings import SettingsScreen
+    from tui.widgets.composer import Composer
+    from tui.widgets.message_view import MessageView
+    from tui.widgets.sidebar import ConversationList
+
+    return [
+        ("Anywhere", list(LlmdeckApp.BINDINGS)),
+        ("Main screen", list(MainScreen.BINDINGS)),
+        ("Composer", list(Composer.BINDINGS)),
+        ("Message (focused)", list(MessageView.BINDINGS)),
+        ("Conversation list", list(ConversationList.BINDINGS)),
+        ("Settings", list(SettingsScreen.BINDINGS)),
+    ]
+
+
+class HelpScreen(ModalScreen[None]):
+    """Lists every binding; Esc, q or f1 closes it."""
+
+    DEFAULT_CLASSES = "dialog-screen"
+
+    BINDINGS = [Binding("escape,q,f1", "dismiss_help", "Close")]
+
+    def compose(self) -> ComposeResult:
+        table = Table(box=None, expand=True, pad_edge=False, show_header=True,
+                      header_style="bold")
+        table.add_column("Where", no_wrap=True, style="dim")
+        table.add_column("Keys", no_wrap=True, style="bold")
+        table.add_column("Action")
+        last = ""
+        for where, keys, what in binding_rows(help_groups()):
+            table.add_row(where if where != last else "", keys, what)
+            last = where
+        with VerticalScroll(classes="help"):
+            yield Static(Text("Keys  (esc closes)", style="bold"), classes="help-title")
+            yield Static(table)
+            yield Static("Slash commands in the composer: /model /system /clear /export /attach "
+                         "(tab completes).", classes="help-foot")
+        yield Footer()
+
+    def action_dismiss_help(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,96 @@
+"""Pick a local model to chat with. The list is read off the loop (it stats files and
+checks headers), and the choice is handed back to the caller to load."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import OptionList, Static
+from textual.widgets.option_list import Option
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """What the picker hands back: enough to load the model."""
+
+    id: str
+    name: str
+    path: str
+    engine: str | None
+    bundled: bool
+
+
+def load_choices() -> tuple[list[ModelChoice], list[tuple[str, str]]]:
+    """Valid local models and (name, problem) for the invalid ones. Runs in a thread."""
+    from core.hub.registry import list_local_models
+
+    ok: list[ModelChoice] = []
+    bad: list[tuple[str, str]] = []
+    for m in list_local_models():
+        if m.role != "chat" and m.source != "bundled":
+            continue
+        if m.valid:
+            ok.append(ModelChoice(m.id, m.name, str(m.path), m.engine, m.source == "bundled"))
+        else:
+            bad.append((m.name, m.problem or "invalid"))
+    return ok, bad
+
+
+def choice_label(choice: ModelChoice, current: str) -> Text:
+    text = Text("● " if choice.name in current or current in choice.path else "  ", style="bold")
+    text.append(choice.name, style="bold")
+    text.append(f"  {choice.engine or '?'}", style="dim")
+    return text
+
+
+class ModelPickerScreen(ModalScreen[ModelChoice | None]):
+    """Lists local models; Enter picks, Esc cancels."""
+
+    DEFAULT_CLASSES = "dialog-screen"
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog picker"):
+            yield Static("Choose a model  (enter loads · esc cancels)", classes="dialog-text")
+            yield OptionList(Option(Text("Looking for models…", style="dim"), disabled=True),
+                             id="models")
+            yield Static("", id="model-problems", classes="dialog-hint")
+
+    def on_mount(self) -> None:
+        self.query_one(OptionList).focus()
+        self._load()
+
+    @work(thread=True, exclusive=True)
+    def _load(self) -> None:
+        choices, bad = load_choices()
+        self.app.call_from_thread(self._show, choices, bad)
+
+    def _show(self, choices: list[ModelChoice], bad: list[tuple[str, str]]) -> None:
+        self.choices = choices
+        options = self.query_one(OptionList)
+        options.clear_options()
+        current = self.app.runtime.model.label  # type: ignore[attr-defined]
+        for i, c in enumerate(choices):
+            options.add_option(Option(choice_label(c, current), id=str(i)))
+        if not choices:
+            options.add_option(Option(Text("No local models: `llmdeck models pull` fetches one.",
+                                           style="dim"), disabled=True))
+        else:
+            options.highlighted = 0
+        problems = self.query_one("#model-problems", Static)
+        problems.update("\n".join(f"✖ {n}: {why}" for n, why in bad))
+        problems.display = bool(bad)
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        self.dismiss(self.choices[int(event.option.id or 0)])
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

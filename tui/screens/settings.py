@@ -1,0 +1,135 @@
+"""Settings: sampling, context size, system prompt and theme, checked as they are typed.
+
+A refused value shows its reason under the field and Save stays refused until every field
+is valid; saving writes the TOML config file off the loop.
+"""
+
+from __future__ import annotations
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Footer, Input, Label, Select, Static, TextArea
+
+from themes.palettes import THEME_NAMES
+from tui import settings_form as form
+
+NUMERIC = (
+    ("temperature", "Temperature (0–2)"),
+    ("top_p", "Top-p (0–1)"),
+    ("top_k", "Top-k (≥ 1)"),
+    ("max_tokens", "Max tokens (< context)"),
+    ("context_size", "Context size (tokens)"),
+)
+
+
+class SettingsScreen(ModalScreen[bool]):
+    """Edit and save the settings; dismisses True when the model must reload (context size
+    changed), False otherwise."""
+
+    DEFAULT_CLASSES = "dialog-screen"
+
+    BINDINGS = [
+        Binding("ctrl+s", "save", "Save", priority=True),
+        Binding("escape", "cancel", "Cancel"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        s = self.app.runtime.settings  # type: ignore[attr-defined]
+        values = {"temperature": s.sampling.temperature, "top_p": s.sampling.top_p,
+                  "top_k": s.sampling.top_k, "max_tokens": s.sampling.max_tokens,
+                  "context_size": s.context_size}
+        with VerticalScroll(classes="settings"):
+            yield Static("Settings", classes="settings-title")
+            for name, label in NUMERIC:
+                with Horizontal(classes="field"):
+                    yield Label(label, classes="field-label")
+                    yield Input(str(values[name]), id=f"set-{name}", classes="field-input")
+                yield Static("", id=f"why-{name}", classes="field-error")
+            with Horizontal(classes="field"):
+                yield Label("Theme", classes="field-label")
+                theme = s.theme if s.theme in THEME_NAMES else THEME_NAMES[0]
+                yield Select([(n.removeprefix("llmdeck-"), n) for n in THEME_NAMES], value=theme,
+                             allow_blank=False, id="set-theme", classes="field-input")
+            yield Label("System prompt", classes="field-label")
+            yield TextArea(s.system_prompt, id="set-system", classes="system-prompt")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Save (ctrl+s)", variant="primary", id="save")
+                yield Button("Cancel (esc)", id="cancel")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        for name, _ in NUMERIC:
+            self.query_one(f"#why-{name}", Static).display = False
+        self.query_one("#set-temperature", Input).focus()
+
+    def _fields(self) -> dict[str, str]:
+        return {name: self.query_one(f"#set-{name}", Input).value for name, _ in NUMERIC}
+
+    def _show_problems(self, problems: dict[str, str]) -> None:
+        for name, _ in NUMERIC:
+            why = self.query_one(f"#why-{name}", Static)
+            reason = problems.get(name, "")
+            why.update(f"✖ {reason}" if reason else "")
+            why.display = bool(reason)
+            self.query_one(f"#set-{name}", Input).set_class(bool(reason), "-invalid")
+
+    @on(Input.Changed)
+    def _check(self, _event: Input.Changed) -> None:
+        self._show_problems(self._validate()[1])
+
+    def _validate(self) -> tuple[form.SettingsValues | None, dict[str, str]]:
+        theme = self.query_one("#set-theme", Select).value
+        return form.validate_all(self._fields(), self.query_one("#set-system", TextArea).text,
+                                 str(theme))
+
+    @on(Select.Changed, "#set-theme")
+    def _preview_theme(self, event: Select.Changed) -> None:
+        self.app.theme = str(event.value)  # live: the person sees it before saving
+
+    @on(Button.Pressed, "#save")
+    def _save_pressed(self) -> None:
+        self.action_save()
+
+    @on(Button.Pressed, "#cancel")
+    def _cancel_pressed(self) -> None:
+        self.action_cancel()
+
+    def action_cancel(self) -> None:
+        settings = self.app.runtime.settings  # type: ignore[attr-defined]
+        self.app.theme = settings.theme if settings.theme in THEME_NAMES else THEME_NAMES[0]
+        self.dismiss(False)
+
+    def action_save(self) -> None:
+        values, problems = self._validate()
+        self._show_problems(problems)
+        if values is None:
+            self.notify("Fix the fields marked ✖ first: " + " ".join(problems.values()),
+                        title="Not saved", severity="error")
+            return
+        self._save(values)
+
+    @work(exclusive=True, group="settings-save")
+    async def _save(self, values: form.SettingsValues) -> None:
+        runtime = self.app.runtime  # type: ignore[attr-defined]
+        s = runtime.settings
+        context_changed = values.context_size != s.context_size
+        s.sampling.temperature = values.temperature
+        s.sampling.top_p = values.top_p
+        s.sampling.top_k = values.top_k
+        s.sampling.max_tokens = values.max_tokens
+        s.context_size = values.context_size
+        s.system_prompt = values.system_prompt
+        s.theme = values.theme
+        self.app.theme = values.theme
+        try:
+            await runtime.save_settings()
+        except OSError as exc:
+            self.notify(f"Could not write the config file: {exc}. Check the folder is writable.",
+                        title="Not saved", severity="error")
+            return
+        note = " Reloading the model for the new context size." if context_changed else ""
+        self.notify("Settings saved." + note, timeout=4)
+        self.dismiss(context_changed)
