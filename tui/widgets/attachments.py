@@ -52,29 +52,36 @@ def path_candidates(partial: str, limit: int = 50) -> list[str]:
     return [shown_folder + name for name in names[:limit]]
 
 
+def _split_last(text: str) -> tuple[str, str]:
+    """(everything before, the last path) where a backslash-escaped space stays in the path."""
+    i = len(text)
+    while i > 0 and not (text[i - 1] == " " and (i < 2 or text[i - 2] != "\\")):
+        i -= 1
+    return text[: max(0, i - 1)], text[i:].replace("\\ ", " ")
+
+
 def complete_attach(text: str) -> str | None:
     """Composer text after Tab on `/attach ... PARTIAL`: the longest common completion."""
     if not text.startswith(ATTACH + " ") or "\n" in text:
         return None
-    head, _, partial = text.rpartition(" ")
+    head, partial = _split_last(text)
     if '"' in partial or "'" in partial:
         return None
     matches = path_candidates(partial)
     if not matches:
         return None
     common = os.path.commonprefix(matches)
-    if len(matches) == 1 and not common.endswith(os.sep):
-        common += " "
-    if common == partial:
+    end = " " if len(matches) == 1 and not common.endswith(os.sep) else ""
+    if common == partial and not end:
         return None
-    return f"{head} {common.replace(' ', chr(92) + ' ')}"
+    return f"{head} {common.replace(' ', chr(92) + ' ')}{end}"
 
 
 def attach_hint(text: str) -> str:
     """What the hint line shows while a path is typed after /attach."""
     if not text.startswith(ATTACH + " "):
         return ""
-    partial = text.rpartition(" ")[2]
+    partial = _split_last(text)[1]
     matches = path_candidates(partial, limit=8)
     if not matches:
         return "No such file or folder here." if partial else "Type a path; Tab completes."
