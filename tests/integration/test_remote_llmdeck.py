@@ -169,7 +169,9 @@ async def test_discover_lists_the_peer_models_and_reports_dead_endpoints(peer: s
 
 async def test_cancelling_a_remote_turn_ends_it_as_cancelled(tmp_path: Path) -> None:
     proc, url = spawn_serve(tmp_path / "slow", *scripted_args("slow", reply="tick " * 300, tokens_per_s=50))
-    rt = Runtime(_settings(url, key="", model="slow"))
+    settings = _settings(url, key="", model="slow")
+    settings.sampling.max_tokens = 20  # keeps the second, uncancelled turn short
+    rt = Runtime(settings)
     await rt.start()
     try:
         turn = await rt.start_turn(None, "Keep going.")
