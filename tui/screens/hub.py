@@ -139,10 +139,15 @@ class HubScreen(Screen):
                                               self.search_format, self.search_sort)
         except HubError as err:
             self.query_one(ResultsTable).show([])
+            self.query_one("#hub-detail", Static).update("")
             self._show_error("#hub-search-status", err)
             return
         table = self.query_one(ResultsTable)
         table.show(results)
+        # the cursor may stay on row 0 without a highlight event: describe the new row 0
+        current = table.current
+        self.query_one("#hub-detail", Static).update(
+            fmt.result_detail(current) if current else "")
         if not results:
             self._status("#hub-search-status", f"No {self.search_format} repos match {what}; "
                          "try fewer words or ctrl+g for another format.")
