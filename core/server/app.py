@@ -217,15 +217,18 @@ class ChatServer:
         def chunk(delta: dict[str, Any]) -> bytes:
             return b"data: " + prefix + json.dumps(delta, ensure_ascii=False).encode() + tail
 
+        def text_chunk(key: bytes, text: str) -> bytes:
+            return b"data: " + prefix + key + json.dumps(text, ensure_ascii=False).encode() + b"}" + tail
+
         out = bytearray(chunk({"role": "assistant", "content": ""}))
         n_calls = 0
         usage: Usage | None = None
         event: Event | None = first
         while event is not None:
-            if isinstance(event, TextDelta):
-                out += chunk({"content": event.text})
+            if isinstance(event, TextDelta):  # the hot path: one per token, no dict to encode
+                out += text_chunk(b'{"content":', event.text)
             elif isinstance(event, ReasoningDelta):
-                out += chunk({"reasoning_content": event.text})
+                out += text_chunk(b'{"reasoning_content":', event.text)
             elif isinstance(event, ToolCall):
                 body = tool_call_body(event.id, event.name, event.arguments, event.raw)
                 out += chunk({"tool_calls": [{"index": n_calls, **body}]})
