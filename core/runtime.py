@@ -481,7 +481,15 @@ class Runtime:
             return page[-1], page[:-1]
 
         user, history = await self.store_call(_history)
-        return Turn(self, cid, user.id, self._request(cid, history, user.content))
+        request = self._request(cid, history, user.content)
+        try:  # documents and memory as for a new turn; a rollover here is not stored
+            prepared = await self.chat.prepare_turn(cid, history, user.content)
+        except Exception:
+            return Turn(self, cid, user.id, request)
+        turn = Turn(self, cid, user.id, replace(request, messages=prepared.messages,
+                                                session_id=prepared.session_id))
+        turn.sources = prepared.sources
+        return turn
 
     async def regenerate(self, conversation_id: str, message_id: str) -> Turn:
         """A new reply to the user message that `message_id` answers (or is): the old reply

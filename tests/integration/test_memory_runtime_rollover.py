@@ -128,3 +128,22 @@ async def test_a_restarted_app_resumes_the_rolled_over_session() -> None:
             assert turn.rollover.seq == last_marker.seq + 1
     finally:
         await rt2.close()
+
+
+async def test_regenerate_after_a_rollover_uses_the_rolled_session() -> None:
+    rt = _runtime()
+    await rt.start()
+    try:
+        cid, turns = await _chat(rt, None, 8)
+        marker = [t.rollover for t, _, _ in turns if t.rollover][-1]
+        last = turns[-1][0]
+        again = await rt.regenerate(cid, last.assistant_message_id)
+        assert again.user_message_id == last.user_message_id
+        assert again.request.session_id == marker.new_session_id != cid
+        assert again.request.messages == last.request.messages  # the same seeded session
+        text = "".join([e.text async for e in again.events() if isinstance(e, TextDelta)])
+        assert text  # it answers again
+        branches = await rt.branch_positions([again.assistant_message_id])
+        assert branches[again.assistant_message_id] == (2, 2)
+    finally:
+        await rt.close()

@@ -103,6 +103,20 @@ class AttachmentBar(Vertical):
         self.query_one(".chips", Horizontal).display = bool(self._chips)
         self.notice.display = False
         self._sync()
+        chat = getattr(getattr(self.app, "runtime", None), "chat", None)
+        if chat is not None:  # a rollover summary can take seconds with a real model
+            chat.listeners.append(self._on_memory)
+
+    def on_unmount(self) -> None:
+        chat = getattr(getattr(self.app, "runtime", None), "chat", None)
+        if chat is not None and self._on_memory in chat.listeners:
+            chat.listeners.remove(self._on_memory)
+
+    def _on_memory(self, conversation_id: str, stage: str) -> None:
+        if stage == "summarising":
+            self.say("Context is 70% full: summarising the conversation so far…", "info memory")
+        elif "memory" in self.notice.classes:
+            self.say("")
 
     @property
     def chips(self) -> list[str]:
