@@ -65,31 +65,8 @@ async def test_search_while_the_hub_is_unreachable_says_offline(
         assert screen.query_one("#hub-search-status").has_class("-error")
 
 
-async def test_a_repo_gone_since_the_search_is_not_found(fake_hub: FakeHub) -> None:
-    async with hub_app().run_test(size=SIZE) as pilot:
-        screen = await open_with_results(pilot)
-        del fake_hub.repos[VISION_REPO]
-        table = screen.query_one(ResultsTable)
-        table.focus()
-        target = [r.repo_id for r in table.results].index(VISION_REPO)
-        await pilot.press(*["down"] * target, "enter")
-        await wait_until(pilot, lambda: "NOT_FOUND" in text_of(screen, "#hub-files-status"))
-        assert "check the spelling" in text_of(screen, "#hub-files-status")
-
-
-async def test_gated_download_tells_where_to_accept_the_terms(fake_hub: FakeHub) -> None:
-    async with hub_app().run_test(size=SIZE) as pilot:
-        screen = await open_with_results(pilot)
-        await open_repo(pilot, GATED_REPO)
-        await pilot.press("d")
-        await wait_until(pilot, lambda: rows(screen) and rows(screen)[0].progress.finished)
-        row = rows(screen)[0]
-        assert row.progress.state == "error" and row.progress.error.code == "GATED"
-        shown = str(row.query_one(".download-error").render())
-        assert "accept its terms" in shown and f"{fake_hub.endpoint}/{GATED_REPO}" in shown
-
-
-async def test_picking_a_projector_explains_what_to_pick(fake_hub: FakeHub) -> None:
+async def test_download_errors_show_inline_with_advice(fake_hub: FakeHub) -> None:
+    """A projector picked alone, a gated repo, and a repo deleted since the search."""
     async with hub_app().run_test(size=SIZE) as pilot:
         screen = await open_with_results(pilot)
         files = await open_repo(pilot, VISION_REPO)
@@ -98,6 +75,21 @@ async def test_picking_a_projector_explains_what_to_pick(fake_hub: FakeHub) -> N
         await wait_until(pilot, lambda: "BAD_REQUEST" in text_of(screen, "#hub-files-status"))
         assert "pick the model file" in text_of(screen, "#hub-files-status")
         assert rows(screen) == []
+
+        await open_repo(pilot, GATED_REPO)
+        await pilot.press("d")
+        await wait_until(pilot, lambda: rows(screen) and rows(screen)[0].progress.finished)
+        row = rows(screen)[0]
+        assert row.progress.state == "error" and row.progress.error.code == "GATED"
+        shown = str(row.query_one(".download-error").render())
+        assert "accept its terms" in shown and f"{fake_hub.endpoint}/{GATED_REPO}" in shown
+
+        del fake_hub.repos[GGUF_REPO]
+        screen.query_one(ResultsTable).move_cursor(row=0)
+        await open_repo(pilot, GGUF_REPO, wait=False)
+        await wait_until(pilot, lambda: "NOT_FOUND" in text_of(screen, "#hub-files-status"))
+        assert "check the spelling" in text_of(screen, "#hub-files-status")
+        assert screen.query_one(FilesTable).listing is None
 
 
 async def test_cancel_keeps_the_bytes_and_a_second_pull_resumes(fake_hub: FakeHub) -> None:
@@ -128,7 +120,7 @@ async def test_cancel_keeps_the_bytes_and_a_second_pull_resumes(fake_hub: FakeHu
         assert rows(screen) == []
 
 
-async def test_delete_asks_first_and_no_keeps_the_model(fake_hub: FakeHub) -> None:
+async def test_delete_asks_first_and_the_bundled_model_stays(fake_hub: FakeHub) -> None:
     async with hub_app().run_test(size=SIZE) as pilot:
         screen = await open_with_results(pilot)
         await open_repo(pilot, VISION_REPO)
@@ -151,14 +143,7 @@ async def test_delete_asks_first_and_no_keeps_the_model(fake_hub: FakeHub) -> No
         assert not path.exists()
         assert not any(m.repo_id == VISION_REPO for m in list_local_models())
 
-
-async def test_the_bundled_model_cannot_be_deleted(fake_hub: FakeHub) -> None:
-    async with hub_app().run_test(size=SIZE) as pilot:
-        screen = await open_hub(pilot)
-        await pilot.press("ctrl+t")
-        local = screen.query_one(LocalTable)
-        await wait_until(pilot, lambda: local.has_focus and local.models)
-        assert local.current.source == "bundled"
+        assert local.current.source == "bundled"  # the only model left
         await pilot.press("delete")
         await wait_until(pilot, lambda: pilot.app.screen is not screen)
         await pilot.press("y")
