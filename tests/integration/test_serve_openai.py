@@ -255,3 +255,16 @@ def test_a_client_that_hangs_up_frees_its_slot(tmp_path: Path) -> None:
         assert srv.runtime.worker_status()[0].active == 0
     finally:
         srv.close()
+
+
+def test_a_model_that_failed_to_load_is_503_with_the_reason(tmp_path: Path) -> None:
+    srv = ServerThread(scripted_spec(fail_load="MODEL_CORRUPT"), wait_ready=False)
+    try:
+        assert srv.call(srv.runtime.ensure_model()) is False
+        client = OpenAI(base_url=srv.url, api_key="x", max_retries=0)
+        with pytest.raises(openai.InternalServerError) as info:
+            client.chat.completions.create(model="scripted", messages=HI)
+        assert info.value.status_code == 503
+        assert "failed to load" in info.value.message and "MODEL_CORRUPT" in info.value.message
+    finally:
+        srv.close()
