@@ -38,10 +38,19 @@ def rows(screen: HubScreen) -> list:
     return list(screen.query_one(DownloadsPanel).rows.values())
 
 
-async def test_typed_search_filter_and_sort_use_the_hub(fake_hub: FakeHub) -> None:
+async def test_palette_opens_the_hub_and_typed_search_filter_and_sort_use_it(
+        fake_hub: FakeHub) -> None:
     async with hub_app().run_test(size=SIZE) as pilot:
-        screen = await open_with_results(pilot)
+        await pilot.press("ctrl+p")
+        await pilot.press(*"Models")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(pilot.app.screen, HubScreen))
+        screen = pilot.app.screen
         table = screen.query_one(ResultsTable)
+        await wait_until(pilot, lambda: table.results)
+        screen.query_one("#hub-query").focus()
+        await pilot.pause()
         await pilot.press(*"tiny-chat", "enter")
         await wait_until(pilot, lambda: {r.repo_id for r in table.results}
                          == {GGUF_REPO, "mlx-community/Tiny-Chat-4bit"})
