@@ -52,6 +52,7 @@ class ChatServer:
         self.embeddings = embeddings or EmbeddingService()
         self._remote_backends: dict[str, Backend] = {}
         self.active = 0  # requests streaming now (for the worker pane)
+        self._loading: asyncio.Future[bool] | None = None
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._errors], client_max_size=32 * 1024 * 1024)
@@ -114,8 +115,8 @@ class ChatServer:
             if rt.model.state == "failed":
                 raise ApiError(503, f"The model failed to load: {rt.model.error}",
                                code="model_unavailable")
-            if rt.model.state == "idle":
-                asyncio.ensure_future(rt.ensure_model())
+            if rt.model.state == "idle" and (self._loading is None or self._loading.done()):
+                self._loading = asyncio.ensure_future(rt.ensure_model())
             raise ApiError(503, "The model is still loading; try again in a moment.",
                            code="model_loading")
         if model != self.local_name():
@@ -248,12 +249,12 @@ class ChatServer:
                 out += b"data: [DONE]\n\n"
                 break
             if out:
-                await response.write(bytes(out))
+                if not await _send(response, bytes(out)):
+                    return response
                 out.clear()
             event = await anext(events, None)
-        if out:
-            await response.write(bytes(out))
-        await response.write_eof()
+        if out and await _send(response, bytes(out)):
+            await response.write_eof()
         return response
 
     # -- embeddings ----------------------------------------------------------------------
@@ -286,6 +287,16 @@ class ChatServer:
         tokens = sum(len(t.split()) for t in texts)  # approximate: words, not wordpieces
         return _json({"object": "list", "data": data, "model": model,
                       "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+
+async def _send(response: web.StreamResponse, data: bytes) -> bool:
+    """Write to a stream; False when the client has gone, so the handler ends quietly
+    (its generator is then closed, which cancels the request in the worker)."""
+    try:
+        await response.write(data)
+    except ConnectionError:  # reset, or "cannot write to closing transport"
+        return False
+    return True
 
 
 def _json(body: Any, status: int = 200) -> web.Response:

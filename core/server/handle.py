@@ -76,7 +76,10 @@ class ServerHandle:
                              "LLMDECK_API_KEY), or bind 127.0.0.1.")
         server = ChatServer(runtime, api_key=api_key, max_queue=max_queue,
                             served_name=served_name, embeddings=embeddings)
-        runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
+        # Streams still open at stop get 2 s to finish, then are cut: switching the server
+        # off in the TUI must not wait on a client that reads slowly.
+        runner = web.AppRunner(server.app(), access_log=None, handle_signals=False,
+                               shutdown_timeout=2.0)
         await runner.setup()
         site = web.TCPSite(runner, host, port, reuse_address=True)
         try:
