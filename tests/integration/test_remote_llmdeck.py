@@ -188,3 +188,20 @@ async def test_cancelling_a_remote_turn_ends_it_as_cancelled(tmp_path: Path) -> 
         await rt.close()
         proc.kill()
         proc.wait()
+
+
+async def test_switching_between_a_remote_and_a_local_model(peer: str) -> None:
+    rt = Runtime(_settings(peer))
+    await rt.start()
+    try:
+        assert await rt.switch_model("local-script", engine="scripted")
+        local = await rt.start_turn(None, "hi")
+        text = "".join([e.text async for e in local.events() if isinstance(e, TextDelta)])
+        assert text == "Hello from the scripted engine." and len(rt.pool.pids()) == 1
+        assert await rt.switch_model("remote:peer/peer-model")
+        assert rt.pool.pids() == [], "switching to a remote unloads the local worker"
+        remote = await rt.start_turn(local.conversation_id, "and you?")
+        text = "".join([e.text async for e in remote.events() if isinstance(e, TextDelta)])
+        assert text == "Hello from the peer, over HTTP."
+    finally:
+        await rt.close()
