@@ -8,8 +8,10 @@ loaded model needs; the margin covers KV cache at a modest context and runtime b
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 
@@ -53,11 +55,24 @@ def engine_for_format(fmt: str) -> str | None:
     return None
 
 
+@functools.cache
+def _mlx_models_dir() -> Path | None:
+    """mlx_lm's models folder, found without importing mlx_lm (that import takes seconds)."""
+    try:
+        spec = importlib.util.find_spec("mlx_lm")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "models"
+
+
 def mlx_architecture_supported(model_type: str | None) -> bool:
     """mlx-lm has one module per architecture; no module means it cannot load it."""
     if not model_type:
         return True  # unknown: let the loader decide rather than hide the model
-    return _has(f"mlx_lm.models.{model_type}")
+    models = _mlx_models_dir()
+    return models is not None and (models / f"{model_type}.py").is_file()
 
 
 def check_runnable(fmt: str, weights_bytes: int | None, model_type: str | None = None,
