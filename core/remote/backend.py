@@ -60,10 +60,7 @@ class PoolBackend:
         return self.key in self.pool.loaded()
 
     def queued(self) -> int:
-        # Read per request, so not through pool.status(), which asks psutil for every
-        # worker's RSS (~140 us each). TODO(lead): a public WorkerPool.queued(key).
-        group = self.pool._groups.get(self.key)
-        return sum(w.waiting for w in group.workers) if group is not None else 0
+        return self.pool.queued(self.key)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "key": self.key}

@@ -377,6 +377,11 @@ class WorkerPool:
         if group is not None:
             await self._stop_workers(group.workers)
 
+    def queued(self, key: str) -> int:
+        """Requests of a model waiting for a free slot; cheap (no psutil), read per request."""
+        group = self._groups.get(key)
+        return sum(w.waiting for w in group.workers) if group is not None else 0
+
     def crash_failure(self, key: str) -> str | None:
         """Why a model was given up on after repeated crashes (None when it wasn't)."""
         group = self._groups.get(key)
