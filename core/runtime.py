@@ -222,7 +222,8 @@ class Runtime:
     def __init__(self, settings: Settings | None = None, *, pool: WorkerPool | None = None,
                  model_spec: ModelSpec | None = None) -> None:
         self.settings = settings or Settings.load()
-        self.pool = pool or WorkerPool()
+        idle = self.settings.idle_unload_minutes
+        self.pool = pool or WorkerPool(idle_unload_s=idle * 60 if idle and idle > 0 else None)
         self.model = ModelState()
         self.model_key = "chat"
         # Where generations come from: the pool (local model) or a remote endpoint.

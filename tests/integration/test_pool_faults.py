@@ -187,3 +187,18 @@ def test_app_process_killed_mid_stream_leaves_no_worker(tmp_path: Path) -> None:
 
 async def _drain(pool: WorkerPool, req: GenerationRequest) -> list:
     return [e async for e in pool.generate("m", req)]
+
+
+async def test_runtime_setting_unloads_an_idle_model_and_the_next_turn_reloads_it() -> None:
+    rt = Runtime(Settings(idle_unload_minutes=0.01), model_spec=spec(reply="hello"))
+    await rt.start()
+    turn = await rt.start_turn(None, "hi")
+    assert [e async for e in turn.events()][-1] == Done("stop")
+    for _ in range(200):
+        await asyncio.sleep(0.05)
+        if not rt.pool.pids():
+            break
+    assert rt.pool.pids() == []  # memory given back
+    turn = await rt.start_turn(turn.conversation_id, "again")
+    assert [e async for e in turn.events()][-1] == Done("stop")
+    await rt.close()
