@@ -178,8 +178,9 @@ def main() -> None:
 async def _utility_worker(pdf: Path, pages: int, questions: list[str]) -> dict[str, object]:
     """The same ingestion in the utility worker process the app uses: its start-up, its
     resident memory with MiniLM loaded, query latency through the pipe (embedding plus
-    IPC), and that it goes away once idle. The first ingestion is cold: it includes
-    loading markitdown and MiniLM in the fresh process, as an app's first attachment does (only the process exit returns torch's memory).
+    IPC), and that it goes away once idle (only the process exit returns torch's memory).
+    The ingestion is cold: it includes loading markitdown and MiniLM in the fresh process,
+    as an app's first attachment does.
     """
     import psutil
 
