@@ -70,13 +70,16 @@ def import_gguf(
     for name, array in g.tensors():
         converted = arch.convert(name, array, config)
         if converted is not None:
-            weights[converted[0]] = mx.array(converted[1]).astype(target)
+            # Cast now, so the float32 copy is freed before the next tensor arrives.
+            weights[converted[0]] = mx.array(converted[1], dtype=target)
+            mx.eval(weights[converted[0]])
     if not config["tie_word_embeddings"] and "lm_head.weight" not in weights:
         config["tie_word_embeddings"] = True
     mx.save_safetensors(str(tmp / "model.safetensors"), weights, metadata={"format": "mlx"})
     del weights
     (tmp / "config.json").write_text(json.dumps(config, indent=2))
-    _write_tokenizer(g, src, tmp)
+    template = g.get("tokenizer.chat_template") or getattr(arch, "CHAT_TEMPLATE", None)
+    _write_tokenizer(src, tmp, config["model_type"], template)
     if quantize:
         _requantize(tmp, quantize)
     shutil.rmtree(out, ignore_errors=True)
@@ -84,11 +87,22 @@ def import_gguf(
     return out
 
 
-def _write_tokenizer(g: GGUFFile, src: Path, out: Path) -> None:
-    from transformers import AutoTokenizer
+def _write_tokenizer(src: Path, out: Path, model_type: str, template: str | None) -> None:
+    """tokenizer.json and friends, built by transformers from the GGUF vocabulary.
 
-    tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
-    template = g.get("tokenizer.chat_template")
+    The tokenizer class is picked from the config's model_type rather than through
+    AutoTokenizer, which would first rebuild the whole model config from the GGUF with
+    gguf.GGUFReader (most of a minute for a 262k vocabulary).
+    """
+    from transformers import AutoTokenizer
+    from transformers.models.auto.tokenization_auto import (
+        TOKENIZER_MAPPING_NAMES,
+        tokenizer_class_from_name,
+    )
+
+    name = TOKENIZER_MAPPING_NAMES.get(model_type)
+    cls = tokenizer_class_from_name(name) if isinstance(name, str) else None
+    tok = (cls or AutoTokenizer).from_pretrained(str(src.parent), gguf_file=src.name)
     if template:
         tok.chat_template = template
     tok.save_pretrained(str(out))
