@@ -112,16 +112,16 @@ class MainScreen(Screen):
         sidebar.show_conversations(conversations, self.conversation_id)
 
     # -- actions -------------------------------------------------------------------------
-    def action_new_chat(self) -> None:
+    async def action_new_chat(self) -> None:
         if self.turn is not None:
             self.notify(BUSY)
             return
         self.conversation_id = None
         self.composer.stop_editing()
+        self.composer.focus()  # first: removing a focused message would move focus elsewhere
         self.query_one(AttachmentBar).clear()
-        self.chat.show_empty()
+        await self.chat.show_empty()
         self.query_one(StatusBar).context_used = 0
-        self.composer.focus()
 
     def action_search(self) -> None:
         self.query_one("#search", Input).focus()
@@ -247,7 +247,7 @@ class MainScreen(Screen):
     async def _delete_conversation(self, cid: str) -> None:
         await self.runtime.delete_conversation(cid)
         if cid == self.conversation_id:
-            self.action_new_chat()
+            await self.action_new_chat()
         await self.refresh_sidebar()
         self.notify("Conversation deleted.", timeout=3)
 
@@ -317,9 +317,12 @@ class MainScreen(Screen):
             return
         views = self.chat.views
         user_view = next((v for v in views if v.message_id == turn.user_message_id), None)
+        count = 1
         if user_view is not None and views.index(user_view) + 1 < len(views):
-            await self._drop_from(views[views.index(user_view) + 1])
-        await self.run_turn(turn, user_view)
+            old_reply = views[views.index(user_view) + 1]
+            count = old_reply.branch[1] if old_reply.branch else 1
+            await self._drop_from(old_reply)
+        await self.run_turn(turn, user_view, branch=(count + 1, count + 1))
 
     async def _approve_tool(self, call: ToolCall) -> str:
         """Ask before a tool runs (the tool loop awaits this); Esc or n denies."""
@@ -378,7 +381,7 @@ class MainScreen(Screen):
     async def run_slash(self, command: slash.SlashCommand) -> None:
         name, arg = command.name, command.argument
         if name == "/clear":
-            self.action_new_chat()
+            await self.action_new_chat()
         elif name == "/export":
             self.action_export()
         elif name == "/model":
@@ -425,13 +428,15 @@ class MainScreen(Screen):
         user_view = await self.chat.add_message(MessageView("user", text, message_id=turn.user_message_id))
         await self.run_turn(turn, user_view)
 
-    async def run_turn(self, turn: Turn, user_view: MessageView | None) -> None:
-        """Stream a turn into a new reply view; the shared tail of send/regenerate/edit."""
+    async def run_turn(self, turn: Turn, user_view: MessageView | None,
+                       branch: tuple[int, int] | None = None) -> None:
+        """Stream a turn into a new reply view; the shared tail of send/regenerate/edit.
+        `branch` labels a regenerated reply while it streams (the store confirms at the end)."""
         self.turn = turn
         turn.approve = self._approve_tool
         self.refresh_bindings()
         chat = self.chat
-        reply = await chat.add_message(MessageView("assistant"))
+        reply = await chat.add_message(MessageView("assistant", branch=branch))
         chat.anchor()
         bar = self.query_one(StatusBar)
         after_tools = False  # text after a tool round is a new assistant message

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from textual.await_complete import AwaitComplete
 from textual.containers import VerticalScroll
 from textual.message import Message as TextualMessage
 from textual.widgets import Static
@@ -54,10 +55,12 @@ class ChatView(VerticalScroll):
     def on_mount(self) -> None:
         self.show_empty()
 
-    def show_empty(self) -> None:
+    def show_empty(self) -> AwaitComplete:
+        """Clear the view (awaitable: focus can move only once the old messages are gone)."""
         self.has_older = False
-        self.remove_children()
+        removing = self.remove_children()
         self.mount(Static(EMPTY_HINT, classes="empty-hint"))
+        return removing
 
     @property
     def views(self) -> list[MessageView]:

@@ -16,6 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
+from textual.timer import Timer
 from textual.widgets import Collapsible, Markdown, Static
 from textual.widgets._markdown import MarkdownStream
 
@@ -38,6 +39,7 @@ ERROR_HINTS = {
     "INTERNAL": "Press r on this reply to try again; if it repeats, restart llmdeck.",
 }
 GENERIC_HINT = "Press r on this reply to try again."
+FRAME_S = 1 / 30
 
 
 def code_blocks(markdown: str) -> list[str]:
@@ -110,6 +112,9 @@ class MessageView(Vertical):
         self._stream: MarkdownStream | None = None
         self._thinking_stream: MarkdownStream | None = None
         self._code_index = 0
+        self._pending_text: list[str] = []
+        self._pending_reasoning: list[str] = []
+        self._flush_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(self._role_label(), classes="role")
@@ -155,15 +160,20 @@ class MessageView(Vertical):
         return self._stream is not None or self._thinking_stream is not None
 
     # -- streaming -------------------------------------------------------------------------
+    # Deltas are buffered and handed to the Markdown streams at most once a frame (FRAME_S):
+    # a 1,000 tok/s producer then costs one Markdown append and one layout per frame, not
+    # per token, and keys typed meanwhile are not queued behind token work.
     async def append_text(self, text: str) -> None:
         if self._thinking_stream is not None:  # the answer starts: fold the thinking away
+            await self._flush()
             await self._thinking_stream.stop()
             self._thinking_stream = None
             self.thinking.collapsed = True
         if self._stream is None:
             self._stream = Markdown.get_stream(self.body)
         self.content += text
-        await self._stream.write(text)
+        self._pending_text.append(text)
+        self._schedule_flush()
 
     async def append_reasoning(self, text: str) -> None:
         block = self.thinking
@@ -173,7 +183,23 @@ class MessageView(Vertical):
         if self._thinking_stream is None:
             self._thinking_stream = Markdown.get_stream(self.query_one(".reasoning", Markdown))
         self.reasoning += text
-        await self._thinking_stream.write(text)
+        self._pending_reasoning.append(text)
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if self._flush_timer is None:
+            self._flush_timer = self.set_timer(FRAME_S, self._flush)
+
+    async def _flush(self) -> None:
+        self._flush_timer = None
+        if self._pending_reasoning and self._thinking_stream is not None:
+            text = "".join(self._pending_reasoning)
+            self._pending_reasoning.clear()
+            await self._thinking_stream.write(text)
+        if self._pending_text and self._stream is not None:
+            text = "".join(self._pending_text)
+            self._pending_text.clear()
+            await self._stream.write(text)
 
     async def add_tool_call(self, call: ToolCall, state: str = "awaiting-approval") -> ToolCard:
         """A card for a call the model just made; the tool loop's statuses move its state."""
@@ -201,6 +227,9 @@ class MessageView(Vertical):
         err.display = True
 
     async def finish(self) -> None:
+        if self._flush_timer is not None:
+            self._flush_timer.stop()
+        await self._flush()
         for stream in (self._thinking_stream, self._stream):
             if stream is not None:
                 await stream.stop()
