@@ -9,7 +9,8 @@ conversation's second turn would re-prefill its whole history. So this engine ru
 - two or more through BatchGenerator (a running single request joins the batch with its
   cache and pending token, nothing is recomputed), decoding with a lean step that skips
   the per-row log-probability split the engine never reads;
-- a PrefixCache of finished requests' KV caches, so a new turn prefills only new tokens.
+- a PrefixCache of finished requests' KV caches, so a new turn prefills only new tokens;
+- when a batch drains back to one request, that request returns to the single path.
 
 Stop strings, streaming detokenisation and Usage are handled here; reasoning and tool
 markup are left in the raw text for core.parsing (the worker runs StreamParser on top).
@@ -18,7 +19,9 @@ markup are left in the raw text for core.parsing (the worker runs StreamParser o
 from __future__ import annotations
 
 import copy
+import gc
 import json
+import os
 import pkgutil
 import time
 from collections import deque
@@ -26,16 +29,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import mlx.core as mx
-from mlx_lm.generate import BatchGenerator, GenerationBatch, generation_stream
-from mlx_lm.models.cache import make_prompt_cache
-from mlx_lm.sample_utils import make_logits_processors, make_sampler
+# On CUDA, MLX hands attention to cuDNN, which builds a new graph (compiling kernels) for
+# every new (batch, query length, cache buffer length) it meets: on the GPU machine that is
+# a stall of up to seconds the first time a prompt length, a cached turn's suffix or a
+# batch size at a new 256-token cache step comes along, which no warm-up can cover. MLX's
+# own attention kernels have no per-shape cost. Set before MLX runs anything; an
+# explicit setting in the environment wins.
+os.environ.setdefault("MLX_CUDA_USE_CUDNN_SDPA", "0")
 
-from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, SamplingParams
-from core.engines.prefix_cache import DEFAULT_MAX_BYTES, PrefixCache
-from core.engines.select import SelectionError, check_mlx_dir, check_safetensors
-from core.events import Done, Error, Event, TextDelta, Usage
-from core.parsing.stops import StopMatcher
+import mlx.core as mx  # noqa: E402
+from mlx_lm.generate import BatchGenerator, GenerationBatch, generation_stream  # noqa: E402
+from mlx_lm.models.cache import make_prompt_cache  # noqa: E402
+from mlx_lm.sample_utils import make_logits_processors, make_sampler  # noqa: E402
+
+from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, SamplingParams  # noqa: E402
+from core.engines.prefix_cache import DEFAULT_MAX_BYTES, PrefixCache  # noqa: E402
+from core.engines.select import SelectionError, check_mlx_dir, check_safetensors  # noqa: E402
+from core.events import Done, Error, Event, TextDelta, Usage  # noqa: E402
+from core.parsing.stops import StopMatcher  # noqa: E402
 
 # Modules of mlx_lm.models that are building blocks, not architectures.
 _NOT_ARCHITECTURES = frozenset(
@@ -117,8 +128,18 @@ class _LeanGenerationBatch(GenerationBatch):
     """GenerationBatch whose step does not split log-probabilities per row.
 
     The engine reads only tokens; splitting a (B, vocab) array into B lazy rows and
-    evaluating them every step is pure overhead at large batch sizes.
+    evaluating them every step is pure overhead at large batch sizes. Its `next` returns
+    bare (uid, token) pairs: the engine itself decides when a request ends (end-of-turn
+    tokens, stop strings, max_tokens) and removes it, so the per-row stop matchers,
+    counters, Response objects and eager cache extraction of GenerationBatch.next are
+    skipped too.
     """
+
+    def next(self) -> list[tuple[int, int]]:  # type: ignore[override]
+        if not self.uids:
+            return []
+        tokens, _ = self._step()
+        return list(zip(self.uids, tokens, strict=True))
 
     def _step(self) -> tuple[list[int], list[Any]]:
         self._current_tokens = self._next_tokens
@@ -206,6 +227,10 @@ class MlxEngine:
             self._step_single(out)
         elif self._batch:
             self._step_batch(out)
+            if len(self._batch) == 1 and not self._pending:
+                self._batch_to_single()
+        if self._prefix.pending:
+            self._prefix.settle(_SETTLE_PER_STEP)
         self._steps += 1
         return [(rid, events) for rid, events in out.items() if events]
 
@@ -261,6 +286,7 @@ class MlxEngine:
         return ids + list(self._tokenizer.encode(text[len(covered) :], add_special_tokens=False))
 
     def _admit(self, request: GenerationRequest, prompt: list[int] | None = None) -> _Request:
+        submitted = time.perf_counter()  # TTFT includes rendering and tokenising
         sp = request.sampling
         error: Error | None = None
         text: str | None = None
@@ -280,7 +306,7 @@ class MlxEngine:
             processors=_processors(sp),
             detok=_fresh_detokenizer(self._tokenizer),
             stops=StopMatcher(sp.stop),
-            submitted=time.perf_counter(),
+            submitted=submitted,
             text=text,
         )
         if error is None and not prompt:
@@ -402,6 +428,27 @@ class MlxEngine:
         act.uid = uid
         self._batch[uid] = act
 
+    def _batch_to_single(self) -> None:
+        """Move the batch's last request back to the single path, nothing recomputed.
+
+        The batch has already queued that request's next token (sampled, not yet read) and
+        its cache holds everything before it: exactly the single path's state.
+        """
+        bg = self._bg
+        gen = bg._generation_batch
+        if len(gen) != 1 or len(bg._prompt_batch) or bg._unprocessed_sequences:
+            return
+        [(uid, act)] = self._batch.items()
+        y = gen._next_tokens
+        if y is None or gen.uids != [uid]:
+            return
+        cache = gen.extract_cache(0)
+        bg.remove([uid])
+        del self._batch[uid]
+        act.uid = None
+        context = mx.array(act.prompt + act.generated) if act.processors else None
+        self._single = _Single(act, cache, y, context)
+
     # -- Batched path ----------------------------------------------------------------
 
     def _new_batch_generator(self) -> BatchGenerator:
@@ -433,35 +480,34 @@ class MlxEngine:
 
     def _step_batch(self, out: dict[str, list[Event]]) -> None:
         _, responses = self._bg.next()
-        to_remove: list[int] = []
-        for r in responses:
-            act = self._batch.get(r.uid)
+        now = time.perf_counter()
+        finished: list[int] = []
+        batch = self._batch
+        for uid, token in responses:
+            act = batch.get(uid)
             if act is None:
                 continue
             events = out.setdefault(act.req.request_id, [])
-            finish = self._take_token(act, r.token, events)
-            if r.finish_reason is not None:
-                finish = finish or r.finish_reason
-                del self._batch[r.uid]
+            finish = self._take_token(act, token, events, now)
+            if finish is not None:
+                finished.append(uid)
                 self._finish(act, finish, events)
-                if r.prompt_cache is not None:
-                    self._remember(act, list(r.all_tokens), r.prompt_cache)
-            elif finish is not None:
-                to_remove.append(r.uid)
-                self._finish(act, finish, events)
-        if to_remove:
-            caches = self._bg.remove(to_remove, return_prompt_caches=True)
-            for uid in to_remove:
-                act = self._batch.pop(uid)
+        if finished:
+            caches = self._bg.remove(finished, return_prompt_caches=True)
+            for uid in finished:
+                act = batch.pop(uid)
                 if uid in caches:
                     cache, tokens = caches[uid]
-                    self._remember(act, list(tokens), cache)
+                    self._remember(act, tokens, cache)
 
     # -- Tokens to events ------------------------------------------------------------
 
-    def _take_token(self, act: _Request, token: int, events: list[Event]) -> str | None:
+    def _take_token(
+        self, act: _Request, token: int, events: list[Event], now: float | None = None
+    ) -> str | None:
         """Account one generated token; return a finish reason when the request ends."""
-        now = time.perf_counter()
+        if now is None:
+            now = time.perf_counter()
         if act.first_token_at is None:
             act.first_token_at = now
         act.last_token_at = now
@@ -533,7 +579,12 @@ class MlxEngine:
     # -- Warm-up ---------------------------------------------------------------------
 
     def warmup(self, batch_sizes: tuple[int, ...]) -> None:
-        """Run every batch size once so a user never meets a kernel-compilation stall."""
+        """Meet every shape a user will meet before a user does.
+
+        Each batch size once (decode kernels), then a long prompt and its next turn off
+        the prefix cache (prefill shapes, cache growth past 256-token steps, a short
+        suffix over a long cached history), then the batch-to-single hand-back.
+        """
         greedy = SamplingParams(temperature=0.0, max_tokens=4)
         for size in batch_sizes:
             size = min(int(size), self.max_concurrency)
@@ -541,22 +592,44 @@ class MlxEngine:
                 req = GenerationRequest(f"__warmup-{size}-{i}", (), greedy)
                 prompt = [int(t) for t in self._warmup_prompt(i)]
                 self._pending.append(self._admit(req, prompt=prompt))
-            while self.has_work():
-                self.step()
+            self._drain()
+        if batch_sizes:
+            base = self._warmup_prompt(0)
+            length = max(min(_WARMUP_LONG_PROMPT, self.context_size // 2), 2)
+            long = (base * (length // len(base) + 1))[:length]
+            first = self._admit(GenerationRequest("__warmup-long", (), greedy), prompt=long)
+            self._pending.append(first)
+            self._drain()
+            follow = long + first.generated + base[:16]
+            req = GenerationRequest("__warmup-next-turn", (), greedy)
+            self._pending.append(self._admit(req, prompt=follow))
+            self._drain()
         self._prefix.clear()
         mx.clear_cache()
+        # Everything alive now lives as long as the engine: keep it out of the collector's
+        # full passes, which would otherwise walk it during decoding.
+        gc.collect()
+        gc.freeze()
+
+    def _drain(self) -> None:
+        while self.has_work():
+            self.step()
 
     def _warmup_prompt(self, i: int) -> list[int]:
         ids = self._tokenizer.encode(f"Warm up number {i}: count to ten.")
         return list(ids) or [0, 1]
 
 
+# Prompt tokens of the warm-up's long request: past two 256-token cache steps.
+_WARMUP_LONG_PROMPT = 600
+# Queued prefix-cache entries indexed per engine step (see PrefixCache.settle).
+_SETTLE_PER_STEP = 2
+
+
 def _default_warmup_sizes(max_concurrency: int) -> tuple[int, ...]:
+    """1..8, then every multiple of 8 (requests join in prefill groups of 8)."""
     sizes = set(range(1, min(8, max_concurrency) + 1))
-    n = 16
-    while n < max_concurrency:
-        sizes.add(n)
-        n *= 2
+    sizes |= set(range(16, max_concurrency + 1, 8))
     sizes.add(max_concurrency)
     return tuple(sorted(sizes))
 

@@ -5,17 +5,25 @@ prefill is what makes local chat feel slow. Each finished request leaves its KV 
 here, keyed by the tokens it holds. A new prompt takes the entry sharing the longest
 prefix with it, trimmed to that prefix, and the engine prefills only the remainder.
 The store is an LRU bounded in bytes so long sessions cannot exhaust memory.
+
+Saving must never stall decoding: when many requests of a batch finish on one step,
+`store` only queues a reference, and `settle` indexes queued entries a few at a time
+(the engine calls it once per step) or all at once before a lookup needs them. Copies
+are lazy too: a partial match hands out slices of the stored arrays, which MLX copies
+only when the new request first writes past them.
 """
 
 from __future__ import annotations
 
 import copy
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import mlx.core as mx
 import numpy as np
+from mlx_lm.models.cache import KVCache
 
 DEFAULT_MAX_BYTES = 2 * 1024**3
 
@@ -64,44 +72,71 @@ class PrefixCache:
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
+        self._incoming: deque[tuple[Sequence[int], list[Any], str | None]] = deque()
         self._next_key = 0
-        self.nbytes = 0
+        self._nbytes = 0
 
     def __len__(self) -> int:
+        self.settle()
         return len(self._entries)
+
+    @property
+    def nbytes(self) -> int:
+        self.settle()
+        return self._nbytes
+
+    @property
+    def pending(self) -> int:
+        """Entries stored but not yet indexed."""
+        return len(self._incoming)
 
     def clear(self) -> None:
         self._entries.clear()
-        self.nbytes = 0
+        self._incoming.clear()
+        self._nbytes = 0
 
     def store(self, tokens: Sequence[int], cache: list[Any], text: str | None = None) -> None:
-        """Keep `cache` (which holds exactly `tokens`); evict least recent beyond the bound.
+        """Keep `cache` (which holds exactly `tokens`); cheap, the indexing waits for `settle`.
 
         `text` is what those tokens spell (rendered prompt plus generated text), so a next
         turn whose rendered prompt starts with it can reuse these exact token ids even
-        where re-tokenising the reply would split it differently. An entry whose tokens
-        are a prefix of the new one is dropped: the new entry serves every prompt the old
-        one could.
+        where re-tokenising the reply would split it differently.
         """
-        if not tokens or self.max_bytes <= 0:
-            return
-        arr = np.asarray(tokens, dtype=np.int64)
+        if tokens and self.max_bytes > 0:
+            self._incoming.append((tokens, cache, text))
+
+    def settle(self, limit: int | None = None) -> None:
+        """Index up to `limit` queued entries (all when None), oldest first.
+
+        An entry whose tokens are a prefix of the new one is dropped: the new entry serves
+        every prompt the old one could. Each settled cache is queued for evaluation so it
+        stops pinning the batch arrays it was sliced from.
+        """
+        n = len(self._incoming) if limit is None else min(limit, len(self._incoming))
+        for _ in range(n):
+            tokens, cache, text = self._incoming.popleft()
+            self._index(np.asarray(tokens, dtype=np.int64), cache, text)
+
+    def _index(self, arr: np.ndarray, cache: list[Any], text: str | None) -> None:
         size = cache_nbytes(cache)
         if size > self.max_bytes:
             return
+        n = len(arr)
         for key, entry in list(self._entries.items()):
-            if len(entry.tokens) <= len(arr) and _common_prefix(entry.tokens, arr) == len(
-                entry.tokens
-            ):
-                self._drop(key)
+            m = len(entry.tokens)
+            if m <= n and entry.tokens[m - 1] == arr[m - 1] and entry.tokens[0] == arr[0]:
+                if _common_prefix(entry.tokens, arr) == m:
+                    self._drop(key)
+        mx.async_eval([layer.state for layer in cache])
         self._entries[self._next_key] = _Entry(arr, cache, size, text)
         self._next_key += 1
-        self.nbytes += size
-        while self.nbytes > self.max_bytes and self._entries:
+        self._nbytes += size
+        while self._nbytes > self.max_bytes and self._entries:
             self._drop(next(iter(self._entries)))
 
     def tokens_for(self, text: str) -> tuple[list[int], str] | None:
         """(token ids, their text) of the longest entry whose text starts `text`."""
+        self.settle()
         best: _Entry | None = None
         for entry in self._entries.values():
             if entry.text and text.startswith(entry.text):
@@ -115,6 +150,7 @@ class PrefixCache:
         At least one prompt token is always left uncached, because the engine must feed
         one token to get the logits of the next.
         """
+        self.settle()
         if not self._entries or len(prompt) < 2:
             return None, 0
         arr = np.asarray(prompt, dtype=np.int64)
@@ -134,14 +170,33 @@ class PrefixCache:
             self._drop(best_key)
             return entry.cache, best_len
         self._entries.move_to_end(best_key)
-        cache = copy.deepcopy(entry.cache)
-        if not _trim(cache, len(entry.tokens) - best_len):
+        cache = _prefix_copy(entry.cache, best_len, len(entry.tokens))
+        if cache is None:
             return None, 0
         return cache, best_len
 
     def _drop(self, key: int) -> None:
         entry = self._entries.pop(key)
-        self.nbytes -= entry.nbytes
+        self._nbytes -= entry.nbytes
+
+
+def _prefix_copy(cache: list[Any], n: int, held: int) -> list[Any] | None:
+    """A private cache holding the first n tokens of `cache`, or None when it cannot.
+
+    Plain KV layers get slices of the stored arrays (no data moves now; MLX copies on
+    the first write past them); other layer types are deep-copied and trimmed.
+    """
+    if all(type(layer) is KVCache for layer in cache):
+        out = []
+        for layer in cache:
+            c = KVCache()
+            c.keys = layer.keys[..., :n, :]
+            c.values = layer.values[..., :n, :]
+            c.offset = n
+            out.append(c)
+        return out
+    copied = copy.deepcopy(cache)
+    return copied if _trim(copied, held - n) else None
 
 
 def _trimmable(cache: list[Any]) -> bool:

@@ -89,6 +89,26 @@ def test_greedy_in_a_batch_equals_single_stream(engine):
     assert [text_of(events[f"b{i}"]) for i in range(3)] == alone
 
 
+def test_batch_drained_to_one_request_goes_back_to_the_single_path(engine):
+    alone = ask("A conversation has a user", "alone", max_tokens=14, repetition_penalty=1.2)
+    engine.submit(alone)
+    expected = text_of(drain(engine)["alone"])
+    engine._prefix.clear()
+    engine.submit(ask("A conversation has a user", "last", max_tokens=14, repetition_penalty=1.2))
+    engine.submit(ask("Hello", "short", max_tokens=2))
+    events: dict[str, list] = defaultdict(list)
+    went_single = False
+    while engine.has_work():
+        for rid, evs in engine.step():
+            events[rid].extend(evs)
+        if "short" in events and not engine._batch and engine._single is not None:
+            went_single = True
+    assert went_single
+    assert done_of(events["short"]) == "length"
+    assert text_of(events["last"]) == expected
+    assert events["last"][-2].completion_tokens == 14
+
+
 def test_batch_of_eight_mixed_sampling_stops_and_lengths(engine):
     engine.submit(ask("The quick brown fox", "probe", max_tokens=12))
     full = text_of(drain(engine)["probe"])
