@@ -191,6 +191,7 @@ async def test_slash_commands() -> None:
         await pilot.pause(0.1)
         if getattr(app.runtime, "attach", None) is None:
             assert any("not available yet" in str(n.message) for n in app._notifications)
+        app.main.composer.load_text("")  # /attach may keep a path it could not read
         await pilot.press(*"/bogus", "enter")
         await pilot.pause(0.1)
         assert app.main.composer.text == "/bogus"  # refused, kept for fixing

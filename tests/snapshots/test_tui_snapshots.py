@@ -35,7 +35,7 @@ def test_streaming_midway(snap_compare) -> None:
         await wait_ready(pilot)
         await pilot.press(*"Tell me about Paris")
         await pilot.press("enter")
-        await wait_until(pilot, lambda: _replies(pilot.app) and _replies(pilot.app)[-1].content)
+        await wait_until(pilot, lambda: _replies(pilot.app) and _replies(pilot.app)[-1].body.source)
         await pilot.pause(0.2)
         assert pilot.app.main.turn is not None  # still streaming
 
