@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from core.tools.sandbox import RunResult
@@ -62,15 +63,21 @@ def run_record(code: str, result: RunResult) -> dict[str, Any]:
             "figures": list(result.figures), "origin": "user"}
 
 
-async def run_block(runtime: Any, conversation_id: str, code: str) -> tuple[RunResult, str]:
-    """Run a block in the conversation's sandbox namespace and store the record.
+@dataclass(frozen=True, slots=True)
+class BlockRun:
+    """A keyboard run: the sandbox's result, the stored record and its message id."""
 
-    Returns the result and the stored tool message's id.
-    """
+    result: RunResult
+    record: dict[str, Any]
+    message_id: str
+
+
+async def run_block(runtime: Any, conversation_id: str, code: str) -> BlockRun:
+    """Run a block in the conversation's sandbox namespace and store the record."""
     result: RunResult = await runtime.tools.sandbox.run(conversation_id, code)
     record = run_record(code, result)
     store: Store = runtime.store_handle
     content = f"[python: {record['state']}]\n{record['content']}"
     message_id = await runtime.store_call(
         store.add_message, conversation_id, "tool", content, tool_results=[record])
-    return result, message_id
+    return BlockRun(result, record, message_id)

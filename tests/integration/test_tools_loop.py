@@ -216,10 +216,13 @@ async def test_keyboard_runs_are_stored_in_the_chat_but_kept_out_of_the_prompt()
         turn, _ = await _run(rt, "show me code")
         reply = (await rt.messages(turn.conversation_id))[-1]
         [code] = python_blocks(reply.content)
-        result, mid = await run_block(rt, turn.conversation_id, code)
+        run = await run_block(rt, turn.conversation_id, code)
+        result = run.result
         assert not result.ok and "ZeroDivisionError" in result.error
+        assert 'File "<cell 1>", line 2' in result.error, "cells are numbered like a notebook"
         stored = (await rt.messages(turn.conversation_id))[-1]
-        assert stored.id == mid and stored.role == "tool"
+        assert stored.id == run.message_id and stored.role == "tool"
+        assert stored.tool_results == [run.record]
         assert stored.tool_results[0]["origin"] == "user" and stored.tool_results[0]["state"] == "failed"
         assert "value / 0" in fix_prompt(code, result)
         again = await rt.tools.sandbox.run(turn.conversation_id, "value")

@@ -16,7 +16,8 @@ from textual.widgets import Footer, Input, Static, TextArea
 
 from core.events import Done, Error, ReasoningDelta, TextDelta, ToolCall, Usage
 from core.runtime import ModelState, Turn, context_use
-from core.tools import ToolStatus
+from core.tools import RunResult, ToolStatus, fix_prompt, python_blocks
+from core.tools.fenced import run_block
 from tui import slash
 from tui.screens.dialogs import ConfirmScreen, PromptScreen
 from tui.widgets.attachments import (
@@ -50,12 +51,15 @@ class MainScreen(Screen):
         Binding("f3", "settings", "Settings"),
         Binding("f4", "toggle_workers", "Workers"),
         Binding("f5", "pick_model", "Model"),
+        Binding("f8", "run_code", "Run code"),  # F6/F7 select text in the composer
+        Binding("f9", "fix_code", "Fix code", show=False),
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self.conversation_id: str | None = None
         self.turn: Turn | None = None
+        self.failed_run: tuple[str, RunResult] | None = None  # (code, result) for F9 "fix"
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status-bar")
@@ -325,16 +329,68 @@ class MainScreen(Screen):
         await self.run_turn(turn, user_view, branch=(count + 1, count + 1))
 
     async def _approve_tool(self, call: ToolCall) -> str:
-        """Ask before a tool runs (the tool loop awaits this); Esc or n denies."""
+        """Ask before a tool runs (the tool loop awaits this): y allows, a always allows a
+        read-only tool in this chat, n or Esc denies; a stopped turn closes the question."""
         import asyncio
 
-        from tui.widgets.tool_card import format_arguments
+        from tui.screens.tool_approval import ToolApprovalScreen
 
-        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        question = f"Allow the tool {call.name} to run with {format_arguments(call.arguments, 200)}?"
-        self.app.push_screen(ConfirmScreen(question, "Allow"),
-                             lambda yes: answer.done() or answer.set_result(bool(yes)))
-        return "allow" if await answer else "deny"
+        answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        dialog = ToolApprovalScreen(call, can_always=self.runtime.tools.policy.can_always_allow(call.name))
+        self.app.push_screen(dialog, lambda d: answer.done() or answer.set_result(d or "deny"))
+        try:
+            return await answer
+        except asyncio.CancelledError:
+            if dialog.is_attached:
+                dialog.dismiss("deny")
+            raise
+
+    # -- fenced Python blocks: F8 runs them in the sandbox, F9 asks the model to fix a failure --
+    def action_run_code(self) -> None:
+        if self.turn is not None:
+            self.notify(BUSY)
+            return
+        node = self.focused
+        while node is not None and not isinstance(node, MessageView):
+            node = node.parent
+        view = node or next((v for v in reversed(self.chat.views)
+                             if v.role == "assistant" and python_blocks(v.content)), None)
+        blocks = python_blocks(view.content) if isinstance(view, MessageView) else []
+        if not blocks or self.conversation_id is None:
+            self.notify("No Python code block to run here; focus a message with one (ctrl+up).",
+                        timeout=4)
+            return
+        self._run_code(blocks)
+
+    @work(exclusive=True, group="code-run")
+    async def _run_code(self, blocks: list[str]) -> None:
+        """Run each block in order as a visible, stored tool message; stop at a failure."""
+        from tui.widgets.tool_card import ToolCard
+
+        cid = self.conversation_id
+        assert cid is not None
+        for code in blocks:
+            view = await self.chat.add_message(MessageView("tool", tool_results=[
+                {"id": "running", "name": "python", "arguments": {"code": code}, "state": "running"}]))
+            run = await run_block(self.runtime, cid, code)
+            view.message_id = run.message_id
+            card = view.query_one(ToolCard)
+            card.state, card.result = run.record["state"], run.record["content"]
+            self.chat.scroll_end(animate=False)
+            if not run.result.ok:
+                self.failed_run = (code, run.result)
+                self.notify("The code failed; F9 puts it and the error in the composer.",
+                            severity="warning", timeout=6)
+                return
+        self.failed_run = None
+
+    def action_fix_code(self) -> None:
+        if self.failed_run is None:
+            self.notify("Nothing to fix: no code run has failed.", timeout=3)
+            return
+        code, result = self.failed_run
+        self.composer.load_text(fix_prompt(code, result))
+        self.composer.focus()
 
     # -- sending -----------------------------------------------------------------------------
     def on_text_area_changed(self, event: TextArea.Changed) -> None:

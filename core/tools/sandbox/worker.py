@@ -95,9 +95,11 @@ def _save_figures(figure_dir: str, run_id: str) -> list[str]:
     return saved
 
 
-def run_cell(namespace: dict[str, Any], code: str, run_id: str, figure_dir: str) -> dict[str, Any]:
-    """Run `code` in `namespace`; the result is a plain dict (it crosses a pipe)."""
-    filename = f"<cell {run_id}>"
+def run_cell(namespace: dict[str, Any], code: str, run_id: str, figure_dir: str,
+             number: int = 1) -> dict[str, Any]:
+    """Run `code` in `namespace` as cell `number` (tracebacks name it like a notebook's
+    In [n]); the result is a plain dict (it crosses a pipe)."""
+    filename = f"<cell {number}>"
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     out, err = io.StringIO(), io.StringIO()
     result: dict[str, Any] = {"ok": True, "value": None, "error": None, "kind": None}
@@ -138,6 +140,7 @@ def sandbox_main(conn: Connection, memory_limit_bytes: int, parent_pid: int, wor
     os.chdir(workdir)
     _limit_memory(memory_limit_bytes)
     namespaces: dict[str, dict[str, Any]] = {}
+    counts: dict[str, int] = {}
     conn.send(("ready", os.getpid()))
     while True:
         if not conn.poll(PARENT_CHECK_S):
@@ -152,7 +155,8 @@ def sandbox_main(conn: Connection, memory_limit_bytes: int, parent_pid: int, wor
             return
         _, run_id, conversation_id, code, figure_dir = msg
         namespace = namespaces.setdefault(conversation_id, {"__name__": "__main__"})
-        result = run_cell(namespace, code, run_id, figure_dir)
+        counts[conversation_id] = counts.get(conversation_id, 0) + 1
+        result = run_cell(namespace, code, run_id, figure_dir, counts[conversation_id])
         try:
             conn.send(("result", run_id, result))
         except (OSError, MemoryError):
