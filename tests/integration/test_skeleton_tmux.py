@@ -106,8 +106,10 @@ def test_missing_model_shows_an_error_and_the_app_keeps_running(tmp_path: Path) 
         tmux.wait_for(lambda s: "failed" in s, 30, "the load failure in the status bar")
         tmux.type("Are you there?")
         tmux.send("Enter")
-        screen = tmux.wait_for(lambda s: "Model file not found" in s, 30, "the error in the chat view")
-        assert "Are you there?" in screen  # the message is kept
+        screen = tmux.wait_for(lambda s: "Model file not found" in s and "Are you there?" in s, 30,
+                               "the error in the chat view, under the kept message")
+        chat = "\n".join(line[CHAT_COLUMN - 2 :] for line in screen.splitlines())
+        assert "Are you there?" in chat and "Model file not found" in chat
         tmux.type("still typing")
         tmux.wait_for(lambda s: "still typing" in s, 10, "the app to keep taking keys")
         tmux.send("C-q")
