@@ -17,12 +17,18 @@ NO_TOOL_FAMILIES = frozenset({"plain"})
 
 
 class ToolKit:
-    """Registry + policy + sandbox; `offer(model_info)` says which schemas a model gets."""
+    """Registry + policy + sandbox; `offer(model_info)` says which schemas a model gets.
+
+    Built from settings, it follows later changes to them (the settings screen edits the
+    same object): tools on/off and the python prompt at once, the sandbox's timeout at
+    the next run, its memory limit when its process is next started.
+    """
 
     def __init__(self, *, enabled: bool = True, python_asks: bool = True,
                  python_timeout_s: float = 30.0, python_memory_mb: int = 1024,
-                 registry: ToolRegistry | None = None) -> None:
-        self.enabled = enabled
+                 registry: ToolRegistry | None = None, settings: Any = None) -> None:
+        self._settings = settings
+        self._enabled = enabled
         self.registry = registry or default_registry()
         self.policy = ApprovalPolicy(self.registry, python_asks=python_asks)
         self.sandbox = Sandbox(timeout_s=python_timeout_s, memory_mb=python_memory_mb)
@@ -34,11 +40,32 @@ class ToolKit:
             python_asks=getattr(settings, "python_asks", True),
             python_timeout_s=float(getattr(settings, "python_timeout_s", 30.0)),
             python_memory_mb=int(getattr(settings, "python_memory_mb", 1024)),
+            settings=settings,
         )
+
+    @property
+    def enabled(self) -> bool:
+        return bool(getattr(self._settings, "tools_enabled", self._enabled))
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        self._enabled = value
+        if self._settings is not None:
+            self._settings.tools_enabled = value
+
+    def sync(self) -> None:
+        """Pick up settings changed since the last turn."""
+        s = self._settings
+        if s is None:
+            return
+        self.policy.python_asks = bool(s.python_asks)
+        self.sandbox.timeout_s = float(s.python_timeout_s)
+        self.sandbox.memory_mb = int(s.python_memory_mb)
 
     def offer(self, model_info: dict[str, Any]) -> tuple[dict[str, Any], ...]:
         """Tool schemas for this model: none when tools are off or its output format has
         no tool-call markup we can parse (the calls would show up as plain text)."""
+        self.sync()
         if not self.enabled or model_info.get("family", "plain") in NO_TOOL_FAMILIES:
             return ()
         return self.registry.schemas()

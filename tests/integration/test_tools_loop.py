@@ -231,3 +231,44 @@ async def test_keyboard_runs_are_stored_in_the_chat_but_kept_out_of_the_prompt()
         assert [m["role"] for m in nxt.request.messages] == ["user", "assistant", "user"]
     finally:
         await rt.close()
+
+
+async def test_cancel_while_python_runs_stops_it_and_records_it() -> None:
+    rt = scripted_runtime([hermes_call("python", {"code": "import time\ntime.sleep(120)"}), "never"],
+                          settings=Settings(python_asks=False))
+    await rt.start()
+    try:
+        await rt.tools.sandbox.start()
+        turn = await rt.start_turn(None, "sleep")
+        events: list = []
+
+        async def consume() -> None:
+            async for e in turn.events():
+                events.append(e)
+
+        task = asyncio.ensure_future(consume())
+        while not any(isinstance(e, ToolStatus) and e.state == "running" for e in events):
+            await asyncio.sleep(0.05)
+        turn.cancel()
+        await asyncio.wait_for(task, 60)
+        assert _states(events) == ["running", "failed"]
+        assert events[-1] == Done("cancelled")
+        assert rt.tools.sandbox.restarts == 1, "the running code was killed with its process"
+        stored = await rt.messages(turn.conversation_id)
+        assert stored[-1].tool_results[0]["content"] == "cancelled by user"
+    finally:
+        await rt.close()
+
+
+async def test_settings_changes_reach_the_next_turn() -> None:
+    rt = scripted_runtime([hermes_call("python", {"code": "1"}), "ok"])
+    await rt.start()
+    try:
+        rt.settings.python_asks = False
+        _, events = await _run(rt, "run", approve=None)
+        assert _states(events) == ["running", "done"]
+        rt.settings.tools_enabled = False
+        turn, _ = await _run(rt, "again")
+        assert turn.request.tools == ()
+    finally:
+        await rt.close()

@@ -11,6 +11,7 @@ import asyncio
 from pathlib import Path
 
 from core import paths
+from core.config import Settings
 from core.events import Done, TextDelta
 from core.tools import Sandbox
 from tests.fixtures.tools import scripted_runtime
@@ -91,8 +92,8 @@ async def test_a_hard_crash_is_reported_and_the_next_run_works() -> None:
 
 async def test_memory_bomb_kills_only_the_sandbox_while_a_chat_keeps_streaming() -> None:
     # A long reply streamed at a steady pace by a model worker process.
-    rt = scripted_runtime(["word " * 400], template=None, tokens_per_s=200, chunk_chars=5)
-    rt.tools.sandbox.memory_mb = 512
+    rt = scripted_runtime(["word " * 400], template=None, tokens_per_s=200, chunk_chars=5,
+                          settings=Settings(python_memory_mb=512))
     await rt.start()
     try:
         sandbox = rt.tools.sandbox
@@ -132,8 +133,8 @@ async def test_memory_bomb_kills_only_the_sandbox_while_a_chat_keeps_streaming()
 
 
 async def test_a_python_run_keeps_the_chat_streaming_while_it_loops() -> None:
-    rt = scripted_runtime(["tick " * 200], template=None, tokens_per_s=200, chunk_chars=5)
-    rt.tools.sandbox.timeout_s = 1.0
+    rt = scripted_runtime(["tick " * 200], template=None, tokens_per_s=200, chunk_chars=5,
+                          settings=Settings(python_timeout_s=1.0))
     await rt.start()
     try:
         turn = await rt.start_turn(None, "talk")

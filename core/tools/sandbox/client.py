@@ -106,7 +106,11 @@ class Sandbox:
         proc.start()
         child.close()
         self._proc, self._conn = proc, parent
-        reply = await asyncio.to_thread(_wait_reply, parent, proc.sentinel, START_TIMEOUT_S)
+        try:
+            reply = await asyncio.to_thread(_wait_reply, parent, proc.sentinel, START_TIMEOUT_S)
+        except asyncio.CancelledError:  # half-started: its "ready" must never pass for a result
+            self._kill()
+            raise
         if reply is None or reply is _TIMED_OUT or reply[0] != "ready":
             self._kill()
             raise RuntimeError("The Python sandbox did not start; see the log folder for details.")
@@ -135,7 +139,7 @@ class Sandbox:
                 self._replace()
                 return RunResult(False, kind="timeout", reset=True, pid=pid, error=(
                     f"Stopped: the code ran longer than the {timeout:g} s limit."))
-            if reply is None:
+            if reply is None or reply[0] != "result" or reply[1] != run_id:
                 self._replace()
                 return RunResult(False, kind="crashed", reset=True, pid=pid, error=(
                     "The Python sandbox died while running this code (out of memory or a crash)."))
