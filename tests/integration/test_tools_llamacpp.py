@@ -41,10 +41,12 @@ async def _usage(rt: Runtime, text: str, cid: str | None = None) -> tuple[Usage,
     return [e for e in events if isinstance(e, Usage)][0], turn
 
 
-async def test_tools_are_rendered_into_the_gguf_template(tools_gguf: Path) -> None:
+async def test_tools_and_tool_history_render_through_the_gguf_template(tools_gguf: Path) -> None:
+    """One model load (the slow part) for both checks."""
     rt = Runtime(_settings(tools_gguf))
     await rt.start()
     try:
+        # 1. The tool schemas are rendered into the prompt by the GGUF's own template.
         with_tools, turn = await _usage(rt, "What time is it?")
         assert rt.model.info["family"] == "hermes", "detected from the GGUF's own template"
         assert [t["function"]["name"] for t in turn.request.tools] == [
@@ -52,33 +54,23 @@ async def test_tools_are_rendered_into_the_gguf_template(tools_gguf: Path) -> No
         rt.tools.enabled = False
         without, turn = await _usage(rt, "What time is it?")
         assert turn.request.tools == ()
-        # The four JSON schemas cost well over a hundred tokens of prompt.
-        assert with_tools.prompt_tokens - without.prompt_tokens > 100
-    finally:
-        await rt.close()
+        assert with_tools.prompt_tokens - without.prompt_tokens > 100, "four JSON schemas"
 
-
-async def test_stored_tool_calls_and_results_render_in_the_next_prompt(tools_gguf: Path) -> None:
-    rt = Runtime(_settings(tools_gguf))
-    rt.tools.enabled = False  # measure the history alone
-    await rt.start()
-    try:
+        # 2. A stored call and its result go through the template into the next prompt.
         store = rt.store_handle
         cid = await rt.store_call(store.create_conversation)
         await rt.store_call(store.add_message, cid, "user", "What time is it?")
         plain, _ = await _usage(rt, "Thanks.", cid)
-
         cid2 = await rt.store_call(store.create_conversation)
         await rt.store_call(store.add_message, cid2, "user", "What time is it?")
         aid = await rt.store_call(store.add_message, cid2, "assistant", "",
                                   tool_calls=[{"id": "c1", "name": "now", "arguments": {}}])
-        await rt.store_call(store.add_message, cid2, "tool", "[now: done]\nMonday 2026-11-23T09:00:00",
-                            parent_id=aid, tool_results=[{"id": "c1", "name": "now",
-                                                          "content": "Monday 2026-11-23T09:00:00"}])
-        with_tools, turn = await _usage(rt, "Thanks.", cid2)
-        roles = [m["role"] for m in turn.request.messages]
-        assert roles == ["user", "assistant", "tool", "user"]
-        # The call and its result went through the template into the prompt.
-        assert with_tools.prompt_tokens - plain.prompt_tokens > 15
+        result = "Monday 2026-11-23T09:00:00"
+        await rt.store_call(store.add_message, cid2, "tool", f"[now: done]\n{result}",
+                            parent_id=aid,
+                            tool_results=[{"id": "c1", "name": "now", "content": result}])
+        with_history, turn = await _usage(rt, "Thanks.", cid2)
+        assert [m["role"] for m in turn.request.messages] == ["user", "assistant", "tool", "user"]
+        assert with_history.prompt_tokens - plain.prompt_tokens > 15
     finally:
         await rt.close()
