@@ -196,6 +196,35 @@ async def test_attachments_come_back_after_a_restart(
         await rt2.close()
 
 
+async def test_a_rollover_carries_facts_retrieved_from_the_attachments(rt: Runtime) -> None:
+    from core.memory.rollover import FACTS_PREFIX
+
+    cid = rt.test_cid  # type: ignore[attr-defined]
+    rt.chat.threshold = 0.05  # this conversation is already past 5% of 4096 tokens
+    rt.chat._monitors.clear()
+    try:
+        turn = await rt.start_turn(cid, FACTS[4][1])
+    finally:
+        rt.chat.threshold = 0.7
+        rt.chat._monitors.clear()
+    marker = turn.rollover
+    assert marker is not None and marker.summary  # the scripted model wrote it
+    assert marker.facts[0].startswith(FACTS[4][0]) and "[handbook.pdf p." in marker.facts[0]
+    facts = [m["content"] for m in turn.request.messages if m["content"].startswith(FACTS_PREFIX)]
+    assert facts and FACTS[4][0] in facts[0]
+    [e async for e in turn.events()]
+
+
+async def test_detach_forgets_the_document_and_its_stored_chunks(rt: Runtime) -> None:
+    cid = rt.test_cid  # type: ignore[attr-defined]
+    assert await rt.detach(cid, "memo.pdf #2")
+    assert "memo.pdf #2" not in [a.alias for a in await rt.attachments(cid)]
+    stored = await rt.store_call(rt.store_handle.attachments, cid)
+    assert "memo.pdf #2" not in [a.alias for a in stored]
+    assert not rt.check_mentions(cid, "@doc(memo.pdf #2)").ok
+    assert not await rt.detach(cid, "memo.pdf #2")  # nothing left to detach
+
+
 async def test_a_crashed_worker_is_an_error_value_and_the_next_attach_works(
     rt: Runtime, files: dict[str, Path], home: Path
 ) -> None:
