@@ -251,7 +251,7 @@ class Runtime:
 
         while True:
             try:
-                await asyncio.to_thread(lambda: write_status(self.pool.status()))
+                await asyncio.to_thread(lambda: write_status(self.worker_status()))
             except OSError:
                 pass
             await asyncio.sleep(1.0)
