@@ -539,26 +539,10 @@ class Runtime:
 
         return await self.store_call(_step)
 
-    async def delete_message(self, message_id: str) -> None:
-        """Delete a message and every reply below it; the active branch falls back to its
-        parent when it ran through the deleted message."""
-        store = self.store_handle
-
-        def _delete() -> None:
-            msg = store.get_message(message_id)
-            if msg is None:
-                return
-            with store._write() as conn:
-                conn.execute("DELETE FROM messages WHERE id = ?", (message_id,))
-                leaf = conn.execute("SELECT active_leaf_id FROM conversations WHERE id = ?",
-                                    (msg.conversation_id,)).fetchone()
-                gone = leaf and leaf[0] and conn.execute(
-                    "SELECT 1 FROM messages WHERE id = ?", (leaf[0],)).fetchone() is None
-                if gone:
-                    conn.execute("UPDATE conversations SET active_leaf_id = ? WHERE id = ?",
-                                 (msg.parent_id, msg.conversation_id))
-
-        await self.store_call(_delete)
+    async def delete_message(self, message_id: str) -> int:
+        """Delete a message and every reply below it (Store.delete_message); returns how
+        many messages went."""
+        return await self.store_call(self.store_handle.delete_message, message_id)
 
     # -- conversations: rename, delete, export -----------------------------------------------
     async def rename_conversation(self, conversation_id: str, title: str) -> None:

@@ -107,6 +107,16 @@ SELECT id FROM down WHERE id IS NOT NULL ORDER BY depth DESC LIMIT 1
 """
 
 
+# A message and everything below it, parents before children (breadth by depth).
+_SUBTREE = """
+WITH RECURSIVE below(id, depth) AS (
+    SELECT :start, 0
+    UNION ALL
+    SELECT m.id, below.depth + 1 FROM messages m JOIN below ON m.parent_id = below.id
+)
+SELECT id FROM below ORDER BY depth
+"""
+
 def _user_facing(exc: BaseException) -> bool:
     """Locks, full disks and damaged files reach the user; bugs (bad SQL, constraint
     violations) stay exceptions for the log."""
@@ -510,6 +520,41 @@ class Store(AttachmentRows):
         if not below or below[0].id != after:
             return []  # `after` is not on the active branch
         return below[1 : 1 + limit]
+
+    def delete_message(self, message_id: str) -> int:
+        """Delete a message and every reply below it (a reply without the message it answers
+        would be a branch without a question); returns how many messages went, 0 when it
+        was already gone. Each row is deleted by id so the FTS triggers keep search in step.
+        When the active branch ran through it, the newest surviving sibling's branch becomes
+        active, else its parent."""
+        with self._write() as conn:
+            row = conn.execute(
+                "SELECT conversation_id, parent_id FROM messages WHERE id = ?", (message_id,)
+            ).fetchone()
+            if row is None:
+                return 0
+            conversation_id, parent_id = row
+            subtree = [r[0] for r in conn.execute(_SUBTREE, {"start": message_id})]
+            leaf = self._active_leaf(conversation_id)
+            # Deepest first, so no row's cascade reaches a child before the child's own
+            # delete runs its FTS trigger.
+            for mid in reversed(subtree):
+                conn.execute("DELETE FROM messages WHERE id = ?", (mid,))
+            if leaf is not None and leaf in subtree:
+                sibling = conn.execute(
+                    "SELECT id FROM messages WHERE conversation_id = ? AND parent_id IS ? "
+                    "ORDER BY seq DESC LIMIT 1",
+                    (conversation_id, parent_id),
+                ).fetchone()
+                new_leaf = (
+                    conn.execute(_NEWEST_LEAF, {"start": sibling[0]}).fetchone()[0]
+                    if sibling else parent_id
+                )
+                conn.execute(
+                    "UPDATE conversations SET active_leaf_id = ? WHERE id = ?",
+                    (new_leaf, conversation_id),
+                )
+        return len(subtree)
 
     def edit_message(self, message_id: str, content: str) -> str:
         """Add an edited copy of a message as its sibling (the original is kept as another
