@@ -8,11 +8,19 @@ Options (ModelSpec.options): reply (str), replies (list[str], used in turn), tok
 (float, 0 = as fast as possible), chunk_chars (int), fail_load (str: an error code),
 template (chat template string reported in info, to drive family detection),
 fixed_timing (bool: report constant TTFT and tok/s so snapshots are stable),
-hang_load_s (float: sleep while loading), max_concurrency (int).
+hang_load_s (float: sleep while loading), max_concurrency (int), emit_log (str: a file
+that receives each finished run's token emission times, time.monotonic(), one JSON list
+per line; the UI bench compares them with the frames that show the tokens).
+
+Pacing: each step emits at most one piece (one token) per request, and a step sleeps until
+the earliest request is due, so tokens_per_s is the real rate per request. A step that
+comes late (a busy machine) does not skip tokens; the following steps catch up one token
+each, and the emission log records when each token really left.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections import deque
 from typing import Any
@@ -32,6 +40,7 @@ class _Run:
         self.count = 0
         self.next_at = self.started
         self.truncated = False
+        self.emitted: list[float] = []  # time.monotonic() of each piece (emit_log only)
 
 
 class ScriptedEngine:
@@ -57,6 +66,7 @@ class ScriptedEngine:
         self._interval = 1.0 / rate if rate > 0 else 0.0
         self._runs: dict[str, _Run] = {}
         self._out: list[tuple[str, list[Event]]] = []
+        self._emit_log: str | None = spec.option("emit_log")
 
     def info(self) -> dict[str, Any]:
         return {
@@ -100,21 +110,28 @@ class ScriptedEngine:
                 piece = run.pieces.popleft()
                 run.count += 1
                 run.first = run.first or now
+                if self._emit_log:
+                    run.emitted.append(time.monotonic())
                 shown, stopped = run.stops.feed(piece)
                 if shown:
                     events.append(TextDelta(shown))
                 if stopped:
                     run.pieces.clear()
                     events += [self._usage(run), Done("stop")]
-                    del self._runs[rid]
+                    self._finished(self._runs.pop(rid))
                 elif not run.pieces:
                     tail = run.stops.finish()
                     if tail:
                         events.append(TextDelta(tail))
                     events += [self._usage(run), Done("length" if run.truncated else "stop")]
-                    del self._runs[rid]
+                    self._finished(self._runs.pop(rid))
             out.append((rid, events))
         return out
+
+    def _finished(self, run: _Run) -> None:
+        if self._emit_log:
+            with open(self._emit_log, "a", encoding="utf-8") as log:
+                log.write(json.dumps(run.emitted) + "\n")
 
     def _usage(self, run: _Run) -> Usage:
         prompt = sum(len(str(m.get("content", ""))) // 4 + 4 for m in run.request.messages)
