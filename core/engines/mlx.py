@@ -362,11 +362,12 @@ class MlxEngine:
         rest = mx.array(act.prompt[cached:])
         context = mx.array(act.prompt) if act.processors else None
         with mx.stream(self._stream):
-            while rest.shape[0] > 1:
-                n = min(self._prefill_step, rest.shape[0] - 1)
-                self._model(rest[None, :n], cache=cache)
+            # Full chunks first; the last chunk (with the last prompt token) also yields
+            # the first token, so a short suffix over a cached history is one forward pass.
+            while rest.shape[0] > self._prefill_step:
+                self._model(rest[None, : self._prefill_step], cache=cache)
                 mx.eval([c.state for c in cache])
-                rest = rest[n:]
+                rest = rest[self._prefill_step :]
             y = self._sample_one(rest, cache, act, context)
             mx.async_eval(y)
         self._single = _Single(act, cache, y, context)
@@ -397,7 +398,7 @@ class MlxEngine:
             self._finish(s.act, finish, events)
             self._remember(s.act, s.act.prompt + s.act.generated, s.cache)
         elif len(s.act.generated) % 256 == 0:
-            mx.clear_cache()
+            _trim_buffer_cache()
         out[s.act.req.request_id] = events
 
     def _single_to_batch(self, out: dict[str, list[Event]]) -> None:
@@ -479,6 +480,12 @@ class MlxEngine:
         self._batch[uid] = act
 
     def _step_batch(self, out: dict[str, list[Event]]) -> None:
+        counters = self._bg._counters
+        if counters.generation_steps % 512 == 511:
+            # mlx_lm empties MLX's whole buffer cache every 512 steps, so the next step
+            # re-allocates every buffer (a stall); trim by size instead, below.
+            counters.generation_steps += 1
+            _trim_buffer_cache()
         _, responses = self._bg.next()
         now = time.perf_counter()
         finished: list[int] = []
@@ -624,6 +631,14 @@ class MlxEngine:
 _WARMUP_LONG_PROMPT = 600
 # Queued prefix-cache entries indexed per engine step (see PrefixCache.settle).
 _SETTLE_PER_STEP = 2
+# MLX keeps freed buffers for reuse; emptying that cache makes the next steps allocate
+# afresh (slow on CUDA), so it is emptied only when it holds more than this.
+_BUFFER_CACHE_LIMIT = 2 * 1024**3
+
+
+def _trim_buffer_cache() -> None:
+    if mx.get_cache_memory() > _BUFFER_CACHE_LIMIT:
+        mx.clear_cache()
 
 
 def _default_warmup_sizes(max_concurrency: int) -> tuple[int, ...]:
