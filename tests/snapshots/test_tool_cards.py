@@ -30,6 +30,7 @@ def _card(pilot) -> ToolCard | None:
 
 async def _ask(pilot, text: str = "Compute it") -> None:
     app = pilot.app
+    app.main.composer.cursor_blink = False  # a blinking cursor makes snapshots flaky
     await wait_until(pilot, lambda: app.runtime.model.state == "ready")
     await pilot.press(*text)
     await pilot.press("enter")
@@ -62,6 +63,7 @@ def test_card_running(snap_compare) -> None:
                          and _card(pilot).state == "awaiting-approval")
         await pilot.press("y")
         await wait_until(pilot, lambda: _card(pilot).state == "running", SLOW)
+        await pilot.press("ctrl+l")
         await pilot.pause(0.3)
 
     app = _app("import time\ntime.sleep(60)")
@@ -124,10 +126,11 @@ def test_always_allow_for_a_read_only_tool_skips_the_next_question(snap_compare)
         assert app.runtime.tools.policy.always_allowed(app.main.conversation_id) == {"now"}
         for card in app.main.query(ToolCard):  # the clock's answer differs every run
             card.result = "Monday 2026-11-23T09:00:00+00:00 (UTC)"
-        await pilot.pause(0.2)
+        await pilot.press("ctrl+l")
+        await pilot.pause(0.3)
 
     app = scripted_app(replies=[_call("now", {}), "It is Monday."], template=HERMES)
-    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+    assert snap_compare(app, terminal_size=(100, 52), run_before=run_before)
 
 
 def test_run_code_block_then_fix_puts_code_and_traceback_in_the_composer(snap_compare) -> None:
@@ -135,6 +138,7 @@ def test_run_code_block_then_fix_puts_code_and_traceback_in_the_composer(snap_co
 
     async def run_before(pilot) -> None:
         app = pilot.app
+        app.main.composer.cursor_blink = False
         await wait_until(pilot, lambda: app.runtime.model.state == "ready")
         await pilot.press(*"Show me indexing")
         await pilot.press("enter")
@@ -142,6 +146,7 @@ def test_run_code_block_then_fix_puts_code_and_traceback_in_the_composer(snap_co
         await pilot.press("f8")
         await wait_until(pilot, lambda: app.main.failed_run is not None, SLOW)
         await pilot.press("f9")
+        await pilot.press("ctrl+l")
         await pilot.pause(0.3)
         text = app.main.composer.text
         assert "items[5]" in text and "IndexError: list index out of range" in text
