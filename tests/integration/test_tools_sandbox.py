@@ -8,6 +8,9 @@ streaming.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from core import paths
@@ -172,3 +175,29 @@ async def test_close_leaves_no_sandbox_process() -> None:
     assert wait_gone([pid], 5) == []
     r = await sb.run("c", "1")
     assert not r.ok and "shut down" in r.error
+
+
+LEAK_SCRIPT = """
+import asyncio
+from core.tools import Sandbox
+
+async def main():
+    sb = Sandbox(timeout_s=20, memory_mb=768)
+    r = await sb.run("c", "import os\\nos.system('echo LEAKED-TO-TERMINAL')\\nprint('captured')")
+    await sb.close()
+    return r.stdout
+
+if __name__ == "__main__":
+    print("stdout=" + asyncio.run(main()).strip())
+"""
+
+
+def test_output_below_python_never_reaches_the_apps_terminal(tmp_path: Path) -> None:
+    script = tmp_path / "leak.py"
+    script.write_text(LEAK_SCRIPT)
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr
+    assert "stdout=captured" in done.stdout
+    assert "LEAKED" not in done.stdout + done.stderr

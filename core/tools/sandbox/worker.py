@@ -40,6 +40,19 @@ def _die_with_parent() -> None:
         pass
 
 
+def _detach_terminal() -> None:
+    """Point fds 1 and 2 at /dev/null: the app owns the terminal, and code writing below
+    sys.stdout (os.system, C extensions) must not land on top of the UI. What Python code
+    prints is captured per run; conversation output never goes to a log file."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        try:
+            os.dup2(null, fd)
+        except OSError:
+            pass
+    os.close(null)
+
+
 def _limit_memory(limit_bytes: int) -> None:
     """Cap the address space so a memory bomb raises MemoryError instead of swapping."""
     if limit_bytes <= 0:
@@ -132,6 +145,7 @@ def run_cell(namespace: dict[str, Any], code: str, run_id: str, figure_dir: str,
 def sandbox_main(conn: Connection, memory_limit_bytes: int, parent_pid: int, workdir: str) -> None:
     """Serve ("run", run_id, conversation_id, code, figure_dir) until ("stop",) or EOF."""
     _die_with_parent()
+    _detach_terminal()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ["MPLBACKEND"] = "Agg"
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
