@@ -201,3 +201,15 @@ def test_output_below_python_never_reaches_the_apps_terminal(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     assert "stdout=captured" in done.stdout
     assert "LEAKED" not in done.stdout + done.stderr
+
+
+async def test_a_sandbox_that_cannot_start_is_a_result_not_an_exception(monkeypatch) -> None:
+    from core.tools.sandbox import client
+
+    sb = Sandbox(timeout_s=5, memory_mb=512)
+    monkeypatch.setattr(client, "START_TIMEOUT_S", 0.0)  # it never answers "ready" in time
+    r = await sb.run("c", "1")
+    assert not r.ok and r.kind == "crashed" and "did not start" in r.error
+    monkeypatch.setattr(client, "START_TIMEOUT_S", 60.0)
+    assert (await sb.run("c", "1")).value == "1", "the next run starts it again"
+    await sb.close()

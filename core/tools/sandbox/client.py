@@ -122,7 +122,11 @@ class Sandbox:
             return RunResult(False, error="The Python sandbox is shut down.", kind="crashed")
         timeout = self.timeout_s if timeout_s is None else timeout_s
         async with self._lock:
-            await self._ensure()
+            try:
+                await self._ensure()
+            except (RuntimeError, OSError) as exc:  # could not start: a result, not a crash
+                self._kill()
+                return RunResult(False, kind="crashed", error=str(exc))
             proc, conn = self._proc, self._conn
             assert conn is not None
             pid = proc.pid
