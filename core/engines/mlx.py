@@ -246,6 +246,7 @@ class MlxEngine:
         }
 
     def close(self) -> None:
+        gc.unfreeze()
         self._pending.clear()
         self._single = None
         self._batch.clear()

@@ -84,3 +84,15 @@ def test_lru_evicts_least_recent_beyond_the_byte_bound():
     assert len(pc) == 2 and pc.nbytes <= 2 * one
     assert pc.fetch([4, 5, 6, 0]) == (None, 0)
     assert pc.fetch([1, 2, 3, 0])[1] == 3
+
+
+def test_store_only_queues_and_lookups_settle_first():
+    pc = PrefixCache()
+    pc.store([1, 2, 3], filled_cache([1, 2, 3]))
+    pc.store([1, 2, 3, 4, 5], filled_cache([1, 2, 3, 4, 5]))
+    assert pc.pending == 2
+    pc.settle(1)
+    assert pc.pending == 1
+    cache, n = pc.fetch([1, 2, 3, 4, 5, 6])  # settles the rest before looking
+    assert pc.pending == 0 and n == 5 and positions(cache) == [1, 2, 3, 4, 5]
+    assert len(pc) == 0  # the shorter entry was covered by the longer one, then handed over
