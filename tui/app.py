@@ -8,6 +8,7 @@ from textual.binding import Binding
 from core.runtime import ModelState, Runtime
 from themes import stylesheets
 from themes.palettes import THEME_NAMES, THEMES
+from tui import gc_tuning
 from tui.commands import AppCommands, ModelCommands
 from tui.screens.main import MainScreen
 
@@ -51,6 +52,7 @@ class LlmdeckApp(App):
             return
         await self.main.refresh_sidebar()
         self.main.on_model_state(self.runtime.model)
+        gc_tuning.settle_after_start()
 
     def action_open_hub(self) -> None:
         """The model hub: search, download, load (tui/screens/hub.py)."""
@@ -125,3 +127,4 @@ class LlmdeckApp(App):
 
     async def on_unmount(self) -> None:
         await self.runtime.close()  # idempotent; covers exits that skip action_quit
+        gc_tuning.restore()

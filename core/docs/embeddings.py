@@ -19,9 +19,8 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
-
 from core import paths
+from core.lazy_numpy import np  # numpy loads on first use (start-up)
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIMENSIONS = 384

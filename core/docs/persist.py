@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from core.docs.chunking import Chunk, count_tokens
 from core.docs.embeddings import DIMENSIONS
 from core.docs.extract import Section
 from core.docs.retrieval import IngestResult
+from core.lazy_numpy import np  # numpy loads on first use (start-up)
 
 MIME: dict[str, str] = {
     "pdf": "application/pdf",

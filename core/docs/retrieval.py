@@ -18,8 +18,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from core.docs.chunking import (
     DEFAULT_CHUNK_TOKENS,
     DEFAULT_OVERLAP_TOKENS,
@@ -30,6 +28,7 @@ from core.docs.chunking import (
 from core.docs.embeddings import DIMENSIONS, Embedder, shared_embedder
 from core.docs.errors import DocError
 from core.docs.extract import DEFAULT_MAX_BYTES, Section, extract
+from core.lazy_numpy import np  # numpy loads on first use (start-up)
 
 DEFAULT_WHOLE_THRESHOLD = 1500
 DEFAULT_TOP_K = 5

@@ -26,10 +26,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from core.docs.errors import DocError
 from core.docs.retrieval import IngestResult
+from core.lazy_numpy import np  # numpy loads on first use (start-up)
 
 _CTX = mp.get_context("spawn")
 _ALL: weakref.WeakSet[UtilityWorker] = weakref.WeakSet()

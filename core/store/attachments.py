@@ -14,9 +14,10 @@ import time
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlite_utils
+if TYPE_CHECKING:
+    import sqlite_utils
 
 from .errors import NOT_FOUND, StoreError
 from .models import Attachment, Chunk, new_id

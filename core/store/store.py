@@ -14,14 +14,16 @@ the active leaf; switching branch only moves the leaf pointer.
 from __future__ import annotations
 
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlite_utils
+if TYPE_CHECKING:
+    import sqlite_utils
 
 from . import exchange, search
 from .attachments import AttachmentRows
@@ -150,11 +152,23 @@ def _translate(exc: sqlite3.Error, path: Path) -> StoreError:
 class Store(AttachmentRows):
     """Conversations, messages, search, attachments. See the module docstring."""
 
-    def __init__(self, db: sqlite_utils.Database, path: Path) -> None:
-        self.db = db
-        self.conn: sqlite3.Connection = db.conn
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self.conn = conn
         self.path = path
         self._lock = threading.RLock()
+        self._db: sqlite_utils.Database | None = None
+
+    @property
+    def db(self) -> sqlite_utils.Database:
+        """sqlite-utils over the same connection, built on first use: importing it costs
+        100-300 ms, which the app's start-up (Store.open, the first conversation list)
+        does not need to pay."""
+        if self._db is None:
+            sqlite_utils = _import_sqlite_utils()
+            # No plugins (their discovery costs time) and no recursive triggers.
+            self._db = sqlite_utils.Database(self.conn, recursive_triggers=False,
+                                             execute_plugins=False)
+        return self._db
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -200,9 +214,7 @@ class Store(AttachmentRows):
         except sqlite3.Error as exc:
             conn.close()
             raise _translate(exc, path) from exc
-        # No plugins (their discovery costs start-up time) and no recursive triggers.
-        db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
-        return cls(db, path)
+        return cls(conn, path)
 
     def close(self) -> None:
         """Close the connection, first letting SQLite refresh its query-planner statistics
@@ -612,6 +624,23 @@ class Store(AttachmentRows):
         or fresh ids for everything when that conversation already exists here)."""
         with self._write() as conn:
             return exchange.import_json(conn, text)
+
+
+def _import_sqlite_utils():  # noqa: ANN202  (the module)
+    """Import sqlite-utils without its optional pandas probe: it imports pandas (and through
+    it numpy) only to map DataFrame column types, which we never pass it, and that import
+    alone took ~250 ms and 100,000 objects the garbage collector then walks."""
+    if "sqlite_utils" in sys.modules or "pandas" in sys.modules:
+        import sqlite_utils
+
+        return sqlite_utils
+    sys.modules["pandas"] = None  # type: ignore[assignment]  # import pandas -> ImportError
+    try:
+        import sqlite_utils
+    finally:
+        if sys.modules.get("pandas", 0) is None:
+            del sys.modules["pandas"]
+    return sqlite_utils
 
 
 def _latest_message(conn: sqlite3.Connection, conversation_id: str) -> str | None:

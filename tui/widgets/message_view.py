@@ -21,6 +21,7 @@ from textual.widgets import Collapsible, Markdown, Static
 from textual.widgets._markdown import MarkdownStream
 
 from core.events import Error, ToolCall, Usage
+from tui.widgets.message_body import MessageBody
 from tui.widgets.tool_card import STATES, ToolCard
 
 CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.S)
@@ -102,7 +103,7 @@ class MessageView(Vertical):
         super().__init__(classes=f"message {role}")
         self.role = role
         self.message_id = message_id
-        self.content = content
+        self._content = [content] if content else []  # pieces; joined when read
         self.reasoning = reasoning
         self.branch = branch
         self._stats = stats
@@ -121,7 +122,7 @@ class MessageView(Vertical):
         with Collapsible(title="Thinking", collapsed=True, classes="thinking") as c:
             c.display = bool(self.reasoning)
             yield Markdown(self.reasoning, classes="reasoning")
-        body = Markdown(self.content, classes="body")
+        body = MessageBody(self.content, classes="body")
         body.display = self.role != "tool"  # a tool message is its cards
         yield body
         for record in self._tool_results:  # stored ToolStatus records (core.tools.loop)
@@ -148,6 +149,17 @@ class MessageView(Vertical):
         return label
 
     @property
+    def content(self) -> str:
+        """The message text (a streamed reply's pieces are joined once, when read)."""
+        if len(self._content) > 1:
+            self._content = ["".join(self._content)]
+        return self._content[0] if self._content else ""
+
+    @content.setter
+    def content(self, text: str) -> None:
+        self._content = [text] if text else []
+
+    @property
     def body(self) -> Markdown:
         return self.query_one(".body", Markdown)
 
@@ -171,7 +183,7 @@ class MessageView(Vertical):
             self.thinking.collapsed = True
         if self._stream is None:
             self._stream = Markdown.get_stream(self.body)
-        self.content += text
+        self._content.append(text)
         self._pending_text.append(text)
         self._schedule_flush()
 
@@ -233,6 +245,10 @@ class MessageView(Vertical):
         for stream in (self._thinking_stream, self._stream):
             if stream is not None:
                 await stream.stop()
+        if self._stream is not None:
+            body = self.body
+            if isinstance(body, MessageBody):
+                body.mark_last()
         self._stream = self._thinking_stream = None
 
     # -- keyboard actions ------------------------------------------------------------------

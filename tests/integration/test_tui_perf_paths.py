@@ -1,0 +1,77 @@
+"""The decisions that keep the TUI fast, pinned down (the numbers are in bench/ui.py):
+no order-dependent CSS on Markdown blocks, the last block marked by a class once a reply
+settles, heavy libraries kept out of start-up, the garbage collector settled after start."""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from textual.widgets._markdown import MarkdownBlock
+
+from tests.fixtures.tui import scripted_app, send, wait_ready
+from tui import gc_tuning
+from tui.widgets.message_body import LAST
+from tui.widgets.message_view import MessageView
+
+ROOT = Path(__file__).resolve().parents[2]
+REPLY = "First paragraph.\n\nSecond paragraph.\n\n- a list item\n- another\n\nLast words."
+
+
+async def test_a_settled_reply_marks_only_its_last_block_and_no_block_restyles_by_order() -> None:
+    app = scripted_app(reply=REPLY, chunk_chars=3)
+    async with app.run_test(size=(100, 32)) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "Hello")
+        reply = list(app.main.query(MessageView))[-1]
+        blocks = [b for b in reply.body.children if isinstance(b, MarkdownBlock)]
+        assert len(blocks) == 4
+        assert [b.has_class(LAST) for b in blocks] == [False, False, False, True]
+        # A :last-child / :first-child rule would make Textual re-style every sibling
+        # block on each mount while a reply streams.
+        assert not any(b._has_order_style for b in app.screen.query(MarkdownBlock))
+        # The page of history shown when a conversation opens is marked the same way.
+        await app.main.open_conversation(app.main.conversation_id)
+        await pilot.pause()
+        reopened = list(app.main.query(MessageView))[-1]
+        marks = [b.has_class(LAST) for b in reopened.body.children]
+        assert marks == [False, False, False, True]
+
+
+def test_starting_the_app_imports_no_heavy_library(tmp_path: Path) -> None:
+    code = (
+        "import sys; import tui.app, tui.cli; "
+        "heavy = ['numpy', 'pandas', 'sqlite_utils', 'aiohttp', 'huggingface_hub', 'mlx', "
+        "'mlx_lm', 'llama_cpp', 'markitdown', 'sentence_transformers', 'torch', 'core.server']; "
+        "print(','.join(m for m in heavy if m in sys.modules))"
+    )
+    env = {**os.environ, "LLMDECK_HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_the_history_opens_without_sqlite_utils_and_loads_it_on_first_use(tmp_path: Path) -> None:
+    code = (
+        "import sys; from core.store import Store; s = Store.open(sys.argv[1]); "
+        "c = s.create_conversation(); s.list_conversations(); before = 'sqlite_utils' in sys.modules; "
+        "s.attachments(c); print(before, 'sqlite_utils' in sys.modules, 'pandas' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "h.db")], cwd=ROOT,
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True", "False"]
+
+
+def test_gc_settling_is_undone_when_the_app_ends() -> None:
+    before = gc.get_threshold()
+    gc_tuning.settle_after_start()
+    try:
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold()[0] == gc_tuning.GEN0_THRESHOLD
+    finally:
+        gc_tuning.restore()
+    assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == before

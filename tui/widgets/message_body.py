@@ -1,0 +1,48 @@
+"""The Markdown body of a message, whose last block carries the class `-last`.
+
+Why not `MarkdownBlock:last-child` in the stylesheet: Textual re-applies the whole
+stylesheet to every sibling that has an order-dependent rule (:last-child, :first-child,
+...) each time a widget is mounted among them. A streamed reply mounts a block per
+paragraph, so a :last-child rule re-styled all earlier blocks each time: quadratic in the
+length of the reply, and the largest cost per frame of a long stream. Moving one class
+from the old last block to the new one re-styles two widgets.
+"""
+
+from __future__ import annotations
+
+from textual.await_complete import AwaitComplete
+from textual.widget import Widget
+from textual.widgets import Markdown
+
+LAST = "-last"
+
+
+class MessageBody(Markdown):
+    """Markdown that marks its last block (themes style `.body > .-last`).
+
+    A streamed body (Markdown.append) is marked once, when its stream ends
+    (MessageView.finish calls mark_last): moving the class at every new paragraph
+    re-styled two blocks each time for a blank line nobody sees under a growing reply.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003  (Markdown's signature)
+        super().__init__(*args, **kwargs)
+        self._last: Widget | None = None
+
+    def update(self, markdown: str) -> AwaitComplete:
+        return AwaitComplete(self._mark_after(super().update(markdown)))
+
+    async def _mark_after(self, change: AwaitComplete) -> None:
+        await change
+        self.mark_last()
+
+    def mark_last(self) -> None:
+        children = self.children
+        last = children[-1] if children else None
+        if last is self._last:
+            return
+        if self._last is not None:
+            self._last.remove_class(LAST)
+        if last is not None:
+            last.add_class(LAST)
+        self._last = last
