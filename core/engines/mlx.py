@@ -39,7 +39,7 @@ os.environ.setdefault("MLX_CUDA_USE_CUDNN_SDPA", "0")
 
 import mlx.core as mx  # noqa: E402
 from mlx_lm.generate import BatchGenerator, GenerationBatch, generation_stream  # noqa: E402
-from mlx_lm.models.cache import make_prompt_cache  # noqa: E402
+from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache  # noqa: E402
 from mlx_lm.sample_utils import make_logits_processors, make_sampler  # noqa: E402
 
 from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, SamplingParams  # noqa: E402
@@ -112,6 +112,15 @@ class _Request:
     error: Error | None = None
     text: str | None = None  # the rendered prompt (None for raw-token requests)
     raw: str = ""  # everything generated, stop strings and end-of-turn included
+
+
+@dataclass
+class _FinishedRows:
+    """Requests that left the batch on one step, with their rows of every KV layer."""
+
+    acts: list[_Request]
+    tokens: list[list[int]]
+    kv: list[tuple[mx.array, mx.array, mx.array, int]]  # keys, values, left pad, end
 
 
 @dataclass
@@ -197,6 +206,7 @@ class MlxEngine:
         self._cancelled: set[str] = set()
         self._single: _Single | None = None
         self._batch: dict[int, _Request] = {}
+        self._unsaved: deque[_FinishedRows] = deque()
         self._samplers: dict[tuple[float, float, int, float], Any] = {}
         self._stream = generation_stream
         self._steps = 0
@@ -222,6 +232,8 @@ class MlxEngine:
         if self._cancelled:
             self._apply_cancels(out)
         if self._pending:
+            while self._unsaved:  # a new prompt may extend one of them
+                self._save_rows(self._unsaved.popleft())
             self._schedule(out)
         if self._single is not None:
             self._step_single(out)
@@ -229,7 +241,9 @@ class MlxEngine:
             self._step_batch(out)
             if len(self._batch) == 1 and not self._pending:
                 self._batch_to_single()
-        if self._prefix.pending:
+        if self._unsaved:
+            self._save_rows(self._unsaved.popleft())
+        elif self._prefix.pending:
             self._prefix.settle(_SETTLE_PER_STEP)
         self._steps += 1
         return [(rid, events) for rid, events in out.items() if events]
@@ -250,6 +264,7 @@ class MlxEngine:
         self._pending.clear()
         self._single = None
         self._batch.clear()
+        self._unsaved.clear()
         self._prefix.clear()
         self._bg.close()
 
@@ -501,12 +516,51 @@ class MlxEngine:
                 finished.append(uid)
                 self._finish(act, finish, events)
         if finished:
-            caches = self._bg.remove(finished, return_prompt_caches=True)
-            for uid in finished:
-                act = batch.pop(uid)
+            self._remove_finished(finished)
+
+    def _remove_finished(self, uids: list[int]) -> None:
+        """Take finished rows out of the batch, keeping their KV for the prefix cache.
+
+        Many requests can finish on one step; extracting each row's cache there (an
+        evaluation, slicing and a copy per row and layer) made that step several times
+        slower than the rest. Plain KV layers instead get one lazy gather of all finished
+        rows per layer, split per request on later steps (`_save_rows`).
+        """
+        gen = self._bg._generation_batch
+        where = {u: i for i, u in enumerate(gen.uids)}
+        layers = gen.prompt_cache
+        if not (
+            layers
+            and all(u in where for u in uids)
+            and all(type(c) is BatchKVCache and c.keys is not None for c in layers)
+        ):
+            caches = self._bg.remove(uids, return_prompt_caches=True)
+            for uid in uids:
+                act = self._batch.pop(uid)
                 if uid in caches:
                     cache, tokens = caches[uid]
                     self._remember(act, tokens, cache)
+            return
+        rows = mx.array([where[u] for u in uids])
+        kv = [(c.keys[rows], c.values[rows], c.left_padding[rows], c._idx) for c in layers]
+        mx.async_eval([a for k, v, p, _ in kv for a in (k, v, p)])
+        tokens = [gen.tokens[where[u]] for u in uids]
+        self._bg.remove(uids)
+        acts = [self._batch.pop(uid) for uid in uids]
+        self._unsaved.append(_FinishedRows(acts, tokens, kv))
+
+    def _save_rows(self, rows: _FinishedRows) -> None:
+        """Split a finished group's gathered KV per request and store it (see above)."""
+        pads = [p.tolist() for _, _, p, _ in rows.kv]
+        for j, (act, tokens) in enumerate(zip(rows.acts, rows.tokens, strict=True)):
+            cache = []
+            for (keys, values, _, end), pad in zip(rows.kv, pads, strict=True):
+                c = KVCache()
+                c.keys = keys[j : j + 1, :, pad[j] : end]
+                c.values = values[j : j + 1, :, pad[j] : end]
+                c.offset = end - pad[j]
+                cache.append(c)
+            self._remember(act, tokens, cache)
 
     # -- Tokens to events ------------------------------------------------------------
 
@@ -612,6 +666,7 @@ class MlxEngine:
             req = GenerationRequest("__warmup-next-turn", (), greedy)
             self._pending.append(self._admit(req, prompt=follow))
             self._drain()
+        self._unsaved.clear()
         self._prefix.clear()
         mx.clear_cache()
         # Everything alive now lives as long as the engine: keep it out of the collector's

@@ -205,3 +205,28 @@ def test_info_reports_template_and_context(engine):
     assert info["context_size"] == 2048
     assert info["model_type"] in ("qwen3", "llama")
     assert "<|im_start|>" in info["chat_template"]
+
+
+def test_turns_that_finished_together_in_a_batch_are_reused_exactly(engine):
+    from mlx_lm import generate
+
+    convs = [
+        [{"role": "user", "content": "Hi"}],
+        [{"role": "user", "content": "Tell me a much longer story about a fox, a dog and ten numbers"}],
+    ]
+    greedy = SamplingParams(temperature=0.0, max_tokens=6)
+    for i, conv in enumerate(convs):  # different lengths: rows are left-padded in the batch
+        engine.submit(GenerationRequest(f"bt{i}", tuple(conv), greedy))
+    first = drain(engine)
+    for i, conv in enumerate(convs):
+        history = conv + [
+            {"role": "assistant", "content": text_of(first[f"bt{i}"])},
+            {"role": "user", "content": "More?"},
+        ]
+        req = GenerationRequest(f"next{i}", tuple(history), SamplingParams(temperature=0.0, max_tokens=8))
+        ids = engine.render_prompt(req)  # the history's own ids, as the engine will use them
+        expected = generate(engine._model, engine._tokenizer, prompt=ids, max_tokens=8)
+        engine.submit(req)
+        evs = drain(engine)[f"next{i}"]
+        assert evs[-2].cached_tokens > len(ids) // 2
+        assert text_of(evs) == expected
