@@ -46,12 +46,14 @@ class LlmdeckApp(App):
 
     async def start_runtime(self) -> None:
         try:
-            await self.runtime.start(preload=self._preload)
+            await self.runtime.start(preload=False)
         except Exception as exc:  # e.g. a database from a newer llmdeck
             self.notify(str(exc), title="Cannot open history", severity="error", timeout=30)
             return
         await self.main.refresh_sidebar()
         self.main.on_model_state(self.runtime.model)
+        if self._preload:  # once the history shows: starting a worker process competes with it
+            self.run_worker(self.runtime.ensure_model(), name="model-preload")
         gc_tuning.settle_after_start()
 
     def action_open_hub(self) -> None:
