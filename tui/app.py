@@ -53,7 +53,7 @@ class LlmdeckApp(App):
         await self.main.refresh_sidebar()
         self.main.on_model_state(self.runtime.model)
         if self._preload:  # once the history shows: starting a worker process competes with it
-            self.run_worker(self.runtime.ensure_model(), name="model-preload")
+            self.run_worker(self.runtime.ensure_model(), name="model-preload", exit_on_error=False)
         gc_tuning.settle_after_start()
 
     def action_open_hub(self) -> None:
