@@ -62,10 +62,14 @@ class AttachmentRows:
 
     def attachments(self, conversation_id: str) -> list[Attachment]:
         with self._lock:
-            rows = self.db["attachments"].rows_where(
-                "conversation_id = ?", [conversation_id], order_by="created_at, rowid"
-            )
-            return [Attachment(**row) for row in rows]
+            # Plain SQL, not sqlite-utils: this runs whenever a conversation opens, and
+            # importing sqlite-utils (with numpy) there stalled the first open (Store.db).
+            rows = self.conn.execute(
+                "SELECT id, conversation_id, alias, path, mime, size, text, created_at "
+                "FROM attachments WHERE conversation_id = ? ORDER BY created_at, rowid",
+                (conversation_id,),
+            ).fetchall()
+            return [Attachment(*row) for row in rows]
 
     def delete_attachment(self, attachment_id: str) -> None:
         with self._write() as conn:

@@ -54,15 +54,17 @@ def test_starting_the_app_imports_no_heavy_library(tmp_path: Path) -> None:
     assert out.stdout.strip() == ""
 
 
-def test_the_history_opens_without_sqlite_utils_and_loads_it_on_first_use(tmp_path: Path) -> None:
+def test_the_history_opens_without_sqlite_utils_which_loads_on_first_use(tmp_path: Path) -> None:
     code = (
         "import sys; from core.store import Store; s = Store.open(sys.argv[1]); "
-        "c = s.create_conversation(); s.list_conversations(); before = 'sqlite_utils' in sys.modules; "
-        "s.attachments(c); print(before, 'sqlite_utils' in sys.modules, 'pandas' in sys.modules)"
+        "c = s.create_conversation(); s.list_conversations(); s.messages(c); s.attachments(c); "
+        "before = 'sqlite_utils' in sys.modules; tables = s.db.table_names(); "
+        "print(before, 'sqlite_utils' in sys.modules, 'pandas' in sys.modules, "
+        "'attachments' in tables)"
     )
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "h.db")], cwd=ROOT,
                          capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "True", "False"]
+    assert out.stdout.split() == ["False", "True", "False", "True"]
 
 
 def test_gc_settling_is_undone_when_the_app_ends() -> None:
