@@ -211,6 +211,9 @@ class MlxEngine:
         self._stream = generation_stream
         self._steps = 0
         self._bg = self._new_batch_generator()
+        # Prefill shapes cost a compilation the first time only on a GPU (CUDA, Metal).
+        on_gpu = mx.default_device().type == mx.DeviceType.gpu
+        self._warmup_prefill = bool(spec.option("warmup_prefill", on_gpu))
         sizes = spec.option("warmup_batch_sizes")
         if sizes is None:
             sizes = _default_warmup_sizes(self.max_concurrency)
@@ -378,12 +381,15 @@ class MlxEngine:
         rest = mx.array(act.prompt[cached:])
         context = mx.array(act.prompt) if act.processors else None
         with mx.stream(self._stream):
-            # Full chunks first; the last chunk (with the last prompt token) also yields
-            # the first token, so a short suffix over a cached history is one forward pass.
-            while rest.shape[0] > self._prefill_step:
-                self._model(rest[None, : self._prefill_step], cache=cache)
+            # A short remainder (a cached turn's new tokens) goes in one forward pass that
+            # also yields the first token. A long one is prefilled without reading logits
+            # (the vocabulary projection of every position would cost more than a pass),
+            # then its last token is fed alone, as generate_step does.
+            while rest.shape[0] > _ONE_PASS_TAIL:
+                n = min(self._prefill_step, rest.shape[0] - 1)
+                self._model(rest[None, :n], cache=cache)
                 mx.eval([c.state for c in cache])
-                rest = rest[self._prefill_step :]
+                rest = rest[n:]
             y = self._sample_one(rest, cache, act, context)
             mx.async_eval(y)
         self._single = _Single(act, cache, y, context)
@@ -655,7 +661,7 @@ class MlxEngine:
                 prompt = [int(t) for t in self._warmup_prompt(i)]
                 self._pending.append(self._admit(req, prompt=prompt))
             self._drain()
-        if batch_sizes:
+        if batch_sizes and self._warmup_prefill:
             base = self._warmup_prompt(0)
             length = max(min(_WARMUP_LONG_PROMPT, self.context_size // 2), 2)
             long = (base * (length // len(base) + 1))[:length]
@@ -685,6 +691,8 @@ class MlxEngine:
 
 # Prompt tokens of the warm-up's long request: past two 256-token cache steps.
 _WARMUP_LONG_PROMPT = 600
+# Prompt remainders up to this many tokens are prefilled and sampled in one pass.
+_ONE_PASS_TAIL = 32
 # Queued prefix-cache entries indexed per engine step (see PrefixCache.settle).
 _SETTLE_PER_STEP = 2
 # MLX keeps freed buffers for reuse; emptying that cache makes the next steps allocate
