@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from textual.app import App
 from textual.binding import Binding
 
 from core.runtime import ModelState, Runtime
 from themes import stylesheets
 from themes.palettes import THEME_NAMES, THEMES
-from tui import gc_tuning
+from tui import gc_tuning, warmup
 from tui.commands import AppCommands, ModelCommands
 from tui.screens.main import MainScreen
 
@@ -54,6 +56,10 @@ class LlmdeckApp(App):
         self.main.on_model_state(self.runtime.model)
         if self._preload:  # once the history shows: starting a worker process competes with it
             self.run_worker(self.runtime.ensure_model(), name="model-preload", exit_on_error=False)
+        painted = asyncio.Event()  # warm up once the listed history is on screen
+        self.call_after_refresh(painted.set)
+        await painted.wait()
+        await asyncio.to_thread(warmup.warm_imports)
         gc_tuning.settle_after_start()
 
     def action_open_hub(self) -> None:

@@ -77,3 +77,18 @@ def test_gc_settling_is_undone_when_the_app_ends() -> None:
         gc_tuning.restore()
     assert gc.get_freeze_count() == 0
     assert gc.get_threshold() == before
+
+
+def test_warm_up_imports_what_the_first_turn_needs_and_tolerates_a_missing_one(monkeypatch) -> None:
+    from tui import warmup
+
+    sys.modules.pop("colorsys", None)
+    monkeypatch.setattr(warmup, "FIRST_TURN_MODULES", ("colorsys", "no_such_module_here"))
+    warmup.warm_imports()
+    assert "colorsys" in sys.modules
+
+
+def test_the_first_turn_modules_include_the_documents_index_library() -> None:
+    from tui import warmup
+
+    assert "numpy" in warmup.FIRST_TURN_MODULES  # core.docs builds a numpy index per turn
