@@ -263,7 +263,8 @@ class MlxEngine:
         }
 
     def close(self) -> None:
-        gc.unfreeze()
+        # No gc.unfreeze() here: freezing is process-wide and the process owner (the UI
+        # freezes its own start-up objects too) decides when to undo it.
         self._pending.clear()
         self._single = None
         self._batch.clear()
