@@ -37,6 +37,7 @@ async def wait_until(pilot, predicate, timeout: float = 20.0) -> None:
 async def wait_ready(pilot) -> None:
     app = pilot.app
     await wait_until(pilot, lambda: app.runtime.model.state == "ready")
+    app.main.composer.cursor_blink = False  # a blinking cursor makes snapshots flaky
 
 
 async def send(pilot, text: str) -> None:
@@ -71,6 +72,7 @@ def test_load_error_in_chat_view(snap_compare) -> None:
     async def run_before(pilot) -> None:
         app = pilot.app
         await wait_until(pilot, lambda: app.runtime.model.state == "failed")
+        app.main.composer.cursor_blink = False
         await send(pilot, "Hello?")
 
     app = scripted_app(fail_load="LOAD_FAILED")
