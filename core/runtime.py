@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from core import bundled, paths
+from core import bundled, model_refs, paths
 from core.chat_context import AttachResult, ChatContext
 from core.config import Settings
 from core.docs import Attachment, DocError, MentionResolution
@@ -404,6 +404,48 @@ class Runtime:
         self._load_task = asyncio.ensure_future(self._load_model())
         return await asyncio.shield(self._load_task)
 
+    def model_ref(self) -> str | None:
+        """What a conversation remembers of the active model (core.model_refs)."""
+        if self._spec_override is not None:
+            return self.model.label
+        ref = model_refs.make(self.settings.model, self.settings.engine)
+        return ref or (self.model.label if self.model.state != "idle" else None)
+
+    def is_active_model(self, ref: str) -> bool:
+        """Whether `ref` names the model in use now (then opening needs no switch)."""
+        if ref in (self.model_ref(), self.model.label):
+            return True
+        parsed = model_refs.parse(ref)
+        current = self.settings.model
+        return (self._spec_override is None and not parsed.is_label and current is not None
+                and Path(parsed.model).expanduser() == Path(current).expanduser()
+                and parsed.engine in (None, self.settings.engine))
+
+    async def find_model(self, ref: str) -> tuple[str, str | None] | None:
+        """(model, engine) to load for a conversation's remembered model, or None when it is
+        no longer here: its file is gone, or its remote endpoint is no longer configured.
+        Reads the disk, so it runs in a thread."""
+        parsed = model_refs.parse(ref)
+        if parsed.remote is not None:
+            return (parsed.model, None) if self.settings.remote(parsed.remote[0]) else None
+        if not parsed.is_label:
+            exists = await asyncio.to_thread(Path(parsed.model).expanduser().exists)
+            return (parsed.model, parsed.engine) if exists else None
+
+        def _by_label() -> tuple[str, str | None] | None:  # conversations saved before refs
+            from core.hub.registry import list_local_models
+
+            label = parsed.model
+            for m in list_local_models():
+                names = {m.name, m.path.name}
+                if m.source == "bundled":
+                    names.add(bundled.BUNDLED_CHAT_LABEL)
+                if m.valid and label in names:
+                    return str(m.path), m.engine
+            return None
+
+        return await asyncio.to_thread(_by_label)
+
     def worker_status(self) -> list[WorkerStatus]:
         utility = self.chat.utility.status()
         return self.pool.status() + ([utility] if utility is not None else [])
@@ -417,6 +459,37 @@ class Runtime:
         """The active branch's last `limit` messages, or the page just before `before`."""
         return await self.store_call(self.store_handle.messages, conversation_id, limit, before)
 
+    async def conversation(self, conversation_id: str) -> Conversation | None:
+        return await self.store_call(self.store_handle.get_conversation, conversation_id)
+
+    async def messages_around(self, conversation_id: str, message_id: str,
+                              limit: int = 50) -> tuple[list[Message], bool, bool]:
+        """The page of the active branch around `message_id` (a search hit, possibly on an
+        older branch, which becomes active) and whether older / newer messages exist beyond
+        it. About half the page comes before the hit, so it opens with context both ways."""
+        store = self.store_handle
+        half = max(1, limit // 2)
+
+        def _around() -> tuple[list[Message], bool, bool]:
+            hit = store.get_message(message_id)
+            if hit is None or hit.conversation_id != conversation_id:
+                return [], False, False  # deleted since the search ran
+            store.switch_branch(message_id)
+            through = store.messages_through(conversation_id, message_id, half + 1)
+            older = len(through) > half  # one more than kept: there is more above
+            through = through[-half:]
+            room = limit - len(through)
+            after = store.messages_after(conversation_id, message_id, room + 1)
+            return through + after[:room], older, len(after) > room
+
+        return await self.store_call(_around)
+
+    async def messages_after(self, conversation_id: str, after: str,
+                             limit: int = 50) -> list[Message]:
+        """The active branch's next `limit` messages after `after` (scrolling down from an
+        older page opened at a search hit)."""
+        return await self.store_call(self.store_handle.messages_after, conversation_id, after, limit)
+
     async def search(self, query: str, limit: int = 50) -> list[SearchHit]:
         return await self.store_call(self.store_handle.search, query, limit)
 
@@ -425,7 +498,7 @@ class Runtime:
         store = self.store_handle
 
         def _open() -> tuple[str, list[Message]]:
-            cid = conversation_id or store.create_conversation(model=self.model.label)
+            cid = conversation_id or store.create_conversation(model=self.model_ref())
             return cid, store.messages(cid, limit=400)
 
         cid, history = await self.store_call(_open)

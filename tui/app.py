@@ -108,7 +108,7 @@ class LlmdeckApp(App):
             await self.runtime.save_settings()
             if main.conversation_id is not None:
                 await self.runtime.store_call(self.runtime.store_handle.set_conversation_model,
-                                              main.conversation_id, self.runtime.model.label)
+                                              main.conversation_id, self.runtime.model_ref())
             self.notify(f"Model ready: {self.runtime.model.label}", timeout=3)
 
     def use_model_named(self, name: str) -> None:
@@ -122,6 +122,32 @@ class LlmdeckApp(App):
 
         choices, _ = await asyncio.to_thread(load_choices)
         found = [c for c in choices if name.lower() in c.name.lower() or name == c.id]
+    def use_conversation_model(self, conversation_id: str) -> None:
+        """Opening a conversation selects the model it was having (see core.model_refs)."""
+        self.run_worker(self._use_conversation_model(conversation_id), group="model",
+                        exclusive=True)
+
+    async def _use_conversation_model(self, conversation_id: str) -> None:
+        from core import model_refs
+
+        runtime = self.runtime
+        conversation = await runtime.conversation(conversation_id)
+        ref = conversation.model if conversation is not None else None
+        if not ref or runtime.is_active_model(ref):
+            return
+        found = await runtime.find_model(ref)
+        if found is None:
+            self.notify(f"This conversation used {model_refs.display(ref)}, which is no longer "
+                        f"available here; keeping {runtime.model.label}. Pick another with F5.",
+                        title="Model", severity="warning", timeout=8)
+            return
+        if self.main.turn is not None or self.main.conversation_id != conversation_id:
+            return  # a reply started, or another conversation opened, meanwhile
+        model, engine = found
+        self.notify(f"Loading {model_refs.display(ref)} for this conversation…", timeout=3)
+        if await runtime.switch_model(model, engine):
+            await runtime.save_settings()
+
         if len(found) != 1:
             names = ", ".join(c.name for c in choices) or "none"
             what = "matches several models" if found else "matches no local model"

@@ -198,16 +198,31 @@ class MainScreen(Screen):
 
     # -- conversations ---------------------------------------------------------------------
     async def open_conversation(self, conversation_id: str, focus_message: str | None = None) -> None:
+        """Show the newest page, or with `focus_message` (a search hit) the page around it,
+        scrolled to it and focused; scrolling then loads older or newer pages."""
         self.conversation_id = conversation_id
-        messages = await self.runtime.messages(conversation_id, PAGE)
-        branches = await self.runtime.branch_positions([m.id for m in messages])
-        await self.chat.show_messages(messages, branches)
-        await self.query_one(AttachmentBar).show(await self.runtime.attachments(conversation_id))
-        self.query_one(StatusBar).context_used = context_use(messages)
+        runtime = self.runtime
+        messages: list = []
+        older, newer = None, False
+        if focus_message is not None:
+            messages, older, newer = await runtime.messages_around(conversation_id, focus_message, PAGE)
+        if not messages:  # no hit, or it was deleted since the search
+            older, newer = None, False
+            messages = await runtime.messages(conversation_id, PAGE)
+        branches = await runtime.branch_positions([m.id for m in messages])
+        await self.chat.show_messages(messages, branches, has_older=older, has_newer=newer)
+        await self.query_one(AttachmentBar).show(await runtime.attachments(conversation_id))
+        newest = await runtime.messages(conversation_id, 2) if newer else messages
+        self.query_one(StatusBar).context_used = context_use(newest)
         target = next((v for v in self.chat.views if v.message_id == focus_message), None)
         if target is not None:
             target.focus()
-            self.call_after_refresh(target.scroll_visible, animate=False)
+            self.call_after_refresh(self.chat.scroll_to_center, target, animate=False)
+
+    async def _at_newest(self) -> None:
+        """Before a new message is added: leave an older page for the newest one."""
+        if self.chat.has_newer and self.conversation_id is not None:
+            await self.open_conversation(self.conversation_id)
 
     async def on_sidebar_opened(self, event: Sidebar.Opened) -> None:
         if self.turn is not None:
@@ -217,6 +232,7 @@ class MainScreen(Screen):
         await self.open_conversation(event.conversation_id, event.message_id)
         if event.message_id is None:
             self.composer.focus()
+        self.app.use_conversation_model(event.conversation_id)  # type: ignore[attr-defined]
 
     async def on_sidebar_search_changed(self, event: Sidebar.SearchChanged) -> None:
         self.run_search(event.query)
@@ -261,6 +277,13 @@ class MainScreen(Screen):
         older = await self.runtime.messages(self.conversation_id, PAGE, before=event.before)
         branches = await self.runtime.branch_positions([m.id for m in older])
         await self.chat.prepend_messages(older, branches)
+
+    async def on_chat_view_load_newer(self, event: ChatView.LoadNewer) -> None:
+        if self.conversation_id is None:
+            return
+        newer = await self.runtime.messages_after(self.conversation_id, event.after, PAGE + 1)
+        branches = await self.runtime.branch_positions([m.id for m in newer[:PAGE]])
+        await self.chat.append_messages(newer[:PAGE], branches, has_newer=len(newer) > PAGE)
 
     # -- message actions -------------------------------------------------------------------
     async def on_message_view_action(self, event: MessageView.Action) -> None:
@@ -369,6 +392,7 @@ class MainScreen(Screen):
 
         cid = self.conversation_id
         assert cid is not None
+        await self._at_newest()
         for code in blocks:
             view = await self.chat.add_message(MessageView("tool", tool_results=[
                 {"id": "running", "name": "python", "arguments": {"code": code}, "state": "running"}]))
@@ -455,6 +479,7 @@ class MainScreen(Screen):
 
     @work(exclusive=True, group="turn")
     async def send(self, text: str) -> None:
+        await self._at_newest()
         try:
             turn = await self.runtime.start_turn(self.conversation_id, text)
         except Exception as exc:  # the store refused: give the text back, lose nothing
@@ -492,6 +517,7 @@ class MainScreen(Screen):
         turn.approve = self._approve_tool
         self.refresh_bindings()
         chat = self.chat
+        chat.has_newer = False  # the reply is the branch's newest message, whatever page it is on
         reply = await chat.add_message(MessageView("assistant", branch=branch))
         chat.anchor()
         bar = self.query_one(StatusBar)

@@ -47,9 +47,16 @@ class ChatView(VerticalScroll):
 
         before: str
 
+    @dataclass
+    class LoadNewer(TextualMessage):
+        """Posted when the bottom is reached of a page opened at an older message."""
+
+        after: str
+
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.has_older = False
+        self.has_newer = False  # True only while showing an older page (a search hit)
         self._asked = False
 
     def on_mount(self) -> None:
@@ -57,7 +64,7 @@ class ChatView(VerticalScroll):
 
     def show_empty(self) -> AwaitComplete:
         """Clear the view (awaitable: focus can move only once the old messages are gone)."""
-        self.has_older = False
+        self.has_older = self.has_newer = False
         removing = self.remove_children()
         self.mount(Static(EMPTY_HINT, classes="empty-hint"))
         return removing
@@ -67,16 +74,21 @@ class ChatView(VerticalScroll):
         return list(self.query(MessageView))
 
     async def show_messages(self, messages: list[Message],
-                            branches: dict[str, tuple[int, int]] | None = None) -> None:
+                            branches: dict[str, tuple[int, int]] | None = None,
+                            *, has_older: bool | None = None, has_newer: bool = False) -> None:
+        """Show a page: by default the newest one; a page around a search hit says itself
+        whether more lies above (`has_older`) and below (`has_newer`)."""
         branches = branches or {}
         await self.remove_children()
-        self.has_older = len(messages) >= PAGE
+        self.has_older = len(messages) >= PAGE if has_older is None else has_older
+        self.has_newer = has_newer
         self._asked = False
         if not messages:
             await self.mount(Static(EMPTY_HINT, classes="empty-hint"))
             return
         await self.mount_all([view_for(m, branches.get(m.id)) for m in messages])
-        self.scroll_end(animate=False)
+        if not has_newer:  # a page around a hit is scrolled to the hit by its opener
+            self.scroll_end(animate=False)
 
     async def prepend_messages(self, messages: list[Message],
                                branches: dict[str, tuple[int, int]] | None = None) -> int:
@@ -104,10 +116,28 @@ class ChatView(VerticalScroll):
             self._asked = True
             self.post_message(self.LoadOlder(views[0].message_id))
 
+    async def append_messages(self, messages: list[Message],
+                              branches: dict[str, tuple[int, int]] | None = None,
+                              *, has_newer: bool = False) -> None:
+        """Mount the next newer page below the last message (the view stays where it is)."""
+        branches = branches or {}
+        self.has_newer = has_newer
+        self._asked = False
+        if messages:
+            await self.mount_all([view_for(m, branches.get(m.id)) for m in messages])
+
+    def request_newer(self) -> None:
+        views = self.views
+        if self.has_newer and not self._asked and views and views[-1].message_id:
+            self._asked = True
+            self.post_message(self.LoadNewer(views[-1].message_id))
+
     def watch_scroll_y(self, old: float, new: float) -> None:
         super().watch_scroll_y(old, new)
         if new <= 0 and old > 0:
             self.request_older()
+        elif self.has_newer and new >= self.max_scroll_y and new > old:
+            self.request_newer()
 
     async def add_message(self, view: MessageView) -> MessageView:
         for hint in self.query(".empty-hint"):
