@@ -120,7 +120,7 @@ class _FinishedRows:
 
     acts: list[_Request]
     tokens: list[list[int]]
-    kv: list[tuple[mx.array, mx.array, mx.array, int]]  # keys, values, left pad, end
+    kv: list[tuple[mx.array, mx.array, int]]  # keys, values, end column
 
 
 @dataclass
@@ -131,6 +131,7 @@ class _Single:
     cache: list[Any]
     y: mx.array
     context: mx.array | None
+    emitted: bool = False  # y was read and handed out, but not yet fed to the model
 
 
 class _LeanGenerationBatch(GenerationBatch):
@@ -149,6 +150,41 @@ class _LeanGenerationBatch(GenerationBatch):
             return []
         tokens, _ = self._step()
         return list(zip(self.uids, tokens, strict=True))
+
+    def filter(self, keep: list[int]) -> None:
+        """Keep rows `keep`, without reading the cache back to the host.
+
+        BatchKVCache.filter reads every layer's left padding (a host sync per layer, the
+        first waiting for the step in flight) to drop padding columns no row needs; that
+        made the step that removed finished rows several times slower than the rest.
+        Here the common padding is worked out from the rows' token counts, which the
+        batch already holds on the host (every row ends at the cache's write index).
+        """
+        layers = self.prompt_cache
+        if not (keep and layers and all(type(c) is BatchKVCache for c in layers)):
+            super().filter(keep)
+            return
+        longest = max(len(self.tokens[i]) for i in keep)
+        idx = mx.array(keep)
+        for c in layers:
+            if c.keys is not None:
+                c.keys = c.keys[idx]
+                c.values = c.values[idx]
+            c.offset = c.offset[idx]
+            c.left_padding = c.left_padding[idx]
+            # One column of margin: a count that was off by one would otherwise cut a
+            # real position; a spare padded column costs nothing.
+            shift = c._idx - longest - 1
+            if shift > 0 and c.keys is not None:
+                c.keys = c.keys[..., shift:, :]
+                c.values = c.values[..., shift:, :]
+                c._idx -= shift
+                c.left_padding = c.left_padding - shift
+        self.prompt_cache = []  # GenerationBatch.filter would filter the layers again
+        try:
+            super().filter(keep)
+        finally:
+            self.prompt_cache = layers
 
     def _step(self) -> tuple[list[int], list[Any]]:
         self._current_tokens = self._next_tokens
@@ -206,10 +242,12 @@ class MlxEngine:
         self._cancelled: set[str] = set()
         self._single: _Single | None = None
         self._batch: dict[int, _Request] = {}
+        self._idle_rows: set[int] = set()  # batch rows of finished requests (see _retire)
         self._unsaved: deque[_FinishedRows] = deque()
         self._samplers: dict[tuple[float, float, int, float], Any] = {}
         self._stream = generation_stream
         self._steps = 0
+        self.eager_first_token = True
         self._bg = self._new_batch_generator()
         # Prefill shapes cost a compilation the first time only on a GPU (CUDA, Metal).
         on_gpu = mx.default_device().type == mx.DeviceType.gpu
@@ -268,6 +306,7 @@ class MlxEngine:
         self._pending.clear()
         self._single = None
         self._batch.clear()
+        self._idle_rows.clear()
         self._unsaved.clear()
         self._prefix.clear()
         self._bg.close()
@@ -365,6 +404,7 @@ class MlxEngine:
         if self._single is None and not self._batch and len(ready) == 1:
             self._start_single(ready[0])
             return
+        self._compact(force=True)
         if self._single is not None:
             self._single_to_batch(out)
         for act in ready:
@@ -407,22 +447,46 @@ class MlxEngine:
     def _step_single(self, out: dict[str, list[Event]]) -> None:
         s = self._single
         assert s is not None
-        with mx.stream(self._stream):
-            if s.context is not None:
-                s.context = mx.concatenate([s.context, s.y])
-            nxt = self._sample_one(s.y, s.cache, s.act, s.context)
-            mx.async_eval(nxt)
-        token = s.y.item()
-        s.y = nxt
         events: list[Event] = []
+        if s.act.first_token_at is None and self.eager_first_token:
+            # The first token is read and handed out before the next pass is queued:
+            # queueing costs a whole pass's kernel launches on the CPU (MLX on CUDA is
+            # launch-bound at batch 1), which pipelining hides for every later token but
+            # would add to the time to first token. The next step queues two passes.
+            token = s.y.item()
+            s.emitted = True
+        else:
+            with mx.stream(self._stream):
+                if s.emitted:  # s.y was handed out already: feed it first
+                    s.y = self._advance(s)
+                    s.emitted = False
+                nxt = self._advance(s)
+            token = s.y.item()
+            s.y = nxt
         finish = self._take_token(s.act, token, events)
         if finish is not None:
             self._single = None
             self._finish(s.act, finish, events)
-            self._remember(s.act, s.act.prompt + s.act.generated, s.cache)
+            self._remember(s.act, self._fed_tokens(s), s.cache)
         elif len(s.act.generated) % 256 == 0:
             _trim_buffer_cache()
         out[s.act.req.request_id] = events
+
+    def _advance(self, s: _Single) -> mx.array:
+        """Queue the pass that feeds `s.y` and samples the token after it."""
+        if s.context is not None:
+            s.context = mx.concatenate([s.context, s.y])
+        nxt = self._sample_one(s.y, s.cache, s.act, s.context)
+        mx.async_eval(nxt)
+        return nxt
+
+    @staticmethod
+    def _fed_tokens(s: _Single) -> list[int]:
+        """The tokens `s.cache` holds: all but a handed-out token not yet fed."""
+        act = s.act
+        if s.emitted:
+            return act.prompt + act.generated[:-1]
+        return act.prompt + act.generated
 
     def _single_to_batch(self, out: dict[str, list[Event]]) -> None:
         """Hand the running single request to the batch with its cache, nothing recomputed.
@@ -436,11 +500,13 @@ class MlxEngine:
         self._single = None
         act = s.act
         token = s.y.item()
-        events = out.setdefault(act.req.request_id, [])
-        finish = self._take_token(act, token, events)
-        if finish is not None:
-            self._finish(act, finish, events)
-            return
+        if not s.emitted:
+            events = out.setdefault(act.req.request_id, [])
+            finish = self._take_token(act, token, events)
+            if finish is not None:
+                self._finish(act, finish, events)
+                self._remember(act, act.prompt + act.generated[:-1], s.cache)
+                return
         [uid] = self._bg.insert(
             [[token]],
             max_tokens=[act.max_tokens - len(act.generated)],
@@ -523,15 +589,18 @@ class MlxEngine:
                 finished.append(uid)
                 self._finish(act, finish, events)
         if finished:
-            self._remove_finished(finished)
+            self._retire(finished)
+        self._compact()
 
-    def _remove_finished(self, uids: list[int]) -> None:
-        """Take finished rows out of the batch, keeping their KV for the prefix cache.
+    def _retire(self, uids: list[int]) -> None:
+        """Take finished requests off the batch, keeping their KV for the prefix cache.
 
-        Many requests can finish on one step; extracting each row's cache there (an
-        evaluation, slicing and a copy per row and layer) made that step several times
-        slower than the rest. Plain KV layers instead get one lazy gather of all finished
-        rows per layer, split per request on later steps (`_save_rows`).
+        Their rows stay in the batch, decoding tokens nobody reads, until `_compact`
+        finds removing them worth it: removing rows copies every layer's KV of the rows
+        that stay, which made each step where a group of requests finished several
+        times slower than the rest, while a few idle rows cost next to nothing at the
+        batch sizes where that copy hurts. Plain KV layers get one lazy gather of the
+        finished rows per layer, split per request on later steps (`_save_rows`).
         """
         gen = self._bg._generation_batch
         where = {u: i for i, u in enumerate(gen.uids)}
@@ -549,23 +618,43 @@ class MlxEngine:
                     self._remember(act, tokens, cache)
             return
         rows = mx.array([where[u] for u in uids])
-        kv = [(c.keys[rows], c.values[rows], c.left_padding[rows], c._idx) for c in layers]
-        mx.async_eval([a for k, v, p, _ in kv for a in (k, v, p)])
-        tokens = [gen.tokens[where[u]] for u in uids]
-        self._bg.remove(uids)
+        kv = [(c.keys[rows], c.values[rows], c._idx) for c in layers]
+        mx.async_eval([a for k, v, _ in kv for a in (k, v)])
+        # Copies: an idle row's token list keeps growing while it stays in the batch.
+        tokens = [list(gen.tokens[where[u]]) for u in uids]
         acts = [self._batch.pop(uid) for uid in uids]
+        self._idle_rows.update(uids)
         self._unsaved.append(_FinishedRows(acts, tokens, kv))
 
+    def _compact(self, force: bool = False) -> None:
+        """Remove the idle rows of finished requests once that is cheap or needed.
+
+        Cheap: the copy is of the rows that stay, so it waits until at most a quarter
+        of the rows are live (or none, when the batch is simply emptied). Needed: before
+        new requests join (joining copies the cache anyway), and when one request is
+        left, so it can go back to the single-stream path.
+        """
+        if not self._idle_rows:
+            return
+        live = len(self._batch)
+        if force or live <= 1 or live * 4 <= live + len(self._idle_rows):
+            self._bg.remove(sorted(self._idle_rows))
+            self._idle_rows.clear()
+
     def _save_rows(self, rows: _FinishedRows) -> None:
-        """Split a finished group's gathered KV per request and store it (see above)."""
-        pads = [p.tolist() for _, _, p, _ in rows.kv]
+        """Split a finished group's gathered KV per request and store it (see above).
+
+        Every row ends at the cache's write index `end`, so a request's KV is its last
+        len(tokens) columns; no padding has to be read back from the device.
+        """
         for j, (act, tokens) in enumerate(zip(rows.acts, rows.tokens, strict=True)):
             cache = []
-            for (keys, values, _, end), pad in zip(rows.kv, pads, strict=True):
+            for keys, values, end in rows.kv:
+                start = end - len(tokens)
                 c = KVCache()
-                c.keys = keys[j : j + 1, :, pad[j] : end]
-                c.values = values[j : j + 1, :, pad[j] : end]
-                c.offset = end - pad[j]
+                c.keys = keys[j : j + 1, :, start:end]
+                c.values = values[j : j + 1, :, start:end]
+                c.offset = len(tokens)
                 cache.append(c)
             self._remember(act, tokens, cache)
 
@@ -634,7 +723,7 @@ class MlxEngine:
         if s is not None and s.act.req.request_id in ids:
             self._single = None
             self._finish(s.act, "cancelled", out.setdefault(s.act.req.request_id, []))
-            self._remember(s.act, s.act.prompt + s.act.generated, s.cache)
+            self._remember(s.act, self._fed_tokens(s), s.cache)
         uids = [uid for uid, a in self._batch.items() if a.req.request_id in ids]
         if uids:
             caches = self._bg.remove(uids, return_prompt_caches=True)

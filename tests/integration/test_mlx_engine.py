@@ -230,3 +230,68 @@ def test_turns_that_finished_together_in_a_batch_are_reused_exactly(engine):
         evs = drain(engine)[f"next{i}"]
         assert evs[-2].cached_tokens > len(ids) // 2
         assert text_of(evs) == expected
+
+
+def test_requests_finishing_at_different_steps_keep_exact_outputs_and_caches(engine):
+    """Finished rows idle in the batch until compaction; nobody's tokens or cache shift.
+
+    Six requests of different prompt lengths and lengths finish on different steps, so
+    the batch decodes with idle rows, then compacts; every output must equal the same
+    request run alone, and every next turn, served from the KV gathered at retirement,
+    must equal a cold run of that turn.
+    """
+    from mlx_lm import generate
+
+    prompts = [("short", 3), ("a somewhat longer question about foxes", 5),
+               ("x", 9), ("count the ten numbers slowly and carefully please", 12),
+               ("why", 15), ("tell me about dogs", 7)]
+    alone = {}
+    for i, (text, n) in enumerate(prompts):
+        engine.submit(ask(text, f"solo{i}", max_tokens=n))
+        alone[i] = text_of(drain(engine)[f"solo{i}"])
+    for i, (text, n) in enumerate(prompts):
+        engine.submit(ask(text, f"mix{i}", max_tokens=n))
+    events: dict[str, list] = defaultdict(list)
+    idle_seen = 0
+    while engine.has_work():
+        for rid, evs in engine.step():
+            events[rid].extend(evs)
+        idle_seen = max(idle_seen, len(engine._idle_rows))
+    assert idle_seen > 0  # rows did idle in the batch
+    assert not engine._idle_rows and not engine._batch
+    for i in range(len(prompts)):
+        assert text_of(events[f"mix{i}"]) == alone[i], i
+        assert done_of(events[f"mix{i}"]) == "length"
+    for i, (text, _) in enumerate(prompts):
+        history = [{"role": "user", "content": text},
+                   {"role": "assistant", "content": text_of(events[f"mix{i}"])},
+                   {"role": "user", "content": "More?"}]
+        req = GenerationRequest(f"mixnext{i}", tuple(history), SamplingParams(temperature=0.0, max_tokens=5))
+        ids = engine.render_prompt(req)
+        expected = generate(engine._model, engine._tokenizer, prompt=ids, max_tokens=5)
+        engine.submit(req)
+        evs = drain(engine)[f"mixnext{i}"]
+        assert evs[-2].cached_tokens > len(ids) // 2, i
+        assert text_of(evs) == expected, i
+
+
+def test_first_token_is_handed_out_on_the_step_that_prefills(engine):
+    """A lone request's first step returns its first token; one-token replies cache right."""
+    engine.submit(ask("Hello there", "eager", max_tokens=5))
+    first = engine.step()
+    # (its text may still be held back by the streaming detokenizer: count tokens)
+    assert engine._single is not None and len(engine._single.act.generated) == 1
+    evs = [e for _, es in first for e in es] + drain(engine)["eager"]
+    assert evs[-2].completion_tokens == 5 and done_of(evs) == "length"
+    # A one-token reply finishes on the step that handed its token out, before that
+    # token was fed: the cache kept must cover the prompt only, and reuse stays exact.
+    from mlx_lm import generate
+
+    engine.submit(ask("One word answer", "one", max_tokens=1))
+    drain(engine)
+    req = ask("One word answer", "again", max_tokens=4)
+    ids = engine.render_prompt(req)
+    engine.submit(req)
+    evs = drain(engine)["again"]
+    assert evs[-2].cached_tokens == len(ids) - 1
+    assert text_of(evs) == generate(engine._model, engine._tokenizer, prompt=ids, max_tokens=4)
