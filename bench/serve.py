@@ -26,6 +26,7 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -61,28 +62,44 @@ def http_round(url: str, model: str, prompts: list[str],
         tokens = 0
         async with session.post(f"{url}/chat/completions", json=body) as response:
             assert response.status == 200, await response.text()
-            async for raw in response.content:
-                if not raw.startswith(b"data: {"):
-                    continue
-                chunk = json.loads(raw[6:])
-                if not ttft and chunk["choices"] and (
-                        chunk["choices"][0]["delta"].get("content")
-                        or chunk["choices"][0]["delta"].get("reasoning_content")):
-                    ttft = (time.perf_counter() - start) * 1000.0
-                if chunk.get("usage"):
-                    tokens = chunk["usage"]["completion_tokens"]
+            # Read what the socket has and split SSE lines here: aiohttp's line iterator
+            # costs an await per line (two per event, with the blank separator). Every
+            # data: line is still parsed as JSON, as any client must.
+            rest = b""
+            async for data in response.content.iter_any():
+                lines = (rest + data).split(b"\n")
+                rest = lines.pop()
+                for raw in lines:
+                    if not raw.startswith(b"data: {"):
+                        continue
+                    chunk = json.loads(raw[6:])
+                    if not ttft and chunk["choices"] and (
+                            chunk["choices"][0]["delta"].get("content")
+                            or chunk["choices"][0]["delta"].get("reasoning_content")):
+                        ttft = (time.perf_counter() - start) * 1000.0
+                    if chunk.get("usage"):
+                        tokens = chunk["usage"]["completion_tokens"]
         return tokens, ttft
 
     async def run() -> tuple[float, int, list[float], float]:
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-            cpu = time.process_time()
-            start = time.perf_counter()
-            results = await asyncio.gather(*(one(session, p) for p in prompts))
-            wall = time.perf_counter() - start
-            cpu = time.process_time() - cpu
+        global _SESSION
+        if _SESSION is None:  # one keep-alive pool for the process, as a long-lived client has
+            _SESSION = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        cpu = time.process_time()
+        start = time.perf_counter()
+        results = await asyncio.gather(*(one(_SESSION, p) for p in prompts))
+        wall = time.perf_counter() - start
+        cpu = time.process_time() - cpu
         return wall, sum(t for t, _ in results), [f for _, f in results], cpu
 
-    return asyncio.run(run())
+    global _LOOP
+    if _LOOP is None:
+        _LOOP = asyncio.new_event_loop()
+    return _LOOP.run_until_complete(run())
+
+
+_LOOP: asyncio.AbstractEventLoop | None = None
+_SESSION: Any = None
 
 
 # -- in-process ----------------------------------------------------------------------------
@@ -134,18 +151,38 @@ async def main_async(args: argparse.Namespace) -> dict:
 
     rounds: dict[str, list[tuple[float, int, list[float]]]] = {"http": [], "inprocess": []}
     cpu_us: dict[str, list[float]] = {"server_http": [], "server_inprocess": [], "client_http": []}
+    # Engine side: output tokens per worker step message (how full the batch was) and
+    # steps per round, read from the pool's own per-step token log.
+    per_step: dict[str, list[float]] = {"http": [], "inprocess": []}
+    steps: dict[str, list[int]] = {"http": [], "inprocess": []}
+    workers = [w for g in runtime.pool._groups.values() for w in g.workers]
+
+    def engine_mark() -> None:
+        for w in workers:
+            w.token_times.clear()
+
+    def engine_read(mode: str) -> None:
+        log = [n for w in workers for _, n in w.token_times]
+        steps[mode].append(len(log))
+        per_step[mode].append(sum(log) / max(1, len(log)))
     try:
-        await loop.run_in_executor(clients, http_round, handle.url, "bench", prompts()[:2], 4)  # warm
+        # Warm-up: every client opens its connection (kept alive for the rounds, as the
+        # openai SDK's pool keeps them) and the engine sees the batch size once.
+        await loop.run_in_executor(clients, http_round, handle.url, "bench", prompts(), 4)
         await inprocess_round(runtime, prompts(), args.max_tokens)
         for _ in range(args.rounds):
+            engine_mark()
             cpu = time.process_time()
             wall, tokens, ttfts = await inprocess_round(runtime, prompts(), args.max_tokens)
             cpu_us["server_inprocess"].append((time.process_time() - cpu) * 1e6 / max(1, tokens))
+            engine_read("inprocess")
             rounds["inprocess"].append((wall, tokens, ttfts))
+            engine_mark()
             cpu = time.process_time()
             wall, tokens, ttfts, client_cpu = await loop.run_in_executor(
                 clients, http_round, handle.url, "bench", prompts(), args.max_tokens)
             cpu_us["server_http"].append((time.process_time() - cpu) * 1e6 / max(1, tokens))
+            engine_read("http")
             cpu_us["client_http"].append(client_cpu * 1e6 / max(1, tokens))
             rounds["http"].append((wall, tokens, ttfts))
     finally:
@@ -179,6 +216,10 @@ async def main_async(args: argparse.Namespace) -> dict:
         "app_cpu_us_per_token_inprocess": round(statistics.median(cpu_us["server_inprocess"]), 1),
         "app_cpu_us_per_token_http": round(statistics.median(cpu_us["server_http"]), 1),
         "client_cpu_us_per_token_http": round(statistics.median(cpu_us["client_http"]), 1),
+        "engine_tokens_per_step_http": round(statistics.median(per_step["http"]), 1),
+        "engine_tokens_per_step_inprocess": round(statistics.median(per_step["inprocess"]), 1),
+        "engine_steps_per_round_http": statistics.median(steps["http"]),
+        "engine_steps_per_round_inprocess": statistics.median(steps["inprocess"]),
         "cpu_count": os.cpu_count(),
         "http_tokens_per_round": [t for _, t, _ in rounds["http"]],
         "inprocess_tokens_per_round": [t for _, t, _ in rounds["inprocess"]],

@@ -41,6 +41,25 @@ class Backend(Protocol):
     async def close(self) -> None: ...
 
 
+def event_batches(backend: Backend, request: GenerationRequest) -> AsyncIterator[list[Event]]:
+    """The request's events in lists of whatever was already queued when the consumer
+    asked: a consumer that falls behind catches up in one step instead of one per token
+    (the server merges such a backlog into one chunk). Backends without a queue of their
+    own give one event per list."""
+    native = getattr(backend, "generate_batches", None)
+    if native is not None:
+        return native(request)
+    return _one_by_one(backend.generate(request))
+
+
+async def _one_by_one(events: AsyncIterator[Event]) -> AsyncIterator[list[Event]]:
+    try:
+        async for event in events:
+            yield [event]
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+
+
 class PoolBackend:
     """The model loaded under `key` in a WorkerPool (shared by the TUI and the server)."""
 
@@ -52,6 +71,9 @@ class PoolBackend:
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
         return self.pool.generate(self.key, request)
+
+    def generate_batches(self, request: GenerationRequest) -> AsyncIterator[list[Event]]:
+        return self.pool.generate_batches(self.key, request)
 
     def cancel(self, request_id: str) -> None:
         self.pool.cancel(request_id)

@@ -14,12 +14,13 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from core.events import Done, Error, Event, ReasoningDelta, TextDelta, ToolCall, Usage
-from core.remote.backend import Backend
+from core.remote.backend import Backend, event_batches
 from core.server.embeddings import EMBEDDING_MODELS, EmbeddingService
 from core.server.wire import (
     ApiError,
@@ -35,6 +36,10 @@ if TYPE_CHECKING:
     from core.runtime import Runtime
 
 DEFAULT_MAX_QUEUE = 256
+_DIRECT_LIMIT = 64 * 1024  # bytes queued in the transport before writes wait for it to drain
+_CONTENT = b'{"content":'
+_REASONING = b'{"reasoning_content":'
+_json_str = encode_basestring  # json.dumps(text, ensure_ascii=False) without building an encoder
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                 "X-Accel-Buffering": "no"}
 
@@ -154,42 +159,44 @@ class ChatServer:
                            code="queue_full")
         # Nothing awaits between the check above and the generator's first step, which
         # joins the pool's queue: the count the next request sees is exact.
-        events = backend.generate(call.request)
+        batches = event_batches(backend, call.request)
         self.active += 1
         try:
-            first = await anext(events)
-            if isinstance(first, Error):
-                raise api_error_for(first)
+            first = await anext(batches)
+            if isinstance(first[0], Error):
+                raise api_error_for(first[0])
             if call.stream:
-                return await self._stream(request, call, first, events)
-            return await self._complete(call, first, events)
+                return await self._stream(request, call, first, batches)
+            return await self._complete(call, first, batches)
         finally:
             self.active -= 1
-            await events.aclose()  # a vanished client cancels its request in the worker
+            await batches.aclose()  # a vanished client cancels its request in the worker
 
-    async def _complete(self, call: ChatCall, first: Event,
-                        events: AsyncIterator[Event]) -> web.Response:
+    async def _complete(self, call: ChatCall, first: list[Event],
+                        batches: AsyncIterator[list[Event]]) -> web.Response:
         text: list[str] = []
         reasoning: list[str] = []
         calls: list[dict[str, Any]] = []
         usage: Usage | None = None
         finish = "stop"
-        event: Event | None = first
-        while event is not None:
-            if isinstance(event, TextDelta):
-                text.append(event.text)
-            elif isinstance(event, ReasoningDelta):
-                reasoning.append(event.text)
-            elif isinstance(event, ToolCall):
-                calls.append(tool_call_body(event.id, event.name, event.arguments, event.raw))
-            elif isinstance(event, Usage):
-                usage = event
-            elif isinstance(event, Error):
-                raise api_error_for(event)
-            elif isinstance(event, Done):
-                finish = event.finish_reason
+        batch: list[Event] | None = first
+        while batch is not None:
+            for event in batch:
+                if isinstance(event, TextDelta):
+                    text.append(event.text)
+                elif isinstance(event, ReasoningDelta):
+                    reasoning.append(event.text)
+                elif isinstance(event, ToolCall):
+                    calls.append(tool_call_body(event.id, event.name, event.arguments, event.raw))
+                elif isinstance(event, Usage):
+                    usage = event
+                elif isinstance(event, Error):
+                    raise api_error_for(event)
+                elif isinstance(event, Done):
+                    finish = event.finish_reason
+            if isinstance(batch[-1], Done):
                 break
-            event = await anext(events, None)
+            batch = await anext(batches, None)
         message: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text or not calls else None}
         if reasoning:
             message["reasoning_content"] = "".join(reasoning)
@@ -206,10 +213,22 @@ class ChatServer:
         }
         return _json(body)
 
-    async def _stream(self, request: web.Request, call: ChatCall, first: Event,
-                      events: AsyncIterator[Event]) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, call: ChatCall, first: list[Event],
+                      batches: AsyncIterator[list[Event]]) -> web.StreamResponse:
+        """SSE chunks, one write per batch of queued events.
+
+        A consumer that keeps up gets one chunk per token. One that fell behind (a busy
+        box, a slow client) gets the backlog as one write in which consecutive text (or
+        reasoning) deltas are merged into one chunk: OpenAI chunks may carry several
+        tokens, clients concatenate. Nothing is reordered and nothing is merged across a
+        tool call, usage, error or the end; usage counts tokens, not chunks.
+        """
         response = web.StreamResponse(headers=_SSE_HEADERS)
+        chunked = request.version >= (1, 1)
+        if chunked:
+            response.enable_chunked_encoding()
         await response.prepare(request)
+        sink = _Sink(response, request.transport if chunked else None)
         head = json.dumps({"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion.chunk",
                            "created": int(time.time()), "model": call.model})[:-1]
         prefix = (head + ',"choices":[{"index":0,"delta":').encode()
@@ -218,42 +237,56 @@ class ChatServer:
         def chunk(delta: dict[str, Any]) -> bytes:
             return b"data: " + prefix + json.dumps(delta, ensure_ascii=False).encode() + tail
 
-        def text_chunk(key: bytes, text: str) -> bytes:
-            return b"data: " + prefix + key + json.dumps(text, ensure_ascii=False).encode() + b"}" + tail
-
         out = bytearray(chunk({"role": "assistant", "content": ""}))
         n_calls = 0
         usage: Usage | None = None
-        event: Event | None = first
-        while event is not None:
-            if isinstance(event, TextDelta):  # the hot path: one per token, no dict to encode
-                out += text_chunk(b'{"content":', event.text)
-            elif isinstance(event, ReasoningDelta):
-                out += text_chunk(b'{"reasoning_content":', event.text)
-            elif isinstance(event, ToolCall):
-                body = tool_call_body(event.id, event.name, event.arguments, event.raw)
-                out += chunk({"tool_calls": [{"index": n_calls, **body}]})
-                n_calls += 1
-            elif isinstance(event, Usage):
-                usage = event
-            elif isinstance(event, Error):  # headers are sent: the error travels in the stream
-                out += b"data: " + json.dumps(api_error_for(event).body()).encode() + b"\n\n"
-                break
-            elif isinstance(event, Done):
-                finish = finish_for(event.finish_reason, n_calls > 0)
-                out += (b"data: " + prefix + b'{},"logprobs":null,"finish_reason":"'
-                        + finish.encode() + b'"}]}\n\n')
-                if call.include_usage:
-                    out += (b"data: " + head.encode() + b',"choices":[],"usage":'
-                            + json.dumps(usage_body(usage)).encode() + b"}\n\n")
-                out += b"data: [DONE]\n\n"
-                break
+
+        def encode(batch: list[Event]) -> bool:
+            """Append the batch's chunks to `out`; True when it ended the stream."""
+            nonlocal n_calls, usage
+            i, n = 0, len(batch)
+            while i < n:
+                event = batch[i]
+                i += 1
+                kind = type(event)
+                if kind is TextDelta or kind is ReasoningDelta:  # the hot path: no dict to encode
+                    text = event.text  # type: ignore[union-attr]
+                    if i < n and type(batch[i]) is kind:  # a backlog: merge the run
+                        j = i
+                        while j < n and type(batch[j]) is kind:
+                            j += 1
+                        text += "".join([e.text for e in batch[i:j]])  # type: ignore[union-attr]
+                        i = j
+                    out.extend(b"data: " + prefix + (_CONTENT if kind is TextDelta else _REASONING)
+                               + _json_str(text).encode() + b"}" + tail)
+                elif isinstance(event, ToolCall):
+                    body = tool_call_body(event.id, event.name, event.arguments, event.raw)
+                    out.extend(chunk({"tool_calls": [{"index": n_calls, **body}]}))
+                    n_calls += 1
+                elif isinstance(event, Usage):
+                    usage = event
+                elif isinstance(event, Error):  # headers are sent: the error travels in the stream
+                    out.extend(b"data: " + json.dumps(api_error_for(event).body()).encode() + b"\n\n")
+                    return True
+                elif isinstance(event, Done):
+                    finish = finish_for(event.finish_reason, n_calls > 0)
+                    out.extend(b"data: " + prefix + b'{},"logprobs":null,"finish_reason":"'
+                               + finish.encode() + b'"}]}\n\n')
+                    if call.include_usage:
+                        out.extend(b"data: " + head.encode() + b',"choices":[],"usage":'
+                                   + json.dumps(usage_body(usage)).encode() + b"}\n\n")
+                    out.extend(b"data: [DONE]\n\n")
+                    return True
+            return False
+
+        batch: list[Event] | None = first
+        while batch is not None and not encode(batch):
             if out:
-                if not await _send(response, bytes(out)):
+                if not await sink.send(out):
                     return response
                 out.clear()
-            event = await anext(events, None)
-        if out and await _send(response, bytes(out)):
+            batch = await anext(batches, None)
+        if out and await sink.send(out):
             await response.write_eof()
         return response
 
@@ -289,14 +322,37 @@ class ChatServer:
                       "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
 
-async def _send(response: web.StreamResponse, data: bytes) -> bool:
-    """Write to a stream; False when the client has gone, so the handler ends quietly
-    (its generator is then closed, which cancels the request in the worker)."""
-    try:
-        await response.write(data)
-    except ConnectionError:  # reset, or "cannot write to closing transport"
-        return False
-    return True
+class _Sink:
+    """Writes a stream's SSE bytes; False once the client has gone, so the handler ends
+    quietly (its generator is then closed, which cancels the request in the worker).
+
+    The first write goes through aiohttp, which sends the headers with it. After that,
+    while the socket keeps up, a chunk is framed here and handed to the transport in one
+    call: aiohttp's writer costs a few coroutine layers per write, and this runs once per
+    token for every stream. A client that stops reading fills the transport's buffer,
+    and writes go back through aiohttp, which waits for it to drain.
+    """
+
+    __slots__ = ("response", "transport", "started")
+
+    def __init__(self, response: web.StreamResponse, transport: asyncio.Transport | None) -> None:
+        self.response = response
+        self.transport = transport  # None: not HTTP/1.1 chunked, always write through aiohttp
+        self.started = False
+
+    async def send(self, data: bytearray) -> bool:
+        transport = self.transport
+        if self.started and transport is not None and transport.get_write_buffer_size() < _DIRECT_LIMIT:
+            if transport.is_closing():
+                return False
+            transport.write(b"%x\r\n%b\r\n" % (len(data), data))  # one HTTP/1.1 chunk
+            return True
+        try:
+            await self.response.write(bytes(data))
+        except ConnectionError:  # reset, or "cannot write to closing transport"
+            return False
+        self.started = True
+        return True
 
 
 def _json(body: Any, status: int = 200) -> web.Response:

@@ -67,12 +67,16 @@ class _Stream:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def get(self) -> Event:
+    async def get_all(self) -> list[Event]:
+        """Everything queued, in order; waits only when nothing is. A consumer that fell
+        behind gets the backlog at once (the server merges it into fewer chunks)."""
         while not self.items:
             self.waiter = asyncio.get_running_loop().create_future()
             await self.waiter
             self.waiter = None
-        return self.items.popleft()
+        items = list(self.items)
+        self.items.clear()
+        return items
 
 
 class _Worker:
@@ -399,27 +403,34 @@ class WorkerPool:
     # -- requests ----------------------------------------------------------------
     async def generate(self, key: str, request: GenerationRequest) -> AsyncIterator[Event]:
         """Stream the events of one request; always ends with Done."""
+        batches = self.generate_batches(key, request)
+        try:
+            async for batch in batches:
+                for event in batch:
+                    yield event
+        finally:
+            await batches.aclose()  # a consumer that stops early cancels the request
+
+    async def generate_batches(self, key: str, request: GenerationRequest) -> AsyncIterator[list[Event]]:
+        """Like generate, but each step hands over every event already queued (never an
+        empty list; the last one ends with Done). Closing it early cancels the request."""
         group = self._groups.get(key)
         if group is None:
-            yield Error("LOAD_FAILED", f"Model {key!r} is not loaded.")
-            yield Done("error")
+            yield [Error("LOAD_FAILED", f"Model {key!r} is not loaded."), Done("error")]
             return
         if group.crash_failed:
-            yield Error("WORKER_CRASHED", group.failed or "The model is marked failed.")
-            yield Done("error")
+            yield [Error("WORKER_CRASHED", group.failed or "The model is marked failed."), Done("error")]
             return
         if not self._ready(group):
             try:
                 await self.load(key, group.spec, replicas=group.replicas, label=group.label)
             except WorkerLoadError as exc:
-                yield Error(exc.code if exc.code in _CODES else "LOAD_FAILED", exc.message)
-                yield Done("error")
+                yield [Error(exc.code if exc.code in _CODES else "LOAD_FAILED", exc.message), Done("error")]
                 return
         try:
             worker = group.pick(request.session_id, self.max_sessions)
         except WorkerLoadError as exc:
-            yield Error("LOAD_FAILED", exc.message)
-            yield Done("error")
+            yield [Error("LOAD_FAILED", exc.message), Done("error")]
             return
         worker.waiting += 1
         try:
@@ -430,19 +441,20 @@ class WorkerPool:
         finished = False
         try:
             if worker.state != "ready":
-                yield Error("WORKER_CRASHED", "The model worker stopped before this request started; send again.")
-                yield Done("error")
                 finished = True
+                yield [Error("WORKER_CRASHED", "The model worker stopped before this request started; "
+                             "send again."), Done("error")]
                 return
             worker.streams[request.request_id] = stream
             worker.last_used = time.monotonic()
             worker.send((p.GENERATE, request))
             while True:
-                event = await stream.get()
-                yield event
-                if isinstance(event, Done):
+                batch = await stream.get_all()
+                if isinstance(batch[-1], Done):
                     finished = True
+                    yield batch
                     return
+                yield batch
         finally:
             worker.slots.release()
             worker.last_used = time.monotonic()
