@@ -200,6 +200,47 @@ def _tools(raw: Any, choice: Any) -> tuple[dict[str, Any], ...]:
     return tuple(dict(t) for t in raw)
 
 
+def _refuse_what_we_cannot_honour(body: Mapping[str, Any]) -> None:
+    """400 for fields whose non-default values the engines cannot honour.
+
+    Silently ignoring them would hand a client something other than what it asked for (a
+    JSON-schema reply that is free text, a penalty that never applied). The defaults
+    that SDKs and frameworks send on every request (0, false, {"type": "text"}) pass.
+    OpenAI's presence/frequency penalties subtract from logits; our repetition_penalty
+    divides them, so one is no honest stand-in for the other.
+    """
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = _number(body, name, 0.0)
+        if value != 0:
+            raise _bad(f"'{name}' is not supported by this server (only 0). Use "
+                       "'repetition_penalty' (above 1.0 discourages repeats; 1.0 is off) instead.", name)
+    logprobs = body.get("logprobs")
+    if logprobs is not None and not isinstance(logprobs, bool):
+        raise _bad("'logprobs' must be true or false.", "logprobs")
+    if logprobs:
+        raise _bad("'logprobs' is not supported: this server does not return token log "
+                   "probabilities. Send logprobs=false or leave it out.", "logprobs")
+    top = _number(body, "top_logprobs", 0, integer=True)
+    if top:
+        raise _bad("'top_logprobs' is not supported: this server does not return token log "
+                   "probabilities.", "top_logprobs")
+    fmt = body.get("response_format")
+    if fmt is not None:
+        kind = fmt.get("type") if isinstance(fmt, Mapping) else None
+        if not isinstance(kind, str):
+            raise _bad("'response_format' must be an object like {\"type\": \"text\"}.", "response_format")
+        if kind != "text":
+            raise _bad(f"'response_format' of type {kind!r} is not supported: this server cannot "
+                       "constrain the reply to JSON. Ask for JSON in the prompt and parse the text, "
+                       "or send {\"type\": \"text\"}.", "response_format")
+    bias = body.get("logit_bias")
+    if bias is not None and not isinstance(bias, Mapping):
+        raise _bad("'logit_bias' must be an object of token id -> bias.", "logit_bias")
+    if bias:
+        raise _bad("'logit_bias' is not supported: token ids differ between models and this "
+                   "server does not apply them. Leave it out or send {}.", "logit_bias")
+
+
 def parse_chat(body: Any, defaults: Sampling) -> ChatCall:
     """Validate a chat completions body; raise ApiError(400) naming the bad parameter."""
     if not isinstance(body, Mapping):
@@ -207,6 +248,7 @@ def parse_chat(body: Any, defaults: Sampling) -> ChatCall:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise _bad("'model' is required (see GET /v1/models for the names served here).", "model")
+    _refuse_what_we_cannot_honour(body)
     n = _number(body, "n", 1, integer=True)
     if n != 1:
         raise _bad("Only n=1 is supported; send several requests for several answers.", "n")

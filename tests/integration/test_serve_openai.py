@@ -130,6 +130,12 @@ def test_parallel_streaming_requests_all_complete(client: OpenAI) -> None:
         ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "image_url"),
         ({"stop": 7}, "stop"),
         ({"tools": [{"type": "function", "function": {}}]}, "tools[0]"),
+        ({"presence_penalty": 1.0}, "repetition_penalty"),
+        ({"frequency_penalty": 0.5}, "repetition_penalty"),
+        ({"logprobs": True, "top_logprobs": 2}, "log probabilities"),
+        ({"response_format": {"type": "json_object"}}, "constrain the reply to JSON"),
+        ({"response_format": {"type": "json_schema",
+                              "json_schema": {"name": "w", "schema": {"type": "object"}}}}, "json_schema"),
     ],
 )
 def test_bad_parameters_are_400_with_a_message(client: OpenAI, kwargs: dict, words: str) -> None:
@@ -139,6 +145,13 @@ def test_bad_parameters_are_400_with_a_message(client: OpenAI, kwargs: dict, wor
     assert info.value.status_code == 400
     assert words in info.value.message
     assert info.value.body["type"] == "invalid_request_error"
+
+
+def test_default_values_of_unsupported_fields_are_accepted(client: OpenAI) -> None:
+    reply = client.chat.completions.create(
+        model="scripted", messages=HI, presence_penalty=0, frequency_penalty=0, logprobs=False,
+        response_format={"type": "text"})
+    assert reply.choices[0].message.content == "I will look it up."
 
 
 def test_unknown_model_is_404_naming_the_served_one(client: OpenAI) -> None:

@@ -67,6 +67,33 @@ def test_bad_bodies_name_the_parameter(body: dict, param: str) -> None:
     assert param in info.value.message
 
 
+def test_defaults_that_sdks_send_for_unsupported_fields_are_accepted() -> None:
+    call = parse_chat({"model": "m", "messages": HI, "presence_penalty": 0, "frequency_penalty": 0.0,
+                       "logprobs": False, "top_logprobs": None, "response_format": {"type": "text"},
+                       "logit_bias": {}}, Sampling())
+    assert call.request.sampling.repetition_penalty == Sampling().repetition_penalty
+
+
+@pytest.mark.parametrize(("extra", "param", "words"), [
+    ({"presence_penalty": 0.5}, "presence_penalty", "repetition_penalty"),
+    ({"frequency_penalty": -1}, "frequency_penalty", "repetition_penalty"),
+    ({"frequency_penalty": "high"}, "frequency_penalty", "a number"),
+    ({"logprobs": True}, "logprobs", "log probabilities"),
+    ({"logprobs": "yes"}, "logprobs", "true or false"),
+    ({"top_logprobs": 3}, "top_logprobs", "log probabilities"),
+    ({"response_format": {"type": "json_object"}}, "response_format", "'json_object' is not supported"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
+     "response_format", "cannot constrain"),
+    ({"response_format": "json"}, "response_format", "must be an object"),
+    ({"logit_bias": {"50256": -100}}, "logit_bias", "not supported"),
+])
+def test_fields_we_cannot_honour_are_400_not_ignored(extra: dict, param: str, words: str) -> None:
+    with pytest.raises(ApiError) as info:
+        parse_chat({"model": "m", "messages": HI, **extra}, Sampling())
+    assert info.value.status == 400 and info.value.param == param
+    assert words in info.value.message
+
+
 def test_request_body_sends_history_tool_calls_as_json_strings() -> None:
     request = GenerationRequest("r", (
         {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "name": "f", "arguments": {"x": 1}}]},
