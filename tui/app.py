@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from time import monotonic
 
+from textual import events
 from textual.app import App
 from textual.binding import Binding
 
@@ -36,6 +38,15 @@ class LlmdeckApp(App):
             self.register_theme(theme)
         wanted = self.runtime.settings.theme
         self.theme = wanted if wanted in THEME_NAMES else THEME_NAMES[0]
+
+    last_input_at = float("-inf")
+    """When the last key or paste arrived (time.monotonic): streamed text waits one frame
+    after it, so a keystroke is painted without a chat relayout in front of it."""
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, (events.Key, events.Paste)):
+            self.last_input_at = monotonic()
+        await super().on_event(event)
 
     def on_mount(self) -> None:
         self.main = MainScreen()

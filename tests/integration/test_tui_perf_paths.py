@@ -8,11 +8,12 @@ import gc
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from textual.widgets._markdown import MarkdownBlock
 
-from tests.fixtures.tui import scripted_app, send, wait_ready
+from tests.fixtures.tui import scripted_app, send, wait_ready, wait_until
 from tui import gc_tuning
 from tui.widgets.message_body import LAST
 from tui.widgets.message_view import MessageView
@@ -92,3 +93,46 @@ def test_the_first_turn_modules_include_the_documents_index_library() -> None:
     from tui import warmup
 
     assert "numpy" in warmup.FIRST_TURN_MODULES  # core.docs builds a numpy index per turn
+
+
+async def test_a_streamed_reply_grows_without_asking_for_a_second_layout() -> None:
+    """The chat, its messages and their blocks repaint when their virtual size changes but
+    ask for no layout (Textual's default asks for one: a second full chat layout after
+    every frame that grew a reply); the quiet blocks still get every Markdown style."""
+    from tui.widgets.chat_view import ChatView
+
+    app = scripted_app(reply=REPLY, chunk_chars=3)
+    async with app.run_test(size=(100, 32)) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "Hello")
+        reply = list(app.main.query(MessageView))[-1]
+        blocks = [b for b in reply.body.children if isinstance(b, MarkdownBlock)]
+        widgets = [app.main.query_one(ChatView), reply, reply.body, *blocks]
+        assert [type(w).virtual_size._layout for w in widgets] == [False] * len(widgets)
+        assert [type(b).__name__ for b in blocks] == [
+            "MarkdownParagraph", "MarkdownParagraph", "MarkdownBulletList", "MarkdownParagraph"]
+        assert [b.styles.margin.bottom for b in blocks] == [1, 1, 1, 0]
+        assert reply.body.children[0].region.height == 1  # laid out, not left at size 0
+
+
+async def test_keys_typed_without_pause_delay_a_stream_by_a_frame_but_never_stall_it() -> None:
+    from tui.widgets.message_view import input_pending_paint
+
+    app = scripted_app(reply=REPLY, chunk_chars=3)
+    async with app.run_test(size=(100, 32)) as pilot:
+        await wait_ready(pilot)
+        before = time.monotonic()
+        await pilot.press("H", "i")
+        assert app.last_input_at > before  # the app notes when keys arrive
+        # A key every moment: the stream is always behind a key's frame.
+        type(app).last_input_at = property(lambda _: time.monotonic(), lambda _, __: None)
+        try:
+            assert input_pending_paint(app)
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: app.main.turn is None
+                             and len(app.main.query(MessageView)) == 2)
+            reply = list(app.main.query(MessageView))[-1]
+            assert reply.content == REPLY
+            assert [type(b).__name__ for b in reply.body.children][-1] == "MarkdownParagraph"
+        finally:
+            del type(app).last_input_at

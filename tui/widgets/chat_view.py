@@ -16,6 +16,7 @@ from textual.widgets import Static
 
 from core.store import Message
 from tui.widgets.attachments import MemoryMarker, marker_of
+from tui.widgets.message_body import settled_size
 from tui.widgets.message_view import MessageView, format_stats_dict
 
 EMPTY_HINT = (
@@ -40,6 +41,9 @@ class ChatView(VerticalScroll):
     """Shows messages; keeps itself scrolled to the end while a reply streams."""
 
     can_focus = False
+    # Its scrollbars follow a new virtual size without another layout pass (see
+    # message_body.settled_size): a streamed reply grows it every frame.
+    virtual_size = settled_size()
 
     @dataclass
     class LoadOlder(TextualMessage):

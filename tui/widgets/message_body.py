@@ -11,10 +11,38 @@ from the old last block to the new one re-styles two widgets.
 from __future__ import annotations
 
 from textual.await_complete import AwaitComplete
+from textual.geometry import Size
+from textual.reactive import Reactive
 from textual.widget import Widget
 from textual.widgets import Markdown
+from textual.widgets._markdown import MarkdownBlock
 
 LAST = "-last"
+
+
+def settled_size() -> Reactive[Size]:
+    """A `virtual_size` that repaints but asks for no layout when it changes.
+
+    Textual's own `virtual_size` is declared with layout=True, and the compositor sets it
+    during every layout: so each layout that grows a streamed block (and its message, and
+    the chat) asked for a second, full layout of the chat in the next frame, which changed
+    nothing. For a widget whose size is the outcome of layout, not an input to it (blocks,
+    message containers), that second pass is pure cost.
+    """
+    return Reactive(Size(0, 0), layout=False)
+
+
+_QUIET_BLOCKS: dict[type[MarkdownBlock], type[MarkdownBlock]] = {}
+
+
+def quiet_block(cls: type[MarkdownBlock]) -> type[MarkdownBlock]:
+    """`cls` with a settled_size (same name, so every CSS rule for it still applies)."""
+    quiet = _QUIET_BLOCKS.get(cls)
+    if quiet is None:
+        quiet = _QUIET_BLOCKS[cls] = type(cls.__name__, (cls,), {
+            "virtual_size": settled_size(), "__module__": __name__,
+            "__doc__": cls.__doc__})
+    return quiet
 
 
 class MessageBody(Markdown):
@@ -25,9 +53,14 @@ class MessageBody(Markdown):
     re-styled two blocks each time for a blank line nobody sees under a growing reply.
     """
 
+    virtual_size = settled_size()
+
     def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003  (Markdown's signature)
         super().__init__(*args, **kwargs)
         self._last: Widget | None = None
+
+    def get_block_class(self, block_name: str) -> type[MarkdownBlock]:
+        return quiet_block(super().get_block_class(block_name))
 
     def update(self, markdown: str) -> AwaitComplete:
         return AwaitComplete(self._mark_after(super().update(markdown)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from time import monotonic
 from typing import Any
 
 from textual.app import ComposeResult
@@ -21,7 +22,7 @@ from textual.widgets import Collapsible, Markdown, Static
 from textual.widgets._markdown import MarkdownStream
 
 from core.events import Error, ToolCall, Usage
-from tui.widgets.message_body import MessageBody
+from tui.widgets.message_body import MessageBody, settled_size
 from tui.widgets.tool_card import STATES, ToolCard
 
 CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.S)
@@ -40,7 +41,17 @@ ERROR_HINTS = {
     "INTERNAL": "Press r on this reply to try again; if it repeats, restart llmdeck.",
 }
 GENERIC_HINT = "Press r on this reply to try again."
-FRAME_S = 1 / 30
+# Stream frame budget: deltas reach the Markdown at most this often. A chat frame (append,
+# relayout, repaint of the chat area) costs 10-15 ms of CPU; 20 a second leaves the loop
+# free most of the time for keys, and a token waits at most 50 ms before it is laid out.
+FRAME_S = 1 / 20
+INPUT_FRAME_S = 1 / 60  # Textual's screen refresh period (MAX_FPS 60)
+
+
+def input_pending_paint(app: object) -> bool:
+    """Whether a key reached the app within the last screen frame (its paint may wait)."""
+    return monotonic() - getattr(app, "last_input_at", float("-inf")) < INPUT_FRAME_S
+
 
 
 def code_blocks(markdown: str) -> list[str]:
@@ -75,6 +86,7 @@ class MessageView(Vertical):
     """A chat message; assistant ones can stream. Focus it to act on it from the keyboard."""
 
     can_focus = True
+    virtual_size = settled_size()  # see message_body.settled_size
 
     BINDINGS = [
         Binding("c", "copy", "Copy"),
@@ -200,7 +212,17 @@ class MessageView(Vertical):
 
     def _schedule_flush(self) -> None:
         if self._flush_timer is None:
-            self._flush_timer = self.set_timer(FRAME_S, self._flush)
+            self._flush_timer = self.set_timer(FRAME_S, self._flush_after_input)
+
+    async def _flush_after_input(self) -> None:
+        """Keys first: when the user just typed, the frame showing that key is painted
+        alone, and the stream's relayout comes right after it (deferred once a frame, so
+        a fast typist cannot stall the stream)."""
+        if input_pending_paint(self.app):
+            self.call_after_refresh(self._flush)
+            return
+        await self._flush()
+
 
     async def _flush(self) -> None:
         self._flush_timer = None
