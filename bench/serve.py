@@ -102,6 +102,12 @@ _LOOP: asyncio.AbstractEventLoop | None = None
 _SESSION: Any = None
 
 
+def close_http_client() -> None:
+    """Close the client process's keep-alive pool (run in that process at the end)."""
+    if _LOOP is not None and _SESSION is not None:
+        _LOOP.run_until_complete(_SESSION.close())
+
+
 # -- in-process ----------------------------------------------------------------------------
 
 
@@ -186,6 +192,7 @@ async def main_async(args: argparse.Namespace) -> dict:
             cpu_us["client_http"].append(client_cpu * 1e6 / max(1, tokens))
             rounds["http"].append((wall, tokens, ttfts))
     finally:
+        await loop.run_in_executor(clients, close_http_client)
         clients.shutdown()
         await handle.stop()
         await runtime.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -83,6 +84,38 @@ def test_streaming_chat_sends_deltas_and_usage_last(client: OpenAI) -> None:
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert finishes == ["tool_calls"]
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+def test_raw_http_clients_of_either_version_get_the_whole_stream(server: ServerThread, version: str) -> None:
+    # 1.1 gets chunked transfer encoding (framed by the server's own writer once the
+    # headers are out); 1.0 has no chunking and reads to the end of the connection.
+    body = json.dumps({"model": "scripted", "messages": HI, "stream": True}).encode()
+    with socket.create_connection((server.handle.host, server.handle.port), timeout=30) as sock:
+        sock.sendall(f"POST /v1/chat/completions HTTP/{version}\r\nHost: x\r\n"
+                     f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                     "Connection: close\r\n\r\n".encode() + body)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, payload = data.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/{version} 200".encode())
+    assert (b"transfer-encoding: chunked" in head.lower()) == (version == "1.1")
+    if version == "1.1":
+        pieces, rest = [], payload
+        while True:
+            size, _, rest = rest.partition(b"\r\n")
+            n = int(size, 16)
+            if n == 0:
+                break
+            pieces.append(rest[:n])
+            assert rest[n:n + 2] == b"\r\n"
+            rest = rest[n + 2:]
+        payload = b"".join(pieces)
+    events = [line[6:] for line in payload.split(b"\n") if line.startswith(b"data: ")]
+    assert events[-1] == b"[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == "I will look it up."
 
 
 def test_streaming_without_include_usage_sends_no_usage_chunk(client: OpenAI) -> None:
