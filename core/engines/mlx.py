@@ -452,14 +452,18 @@ class MlxEngine:
             # The first token is read and handed out before the next pass is queued:
             # queueing costs a whole pass's kernel launches on the CPU (MLX on CUDA is
             # launch-bound at batch 1), which pipelining hides for every later token but
-            # would add to the time to first token. The next step queues two passes.
+            # would add to the time to first token.
             token = s.y.item()
             s.emitted = True
+        elif s.emitted:
+            # s.y was handed out already: this step only queues the pass that feeds it
+            # (two passes in one step would make it twice as slow as the rest).
+            with mx.stream(self._stream):
+                s.y = self._advance(s)
+            s.emitted = False
+            return
         else:
             with mx.stream(self._stream):
-                if s.emitted:  # s.y was handed out already: feed it first
-                    s.y = self._advance(s)
-                    s.emitted = False
                 nxt = self._advance(s)
             token = s.y.item()
             s.y = nxt
