@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from core.events import ToolCall
 
-from ..scanner import REASONING, TEXT, Ids, ParsedEvent, State
+from ..scanner import COLLECT, REASONING, TEXT, Grammar, Ids, ParsedEvent, State
 from ..toolargs import as_text, bad_call, call, json_calls, xml_value
 
 THINK_OPEN = "<think>"
@@ -54,3 +55,35 @@ def finished_or_text(calls: list[ToolCall], *text: str) -> list[ParsedEvent]:
     if calls and all(c.error is None for c in calls):
         return list(calls)
     return as_text(*text)
+
+
+def sectioned_calls_grammar(
+    name: str, markers: tuple[str, str, str, str], parse_call: Callable[[Ids, str], ToolCall]
+) -> Grammar:
+    """Text and <think>, then a section of calls, each between its own begin/end markers.
+
+    `markers` are (section begin, section end, call begin, call end); `parse_call` reads
+    one call's body. A section may also be entered straight at a call's begin marker.
+    Whitespace between calls is dropped; anything else there stays visible as text.
+    """
+    section_begin, section_end, call_begin, call_end = markers
+
+    def collect(ids: Ids, state: str, enter: str, body: str, closer: str | None):
+        if state == "section":
+            return as_text(body) if body.strip() else [], None
+        calls = [parse_call(ids, body)]
+        out = list(calls) if closer is not None else finished_or_text(calls, enter, body)
+        return out, None
+
+    return Grammar(
+        name,
+        [
+            *think_states({section_begin: "section", call_begin: "call"}),
+            State("section", COLLECT, {call_begin: "call", section_end: "text"}),
+            State("call", COLLECT, {call_end: "section"}),
+        ],
+        "text",
+        collect,
+        reasoning_state="reasoning",
+        uses_think=True,
+    )

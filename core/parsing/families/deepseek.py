@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from core.events import ToolCall
 
-from ..scanner import COLLECT, Grammar, Ids, ParsedEvent, State
-from ..toolargs import as_text, bad_call, named_json_call
-from ._common import finished_or_text, think_states
+from ..scanner import Ids
+from ..toolargs import bad_call, named_json_call
+from ._common import sectioned_calls_grammar
 
 CALLS_BEGIN = "<｜tool▁calls▁begin｜>"
 CALLS_END = "<｜tool▁calls▁end｜>"
@@ -42,23 +42,6 @@ def deepseek_call(ids: Ids, body: str) -> ToolCall:
     return named_json_call(ids, head.strip(), _fenced(rest))
 
 
-def collect(ids: Ids, state: str, enter: str, body: str, closer: str | None):
-    if state == "section":  # between calls: only whitespace is expected
-        return as_text(body) if body.strip() else [], None
-    calls = [deepseek_call(ids, body)]
-    out: list[ParsedEvent] = list(calls) if closer is not None else finished_or_text(calls, enter, body)
-    return out, None
-
-
-GRAMMAR = Grammar(
-    "deepseek",
-    [
-        *think_states({CALLS_BEGIN: "section", CALL_BEGIN: "call"}),
-        State("section", COLLECT, {CALL_BEGIN: "call", CALLS_END: "text"}),
-        State("call", COLLECT, {CALL_END: "section"}),
-    ],
-    "text",
-    collect,
-    reasoning_state="reasoning",
-    uses_think=True,
+GRAMMAR = sectioned_calls_grammar(
+    "deepseek", (CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END), deepseek_call
 )

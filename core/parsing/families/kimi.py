@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from core.events import ToolCall
 
-from ..scanner import COLLECT, Grammar, Ids, ParsedEvent, State
-from ..toolargs import as_text, bad_call, named_json_call
-from ._common import finished_or_text, think_states
+from ..scanner import Ids
+from ..toolargs import bad_call, named_json_call
+from ._common import sectioned_calls_grammar
 
 SECTION_BEGIN = "<|tool_calls_section_begin|>"
 SECTION_END = "<|tool_calls_section_end|>"
@@ -29,23 +29,6 @@ def kimi_call(ids: Ids, body: str) -> ToolCall:
     return named_json_call(ids, name, args, call_id=call_id)
 
 
-def collect(ids: Ids, state: str, enter: str, body: str, closer: str | None):
-    if state == "section":
-        return as_text(body) if body.strip() else [], None
-    calls = [kimi_call(ids, body)]
-    out: list[ParsedEvent] = list(calls) if closer is not None else finished_or_text(calls, enter, body)
-    return out, None
-
-
-GRAMMAR = Grammar(
-    "kimi",
-    [
-        *think_states({SECTION_BEGIN: "section", CALL_BEGIN: "call"}),
-        State("section", COLLECT, {CALL_BEGIN: "call", SECTION_END: "text"}),
-        State("call", COLLECT, {CALL_END: "section"}),
-    ],
-    "text",
-    collect,
-    reasoning_state="reasoning",
-    uses_think=True,
+GRAMMAR = sectioned_calls_grammar(
+    "kimi", (SECTION_BEGIN, SECTION_END, CALL_BEGIN, CALL_END), kimi_call
 )
