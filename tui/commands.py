@@ -6,6 +6,7 @@ Everything the keys do is also here, so ctrl+p is a way to find any action by na
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterator
 from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
@@ -13,7 +14,25 @@ from textual.command import DiscoveryHit, Hit, Hits, Provider
 from themes.palettes import THEME_NAMES
 
 
-class ModelCommands(Provider):
+class _ListedCommands(Provider):
+    """A provider whose commands are (name, callback, help) triples from `_commands`."""
+
+    def _commands(self) -> Iterator[tuple[str, Callable[[], object], str]]:
+        raise NotImplementedError
+
+    async def discover(self) -> Hits:
+        for name, run, help_text in self._commands():
+            yield DiscoveryHit(name, run, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for name, run, help_text in self._commands():
+            score = matcher.match(name)
+            if score > 0:
+                yield Hit(score, matcher.highlight(name), run, help=help_text)
+
+
+class ModelCommands(_ListedCommands):
     """"Model: <name>" for every valid local model; picking one loads it."""
 
     async def startup(self) -> None:
@@ -29,19 +48,8 @@ class ModelCommands(Provider):
         for choice in getattr(self, "_choices", []):
             yield f"Model: {choice.name}", partial(app.use_model, choice), f"Load {choice.path}"  # type: ignore[attr-defined]
 
-    async def discover(self) -> Hits:
-        for name, run, help_text in self._commands():
-            yield DiscoveryHit(name, run, help=help_text)
 
-    async def search(self, query: str) -> Hits:
-        matcher = self.matcher(query)
-        for name, run, help_text in self._commands():
-            score = matcher.match(name)
-            if score > 0:
-                yield Hit(score, matcher.highlight(name), run, help=help_text)
-
-
-class AppCommands(Provider):
+class AppCommands(_ListedCommands):
     """Themes, screens and toggles by name."""
 
     def _commands(self):
@@ -57,14 +65,3 @@ class AppCommands(Provider):
         yield "New chat", main.action_new_chat, "Start an empty conversation"
         yield "Export conversation", main.action_export, "Write it as Markdown"
         yield "Reload model", main.action_reload_model, "Unload and load the model again"
-
-    async def discover(self) -> Hits:
-        for name, run, help_text in self._commands():
-            yield DiscoveryHit(name, run, help=help_text)
-
-    async def search(self, query: str) -> Hits:
-        matcher = self.matcher(query)
-        for name, run, help_text in self._commands():
-            score = matcher.match(name)
-            if score > 0:
-                yield Hit(score, matcher.highlight(name), run, help=help_text)
