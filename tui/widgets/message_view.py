@@ -81,6 +81,9 @@ def error_text(message: str, code: str | None) -> str:
     hint = ERROR_HINTS.get(code or "", GENERIC_HINT)
     return f"⚠ {message}\n  → {hint}"
 
+BRANCH_KEYS = Binding.Group("Branch", compact=True)  # one "[] Branch" in the footer
+
+
 
 class MessageView(Vertical):
     """A chat message; assistant ones can stream. Focus it to act on it from the keyboard."""
@@ -93,8 +96,10 @@ class MessageView(Vertical):
         Binding("y", "copy_code", "Copy code"),
         Binding("r", "act('regenerate')", "Regenerate"),
         Binding("e", "act('edit')", "Edit"),
-        Binding("left_square_bracket", "act('prev_branch')", "◀ Branch", key_display="["),
-        Binding("right_square_bracket", "act('next_branch')", "Branch ▶", key_display="]"),
+        Binding("left_square_bracket", "act('prev_branch')", "◀ Branch", key_display="[",
+                group=BRANCH_KEYS),
+        Binding("right_square_bracket", "act('next_branch')", "Branch ▶", key_display="]",
+                group=BRANCH_KEYS),
         Binding("d", "act('delete')", "Delete"),
         Binding("up,k", "move(-1)", "Previous message", show=False),
         Binding("down,j", "move(1)", "Next message", show=False),
