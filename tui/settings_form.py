@@ -11,6 +11,10 @@ from dataclasses import dataclass
 
 MIN_CONTEXT = 256
 MAX_CONTEXT = 1_048_576
+# Python sandbox limits. Below 256 MiB the sandbox's own interpreter and imports do not
+# fit its address-space limit; an hour is long enough for any run a chat should wait on.
+MIN_PYTHON_MEMORY_MB, MAX_PYTHON_MEMORY_MB = 256, 65_536
+MIN_PYTHON_TIMEOUT_S, MAX_PYTHON_TIMEOUT_S = 1.0, 3600.0
 
 
 class Refused(ValueError):
@@ -62,6 +66,22 @@ def max_tokens(text: str, context: int) -> int:
     return value
 
 
+def python_timeout(text: str) -> float:
+    value = _number(text, "Python time limit", float)
+    if not MIN_PYTHON_TIMEOUT_S <= value <= MAX_PYTHON_TIMEOUT_S:
+        raise Refused(f"Python time limit must be between {MIN_PYTHON_TIMEOUT_S:g} and "
+                      f"{MAX_PYTHON_TIMEOUT_S:g} seconds.")
+    return value
+
+
+def python_memory(text: str) -> int:
+    value = int(_number(text, "Python memory limit", int))
+    if not MIN_PYTHON_MEMORY_MB <= value <= MAX_PYTHON_MEMORY_MB:
+        raise Refused(f"Python memory limit must be between {MIN_PYTHON_MEMORY_MB} and "
+                      f"{MAX_PYTHON_MEMORY_MB} MiB.")
+    return value
+
+
 @dataclass
 class SettingsValues:
     temperature: float
@@ -71,14 +91,25 @@ class SettingsValues:
     context_size: int
     system_prompt: str
     theme: str
+    python_timeout_s: float = 30.0
+    python_memory_mb: int = 1024
+    tools_enabled: bool = True
+    python_asks: bool = True
 
 
-def validate_all(fields: dict[str, str], system_prompt: str, theme: str) -> tuple[SettingsValues | None, dict[str, str]]:
-    """Check every field; returns the values, or None and {field: reason}."""
+def validate_all(fields: dict[str, str], system_prompt: str, theme: str, *,
+                 tools_enabled: bool = True, python_asks: bool = True,
+                 ) -> tuple[SettingsValues | None, dict[str, str]]:
+    """Check every field; returns the values, or None and {field: reason}. The Python
+    limits are checked only when given, so a form without the tools section still works."""
     problems: dict[str, str] = {}
     out: dict[str, float | int] = {}
-    for name, rule in (("temperature", temperature), ("top_p", top_p), ("top_k", top_k),
-                       ("context_size", context_size)):
+    rules = [("temperature", temperature), ("top_p", top_p), ("top_k", top_k),
+             ("context_size", context_size)]
+    rules += [(name, rule) for name, rule in (("python_timeout_s", python_timeout),
+                                              ("python_memory_mb", python_memory))
+              if name in fields]
+    for name, rule in rules:
         try:
             out[name] = rule(fields.get(name, ""))
         except Refused as exc:
@@ -90,4 +121,5 @@ def validate_all(fields: dict[str, str], system_prompt: str, theme: str) -> tupl
         problems["max_tokens"] = str(exc)
     if problems:
         return None, problems
-    return SettingsValues(system_prompt=system_prompt, theme=theme, **out), {}  # type: ignore[arg-type]
+    return SettingsValues(system_prompt=system_prompt, theme=theme, tools_enabled=tools_enabled,  # type: ignore[arg-type]
+                          python_asks=python_asks, **out), {}

@@ -146,6 +146,21 @@ def test_settings_refuses_out_of_range_temperature(snap_compare) -> None:
     assert snap_compare(scripted_app(), terminal_size=SIZE, run_before=run_before)
 
 
+def test_settings_tool_section_refuses_too_little_memory(snap_compare) -> None:
+    async def run_before(pilot) -> None:
+        await wait_ready(pilot)
+        await pilot.press("f3")
+        await pilot.pause(0.2)
+        memory = pilot.app.screen.query_one("#set-python_memory_mb")
+        memory.focus()
+        await pilot.press("end", *["backspace"] * len(memory.value), *"64")  # 64 MiB: refused
+        memory.cursor_blink = False
+        pilot.app.screen.query_one("#tools-section").scroll_visible(animate=False, top=True)
+        await pilot.pause(0.3)
+
+    assert snap_compare(scripted_app(), terminal_size=SIZE, run_before=run_before)
+
+
 def test_help_lists_bindings(snap_compare) -> None:
     async def run_before(pilot) -> None:
         await wait_ready(pilot)

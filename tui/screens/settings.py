@@ -1,4 +1,4 @@
-"""Settings: sampling, context size, system prompt and theme, checked as they are typed.
+"""Settings: sampling, context size, system prompt, theme and tools, checked as typed.
 
 A refused value shows its reason under the field and Save stays refused until every field
 is valid; saving writes the TOML config file off the loop.
@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Footer, Input, Label, Select, Static, TextArea
+from textual.widgets import Button, Footer, Input, Label, Select, Static, Switch, TextArea
 
 from themes.palettes import THEME_NAMES
 from tui import settings_form as form
@@ -23,6 +23,12 @@ NUMERIC = (
     ("max_tokens", "Max tokens (< context)"),
     ("context_size", "Context size (tokens)"),
 )
+# The tool section (core/tools): the python tool's sandbox limits, checked like the above.
+TOOL_NUMERIC = (
+    ("python_timeout_s", f"Python time ({form.MIN_PYTHON_TIMEOUT_S:g}–{form.MAX_PYTHON_TIMEOUT_S:g} s)"),
+    ("python_memory_mb", f"Python memory (≥ {form.MIN_PYTHON_MEMORY_MB} MiB)"),
+)
+FIELDS = NUMERIC + TOOL_NUMERIC
 
 
 class SettingsScreen(ModalScreen[bool]):
@@ -40,7 +46,8 @@ class SettingsScreen(ModalScreen[bool]):
         s = self.app.runtime.settings  # type: ignore[attr-defined]
         values = {"temperature": s.sampling.temperature, "top_p": s.sampling.top_p,
                   "top_k": s.sampling.top_k, "max_tokens": s.sampling.max_tokens,
-                  "context_size": s.context_size}
+                  "context_size": s.context_size, "python_timeout_s": f"{s.python_timeout_s:g}",
+                  "python_memory_mb": s.python_memory_mb}
         with VerticalScroll(classes="settings"):
             yield Static("Settings", classes="settings-title")
             for name, label in NUMERIC:
@@ -55,21 +62,35 @@ class SettingsScreen(ModalScreen[bool]):
                              allow_blank=False, id="set-theme", classes="field-input")
             yield Label("System prompt", classes="field-label")
             yield TextArea(s.system_prompt, id="set-system", classes="system-prompt")
+            yield Static("Tools", classes="settings-section", id="tools-section")
+            with Horizontal(classes="field"):
+                yield Label("Offer tools to the model", classes="field-label")
+                yield Switch(s.tools_enabled, id="set-tools_enabled")
+            with Horizontal(classes="field"):
+                yield Label("Ask before Python runs", classes="field-label")
+                yield Switch(s.python_asks, id="set-python_asks")
+            yield Static("Off: the model's Python runs in the sandbox without asking. Other "
+                         "tools always ask (read-only ones offer “always”).", classes="field-hint")
+            for name, label in TOOL_NUMERIC:
+                with Horizontal(classes="field"):
+                    yield Label(label, classes="field-label")
+                    yield Input(str(values[name]), id=f"set-{name}", classes="field-input")
+                yield Static("", id=f"why-{name}", classes="field-error")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Save (ctrl+s)", variant="primary", id="save")
                 yield Button("Cancel (esc)", id="cancel")
         yield Footer()
 
     def on_mount(self) -> None:
-        for name, _ in NUMERIC:
+        for name, _ in FIELDS:
             self.query_one(f"#why-{name}", Static).display = False
         self.query_one("#set-temperature", Input).focus()
 
     def _fields(self) -> dict[str, str]:
-        return {name: self.query_one(f"#set-{name}", Input).value for name, _ in NUMERIC}
+        return {name: self.query_one(f"#set-{name}", Input).value for name, _ in FIELDS}
 
     def _show_problems(self, problems: dict[str, str]) -> None:
-        for name, _ in NUMERIC:
+        for name, _ in FIELDS:
             why = self.query_one(f"#why-{name}", Static)
             reason = problems.get(name, "")
             why.update(f"✖ {reason}" if reason else "")
@@ -83,7 +104,9 @@ class SettingsScreen(ModalScreen[bool]):
     def _validate(self) -> tuple[form.SettingsValues | None, dict[str, str]]:
         theme = self.query_one("#set-theme", Select).value
         return form.validate_all(self._fields(), self.query_one("#set-system", TextArea).text,
-                                 str(theme))
+                                 str(theme),
+                                 tools_enabled=self.query_one("#set-tools_enabled", Switch).value,
+                                 python_asks=self.query_one("#set-python_asks", Switch).value)
 
     @on(Select.Changed, "#set-theme")
     def _preview_theme(self, event: Select.Changed) -> None:
@@ -123,6 +146,12 @@ class SettingsScreen(ModalScreen[bool]):
         s.context_size = values.context_size
         s.system_prompt = values.system_prompt
         s.theme = values.theme
+        memory_changed = values.python_memory_mb != s.python_memory_mb
+        s.tools_enabled = values.tools_enabled
+        s.python_asks = values.python_asks
+        s.python_timeout_s = values.python_timeout_s
+        s.python_memory_mb = values.python_memory_mb
+        runtime.tools.sync()  # the next tool call follows the new policy and limits
         self.app.theme = values.theme
         try:
             await runtime.save_settings()
@@ -131,5 +160,7 @@ class SettingsScreen(ModalScreen[bool]):
                         title="Not saved", severity="error")
             return
         note = " Reloading the model for the new context size." if context_changed else ""
+        if memory_changed and runtime.tools.sandbox.pid is not None:
+            note += " The Python memory limit applies when the sandbox next starts."
         self.notify("Settings saved." + note, timeout=4)
         self.dismiss(context_changed)
