@@ -8,7 +8,6 @@ attached (they go into the prompt whole), so no snapshot waits for MiniLM.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from core.config import Settings
 from core.engines.base import ModelSpec
 from core.runtime import Runtime
 from tests.fixtures.docs_files import make_docx, make_pdf, make_pptx
+from tests.fixtures.tui import wait_until as shared_wait_until
 from tui.app import LlmdeckApp
 from tui.widgets.attachments import AttachmentBar, MemoryMarker
 
@@ -50,13 +50,8 @@ def files(tmp_path: Path) -> dict[str, Path]:
 
 
 async def wait_until(pilot, predicate, timeout: float = 60.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached")
-        await pilot.pause(0.05)
-    await pilot.pause()
+    """Documents index in a worker: a longer wait than the shared default."""
+    await shared_wait_until(pilot, predicate, timeout)
 
 
 async def command(pilot, text: str) -> None:
