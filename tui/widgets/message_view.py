@@ -53,7 +53,6 @@ def input_pending_paint(app: object) -> bool:
     return monotonic() - getattr(app, "last_input_at", float("-inf")) < INPUT_FRAME_S
 
 
-
 def code_blocks(markdown: str) -> list[str]:
     """The fenced code blocks of a message, in order (an unclosed last one included)."""
     return [m.group(1).rstrip("\n") for m in CODE_BLOCK.finditer(markdown)]
@@ -227,7 +226,6 @@ class MessageView(Vertical):
             self.call_after_refresh(self._flush)
             return
         await self._flush()
-
 
     async def _flush(self) -> None:
         self._flush_timer = None
