@@ -122,17 +122,6 @@ class LlmdeckApp(App):
                                               main.conversation_id, self.runtime.model_ref())
             self.notify(f"Model ready: {self.runtime.model.label}", timeout=3)
 
-    def use_model_named(self, name: str) -> None:
-        """`/model NAME`: load the one local model whose name contains NAME."""
-        self.run_worker(self._use_model_named(name), group="model", exclusive=True)
-
-    async def _use_model_named(self, name: str) -> None:
-        import asyncio
-
-        from tui.screens.model_picker import load_choices
-
-        choices, _ = await asyncio.to_thread(load_choices)
-        found = [c for c in choices if name.lower() in c.name.lower() or name == c.id]
     def use_conversation_model(self, conversation_id: str) -> None:
         """Opening a conversation selects the model it was having (see core.model_refs)."""
         self.run_worker(self._use_conversation_model(conversation_id), group="model",
@@ -159,6 +148,17 @@ class LlmdeckApp(App):
         if await runtime.switch_model(model, engine):
             await runtime.save_settings()
 
+    def use_model_named(self, name: str) -> None:
+        """`/model NAME`: load the one local model whose name contains NAME."""
+        self.run_worker(self._use_model_named(name), group="model", exclusive=True)
+
+    async def _use_model_named(self, name: str) -> None:
+        import asyncio
+
+        from tui.screens.model_picker import load_choices
+
+        choices, _ = await asyncio.to_thread(load_choices)
+        found = [c for c in choices if name.lower() in c.name.lower() or name == c.id]
         if len(found) != 1:
             names = ", ".join(c.name for c in choices) or "none"
             what = "matches several models" if found else "matches no local model"

@@ -80,8 +80,8 @@ def error_text(message: str, code: str | None) -> str:
     hint = ERROR_HINTS.get(code or "", GENERIC_HINT)
     return f"⚠ {message}\n  → {hint}"
 
-BRANCH_KEYS = Binding.Group("Branch", compact=True)  # one "[] Branch" in the footer
 
+BRANCH_KEYS = Binding.Group("Branch", compact=True)  # one "[] Branch" in the footer
 
 
 class MessageView(Vertical):
