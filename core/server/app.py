@@ -223,7 +223,7 @@ class ChatServer:
         tokens, clients concatenate. Nothing is reordered and nothing is merged across a
         tool call, usage, error or the end; usage counts tokens, not chunks.
         """
-        response = web.StreamResponse(headers=_SSE_HEADERS)
+        response = _SseResponse(headers=_SSE_HEADERS)
         chunked = request.version >= (1, 1)
         if chunked:
             response.enable_chunked_encoding()
@@ -286,8 +286,11 @@ class ChatServer:
                     return response
                 out.clear()
             batch = await anext(batches, None)
-        if out and await sink.send(out):
-            await response.write_eof()
+        if out:  # the end leaves with the last chunks, in one write
+            try:
+                await response.write_eof(bytes(out))
+            except ConnectionError:
+                pass
         return response
 
     # -- embeddings ----------------------------------------------------------------------
@@ -320,6 +323,13 @@ class ChatServer:
         tokens = sum(len(t.split()) for t in texts)  # approximate: words, not wordpieces
         return _json({"object": "list", "data": data, "model": model,
                       "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+
+class _SseResponse(web.StreamResponse):
+    """A stream whose headers leave with its first chunk: one write instead of two (the
+    first events are already in hand when the response is prepared)."""
+
+    _send_headers_immediately = False
 
 
 class _Sink:
