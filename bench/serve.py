@@ -7,7 +7,9 @@ in-process, higher is better, target >= 0.9), and TTFT p50/p95 of both. Rounds a
 the two modes after a warm-up; each mode's best round is reported (the box is shared, so
 the best round is the one least disturbed by neighbours). CPU microseconds per token in
 the app process (both modes) and the client process say what HTTP itself costs, a
-figure that does not depend on how busy the machine is.
+figure that does not depend on how busy the machine is. Clients keep their connections
+alive across rounds (as the openai SDK's pool does). Engine tokens per step and steps
+per round, per mode, show whether both modes got the same batching.
 
     python bench/serve.py --quick                       # tiny qwen3 on CPU, under 2 minutes
     python bench/serve.py --shape qwen3-0.6b            # GPU machine
