@@ -9,10 +9,11 @@ messages at most every FLUSH_S, so a crash loses at most that much text.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,7 +26,7 @@ from core.engines.base import GenerationRequest, ModelSpec
 from core.events import Done, Error, Event, ReasoningDelta, TextDelta, ToolCall, Usage
 from core.remote.backend import Backend, PoolBackend
 from core.remote.refs import remote_ref
-from core.store import Conversation, Message, MessageStream, SearchHit, Store
+from core.store import Conversation, Message, MessageStream, SearchHit, Store, StoreError
 from core.tools import Approver, ToolKit, ToolRunner, ToolStatus, chat_messages
 from core.tools.loop import (
     MAX_ROUNDS,
@@ -38,6 +39,9 @@ from core.workers.pool import WorkerLoadError, WorkerPool, WorkerStatus
 
 T = TypeVar("T")
 FLUSH_S = 0.25
+SIDEBAR_PAGE = 200  # conversations the sidebar lists (newest first)
+# GIL hand-over interval while the store thread reads the first page (see open_store_soon).
+STARTUP_SWITCH_INTERVAL_S = 5e-5
 
 
 @dataclass
@@ -231,6 +235,8 @@ class Runtime:
         self._spec_override = model_spec
         self._store: Store | None = None
         self._db = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmdeck-store")
+        self._opening: Future[Store] | None = None
+        self._first_page: Future[list[Conversation] | None] | None = None
         self._load_task: asyncio.Task[bool] | None = None
         self._status_task: asyncio.Task[None] | None = None
         self._closed = False
@@ -239,8 +245,44 @@ class Runtime:
         self.chat = ChatContext(self)  # documents and long-conversation memory
 
     # -- lifecycle -------------------------------------------------------------
+    def open_store_soon(self) -> None:
+        """Open the store and read the sidebar's first page on the store thread now.
+
+        The app calls this as it is built, so both are done while Textual starts up and its
+        first frame can list the history (take_first_page): waiting for start() instead
+        costs frames, since the loop is busy composing when the store thread answers.
+
+        SQLite releases the GIL for every row it steps, and the UI thread, busy starting up,
+        keeps it for the whole switch interval (5 ms) each time: 200 rows took 60-120 ms
+        instead of 1. Until the page is read, the interval is 50 us (it costs nothing
+        when no other thread waits for the GIL).
+        """
+        if self._opening is None:
+            self._opening = self._db.submit(Store.open, paths.db_path())
+            self._first_page = self._db.submit(self._read_first_page, self._opening)
+            previous = sys.getswitchinterval()
+            if previous > STARTUP_SWITCH_INTERVAL_S:
+                sys.setswitchinterval(STARTUP_SWITCH_INTERVAL_S)
+                self._first_page.add_done_callback(lambda _: sys.setswitchinterval(previous))
+
+    @staticmethod
+    def _read_first_page(opening: Future[Store]) -> list[Conversation] | None:
+        try:  # runs on the store thread after the open (one thread, in order): done
+            return opening.result().list_conversations(SIDEBAR_PAGE)
+        except StoreError:
+            return None  # start() reports the open's error; a listing error, the UI's list
+
+    def take_first_page(self) -> list[Conversation] | None:
+        """The first page that open_store_soon read, if it is there now (never waits);
+        given out once, None otherwise."""
+        page, self._first_page = self._first_page, None
+        if page is None or not page.done():
+            return None
+        return page.result()
+
     async def start(self, *, preload: bool = True) -> None:
-        self._store = await self.store_call(Store.open, paths.db_path())
+        opening = self._opening or self._db.submit(Store.open, paths.db_path())
+        self._store = await asyncio.wrap_future(opening)
         if preload:
             self._load_task = asyncio.ensure_future(self._load_model())
         self._status_task = asyncio.ensure_future(self._publish_status())
@@ -272,6 +314,11 @@ class Runtime:
         await self.pool.shutdown()
         await self.backend.close()
         await self.tools.close()
+        if self._store is None and self._opening is not None:  # opened early, never started
+            try:
+                self._store = await asyncio.wrap_future(self._opening)
+            except StoreError:
+                pass
         if self._store is not None:
             await self.store_call(self._store.close)
         self._db.shutdown(wait=True)
@@ -451,7 +498,7 @@ class Runtime:
         return self.pool.status() + ([utility] if utility is not None else [])
 
     # -- conversations -----------------------------------------------------------
-    async def list_conversations(self, limit: int = 200) -> list[Conversation]:
+    async def list_conversations(self, limit: int = SIDEBAR_PAGE) -> list[Conversation]:
         return await self.store_call(self.store_handle.list_conversations, limit)
 
     async def messages(self, conversation_id: str, limit: int = 50,

@@ -34,6 +34,7 @@ class LlmdeckApp(App):
         super().__init__()
         self.runtime = runtime or Runtime()
         self._preload = preload
+        self.runtime.open_store_soon()  # read while Textual starts: the first frame lists it
         for theme in THEMES:
             self.register_theme(theme)
         wanted = self.runtime.settings.theme
@@ -63,7 +64,8 @@ class LlmdeckApp(App):
         except Exception as exc:  # e.g. a database from a newer llmdeck
             self.notify(str(exc), title="Cannot open history", severity="error", timeout=30)
             return
-        await self.main.refresh_sidebar()
+        if not self.main.history_listed:  # else on_mount listed the runtime's early read
+            await self.main.refresh_sidebar()
         self.main.on_model_state(self.runtime.model)
         if self._preload:  # once the history shows: starting a worker process competes with it
             self.run_worker(self.runtime.ensure_model(), name="model-preload", exit_on_error=False)

@@ -121,6 +121,9 @@ class MainScreen(Screen):
         Binding("f8", "run_code", "Run code", show=False),  # F6/F7 select text in the composer
         Binding("f9", "fix_code", "Fix code", show=False),
     ]
+    # Focus lands on the composer as the screen is composed, so the first frame already
+    # shows it focused (on_mount's focus() would only apply a frame or two later).
+    AUTO_FOCUS = "#composer"
 
     def __init__(self) -> None:
         super().__init__()
@@ -154,9 +157,18 @@ class MainScreen(Screen):
     def composer(self) -> Composer:
         return self.query_one(Composer)
 
+    history_listed = False
+    """Whether the sidebar has listed the history yet (the app lists it once at start)."""
+
     def on_mount(self) -> None:
         self.query_one("#slash-hint").display = False
         self.composer.focus()
+        # The runtime read the newest conversations while Textual started: list them in
+        # the first frame rather than one or two frames later.
+        page = None if self.history_listed else self.runtime.take_first_page()
+        if page is not None:
+            self.query_one(Sidebar).show_conversations(page, self.conversation_id)
+            self.history_listed = True
 
     @property
     def active_bindings(self) -> dict[str, ActiveBinding]:
@@ -188,9 +200,11 @@ class MainScreen(Screen):
         query = self.query_one("#search", Input).value
         if query.strip():
             sidebar.show_hits(await self.runtime.search(query))
+            self.history_listed = True
             return
         conversations = await self.runtime.list_conversations()
         sidebar.show_conversations(conversations, self.conversation_id)
+        self.history_listed = True
 
     # -- actions -------------------------------------------------------------------------
     async def action_new_chat(self) -> None:

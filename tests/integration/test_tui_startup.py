@@ -1,0 +1,94 @@
+"""Start-up: the runtime reads the history on its store thread while Textual starts, the
+first frame has the composer focused, and a database the app cannot open is reported
+(real store in LLMDECK_HOME, real app under Textual's pilot)."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+
+import pytest
+
+from core import paths
+from core.config import Settings
+from core.runtime import SIDEBAR_PAGE, Runtime
+from core.store import Store
+from core.store.schema import SCHEMA_VERSION
+from tests.fixtures.tui import wait_until
+from tui.app import LlmdeckApp
+from tui.widgets.composer import Composer
+
+
+def seed(titles: list[str]) -> None:
+    """Conversations created in this order (the last is the newest)."""
+    with Store.open(paths.db_path()) as store:
+        for title in titles:
+            store.create_conversation(title=title)
+
+
+async def test_the_early_read_lists_the_newest_page_once() -> None:
+    seed([f"chat {i}" for i in range(SIDEBAR_PAGE + 5)])
+    rt = Runtime(Settings())
+    rt.open_store_soon()
+    await rt.start(preload=False)
+    await rt.store_call(lambda: None)  # the store thread runs in order: the read is done
+    page = rt.take_first_page()
+    assert page is not None and len(page) == SIDEBAR_PAGE
+    assert [c.title for c in page[:2]] == [f"chat {SIDEBAR_PAGE + 4}", f"chat {SIDEBAR_PAGE + 3}"]
+    assert rt.take_first_page() is None  # given out once
+    assert [c.id for c in await rt.list_conversations()] == [c.id for c in page]
+    await rt.close()
+
+
+async def test_the_early_read_restores_the_switch_interval() -> None:
+    before = sys.getswitchinterval()
+    rt = Runtime(Settings())
+    rt.open_store_soon()
+    await rt.start(preload=False)
+    await rt.store_call(lambda: None)
+    assert sys.getswitchinterval() == before
+    await rt.close()
+
+
+async def test_a_store_opened_early_is_closed_without_start() -> None:
+    rt = Runtime(Settings())
+    rt.open_store_soon()
+    await rt.close()
+    with pytest.raises(sqlite3.ProgrammingError):  # closed connection
+        rt.store_handle.conn.execute("SELECT 1")
+
+
+async def test_the_first_frame_has_the_composer_focused() -> None:
+    seed(["an older chat"])
+    focused_at_first_frame: list[bool] = []
+
+    class Probe(LlmdeckApp):
+        def _display(self, screen, renderable) -> None:  # noqa: ANN001  (Textual's)
+            super()._display(screen, renderable)
+            main = getattr(self, "main", None)
+            if renderable is not None and not focused_at_first_frame and main is not None:
+                focused_at_first_frame.append(isinstance(self.focused, Composer)
+                                              and self.focused.has_focus)
+
+    app = Probe(Runtime(Settings()), preload=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: app.main.history_listed)
+        assert focused_at_first_frame == [True]
+        titles = [str(app.main.query_one("#conversations").get_option_at_index(0).prompt)]
+        assert titles == ["an older chat"]
+
+
+async def test_a_database_from_a_newer_llmdeck_is_reported_at_start() -> None:
+    with Store.open(paths.db_path()):
+        pass
+    conn = sqlite3.connect(paths.db_path())
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.commit()
+    conn.close()
+    app = LlmdeckApp(Runtime(Settings()), preload=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: any(n.title == "Cannot open history"
+                                            for n in app._notifications))
+        message = next(str(n.message) for n in app._notifications)
+        assert "newer llmdeck" in message and "upgrade llmdeck" in message
+        assert app.main.history_listed is False
