@@ -18,12 +18,14 @@ counts), and kept with its time.
 
 Start phase (subprocesses, median of N, bare and ours alternating): time from exec of a
 fresh Python to (a) the first frame painted and (b) interactive. "Ours" is what the
-`llmdeck` command does (Settings.load, Runtime, LlmdeckApp, model preload in a worker)
+`llmdeck` command does (tui.cli.build_app: Settings.load, Runtime, LlmdeckApp; then the
+model preload in a worker)
 with a database of 10,000 conversations; interactive = composer focused and the sidebar
 showing the newest conversations. "Bare" is a Textual app with a Static, an Input and a
 Footer, run the same way; interactive = its Input focused. Both run with compiled bytecode,
 as an installed app does (one untimed run of each writes it first). start_vs_bare is ours/bare
 for interactive and first_paint_vs_bare for the first frame (lower is better, target <= 2).
+`--start-only` runs this phase alone.
 """
 
 from __future__ import annotations
@@ -99,19 +101,18 @@ def probe(kind: str) -> None:
 
         Bare().run(headless=True, size=(120, 40))
         return
-    from core.config import Settings
-    from core.runtime import Runtime
-    from tui.app import LlmdeckApp
+    from tui.cli import build_app
 
-    class Ours(LlmdeckApp):
-        def bench_ready(self) -> bool:
-            main = getattr(self, "main", None)
-            if main is None or not main.is_mounted:
-                return False
-            return (main.query_one("#conversations").option_count > 1
-                    and main.composer.has_focus)
+    app = build_app()  # what the `llmdeck` command starts, the same way
 
-    Ours(Runtime(Settings.load())).run(headless=True, size=(120, 40))
+    def ours_ready() -> bool:
+        main = getattr(app, "main", None)
+        if main is None or not main.is_mounted:
+            return False
+        return main.query_one("#conversations").option_count > 1 and main.composer.has_focus
+
+    app.bench_ready = ours_ready  # type: ignore[attr-defined]
+    app.run(headless=True, size=(120, 40))
 
 
 def seed_db(conversations: int) -> None:

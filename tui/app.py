@@ -38,7 +38,19 @@ class LlmdeckApp(App):
         for theme in THEMES:
             self.register_theme(theme)
         wanted = self.runtime.settings.theme
+        self._theme_before_css = True  # see refresh_css
         self.theme = wanted if wanted in THEME_NAMES else THEME_NAMES[0]
+
+    def refresh_css(self, animate: bool = True) -> None:
+        """Setting the theme above queues a CSS refresh, which runs before any stylesheet
+        was read or any screen exists: new variables are all that needs (the full refresh
+        parsed every stylesheet once for it, and once more for the first screen, ~10 ms)."""
+        if self._theme_before_css and not self.screen_stack:
+            self._theme_before_css = False
+            self.stylesheet.set_variables(self.get_css_variables())
+            return
+        self._theme_before_css = False
+        super().refresh_css(animate)
 
     last_input_at = float("-inf")
     """When the last key or paste arrived (time.monotonic): streamed text waits one frame
@@ -63,6 +75,7 @@ class LlmdeckApp(App):
             await self.runtime.start(preload=False)
         except Exception as exc:  # e.g. a database from a newer llmdeck
             self.notify(str(exc), title="Cannot open history", severity="error", timeout=30)
+            gc_tuning.settle_after_start()  # up as far as it gets: full collections again
             return
         if not self.main.history_listed:  # else on_mount listed the runtime's early read
             await self.main.refresh_sidebar()

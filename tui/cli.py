@@ -8,14 +8,32 @@ from __future__ import annotations
 
 import argparse
 import sys
-from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tui.app import LlmdeckApp
 
 
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # ~20 ms: only for --version
+
     try:
         return version("llmdeck")
     except PackageNotFoundError:
         return "0+unknown"
+
+
+class _VersionAction(argparse.Action):
+    """--version, looking the version up only when asked (argparse's own action needs the
+    string when the parser is built, i.e. on every start)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:  # noqa: A002
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # noqa: ANN001
+        sys.stdout.write(f"llmdeck {_version()}\n")
+        parser.exit()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -25,7 +43,8 @@ def _parser() -> argparse.ArgumentParser:
         "Run with no arguments to open the app.",
         epilog="Files live under LLMDECK_HOME when it is set, else in the usual per-user folders.",
     )
-    parser.add_argument("--version", action="version", version=f"llmdeck {_version()}")
+    parser.add_argument("--version", action=_VersionAction,
+                        help="show program's version number and exit")
     parser.add_argument("--model", help="a .gguf file or an MLX model folder to chat with")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("workers", help="print the worker status table (for a second SSH window)")
@@ -76,7 +95,11 @@ def _models(rest: list[str]) -> int:
     return hub_main(rest)
 
 
-def _run_app(model: str | None) -> int:
+def build_app(model: str | None = None) -> LlmdeckApp:
+    """The app `llmdeck` runs, built as it starts it (bench/ui.py times this same path)."""
+    from tui import gc_tuning
+
+    gc_tuning.pause_full_collections()  # until the app is up (settle_after_start)
     from core.config import Settings
     from core.runtime import Runtime
     from tui.app import LlmdeckApp
@@ -85,8 +108,11 @@ def _run_app(model: str | None) -> int:
     if model:
         settings.model = model
         settings.engine = None
-    app = LlmdeckApp(Runtime(settings))
-    app.run()
+    return LlmdeckApp(Runtime(settings))
+
+
+def _run_app(model: str | None) -> int:
+    build_app(model).run()
     return 0
 
 

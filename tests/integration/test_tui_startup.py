@@ -4,10 +4,15 @@ first frame has the composer focused, and a database the app cannot open is repo
 
 from __future__ import annotations
 
+import gc
 import sqlite3
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from textual.app import App
+from textual.color import Color
 
 from core import paths
 from core.config import Settings
@@ -15,8 +20,12 @@ from core.runtime import SIDEBAR_PAGE, Runtime
 from core.store import Store
 from core.store.schema import SCHEMA_VERSION
 from tests.fixtures.tui import wait_until
+from themes.palettes import HIGH_CONTRAST, LIGHT
+from tui import gc_tuning
 from tui.app import LlmdeckApp
 from tui.widgets.composer import Composer
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def seed(titles: list[str]) -> None:
@@ -78,6 +87,48 @@ async def test_the_first_frame_has_the_composer_focused() -> None:
         assert titles == ["an older chat"]
 
 
+async def test_a_saved_theme_applies_at_start_without_a_css_refresh(monkeypatch) -> None:
+    refreshed: list[str] = []
+    real = App.refresh_css
+
+    def counted(self, animate: bool = True) -> None:  # noqa: ANN001
+        refreshed.append(self.theme)
+        real(self, animate)
+
+    monkeypatch.setattr(App, "refresh_css", counted)
+    app = LlmdeckApp(Runtime(Settings(theme="llmdeck-light")), preload=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: app.main.history_listed)
+        assert refreshed == []  # the stylesheet was read once, with the light variables
+        assert app.main.styles.background == Color.parse(LIGHT.background)
+        await pilot.press("f2")  # a live switch still refreshes everything
+        await wait_until(pilot, lambda: refreshed == ["llmdeck-high-contrast"])
+        assert app.main.styles.background == Color.parse(HIGH_CONTRAST.background)
+
+
+def test_full_collections_wait_until_the_app_is_up() -> None:
+    before = gc.get_threshold()
+    gc_tuning.pause_full_collections()
+    try:
+        assert gc.get_threshold() == (before[0], before[1], gc_tuning.START_GEN2_THRESHOLD)
+        gc_tuning.settle_after_start()
+        assert gc.get_threshold() == (gc_tuning.GEN0_THRESHOLD, before[1], before[2])
+    finally:
+        gc_tuning.restore()
+    assert gc.get_threshold() == before
+
+
+def test_the_command_line_looks_its_version_up_only_for_version() -> None:
+    code = ("import sys\nfrom tui import cli\ncli._parser().parse_args([])\n"
+            "print('importlib.metadata' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         check=True)
+    assert out.stdout.strip() == "False"
+    version = subprocess.run([sys.executable, "-m", "tui.cli", "--version"], capture_output=True,
+                             text=True, cwd=ROOT)
+    assert version.returncode == 0 and version.stdout.startswith("llmdeck "), version.stderr
+
+
 async def test_a_database_from_a_newer_llmdeck_is_reported_at_start() -> None:
     with Store.open(paths.db_path()):
         pass
@@ -85,6 +136,8 @@ async def test_a_database_from_a_newer_llmdeck_is_reported_at_start() -> None:
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     conn.commit()
     conn.close()
+    before = gc.get_threshold()
+    gc_tuning.pause_full_collections()  # as `llmdeck` starts
     app = LlmdeckApp(Runtime(Settings()), preload=False)
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_until(pilot, lambda: any(n.title == "Cannot open history"
@@ -92,3 +145,5 @@ async def test_a_database_from_a_newer_llmdeck_is_reported_at_start() -> None:
         message = next(str(n.message) for n in app._notifications)
         assert "newer llmdeck" in message and "upgrade llmdeck" in message
         assert app.main.history_listed is False
+        assert gc.get_threshold()[2] == before[2]  # full collections run again
+    assert gc.get_threshold() == before
