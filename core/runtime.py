@@ -16,12 +16,10 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from core import bundled, model_refs, paths
-from core.chat_context import AttachResult, ChatContext
 from core.config import Settings
-from core.docs import Attachment, DocError, MentionResolution
 from core.engines.base import GenerationRequest, ModelSpec
 from core.events import Done, Error, Event, ReasoningDelta, TextDelta, ToolCall, Usage
 from core.remote.backend import Backend, PoolBackend
@@ -36,6 +34,10 @@ from core.tools.loop import (
     tool_results_text,
 )
 from core.workers.pool import WorkerLoadError, WorkerPool, WorkerStatus
+
+if TYPE_CHECKING:
+    from core.chat_context import AttachResult, ChatContext
+    from core.docs import Attachment, DocError, MentionResolution
 
 T = TypeVar("T")
 FLUSH_S = 0.25
@@ -242,7 +244,18 @@ class Runtime:
         self._closed = False
         self.listeners: list[Callable[[ModelState], None]] = []
         self.tools = ToolKit.from_settings(self.settings)
-        self.chat = ChatContext(self)  # documents and long-conversation memory
+        self._chat: ChatContext | None = None
+
+    @property
+    def chat(self) -> ChatContext:
+        """Documents and long-conversation memory, made on first use: the documents and
+        memory layers are ~10 ms of imports the first frame does not need (the app imports
+        them in a thread once it is up, tui.warmup)."""
+        if self._chat is None:
+            from core.chat_context import ChatContext
+
+            self._chat = ChatContext(self)
+        return self._chat
 
     # -- lifecycle -------------------------------------------------------------
     def open_store_soon(self) -> None:
@@ -310,7 +323,8 @@ class Runtime:
             from core.workers.status_file import status_path
 
             status_path().unlink(missing_ok=True)
-        await self.chat.close()
+        if self._chat is not None:
+            await self._chat.close()
         await self.pool.shutdown()
         await self.backend.close()
         await self.tools.close()
@@ -494,7 +508,7 @@ class Runtime:
         return await asyncio.to_thread(_by_label)
 
     def worker_status(self) -> list[WorkerStatus]:
-        utility = self.chat.utility.status()
+        utility = self._chat.utility.status() if self._chat is not None else None
         return self.pool.status() + ([utility] if utility is not None else [])
 
     # -- conversations -----------------------------------------------------------

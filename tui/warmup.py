@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import importlib
 
-FIRST_TURN_MODULES = ("numpy",)
+# The documents and memory layers (Runtime.chat, made on the first turn) and numpy.
+FIRST_TURN_MODULES = ("core.chat_context", "numpy")
 
 
 def warm_imports() -> None:

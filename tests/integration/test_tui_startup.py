@@ -129,6 +129,16 @@ def test_the_command_line_looks_its_version_up_only_for_version() -> None:
     assert version.returncode == 0 and version.stdout.startswith("llmdeck "), version.stderr
 
 
+def test_the_app_loads_without_the_documents_and_memory_layers() -> None:
+    code = ("import sys\nimport tui.app\nfrom core.config import Settings\n"
+            "from core.runtime import Runtime\nrt = Runtime(Settings())\nrt.worker_status()\n"
+            "print(sorted(m for m in ('core.docs', 'core.memory', 'core.chat_context', 'numpy')"
+            " if m in sys.modules))\nrt.chat\nprint('core.chat_context' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         check=True)
+    assert out.stdout.split("\n")[:2] == ["[]", "True"], out.stdout
+
+
 async def test_a_database_from_a_newer_llmdeck_is_reported_at_start() -> None:
     with Store.open(paths.db_path()):
         pass

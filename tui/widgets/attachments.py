@@ -12,16 +12,18 @@ import os
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
-from core.chat_context import AttachResult
-from core.docs import Attachment, DocError, MentionResolution
-from core.memory.persist import marker_headline
-from core.memory.rollover import RolloverMarker
+# The documents and memory layers load after the first frame (tui.warmup): imported here
+# only where a result, marker or error is handled.
+if TYPE_CHECKING:
+    from core.chat_context import AttachResult
+    from core.docs import Attachment, DocError, MentionResolution
+    from core.memory.rollover import RolloverMarker
 
 ATTACH = "/attach"
 
@@ -170,6 +172,9 @@ class AttachmentBar(Vertical):
                  "warning mention")
 
     def show_results(self, results: Sequence[AttachResult | DocError]) -> None:
+        from core.chat_context import AttachResult
+        from core.docs import DocError
+
         errors = [r for r in results if isinstance(r, DocError)]
         done = [r for r in results if isinstance(r, AttachResult)]
         if errors:
@@ -197,6 +202,8 @@ class MemoryMarker(Vertical):
         self.marker = marker
 
     def compose(self) -> ComposeResult:
+        from core.memory.persist import marker_headline
+
         m = self.marker
         yield Static(marker_headline(m), classes="memory-headline", markup=False)
         carried = f"kept the last {m.kept_messages} messages"
@@ -209,6 +216,7 @@ class MemoryMarker(Vertical):
 def marker_of(message: Any) -> RolloverMarker | None:
     """The rollover marker a stored message carries (None for ordinary messages)."""
     from core.memory.persist import USAGE_KEY, is_marker
+    from core.memory.rollover import RolloverMarker
 
     return RolloverMarker.from_dict(message.usage[USAGE_KEY]) if is_marker(message) else None
 
@@ -219,6 +227,9 @@ async def attach_from_composer(screen: Any, argument: str) -> None:
     Paths that failed are put back in the composer after `/attach`, so a typo is fixed
     in place; the conversation and its other attachments stay as they were.
     """
+    from core.chat_context import AttachResult
+    from core.docs import DocError
+
     bar = screen.query_one(AttachmentBar)
     paths = parse_paths(argument)
     if not paths:
