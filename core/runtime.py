@@ -245,6 +245,9 @@ class Runtime:
         self.listeners: list[Callable[[ModelState], None]] = []
         self.tools = ToolKit.from_settings(self.settings)
         self._chat: ChatContext | None = None
+        # Called with (conversation_id, stage), stage "summarising" or "done": the chat
+        # context's listeners, kept here so the UI can listen before it exists.
+        self.memory_listeners: list[Callable[[str, str], None]] = []
 
     @property
     def chat(self) -> ChatContext:
@@ -255,6 +258,7 @@ class Runtime:
             from core.chat_context import ChatContext
 
             self._chat = ChatContext(self)
+            self._chat.listeners = self.memory_listeners
         return self._chat
 
     # -- lifecycle -------------------------------------------------------------

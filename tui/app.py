@@ -80,11 +80,13 @@ class LlmdeckApp(App):
         if not self.main.history_listed:  # else on_mount listed the runtime's early read
             await self.main.refresh_sidebar()
         self.main.on_model_state(self.runtime.model)
-        if self._preload:  # once the history shows: starting a worker process competes with it
-            self.run_worker(self.runtime.ensure_model(), name="model-preload", exit_on_error=False)
-        painted = asyncio.Event()  # warm up once the listed history is on screen
+        # Preload and warm up once the first frame (history listed) is on screen: starting
+        # a worker process or importing in a thread competes with painting it.
+        painted = asyncio.Event()
         self.call_after_refresh(painted.set)
         await painted.wait()
+        if self._preload:
+            self.run_worker(self.runtime.ensure_model(), name="model-preload", exit_on_error=False)
         await asyncio.to_thread(warmup.warm_imports)
         gc_tuning.settle_after_start()
 

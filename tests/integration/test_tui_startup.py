@@ -129,14 +129,45 @@ def test_the_command_line_looks_its_version_up_only_for_version() -> None:
     assert version.returncode == 0 and version.stdout.startswith("llmdeck "), version.stderr
 
 
-def test_the_app_loads_without_the_documents_and_memory_layers() -> None:
-    code = ("import sys\nimport tui.app\nfrom core.config import Settings\n"
-            "from core.runtime import Runtime\nrt = Runtime(Settings())\nrt.worker_status()\n"
-            "print(sorted(m for m in ('core.docs', 'core.memory', 'core.chat_context', 'numpy')"
-            " if m in sys.modules))\nrt.chat\nprint('core.chat_context' in sys.modules)")
+FIRST_FRAME_PROBE = """
+import os, sys
+from textual.app import App
+from tui.cli import build_app
+
+app = build_app()
+shown = App._display
+
+def display(self, screen, renderable):
+    shown(self, screen, renderable)
+    main = getattr(self, "main", None)
+    if renderable is not None and main is not None and main.is_mounted:
+        print(sorted(m for m in LATER if m in sys.modules), flush=True)
+        os._exit(0)
+
+App._display = display
+app.run(headless=True, size=(100, 30))
+"""
+
+
+def test_the_first_frame_comes_without_the_documents_and_memory_layers() -> None:
+    later = ("core.docs", "core.memory", "core.chat_context", "numpy")
+    code = f"LATER = {later!r}\n" + FIRST_FRAME_PROBE
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                         check=True)
-    assert out.stdout.split("\n")[:2] == ["[]", "True"], out.stdout
+                         timeout=60)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr[-2000:]
+
+
+async def test_the_chat_context_is_made_on_first_use_and_keeps_its_listeners() -> None:
+    rt = Runtime(Settings())
+    heard: list[tuple[str, str]] = []
+    rt.memory_listeners.append(lambda cid, stage: heard.append((cid, stage)))
+    rt.worker_status()  # the status pane asks before any turn: no chat context for that
+    assert rt._chat is None
+    assert rt.chat.listeners is rt.memory_listeners
+    for listener in rt.chat.listeners:
+        listener("c1", "summarising")
+    assert heard == [("c1", "summarising")]
+    await rt.close()
 
 
 async def test_a_database_from_a_newer_llmdeck_is_reported_at_start() -> None:

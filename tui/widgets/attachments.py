@@ -105,14 +105,14 @@ class AttachmentBar(Vertical):
         self.query_one(".chips", Horizontal).display = bool(self._chips)
         self.notice.display = False
         self._sync()
-        chat = getattr(getattr(self.app, "runtime", None), "chat", None)
-        if chat is not None:  # a rollover summary can take seconds with a real model
-            chat.listeners.append(self._on_memory)
+        listeners = getattr(getattr(self.app, "runtime", None), "memory_listeners", None)
+        if listeners is not None:  # a rollover summary can take seconds with a real model
+            listeners.append(self._on_memory)
 
     def on_unmount(self) -> None:
-        chat = getattr(getattr(self.app, "runtime", None), "chat", None)
-        if chat is not None and self._on_memory in chat.listeners:
-            chat.listeners.remove(self._on_memory)
+        listeners = getattr(getattr(self.app, "runtime", None), "memory_listeners", None)
+        if listeners is not None and self._on_memory in listeners:
+            listeners.remove(self._on_memory)
 
     def _on_memory(self, conversation_id: str, stage: str) -> None:
         if stage == "summarising":
