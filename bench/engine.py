@@ -18,6 +18,7 @@ BatchGenerator must, so the ratio compares serving, not who got pre-tokenised in
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -57,8 +58,25 @@ def _requests(batch: int, words: int, max_tokens: int, tag: str) -> list[Generat
     ]
 
 
+_GEN2 = [0]  # full collections seen (gc.callbacks), to tell a collector pause from ours
+
+
+def _count_gen2(phase: str, info: dict) -> None:
+    if phase == "start" and info.get("generation") == 2:
+        _GEN2[0] += 1
+
+
+def _settled() -> None:
+    """Both sides start a timed run with the previous run's garbage collected and the
+    GPU idle, so neither pays for the other's leftovers mid-run."""
+    gc.collect()
+    mx.synchronize()
+
+
 def run_ours(eng: MlxEngine, reqs: list[GenerationRequest]) -> dict:
     eng._prefix.clear()
+    _settled()
+    gen2 = _GEN2[0]
     t0 = time.perf_counter()
     for r in reqs:
         eng.submit(r)
@@ -94,6 +112,7 @@ def run_ours(eng: MlxEngine, reqs: list[GenerationRequest]) -> dict:
         "max_step_ms": worst[0] * 1000,
         "max_step_index": worst[1],
         "max_step_active": worst[2],
+        "full_gc_during_run": _GEN2[0] - gen2,
     }
 
 
@@ -105,6 +124,7 @@ def run_raw(model, tokenizer, eos: set[int], reqs: list[GenerationRequest],
         completion_batch_size=max(len(reqs), 8),
         prefill_batch_size=8,
     )
+    _settled()
     t0 = time.perf_counter()
     prompts = []
     for r in reqs:
@@ -134,6 +154,7 @@ def run_raw(model, tokenizer, eos: set[int], reqs: list[GenerationRequest],
 
 
 def generate_step_tps(model, prompt: list[int], max_tokens: int) -> float:
+    _settled()
     times = []
     for _, _ in generate_step(mx.array(prompt), model, max_tokens=max_tokens):
         times.append(time.perf_counter())
@@ -215,15 +236,21 @@ def bench_model(path: Path, label: str, batches: list[int], words: int, max_toke
         run_raw(eng._model, tok, eng._eos, reqs, 4)  # first meeting of these shapes: untimed
         run_ours(eng, _requests(b, words, 4, f"w{b}"))
         best_raw, best_ours = None, None
+        paired: list[float] = []
         for i in range(repeats):
             raw = run_raw(eng._model, tok, eng._eos, reqs, max_tokens)
             ours = run_ours(eng, _requests(b, words, max_tokens, f"b{b}r{i}"))
+            paired.append(ours["tokens_per_s"] / raw["tokens_per_s"])
             if best_raw is None or raw["tokens_per_s"] > best_raw["tokens_per_s"]:
                 best_raw = raw
             if best_ours is None or ours["tokens_per_s"] > best_ours["tokens_per_s"]:
                 best_ours = ours
         result["batches"][str(b)] = {
             "tokens_per_s_ratio": round(best_ours["tokens_per_s"] / best_raw["tokens_per_s"], 3),
+            # Median over back-to-back (raw, ours) pairs: robust to a machine whose speed
+            # drifts between runs (seen on the GPU machine: +-20% within one process).
+            "paired_tokens_per_s_ratio": round(statistics.median(paired), 3),
+            "paired_ratios": [round(r, 3) for r in paired],
             "ours": {k: round(v, 3) for k, v in best_ours.items()},
             "raw": {k: round(v, 3) for k, v in best_raw.items()},
         }
@@ -238,8 +265,13 @@ def bench_model(path: Path, label: str, batches: list[int], words: int, max_toke
     result["generate_step_decode_tps"] = round(gs, 2)
     result["ours_batch1_decode_tps"] = round(ours1, 2)
     result["batch1_vs_generate_step_ratio"] = round(ours1 / gs, 3) if gs else 0.0
+    result["batch1_vs_generate_step_paired_ratio"] = round(
+        statistics.median(o / g for o, g in zip(ours_runs, gs_runs, strict=True) if g), 3)
     result["cached_turn"] = _rounded(cached_ttft(eng, history_words))
     result["cached_ttft_fraction"] = result["cached_turn"]["cached_ttft_fraction"]
+    eng.flush_layers = False  # the same turns without layer-group overlap (layer_flush)
+    result["cached_turn_no_flush"] = _rounded(cached_ttft(eng, history_words))
+    eng.flush_layers = True
     result["max_step_over_median"] = max(
         v["ours"]["max_step_over_median"] for v in result["batches"].values()
     )
@@ -274,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         "max_tokens": max_tokens,
         "runs": [],
     }
+    gc.callbacks.append(_count_gen2)
     with tempfile.TemporaryDirectory() as tmp:
         for v in variants:
             bits = 4 if v == "4bit" else 8 if v == "8bit" else None
