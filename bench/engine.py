@@ -269,9 +269,6 @@ def bench_model(path: Path, label: str, batches: list[int], words: int, max_toke
         statistics.median(o / g for o, g in zip(ours_runs, gs_runs, strict=True) if g), 3)
     result["cached_turn"] = _rounded(cached_ttft(eng, history_words))
     result["cached_ttft_fraction"] = result["cached_turn"]["cached_ttft_fraction"]
-    eng.flush_layers = False  # the same turns without layer-group overlap (layer_flush)
-    result["cached_turn_no_flush"] = _rounded(cached_ttft(eng, history_words))
-    eng.flush_layers = True
     result["max_step_over_median"] = max(
         v["ours"]["max_step_over_median"] for v in result["batches"].values()
     )

@@ -25,7 +25,6 @@ import os
 import pkgutil
 import time
 from collections import deque
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,6 @@ from mlx_lm.generate import BatchGenerator, GenerationBatch, generation_stream  
 from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache  # noqa: E402
 from mlx_lm.sample_utils import make_logits_processors, make_sampler  # noqa: E402
 
-from core.engines import layer_flush  # noqa: E402
 from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, SamplingParams  # noqa: E402
 from core.engines.prefix_cache import DEFAULT_MAX_BYTES, PrefixCache  # noqa: E402
 from core.engines.select import SelectionError, check_mlx_dir, check_safetensors  # noqa: E402
@@ -250,9 +248,6 @@ class MlxEngine:
         self._stream = generation_stream
         self._steps = 0
         self.eager_first_token = True
-        # See core.engines.layer_flush; the bench turns it off to measure what it saves.
-        self._flush = layer_flush.install(self._model, int(spec.option("flush_chunks", 4)))
-        self.flush_layers = True
         self._bg = self._new_batch_generator()
         # Prefill shapes cost a compilation the first time only on a GPU (CUDA, Metal).
         on_gpu = mx.default_device().type == mx.DeviceType.gpu
@@ -426,7 +421,7 @@ class MlxEngine:
         act.cached = cached
         rest = mx.array(act.prompt[cached:])
         context = mx.array(act.prompt) if act.processors else None
-        with mx.stream(self._stream), self._overlapped():
+        with mx.stream(self._stream):
             # A short remainder (a cached turn's new tokens) goes in one forward pass that
             # also yields the first token. A long one is prefilled without reading logits
             # (the vocabulary projection of every position would cost more than a pass),
@@ -439,12 +434,6 @@ class MlxEngine:
             y = self._sample_one(rest, cache, act, context)
             mx.async_eval(y)
         self._single = _Single(act, cache, y, context)
-
-    def _overlapped(self) -> AbstractContextManager[None]:
-        """Layer groups evaluated as they are built, for a pass the caller waits on."""
-        if self._flush is None or not self.flush_layers:
-            return nullcontext()
-        return self._flush.active()
 
     def _sample_one(
         self, tokens: mx.array, cache: list[Any], act: _Request, context: mx.array | None
