@@ -12,7 +12,8 @@ counts), and kept with its time.
   the composer holding that character (target p95 <= 50 ms).
 - token_lateness_p50_ms / p95_ms: each token's emission time in the worker (the engine's
   emission log, time.monotonic(), one clock for both processes) to the first painted frame
-  whose bytes show that token's number or a later one (target p95 <= 100 ms).
+  whose bytes show that token's number or a later one (target: none later than 100 ms,
+  so max <= 100 ms).
 - app_cpu_us_per_token: CPU time of this process (UI loop, store thread, frame encoding)
   from the first token to the end, per token.
 
@@ -202,7 +203,9 @@ async def wait_for(predicate, timeout: float = 60.0, step: float = 0.002) -> Non
 async def stream_run(tokens: int, rate: float, emit_log: Path) -> dict[str, object]:
     import re
     import threading
+    from importlib import import_module
 
+    import_module("tui")  # first: its Textual settings apply only before Textual is imported
     from textual import events
     from textual._compositor import CompositorUpdate
 
@@ -331,7 +334,8 @@ def main() -> int:
         result["start_only"] = True
     else:
         result.update(asyncio.run(stream_run(args.tokens, args.rate, home / "emitted.jsonl")))
-        targets = {"key_latency_p95_ms": 50, "token_lateness_p95_ms": 100, **targets}
+        targets = {"key_latency_p95_ms": 50, "token_lateness_p95_ms": 100,
+                   "token_lateness_max_ms": 100, **targets}
     result.update(start_phase(args.conversations, args.repeats))
     result["targets"] = targets
     print(json.dumps(result))

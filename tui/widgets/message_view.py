@@ -42,10 +42,12 @@ ERROR_HINTS = {
 }
 GENERIC_HINT = "Press r on this reply to try again."
 # Stream frame budget: deltas reach the Markdown at most this often. A chat frame (append,
-# relayout, repaint of the chat area) costs 10-15 ms of CPU; 20 a second leaves the loop
-# free most of the time for keys, and a token waits at most 50 ms before it is laid out.
-FRAME_S = 1 / 20
-INPUT_FRAME_S = 1 / 60  # Textual's screen refresh period (MAX_FPS 60)
+# relayout, repaint of the chat area) costs 15-20 ms of CPU under a long reply; 30 a second
+# keeps the slowest token under 100 ms from the engine to the screen (bench/ui.py: max
+# ~80 ms at 1,000 tok/s; at 20 a second the max was 100-130 ms) and still leaves the loop
+# free about half the time for keys (p95 ~28 ms).
+FRAME_S = 1 / 30
+INPUT_FRAME_S = 1 / 60  # how recent a key must be for the stream to let it paint first
 
 
 def input_pending_paint(app: object) -> bool:
