@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec
+from core.engines.llama_params import load_llama
 from core.engines.templates import fallback_template, template_stops
 from core.events import Done, Error, Event, TextDelta, Usage
 from core.parsing.stops import StopMatcher
@@ -58,12 +59,11 @@ class LlamaCppEngine:
                 f"Model file not found: {path}. Pick another model, or restore the "
                 "bundled one with `llmdeck models restore-default`.",
             )
-        from llama_cpp import Llama
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         threads = spec.option("threads") or max(1, (os.cpu_count() or 2))
         try:
-            self._llm = Llama(
+            self._llm = load_llama(
                 model_path=str(path),
                 n_ctx=spec.context_size,
                 n_threads=threads,

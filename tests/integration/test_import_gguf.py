@@ -9,12 +9,21 @@ import pytest
 
 from core.engines.gguf_import import GGUFImportError, import_gguf, main
 
+# Five prompts of 30-50 tokens: at ~15 tokens each, one near-tied position moved the
+# agreement by more than a point.
 PROMPTS = [
-    "The capital of France is Paris, and the capital of Germany is",
-    "def fibonacci(n):\n    if n < 2:\n        return n\n    return",
-    "Once upon a time, in a small village by the sea, there lived",
-    "To make a cup of tea, first boil the water, then",
-    "The three primary colours are red, yellow and",
+    "The capital of France is Paris, and the capital of Germany is Berlin. Both cities are "
+    "known for their museums, their long histories and their food; many visitors come every "
+    "summer to see",
+    "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + "
+    "fibonacci(n - 2)\n\n\ndef factorial(n):\n    if n == 0:\n        return 1\n    return",
+    "Once upon a time, in a small village by the sea, there lived an old fisherman and his "
+    "wife. Every morning he went out in his boat before the sun rose, and every evening he "
+    "came home with",
+    "To make a cup of tea, first boil the water, then warm the pot. Put one spoon of tea for "
+    "each person and one for the pot, pour the water over the leaves and wait for",
+    "The three primary colours are red, yellow and blue. Mixing red and yellow gives orange, "
+    "mixing yellow and blue gives green, and mixing blue and red gives",
 ]
 
 
@@ -33,11 +42,18 @@ def gemma_mlx(gemma_gguf, tmp_path_factory) -> Path:
 @pytest.mark.slow
 def test_import_agrees_with_llamacpp_on_greedy_next_token(gemma_gguf, gemma_mlx):
     import mlx.core as mx
-    from llama_cpp import Llama
     from mlx_lm.utils import load
 
-    llm = Llama(str(gemma_gguf), n_ctx=256, logits_all=True, verbose=False, seed=0)
+    from core.engines.llama_params import load_llama
+
+    llm = load_llama(model_path=str(gemma_gguf), n_ctx=256, logits_all=True, verbose=False,
+                     seed=0)
     model, _ = load(str(gemma_mlx))
+    # Checked in float32: this compares the imported weights (names, layout, dequantised
+    # values), not bf16 activations, whose rounding flips near-tied positions (against
+    # llama-cpp-python 0.3.36's plain CPU kernels, themselves quantised: 96.3% in bf16,
+    # 98.1% in float32 over these prompts).
+    model.set_dtype(mx.float32)
     agree = total = 0
     for prompt in PROMPTS:
         tokens = llm.tokenize(prompt.encode(), add_bos=True)

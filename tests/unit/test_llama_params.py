@@ -1,0 +1,47 @@
+"""When llama.cpp's repacked-weight buffers are turned off (core/engines/llama_params.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core.engines import llama_params
+
+
+def _cpuinfo(tmp_path: Path, flags: str) -> Path:
+    path = tmp_path / "cpuinfo"
+    path.write_text(f"processor\t: 0\nmodel name\t: Test CPU\nflags\t\t: fpu {flags}\n\n")
+    return path
+
+
+def test_amx_is_read_from_the_cpu_flags(tmp_path: Path) -> None:
+    assert llama_params.cpu_has_amx(_cpuinfo(tmp_path, "avx2 amx_bf16 amx_tile amx_int8"))
+    assert not llama_params.cpu_has_amx(_cpuinfo(tmp_path, "avx2 avx512f"))
+    assert not llama_params.cpu_has_amx(tmp_path / "missing")
+
+
+@pytest.mark.parametrize(("setting", "expected"), [("1", True), ("0", False), ("no", False)])
+def test_the_environment_decides_when_set(monkeypatch, setting: str, expected: bool) -> None:
+    monkeypatch.setenv("LLMDECK_LLAMA_REPACK", setting)
+    assert llama_params.repack_weights() is expected
+
+
+def test_without_a_setting_amx_turns_repacking_off(monkeypatch) -> None:
+    monkeypatch.delenv("LLMDECK_LLAMA_REPACK", raising=False)
+    monkeypatch.setattr(llama_params, "cpu_has_amx", lambda: True)
+    assert not llama_params.repack_weights()
+    monkeypatch.setattr(llama_params, "cpu_has_amx", lambda: False)
+    assert llama_params.repack_weights()
+
+
+def test_load_restores_llama_cpp_defaults(monkeypatch) -> None:
+    """The defaults are changed only while Llama() reads them."""
+    import llama_cpp.llama_cpp as low
+
+    monkeypatch.setenv("LLMDECK_LLAMA_REPACK", "0")
+    original = low.llama_model_default_params
+    with pytest.raises(ValueError):
+        llama_params.load_llama(model_path="/nonexistent/model.gguf", verbose=False)
+    assert low.llama_model_default_params is original
+    assert original().use_extra_bufts
