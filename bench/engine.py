@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     batches = [int(b) for b in args.batches.split(",")]
     if args.quick:
         mx.set_default_device(mx.cpu)
-        shape, variants, max_tokens, repeats, words, history = QWEN3_SHAPE, ["float32"], 24, 1, 12, 1400
+        shape, variants, max_tokens, repeats, words, history = QWEN3_SHAPE, ["float32"], 48, 5, 12, 1400
     else:
         shape = QWEN3_0_6B_SHAPE if args.shape == "qwen3-0.6b" else QWEN3_SHAPE
         variants = args.variants.split(",")
