@@ -203,15 +203,19 @@ class _LeanGenerationBatch(GenerationBatch):
                         row = processor(context, row)
                 rows.append(row)
             logits = mx.concatenate(rows, axis=0)
-        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         samplers = self.samplers or [self.fallback_sampler] * len(self.uids)
         first = samplers[0] if samplers else self.fallback_sampler
-        if all(s is first for s in samplers):
-            sampled = first(logprobs)
+        shared = all(s is first for s in samplers)
+        if shared and first is greedy:  # see greedy: no normalisation needed
+            sampled = greedy(logits)
         else:
-            sampled = mx.concatenate(
-                [s(logprobs[e : e + 1]) for e, s in enumerate(samplers)], axis=0
-            )
+            logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+            if shared:
+                sampled = first(logprobs)
+            else:
+                sampled = mx.concatenate(
+                    [s(logprobs[e : e + 1]) for e, s in enumerate(samplers)], axis=0
+                )
         self._next_tokens = sampled
         self._next_logprobs = [None] * len(self.uids)
         mx.async_eval(sampled, contexts)
@@ -381,6 +385,8 @@ class MlxEngine:
 
     def _sampler(self, sp: SamplingParams) -> Any:
         # One sampler object per setting, so a batch that shares settings samples in one call.
+        if sp.temperature == 0:
+            return greedy
         key = (sp.temperature, sp.top_p, sp.top_k, sp.min_p)
         if key not in self._samplers:
             top_p = sp.top_p if sp.top_p < 1.0 else 0.0
@@ -441,10 +447,8 @@ class MlxEngine:
         logits = self._model(tokens[None], cache=cache)[:, -1, :]
         for processor in act.processors:
             logits = processor(context, logits)
-        if act.req.sampling.temperature == 0:
-            # Greedy picks the same token from logits as from log-probabilities: skip the
-            # normalisation (two kernels a token, on a path that is launch-bound).
-            return mx.argmax(logits, axis=-1)
+        if act.sampler is greedy:
+            return greedy(logits)
         logprobs = logits - mx.logsumexp(logits, keepdims=True)
         return act.sampler(logprobs)
 
@@ -796,6 +800,13 @@ _SETTLE_PER_STEP = 2
 # MLX keeps freed buffers for reuse; emptying that cache makes the next steps allocate
 # afresh (slow on CUDA), so it is emptied only when it holds more than this.
 _BUFFER_CACHE_LIMIT = 2 * 1024**3
+
+
+def greedy(logits: mx.array) -> mx.array:
+    """The temperature-0 sampler. It picks the same token from raw logits as from
+    log-probabilities, so both decode paths skip the normalisation for it (two kernels a
+    token on a launch-bound path); mlx_lm's sampler for temperature 0 is the same argmax."""
+    return mx.argmax(logits, axis=-1)
 
 
 def _trim_buffer_cache() -> None:
