@@ -165,46 +165,48 @@ def generate_step_tps(model, prompt: list[int], max_tokens: int) -> float:
 
 
 def cached_ttft(eng: MlxEngine, history_words: int) -> dict:
-    def turn(messages: tuple, rid: str) -> tuple[Usage, str]:
+    def turn(messages: tuple, rid: str) -> tuple[Usage, str, float, float]:
+        """(usage, reply, ms to render and tokenise, ms of the first step: the cache
+        lookup, the new tokens' pass and the first token read back)."""
         # A person takes longer than one decode step to reply: let the work the previous
         # turn left queued finish, so neither TTFT includes it.
         mx.synchronize()
         t = time.perf_counter()
         eng.submit(GenerationRequest(rid, messages, SamplingParams(temperature=0.0, max_tokens=8)))
-        admit_ms.append((time.perf_counter() - t) * 1000)  # render + tokenise
-        text, usage = "", None
-        first_step = True
+        admit_ms = (time.perf_counter() - t) * 1000
+        text, usage, first_step_ms = "", None, None
         while eng.has_work():
             t = time.perf_counter()
             stepped = eng.step()
-            if first_step:  # cache lookup, the remainder's pass, the first token read back
-                first_step_ms.append((time.perf_counter() - t) * 1000)
-                first_step = False
+            if first_step_ms is None:
+                first_step_ms = (time.perf_counter() - t) * 1000
             for _, events in stepped:
                 for e in events:
                     if isinstance(e, Usage):
                         usage = e
                     elif hasattr(e, "text"):
                         text += e.text
-        assert usage is not None
-        return usage, text
+        assert usage is not None and first_step_ms is not None
+        return usage, text, admit_ms, first_step_ms
 
     colds: list[float] = []
     cacheds: list[float] = []
-    admit_ms: list[float] = []
-    first_step_ms: list[float] = []
+    cached_admit: list[float] = []
+    cached_first_step: list[float] = []
     for salt in (96, 97, 98, 99):  # the first pair meets the long-prefill shapes: untimed
         eng._prefix.clear()
         first = ({"role": "user", "content": f"{salt} " + _text(history_words, salt)},)
-        u1, reply = turn(first, f"turn-1-{salt}")
+        u1, reply, _, _ = turn(first, f"turn-1-{salt}")
         second = first + (
             {"role": "assistant", "content": reply},
             {"role": "user", "content": "and then?"},
         )
-        u2, _ = turn(second, f"turn-2-{salt}")
+        u2, _, admit_ms, first_step_ms = turn(second, f"turn-2-{salt}")
         if salt != 96:
             colds.append(u1.ttft_ms)
             cacheds.append(u2.ttft_ms)
+            cached_admit.append(admit_ms)
+            cached_first_step.append(first_step_ms)
     cold, cached = statistics.median(colds), statistics.median(cacheds)
     return {
         "history_tokens": u1.prompt_tokens,
@@ -214,10 +216,10 @@ def cached_ttft(eng: MlxEngine, history_words: int) -> dict:
         "cached_ttft_fraction": cached / cold if cold else 0.0,
         "cold_ttft_runs_ms": colds,
         "cached_ttft_runs_ms": cacheds,
-        # Where a cached turn's time goes (turns 2 of the timed pairs): rendering and
-        # tokenising the history, then the one step that runs the new tokens' pass.
-        "cached_admit_ms": admit_ms[3::2],
-        "cached_first_step_ms": first_step_ms[3::2],
+        # Where a cached turn's time goes: rendering and tokenising the history, then
+        # the one step that runs the new tokens' pass.
+        "cached_admit_ms": cached_admit,
+        "cached_first_step_ms": cached_first_step,
     }
 
 
