@@ -36,6 +36,21 @@ _PIECE = re.compile(r'"([^"]*)"(\*?)|(\S+)')
 _WORDY = re.compile(r"[^\W_]", re.UNICODE)
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)  # unicode61: letters and digits
 _OPERATORS = {"OR", "NOT", "AND"}
+# Longer queries are cut here: nobody types more into a search box, and FTS5's cost grows
+# with every term (a pasted 1 MB "query" would hold the store thread for seconds).
+MAX_QUERY_CHARS = 1000
+
+
+def clean_query(user_text: str) -> str:
+    """`user_text` as SQLite can take it: surrogate pairs joined into their character, lone
+    surrogates (which UTF-8 cannot encode, so sqlite3 raised UnicodeEncodeError) and NULs
+    replaced by U+FFFD, and at most MAX_QUERY_CHARS characters."""
+    text = user_text[: MAX_QUERY_CHARS * 2]
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text.replace("\x00", "\ufffd")[:MAX_QUERY_CHARS]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +90,7 @@ def _parse(user_text: str) -> list[_Term | str]:
 
 def fts_query(user_text: str) -> str | None:
     """The FTS5 expression for `user_text`, or None when it holds no searchable word."""
-    items = _parse(user_text)
+    items = _parse(clean_query(user_text))
     return " ".join(i.fts() if isinstance(i, _Term) else i for i in items) or None
 
 
@@ -205,6 +220,7 @@ LIMIT :limit
 
 def search(conn: sqlite3.Connection, user_text: str, limit: int) -> list[SearchHit]:
     """Conversations matching `user_text`, best first, one hit per conversation."""
+    user_text = clean_query(user_text)
     items = _parse(user_text)
     if not items or limit <= 0:
         return []
