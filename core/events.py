@@ -24,6 +24,7 @@ ERROR_CODES = frozenset(
         "WORKER_CRASHED",
         "BAD_REQUEST",
         "INTERNAL",
+        "STORE_FAILED",  # the reply streamed but could not be saved (disk full, ...)
     }
 )
 

@@ -92,6 +92,8 @@ class Turn:
         self._tool_runner: ToolRunner | None = None
         self.rollover: Any = None  # a memory RolloverMarker when this turn started a new session
         self.sources: tuple[str, ...] = ()  # documents cited in this turn's context
+        # Set when the reply could not be (fully) saved; events() reports it before Done.
+        self.store_error: Error | None = None
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -121,6 +123,11 @@ class Turn:
                     done = event
                 else:
                     yield event
+            if self.store_error is not None:
+                yield self.store_error
+                if done is not None:
+                    yield done
+                return
             assistant_id = self.assistant_message_id
             if not calls or self.cancelled or assistant_id is None or done is None \
                     or done.finish_reason in ("error", "cancelled"):
@@ -143,10 +150,15 @@ class Turn:
                         yield status
                 finally:
                     self._tool_runner = None
-            parent_id = await rt.store_call(
-                rt.store_handle.add_message, self.conversation_id, "tool",
-                tool_results_text(statuses), parent_id=assistant_id,
-                tool_results=[s.record() for s in statuses])
+            try:
+                parent_id = await rt.store_call(
+                    rt.store_handle.add_message, self.conversation_id, "tool",
+                    tool_results_text(statuses), parent_id=assistant_id,
+                    tool_results=[s.record() for s in statuses])
+            except StoreError as exc:
+                yield Error("STORE_FAILED", f"{exc.message} The tool results were not saved.")
+                yield Done("error")
+                return
             if self.cancelled or round_no == self.max_rounds:
                 yield Done("cancelled" if self.cancelled else "tool_calls")
                 return
@@ -209,17 +221,34 @@ class Turn:
         finally:
             t, r = "".join(text), "".join(reasoning)
             status = "error" if error is not None else "complete"
+            if error is not None and error.code == "CANCELLED":
+                error = None
             if error is not None and error.code == "WORKER_CRASHED":
                 status = "partial"
+            elif error is None and (self.cancelled or finish == "cancelled"):
+                status = "stopped"  # Esc: the text is all the user wanted, not a failure
+            failed = error
 
             def _finish() -> None:
                 if t or r:
                     stream.feed(t, r)
                 stream.finish(status, usage=usage, tool_calls=tool_calls or None,
-                              error=error.message if error else None)
+                              error=failed.message if failed else None)
 
-            await rt.store_call(_finish)
+            try:
+                await rt.store_call(_finish)
+            except StoreError as exc:  # disk full, file gone: the reply stays on screen
+                self.store_error = _unsaved_reply(exc, stream)
             self.assistant_message_id = stream.message_id
+
+
+def _unsaved_reply(exc: StoreError, stream: MessageStream) -> Error:
+    """What to tell the user when a streamed reply could not be saved: why, and how much
+    of it is on disk (the app keeps running; the text stays on screen)."""
+    kept = len(stream.flushed_text) if stream.message_id is not None else 0
+    saved = (f"The first {kept:,} characters of this reply are saved" if kept
+             else "This reply was not saved")
+    return Error("STORE_FAILED", f"{exc.message} {saved}; the rest is only on screen.")
 
 
 class Runtime:

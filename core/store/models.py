@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 ROLES = ("system", "user", "assistant", "tool")
-STATUSES = ("partial", "complete", "error")
+STATUSES = ("partial", "complete", "error", "stopped")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +27,8 @@ class Conversation:
 @dataclass(frozen=True, slots=True)
 class Message:
     """One message. `status` is partial while streaming (or after a crash mid-stream),
-    complete, or error (then `error` says why). `parent_id` links the branch tree."""
+    complete, stopped (the user stopped the reply: its text is all there was), or error
+    (then `error` says why). `parent_id` links the branch tree."""
 
     id: str
     conversation_id: str

@@ -638,6 +638,8 @@ class MainScreen(Screen):
                 elif isinstance(event, Error):
                     reply.show_error(event)
                 elif isinstance(event, Done):
+                    if event.finish_reason == "cancelled":
+                        reply.set_status("stopped")  # as the store has it (Esc)
                     break
         finally:
             await reply.finish()

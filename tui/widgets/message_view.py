@@ -39,6 +39,8 @@ ERROR_HINTS = {
     "WORKER_CRASHED": "The model process restarts by itself; press r on this reply to try again.",
     "BAD_REQUEST": "Check the sampling settings (f3); they were refused.",
     "INTERNAL": "Press r on this reply to try again; if it repeats, restart llmdeck.",
+    "STORE_FAILED": "llmdeck keeps running; free the space or fix the file, then press r on "
+                    "this reply to have it again.",
 }
 GENERIC_HINT = "Press r on this reply to try again."
 # Stream frame budget: deltas reach the Markdown at most this often. A chat frame (append,
@@ -162,6 +164,8 @@ class MessageView(Vertical):
                  "tool": "Tools"}.get(self.role, self.role)
         if self._status == "partial":
             label += " (interrupted)"
+        elif self._status == "stopped":
+            label += " (stopped)"
         if self.branch:
             label += f"  ‹ {self.branch[0]}/{self.branch[1]} ›"
         return label
@@ -250,6 +254,11 @@ class MessageView(Vertical):
 
     def tool_card(self, call_id: str) -> ToolCard | None:
         return next((c for c in self.query(ToolCard) if c.call_id == call_id), None)
+
+    def set_status(self, status: str) -> None:
+        """The stored status (partial, stopped, ...) once a streamed reply ends."""
+        self._status = status
+        self.query_one(".role", Static).update(self._role_label())
 
     def set_branch(self, branch: tuple[int, int] | None) -> None:
         self.branch = branch
