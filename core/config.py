@@ -55,6 +55,41 @@ class RemoteEndpoint:
         return os.environ.get(self.api_key_env, "") if self.api_key_env else self.api_key
 
 
+MCP_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
+@dataclass
+class McpServerConfig:
+    """An MCP server whose tools the model may call (core.tools.mcp): either a `command`
+    with `args` and `env` (stdio) or a `url` with `headers` (streamable HTTP)."""
+
+    name: str
+    command: str = ""
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    url: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    enabled: bool = True
+    timeout_s: float = 60.0  # one tool call; start-up has its own limit
+
+    def problem(self) -> str | None:
+        """Why this entry cannot be used, as a sentence, or None."""
+        if not self.name or not set(self.name) <= MCP_NAME_CHARS:
+            return (f"MCP server name {self.name!r} must be letters, digits, _ or - "
+                    "(it prefixes the tool names, as in name.tool)")
+        if bool(self.command) == bool(self.url):
+            return f"MCP server {self.name!r} needs either a command (stdio) or a url (HTTP), not both"
+        if self.url and not self.url.startswith(("http://", "https://")):
+            return f"MCP server {self.name!r}: url must start with http:// or https://"
+        if not isinstance(self.timeout_s, (int, float)) or self.timeout_s <= 0:
+            return f"MCP server {self.name!r}: timeout_s must be a positive number of seconds"
+        return None
+
+    def target(self) -> str:
+        """The command line or URL, as the settings screen and the status pane show it."""
+        return self.url or " ".join([self.command, *self.args])
+
+
 @dataclass
 class Settings:
     model: str | None = None  # path to a .gguf or an MLX model dir; None = bundled
@@ -70,6 +105,10 @@ class Settings:
     python_asks: bool = True  # ask before each python tool run (False: run without asking)
     python_timeout_s: float = 30.0
     python_memory_mb: int = 1024
+    mcp_servers: list[McpServerConfig] = field(default_factory=list)  # [[mcp_servers]]
+    # What `llmdeck mcp` offers other agents; nothing unless the person turns it on.
+    mcp_share_conversations: bool = False
+    mcp_share_documents: bool = False
     problems: list[str] = field(default_factory=list, repr=False, compare=False)
 
     @classmethod
@@ -87,7 +126,7 @@ class Settings:
         return settings
 
     def _apply(self, data: dict[str, Any]) -> None:
-        names = {f.name for f in fields(self)} - {"sampling", "problems", "remotes"}
+        names = {f.name for f in fields(self)} - {"sampling", "problems", "remotes", "mcp_servers"}
         for key, value in data.items():
             if key in names:
                 setattr(self, key, value)
@@ -106,10 +145,27 @@ class Settings:
                 self.problems.append(f"remote endpoint {entry!r} ignored: {exc}")
                 continue
             self.remotes.append(remote)
+        self.mcp_servers = []
+        entries = data.get("mcp_servers", [])
+        for entry in entries if isinstance(entries, list) else ():
+            try:
+                server = McpServerConfig(**entry)
+                problem = server.problem()
+                if problem is None and self.mcp_server(server.name) is not None:
+                    problem = f"a second MCP server is named {server.name!r}"
+                if problem:
+                    raise TypeError(problem)
+            except TypeError as exc:
+                self.problems.append(f"MCP server {entry!r} ignored: {exc}")
+                continue
+            self.mcp_servers.append(server)
 
     def remote(self, name: str) -> RemoteEndpoint | None:
         """The configured endpoint called `name` (None when there is none)."""
         return next((r for r in self.remotes if r.name == name), None)
+
+    def mcp_server(self, name: str) -> McpServerConfig | None:
+        return next((m for m in self.mcp_servers if m.name == name), None)
 
     def save(self, path: Path | None = None) -> None:
         path = path or paths.config_path()

@@ -1,6 +1,6 @@
 """Who decides whether a tool call runs: the user, asked through an approval callback.
 
-Every call asks, except read-only tools the user has "always allowed" in this
+Every call asks, except read-only and MCP tools the user has "always allowed" in this
 conversation, and `python` when the user turned its prompt off in settings. A call that
 nobody can be asked about is denied: nothing runs unseen.
 """
@@ -15,7 +15,7 @@ from core.tools.registry import ToolRegistry
 
 Decision = Literal["allow", "deny", "always"]
 """allow: run this call; deny: don't; always: run it and stop asking for this tool in
-this conversation (read-only tools only; for others it means allow)."""
+this conversation (read-only and MCP tools only; for others it means allow)."""
 
 Approver = Callable[[ToolCall], Awaitable[Decision]]
 
@@ -30,7 +30,7 @@ class ApprovalPolicy:
 
     def can_always_allow(self, name: str) -> bool:
         tool = self.registry.get(name)
-        return tool is not None and tool.read_only
+        return tool is not None and (tool.read_only or tool.server is not None)
 
     def needs_approval(self, conversation_id: str, name: str) -> bool:
         tool = self.registry.get(name)
@@ -38,7 +38,7 @@ class ApprovalPolicy:
             return False  # nothing runs: the call fails with "no such tool"
         if name == "python" and not self.python_asks:
             return False
-        if tool.read_only:
+        if self.can_always_allow(name):
             return name not in self._always.get(conversation_id, set())
         return True
 

@@ -32,6 +32,9 @@ class ToolKit:
         self.registry = registry or default_registry()
         self.policy = ApprovalPolicy(self.registry, python_asks=python_asks)
         self.sandbox = Sandbox(timeout_s=python_timeout_s, memory_mb=python_memory_mb)
+        from core.tools.mcp import McpServers  # imports the SDK only when a server starts
+
+        self.mcp = McpServers(self.registry, list(getattr(settings, "mcp_servers", None) or []))
 
     @classmethod
     def from_settings(cls, settings: Any) -> ToolKit:
@@ -61,6 +64,13 @@ class ToolKit:
         self.policy.python_asks = bool(s.python_asks)
         self.sandbox.timeout_s = float(s.python_timeout_s)
         self.sandbox.memory_mb = int(s.python_memory_mb)
+        self.mcp.sync(list(getattr(s, "mcp_servers", None) or []))
+
+    async def prepare(self, model_info: dict[str, Any]) -> None:
+        """Before tools are offered: start the MCP servers not running yet (first use)."""
+        self.sync()
+        if self.enabled and model_info.get("family", "plain") not in NO_TOOL_FAMILIES:
+            await self.mcp.ensure_started()
 
     def offer(self, model_info: dict[str, Any]) -> tuple[dict[str, Any], ...]:
         """Tool schemas for this model: none when tools are off or its output format has
@@ -75,4 +85,5 @@ class ToolKit:
         return ToolContext(conversation_id, store=store, store_call=store_call, sandbox=self.sandbox)
 
     async def close(self) -> None:
+        await self.mcp.close()
         await self.sandbox.close()

@@ -44,13 +44,16 @@ Runner = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]
 
 @dataclass(frozen=True, slots=True)
 class Tool:
-    """One callable tool. `read_only` tools may be "always allowed" per conversation."""
+    """One callable tool. `read_only` tools may be "always allowed" per conversation, and
+    so may tools of an MCP server (`server` names it; None for the built-ins): the person
+    configured that server and says per tool whether to stop asking."""
 
     name: str
     description: str
     parameters: dict[str, Any]
     run: Runner
     read_only: bool = False
+    server: str | None = None
 
     def schema(self) -> dict[str, Any]:
         return {"type": "function", "function": {
@@ -105,6 +108,15 @@ class ToolRegistry:
         if tool.name in self._tools:
             raise ValueError(f"a tool named {tool.name!r} is already registered")
         self._tools[tool.name] = tool
+
+    def replace_server(self, server: str, tools: list[Tool]) -> None:
+        """Swap the tools of one MCP server (none: it stopped or was turned off). A tool
+        whose name is taken by another source is skipped, never shadowing it."""
+        for name in [n for n, t in self._tools.items() if t.server == server]:
+            del self._tools[name]
+        for tool in tools:
+            if tool.name not in self._tools:
+                self._tools[tool.name] = tool
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)

@@ -1,0 +1,327 @@
+"""One MCP server: started on first use, its tools, prompts and resources listed, calls
+bounded by a timeout, and every way it can go wrong turned into a sentence.
+
+The SDK's transports and session are anyio context managers that must be entered and left
+in the same task, so each connection owns one task that opens them, reports "ready" and
+then waits to be told to stop; calls from other tasks go through the open session.
+
+stdio servers are started with the SDK's own stdio client (its own process group, stdin
+closed then SIGTERM then SIGKILL at stop): the shared child-process bootstrap in
+core/workers runs inside Python children and cannot wrap an arbitrary command, and a
+server whose app dies sees its stdin close and exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from core import paths
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
+
+    from core.config import McpServerConfig
+
+T = TypeVar("T")
+State = Literal["stopped", "starting", "ready", "crashed", "failed"]
+START_TIMEOUT_S = 20.0
+MAX_RESTARTS = 3  # a server that dies this often stays failed until settings change
+STOP_TIMEOUT_S = 8.0  # the SDK's stop: stdin closed, 2 s, SIGTERM, 2 s, SIGKILL
+
+# The SDK logs protocol trouble (a line that is not JSON) with tracebacks; the call's
+# own error says it, and nothing must print over the full-screen UI.
+logging.getLogger("mcp").addHandler(logging.NullHandler())
+logging.getLogger("mcp").propagate = False
+
+
+class McpCallError(Exception):
+    """A call that did not get a usable answer; str() is the sentence for the tool card."""
+
+
+@dataclass(frozen=True, slots=True)
+class McpToolInfo:
+    name: str
+    description: str
+    schema: dict[str, Any]
+    read_only: bool
+
+
+@dataclass(frozen=True, slots=True)
+class McpPromptInfo:
+    name: str
+    description: str
+    arguments: tuple[tuple[str, bool], ...]  # (name, required)
+
+
+@dataclass(frozen=True, slots=True)
+class McpResourceInfo:
+    uri: str
+    name: str
+    mime_type: str
+
+
+@dataclass
+class McpListing:
+    tools: list[McpToolInfo] = field(default_factory=list)
+    prompts: list[McpPromptInfo] = field(default_factory=list)
+    resources: list[McpResourceInfo] = field(default_factory=list)
+
+
+def log_path(name: str) -> Path:
+    """Where a stdio server's stderr goes (its own diagnostics, never shown over the UI)."""
+    folder = paths.log_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"mcp-{name}.log"
+
+
+def _last_log_line(name: str) -> str:
+    try:
+        lines = log_path(name).read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1][:200] if lines else ""
+
+
+class McpConnection:
+    """A configured server and its session; `ensure_started()` before anything else."""
+
+    def __init__(self, config: McpServerConfig) -> None:
+        self.config = config
+        self.state: State = "stopped"
+        self.error: str | None = None
+        self.restarts = 0
+        self.pid: int | None = None
+        self.active = 0
+        self.listing = McpListing()
+        self._session: ClientSession | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._ready: asyncio.Event | None = None
+        self._stop: asyncio.Event | None = None
+        self._starts = 0
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def ensure_started(self, timeout: float = START_TIMEOUT_S) -> bool:
+        """Start the server if it is not running (a crashed one again, within the restart
+        budget) and wait until it is ready or failed; True when it is ready."""
+        if self.state == "crashed":
+            if self.restarts >= MAX_RESTARTS:
+                self.state = "failed"
+                self.error = (f"stopped {self.restarts + 1} times; fix it, then turn it off and "
+                              "on again in settings (F3)")
+            else:
+                self.restarts += 1
+                self.state = "stopped"
+        if self.state == "stopped":
+            self.state, self.error = "starting", None
+            self._ready, self._stop = asyncio.Event(), asyncio.Event()
+            self._task = asyncio.ensure_future(self._own(self._ready, self._stop, timeout))
+        if self.state == "starting" and self._ready is not None:
+            await self._ready.wait()
+        return self.state == "ready"
+
+    async def _own(self, ready: asyncio.Event, stop: asyncio.Event, timeout: float) -> None:
+        """The task that holds the transport and session open until `stop` is set."""
+        import anyio
+
+        self._starts += 1
+        errlog = None
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                if self.config.command:
+                    errlog = stack.enter_context(open(log_path(self.name), "a", encoding="utf-8"))  # noqa: SIM115
+                streams = await stack.enter_async_context(self._transport(errlog))
+                from mcp import ClientSession
+
+                session = await stack.enter_async_context(ClientSession(streams[0], streams[1]))
+                with anyio.fail_after(timeout):
+                    init = await session.initialize()
+                    listing = await self._list(session, init.capabilities)
+                self._session, self.listing = session, listing
+                self.pid = self._find_pid() if self.config.command else None
+                self.state, self.error = "ready", None
+                ready.set()
+                await stop.wait()
+        except TimeoutError:
+            self._fail(f"did not finish starting within {timeout:g} s")
+        except FileNotFoundError:
+            self._fail(f"command {self.config.command!r} not found; check the path or install it")
+        except PermissionError:
+            self._fail(f"command {self.config.command!r} is not executable")
+        except asyncio.CancelledError:
+            if self.state == "starting":
+                self._fail("start-up was cancelled")
+            raise
+        except BaseException as exc:  # noqa: BLE001 - an ExceptionGroup from anyio, a bad URL...
+            self._fail(self._start_problem(exc))
+        finally:
+            self._session = None
+            if self.state == "ready":  # the connection ended without a stop: it crashed
+                self.state = "crashed" if not stop.is_set() else "stopped"
+                if not stop.is_set():
+                    self.error = "the server stopped unexpectedly"
+            ready.set()
+
+    def _transport(self, errlog: Any) -> contextlib.AbstractAsyncContextManager[Any]:
+        c = self.config
+        if c.command:
+            from mcp import StdioServerParameters, stdio_client
+
+            return stdio_client(StdioServerParameters(command=c.command, args=list(c.args),
+                                                      env=dict(c.env) or None), errlog=errlog)
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        client = create_mcp_http_client(headers=dict(c.headers) or None)
+        return streamable_http_client(c.url, http_client=client)
+
+    @staticmethod
+    async def _list(session: ClientSession, caps: Any) -> McpListing:
+        listing = McpListing()
+        if caps is None or caps.tools is not None:
+            cursor = None
+            while True:
+                from mcp.types import PaginatedRequestParams
+
+                page = await session.list_tools(
+                    params=PaginatedRequestParams(cursor=cursor) if cursor else None)
+                for t in page.tools:
+                    hints = t.annotations
+                    listing.tools.append(McpToolInfo(
+                        t.name, t.description or t.title or t.name, dict(t.input_schema or {}),
+                        bool(hints and hints.read_only_hint)))
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+        if caps is not None and caps.prompts is not None:
+            for p in (await session.list_prompts()).prompts:
+                args = tuple((a.name, bool(a.required)) for a in p.arguments or ())
+                listing.prompts.append(McpPromptInfo(p.name, p.description or "", args))
+        if caps is not None and caps.resources is not None:
+            for r in (await session.list_resources()).resources:
+                listing.resources.append(McpResourceInfo(str(r.uri), r.name, r.mime_type or ""))
+        return listing
+
+    def _fail(self, reason: str) -> None:
+        self.state, self.error = "failed", reason
+
+    def _start_problem(self, exc: BaseException) -> str:
+        inner = exc
+        while isinstance(inner, BaseExceptionGroup) and inner.exceptions:
+            inner = inner.exceptions[0]
+        text = str(inner) or type(inner).__name__
+        if "Connection closed" in text and self.config.command:
+            last = _last_log_line(self.name)
+            hint = f" (its last words: {last})" if last else f" (see {log_path(self.name)})"
+            return f"exited during start-up{hint}"
+        if self.config.url and type(inner).__name__ in ("ConnectError", "ConnectTimeout"):
+            return f"cannot connect to {self.config.url}: {text}"
+        return f"could not start: {type(inner).__name__}: {text}"
+
+    def _find_pid(self) -> int | None:
+        """The server's pid, for the status pane (the SDK does not hand out its process):
+        our newest child running this command line."""
+        try:
+            import psutil
+
+            found = [c for c in psutil.Process().children()
+                     if (cmd := c.cmdline()) and cmd[1:] == list(self.config.args)
+                     and Path(cmd[0]).name == Path(self.config.command).name]
+            return max(found, key=lambda c: c.create_time()).pid if found else None
+        except Exception:  # noqa: BLE001 - only the pane's pid column depends on it
+            return None
+
+    def alive(self) -> bool:
+        """False when a stdio server's process has gone (noticed before the next call)."""
+        if self.pid is None or self.state != "ready":
+            return self.state == "ready"
+        try:
+            import psutil
+
+            proc = psutil.Process(self.pid)
+            return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+        except Exception:  # noqa: BLE001 - gone
+            return False
+
+    async def close(self) -> None:
+        """Stop the server and wait for its process to end (bounded)."""
+        task, stop = self._task, self._stop
+        self._task = None
+        if stop is not None:
+            stop.set()
+        if task is not None and not task.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(task), STOP_TIMEOUT_S)
+            except TimeoutError:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+            except BaseException:  # noqa: BLE001 - its failure was recorded by _own
+                pass
+        self.state = "stopped" if self.state != "failed" else "failed"
+        self.pid = None
+        self._session = None
+
+    # -- requests --------------------------------------------------------------------------
+    async def request(self, what: str, make: Callable[[ClientSession], Awaitable[T]],
+                      timeout: float | None = None) -> T:
+        """Run one request on the session; every failure becomes an McpCallError."""
+        if not await self.ensure_started():
+            raise McpCallError(f"MCP server {self.name} is not available: {self.error}")
+        session = self._session
+        if session is None or not self.alive():
+            self._crashed("its process has exited")
+            raise McpCallError(f"MCP server {self.name} stopped before {what}; it restarts on the next call.")
+        limit = timeout or float(self.config.timeout_s)
+        self.active += 1
+        started = time.monotonic()
+        try:
+            return await asyncio.wait_for(make(session), limit)
+        except TimeoutError:
+            raise McpCallError(f"{what[:1].upper()}{what[1:]} got no answer from MCP server {self.name} within "
+                               f"{limit:g} s (its timeout_s); the call was abandoned.") from None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - each kind below is a sentence
+            problem = self._call_problem(what, exc, time.monotonic() - started)
+            raise McpCallError(problem[:1].upper() + problem[1:]) from None
+        finally:
+            self.active -= 1
+
+    def _crashed(self, reason: str) -> None:
+        if self.state == "ready":
+            self.state, self.error, self.pid = "crashed", reason, None
+            if self._stop is not None:
+                self._stop.set()  # the owner task tears the transport down
+
+    def _call_problem(self, what: str, exc: Exception, elapsed: float) -> str:
+        from mcp import MCPError
+        from pydantic import ValidationError
+
+        text = str(exc)
+        if isinstance(exc, MCPError) and "Connection closed" in text:
+            self._crashed("the server stopped during a call")
+            return (f"MCP server {self.name} stopped during {what} (after {elapsed:.1f} s); "
+                    "nothing came back. It restarts on the next call.")
+        if isinstance(exc, MCPError) and "timed out" in text:
+            return f"{what} timed out on MCP server {self.name}."
+        if isinstance(exc, MCPError):
+            return f"MCP server {self.name} refused {what}: {text}"
+        if isinstance(exc, ValidationError):
+            first = exc.errors()[0] if exc.errors() else {}
+            where = ".".join(str(p) for p in first.get("loc", ())) or "result"
+            return (f"MCP server {self.name} answered {what} with a malformed result "
+                    f"({where}: {first.get('msg', text)}); the answer was discarded.")
+        if isinstance(exc, RuntimeError) and "schema" in text.lower():
+            return f"MCP server {self.name} answered {what} with a result that breaks its own schema: {text}"
+        return f"{what} on MCP server {self.name} failed: {type(exc).__name__}: {text}"
