@@ -77,7 +77,10 @@ class LlmdeckApp(App):
             self.notify(str(exc), title="Cannot open history", severity="error", timeout=30)
             gc_tuning.settle_after_start()  # up as far as it gets: full collections again
             return
-        if not self.main.history_listed:  # else on_mount listed the runtime's early read
+        notice = self.runtime.store_notice  # a damaged database was moved aside
+        if notice:
+            self.notify(notice, title="History", severity="warning", timeout=60)
+        if notice or not self.main.history_listed:  # else on_mount listed the early read
             await self.main.refresh_sidebar()
         self.main.on_model_state(self.runtime.model)
         # Preload and warm up once the first frame (history listed) is on screen: starting

@@ -4,6 +4,8 @@ streaming writes that survive crashes, export/import, attachments and chunks.
 Call everything from one dedicated thread (the runtime's store worker), never the UI loop.
 
     store = Store.open(path)                      # creates/migrates; StoreError on trouble
+    store = check_store(open_store(path))         # the app's way: a garbage or damaged
+                                                  # file is moved aside (store.recovery)
     cid = store.create_conversation(model=label)
     store.add_message(cid, "user", text)          # titles an untitled conversation
     stream = MessageStream(store, cid, model=label, parent_id=user_id)
@@ -19,6 +21,7 @@ Every StoreError has a stable `code` (errors.py) and a `message` to show as is.
 
 from .errors import StoreError
 from .models import Attachment, Chunk, Conversation, Message, SearchHit
+from .recovery import Recovery, check_store, open_store
 from .schema import SCHEMA_VERSION
 from .search import HIGHLIGHT_END, HIGHLIGHT_START, fts_query, snippet_parts
 from .store import Store
@@ -34,10 +37,13 @@ __all__ = [
     "Conversation",
     "Message",
     "MessageStream",
+    "Recovery",
     "SearchHit",
     "Store",
     "StoreError",
     "auto_title",
+    "check_store",
     "fts_query",
+    "open_store",
     "snippet_parts",
 ]

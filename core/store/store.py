@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import sqlite_utils
 
+    from .recovery import Recovery
+
 from . import exchange, search
 from .attachments import AttachmentRows
 from .errors import (
@@ -157,6 +159,8 @@ class Store(AttachmentRows):
         self.path = path
         self._lock = threading.RLock()
         self._db: sqlite_utils.Database | None = None
+        # Set by core.store.recovery when this file replaced a damaged one (what to tell).
+        self.recovery: Recovery | None = None
 
     @property
     def db(self) -> sqlite_utils.Database:
@@ -215,6 +219,16 @@ class Store(AttachmentRows):
             conn.close()
             raise _translate(exc, path) from exc
         return cls(conn, path)
+
+    def quick_check(self, max_errors: int = 5) -> list[str]:
+        """SQLite's quick_check: [] when the file is sound, else what is wrong (at most
+        `max_errors` lines). O(file size): 22 ms at 18 MB, 195 ms at 178 MB (warm)."""
+        with self._lock:
+            try:
+                rows = self.conn.execute(f"PRAGMA quick_check({int(max_errors)})").fetchall()
+            except sqlite3.DatabaseError as exc:
+                return [str(exc)]
+        return [] if rows == [("ok",)] else [str(row[0]) for row in rows]
 
     def close(self) -> None:
         """Close the connection, first letting SQLite refresh its query-planner statistics

@@ -19,6 +19,7 @@ from textual.widgets import Footer, Input, Static, TextArea
 
 from core.events import Done, Error, ReasoningDelta, TextDelta, ToolCall, Usage
 from core.runtime import ModelState, Turn, context_use
+from core.store import StoreError
 from core.tools import RunResult, ToolStatus, fix_prompt, python_blocks
 from core.tools.fenced import run_block
 from tui import slash
@@ -320,7 +321,12 @@ class MainScreen(Screen):
             self.notify(BUSY)
             return
         self.composer.stop_editing()
-        await self.open_conversation(event.conversation_id, event.message_id)
+        try:
+            await self.open_conversation(event.conversation_id, event.message_id)
+        except StoreError as exc:  # a damaged page met after the start-up check: say so
+            self.notify(exc.message, title="Cannot open this conversation", severity="error",
+                        timeout=15)
+            return
         if event.message_id is None:
             self.composer.focus()
         self.app.use_conversation_model(event.conversation_id)  # type: ignore[attr-defined]

@@ -1,0 +1,51 @@
+"""The app with a garbage or damaged database: it says where the old file went, loads
+its model, lists what was recovered, opens every conversation and chats on.
+
+The real app (Textual pilot), the real worker pool (scripted engine), real SQLite files.
+"""
+
+from __future__ import annotations
+
+import os
+
+from core import paths
+from tests.fixtures.store import damage_pages_of
+from tests.fixtures.tui import scripted_app, seed_conversations, send, wait_ready, wait_until
+from tui.widgets.message_view import MessageView
+from tui.widgets.sidebar import Sidebar
+
+
+def _notes(app) -> str:  # noqa: ANN001
+    return " ".join(str(n.message) for n in app._notifications)
+
+
+async def test_a_garbage_database_is_moved_aside_and_the_app_chats_on() -> None:
+    db = paths.db_path()
+    garbage = os.urandom(20_000)
+    db.write_bytes(garbage)
+    app = scripted_app()
+    async with app.run_test(size=(110, 32)) as pilot:
+        await wait_ready(pilot)  # the model loads (it never did: "start() was not awaited")
+        await wait_until(pilot, lambda: "was moved to" in _notes(app))
+        moved = next(db.parent.glob("llmdeck.db.damaged-*"))
+        assert moved.read_bytes() == garbage and str(moved) in _notes(app)
+        await send(pilot, "Hello after the damage")
+        assert app.main.conversation_id is not None
+        assert app.is_running
+
+
+async def test_a_damaged_database_opens_every_recovered_conversation() -> None:
+    ids = seed_conversations([(f"question {n} sourdough", "answer " + "crumb " * 400)
+                              for n in range(40)])
+    assert damage_pages_of(paths.db_path(), "messages") >= 3
+    app = scripted_app()
+    async with app.run_test(size=(110, 32)) as pilot:
+        await wait_ready(pilot)
+        await wait_until(pilot, lambda: "messages were recovered" in _notes(app))
+        sidebar = app.main.query_one(Sidebar)
+        for cid in ids:  # the crash was here: opening a conversation with a damaged page
+            sidebar.post_message(Sidebar.Opened(cid))
+            await wait_until(pilot, lambda cid=cid: app.main.conversation_id == cid)
+        assert app.is_running and "Cannot open" not in _notes(app)
+        await send(pilot, "Still here?")
+        assert len(app.main.query(MessageView)) >= 2
