@@ -24,7 +24,17 @@ from core.engines.base import GenerationRequest, ModelSpec
 from core.events import Done, Error, Event, ReasoningDelta, TextDelta, ToolCall, Usage
 from core.remote.backend import Backend, PoolBackend
 from core.remote.refs import remote_ref
-from core.store import Conversation, Message, MessageStream, SearchHit, Store, StoreError
+from core.store import (
+    Conversation,
+    Message,
+    MessageStream,
+    SearchHit,
+    Store,
+    StoreError,
+    check_store,
+    open_store,
+)
+from core.store.errors import CANNOT_OPEN
 from core.tools import Approver, ToolKit, ToolRunner, ToolStatus, chat_messages
 from core.tools.loop import (
     MAX_ROUNDS,
@@ -268,7 +278,11 @@ class Runtime:
         self._store: Store | None = None
         self._db = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmdeck-store")
         self._opening: Future[Store] | None = None
+        self._checked: Future[Store] | None = None  # the store after its integrity check
         self._first_page: Future[list[Conversation] | None] | None = None
+        self._store_failure: StoreError | None = None
+        # Said once the store is open when a damaged database was replaced (for the UI).
+        self.store_notice: str | None = None
         self._load_task: asyncio.Task[bool] | None = None
         self._status_task: asyncio.Task[None] | None = None
         self._closed = False
@@ -305,12 +319,24 @@ class Runtime:
         when no other thread waits for the GIL).
         """
         if self._opening is None:
-            self._opening = self._db.submit(Store.open, paths.db_path())
+            self._submit_open()
             self._first_page = self._db.submit(self._read_first_page, self._opening)
+            self._checked = self._db.submit(self._check, self._opening)
             previous = sys.getswitchinterval()
             if previous > STARTUP_SWITCH_INTERVAL_S:
                 sys.setswitchinterval(STARTUP_SWITCH_INTERVAL_S)
                 self._first_page.add_done_callback(lambda _: sys.setswitchinterval(previous))
+
+    def _submit_open(self) -> None:
+        # paths.db_path() creates folders: on the store thread too, where a read-only home
+        # becomes a StoreError that start() reports, not a traceback while the app is built.
+        self._opening = self._db.submit(lambda: open_store(paths.db_path()))
+
+    @staticmethod
+    def _check(opening: Future[Store]) -> Store:
+        """On the store thread after the first page: a damaged file is replaced here (see
+        core.store.recovery), so the first frame never waits for the check."""
+        return check_store(opening.result())
 
     @staticmethod
     def _read_first_page(opening: Future[Store]) -> list[Conversation] | None:
@@ -328,8 +354,16 @@ class Runtime:
         return page.result()
 
     async def start(self, *, preload: bool = True) -> None:
-        opening = self._opening or self._db.submit(Store.open, paths.db_path())
-        self._store = await asyncio.wrap_future(opening)
+        if self._checked is None:
+            self._submit_open()
+            self._checked = self._db.submit(self._check, self._opening)
+        try:
+            self._store = await asyncio.wrap_future(self._checked)
+        except StoreError as exc:
+            self._store_failure = exc
+            raise
+        if self._store.recovery is not None:
+            self.store_notice = self._store.recovery.message
         if preload:
             self._load_task = asyncio.ensure_future(self._load_model())
         self._status_task = asyncio.ensure_future(self._publish_status())
@@ -362,9 +396,9 @@ class Runtime:
         await self.pool.shutdown()
         await self.backend.close()
         await self.tools.close()
-        if self._store is None and self._opening is not None:  # opened early, never started
+        if self._store is None and self._checked is not None:  # opened early, never started
             try:
-                self._store = await asyncio.wrap_future(self._opening)
+                self._store = await asyncio.wrap_future(self._checked)
             except StoreError:
                 pass
         if self._store is not None:
@@ -373,7 +407,11 @@ class Runtime:
 
     @property
     def store_handle(self) -> Store:
-        assert self._store is not None, "Runtime.start() was not awaited"
+        """The open store; StoreError (the open's own, with its sentence) when it could not
+        be opened, so every caller gets the reason rather than an assertion."""
+        if self._store is None:
+            raise self._store_failure or StoreError(
+                CANNOT_OPEN, "The conversation history is not open yet; try again in a moment.")
         return self._store
 
     async def store_call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
