@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -21,7 +22,16 @@ from aiohttp import web
 
 from core.events import Done, Error, Event, ReasoningDelta, TextDelta, ToolCall, Usage
 from core.remote.backend import Backend, event_batches
+from core.server.connections import ServeLimits, busy_middleware
 from core.server.embeddings import EMBEDDING_MODELS, EmbeddingService
+from core.server.limits import (
+    MAX_BODY_BYTES,
+    check_numbers,
+    check_prompt_size,
+    check_shape,
+    load_body,
+    too_large,
+)
 from core.server.wire import (
     ApiError,
     ChatCall,
@@ -34,6 +44,8 @@ from core.server.wire import (
 
 if TYPE_CHECKING:
     from core.runtime import Runtime
+
+log = logging.getLogger("llmdeck.serve")
 
 DEFAULT_MAX_QUEUE = 256
 _DIRECT_LIMIT = 64 * 1024  # bytes queued in the transport before writes wait for it to drain
@@ -49,18 +61,21 @@ class ChatServer:
 
     def __init__(self, runtime: Runtime, *, api_key: str | None = None,
                  max_queue: int = DEFAULT_MAX_QUEUE, served_name: str | None = None,
-                 embeddings: EmbeddingService | None = None) -> None:
+                 embeddings: EmbeddingService | None = None,
+                 limits: ServeLimits | None = None) -> None:
         self.runtime = runtime
+        self.limits = limits or ServeLimits()
         self.api_key = api_key or None
         self.max_queue = max_queue
         self.served_name = served_name
         self.embeddings = embeddings or EmbeddingService()
         self._remote_backends: dict[str, Backend] = {}
         self.active = 0  # requests streaming now (for the worker pane)
-        self._loading: asyncio.Future[bool] | None = None
+        self._load_waiters = 0  # requests waiting for the model to finish loading
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._errors], client_max_size=32 * 1024 * 1024)
+        app = web.Application(middlewares=[busy_middleware, self._errors],
+                              client_max_size=MAX_BODY_BYTES)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/embeddings", self.embed)
@@ -82,17 +97,30 @@ class ChatServer:
             return await handler(request)
         except ApiError as exc:
             return _json(exc.body(), status=exc.status)
+        except web.HTTPRequestEntityTooLarge as exc:  # aiohttp's own read limit
+            return _json(too_large(getattr(exc, "actual_size", None)).body(), status=413)
         except web.HTTPException as exc:  # unknown route, wrong method
             status = exc.status
             message = f"{request.method} {request.path} is not an endpoint of this server."
             if status == 405:
                 message = f"{request.path} does not accept {request.method}."
+            elif status != 404:
+                message = exc.reason or message
             return _json(ApiError(status, message).body(), status=status)
+        except (asyncio.CancelledError, ConnectionError):
+            raise  # the client went away: nobody to answer
+        except Exception as exc:  # a bug: still JSON, and one line in the log (no request text)
+            log.warning("serve: internal error on %s %s: %s", request.method, request.path,
+                        type(exc).__name__)
+            return _json(ApiError(500, "The server hit an internal error handling this request "
+                                  f"({type(exc).__name__}); retry it.").body(), status=500)
 
     def _check_key(self, request: web.Request) -> None:
         given = request.headers.get("Authorization", "")
         expected = f"Bearer {self.api_key}"
-        if not hmac.compare_digest(given.encode(), expected.encode()):
+        # aiohttp keeps undecodable header bytes as surrogates: encode them back, never raise
+        if not hmac.compare_digest(given.encode("utf-8", "surrogatepass"),
+                                   expected.encode("utf-8", "surrogatepass")):
             raise ApiError(401, "Missing or wrong API key: send 'Authorization: Bearer <key>' with "
                            "the key this server was started with.", code="invalid_api_key")
 
@@ -103,8 +131,9 @@ class ChatServer:
     def _remote_names(self) -> dict[str, tuple[str, str]]:
         return {f"{r.name}/{m}": (r.name, m) for r in self.runtime.settings.remotes for m in r.models}
 
-    def _backend_for(self, model: str) -> Backend:
-        """The backend serving `model`; 503 while the local model loads, 404 if unknown."""
+    async def _backend_for(self, model: str) -> Backend:
+        """The backend serving `model`: 404 if unknown, 503 if the model failed; while the
+        local model loads, the request waits for it (up to limits.load_wait_s)."""
         remote = self._remote_names().get(model)
         if remote is not None:
             backend = self._remote_backends.get(model)
@@ -116,24 +145,69 @@ class ChatServer:
                 backend = self._remote_backends[model] = RemoteBackend(endpoint, remote[1])
             return backend
         rt = self.runtime
-        if rt.model.state != "ready" or not rt.backend.ready():
-            if rt.model.state == "failed":
-                raise ApiError(503, f"The model failed to load: {rt.model.error}",
-                               code="model_unavailable")
-            if rt.model.state == "idle" and (self._loading is None or self._loading.done()):
-                self._loading = asyncio.ensure_future(rt.ensure_model())
-            raise ApiError(503, "The model is still loading; try again in a moment.",
-                           code="model_loading")
+        state, error = self.model_health()
+        if state == "failed":
+            why = "failed to load" if rt.model.state == "failed" else "is not available"
+            raise ApiError(503, f"The model {why}: {error}", code="model_unavailable")
+        if state == "loading":
+            if rt.model.state == "loading" and model != self.local_name():
+                raise self._not_served(model)  # the name is known once loading has begun
+            await self._wait_for_load()
         if model != self.local_name():
-            raise ApiError(404, f"The model {model!r} is not served here; GET /v1/models lists "
-                           f"what is (now: {self.local_name()!r}).", param="model",
-                           code="model_not_found")
+            raise self._not_served(model)
         return rt.backend
+
+    def _not_served(self, model: str) -> ApiError:
+        return ApiError(404, f"The model {model!r} is not served here; GET /v1/models lists "
+                        f"what is (now: {self.local_name()!r}).", param="model",
+                        code="model_not_found")
+
+    async def _wait_for_load(self) -> None:
+        """Wait for the local model (starting its load if nothing has); 503 on failure or
+        after limits.load_wait_s. Waiters count against the queue limit."""
+        rt = self.runtime
+        if self._load_waiters + rt.backend.queued() >= self.max_queue:
+            raise ApiError(429, f"The queue is full ({self.max_queue} requests waiting for the "
+                           "model to load); retry shortly.", code="queue_full")
+        wait = self.limits.load_wait_s
+        self._load_waiters += 1
+        try:
+            # ensure_model shields the load itself: a timeout here only stops waiting
+            ok = await asyncio.wait_for(rt.ensure_model(), timeout=wait)
+        except TimeoutError:
+            raise ApiError(503, f"The model is still loading after {wait:.0f} s of waiting; retry "
+                           "in a moment (GET /health says when it is ready).",
+                           code="model_loading") from None
+        finally:
+            self._load_waiters -= 1
+        if not ok:
+            raise ApiError(503, f"The model failed to load: {rt.model.error}", code="model_unavailable")
+
+    def model_health(self) -> tuple[str, str | None]:
+        """("loading" | "ready" | "failed", why it failed): what a request would meet now.
+
+        "failed" covers a load that failed and a model given up on after repeated crashes
+        (the Runtime may still say "ready" then); a worker being respawned is "loading".
+        """
+        rt = self.runtime
+        crashed = rt.pool.crash_failure(rt.model_key)
+        if crashed:
+            return "failed", crashed
+        if rt.model.state == "failed":
+            return "failed", rt.model.error
+        if rt.model.state != "ready":
+            return "loading", None
+        if rt.backend.kind != "local" or rt.backend.ready():
+            return "ready", None
+        workers = [w.state for w in rt.pool.status() if w.model == rt.model.label]
+        if any(state in ("loading", "crashed") for state in workers):
+            return "loading", None  # respawning after a crash
+        return "ready", None  # unloaded while idle: the next request loads it again
 
     async def models(self, request: web.Request) -> web.Response:
         now = int(time.time())
         data = []
-        if self.runtime.model.state == "ready":
+        if self.model_health()[0] != "failed":  # a request for it is served (or waits for the load)
             data.append({"id": self.local_name(), "object": "model", "created": now, "owned_by": "llmdeck"})
         data += [{"id": name, "object": "model", "created": now, "owned_by": f"remote:{ep}"}
                  for name, (ep, _) in self._remote_names().items()]
@@ -142,18 +216,35 @@ class ChatServer:
         return _json({"object": "list", "data": data})
 
     async def health(self, request: web.Request) -> web.Response:
-        return _json({"status": self.runtime.model.state, "model": self.local_name()})
+        """200 when a chat request would be served now, 503 (same body) when not."""
+        state, error = self.model_health()
+        workers = [{"id": w.worker_id, "state": w.state, "restarts": w.restarts}
+                   for w in self.runtime.pool.status()]
+        body = {"status": state, "model": self.local_name(), "error": error, "workers": workers}
+        return _json(body, status=200 if state == "ready" else 503)
 
     # -- chat ------------------------------------------------------------------------
     async def _body(self, request: web.Request) -> Any:
+        """The checked JSON body: size, time to arrive, encoding, nesting, text, numbers."""
+        if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+            raise too_large(request.content_length)  # refused before a byte of it is read
         try:
-            return await request.json(loads=json.loads)
-        except (ValueError, UnicodeDecodeError):
-            raise ApiError(400, "The request body is not valid JSON.") from None
+            async with asyncio.timeout(self.limits.body_timeout_s):
+                raw = await request.read()
+        except TimeoutError:
+            request.protocol.force_close()
+            raise ApiError(408, f"The request body did not arrive within "
+                           f"{self.limits.body_timeout_s:.0f} s.", code="request_timeout") from None
+        body = load_body(raw)
+        check_shape(body)
+        check_numbers(body)
+        return body
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         call = parse_chat(await self._body(request), self.runtime.settings.sampling)
-        backend = self._backend_for(call.model)
+        backend = await self._backend_for(call.model)
+        if backend.kind == "local":  # before any tokenising: a prompt that cannot fit
+            check_prompt_size(call.request, self.runtime.model.context_size)
         if backend.queued() >= self.max_queue:
             raise ApiError(429, f"The queue is full ({self.max_queue} requests waiting); retry shortly.",
                            code="queue_full")
@@ -228,7 +319,7 @@ class ChatServer:
         if chunked:
             response.enable_chunked_encoding()
         await response.prepare(request)
-        sink = _Sink(response, request.transport if chunked else None)
+        sink = _Sink(response, request.transport if chunked else None, self.limits.write_timeout_s)
         head = json.dumps({"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion.chunk",
                            "created": int(time.time()), "model": call.model})[:-1]
         prefix = (head + ',"choices":[{"index":0,"delta":').encode()
@@ -288,8 +379,9 @@ class ChatServer:
             batch = await anext(batches, None)
         if out:  # the end leaves with the last chunks, in one write
             try:
-                await response.write_eof(bytes(out))
-            except ConnectionError:
+                async with asyncio.timeout(self.limits.write_timeout_s):
+                    await response.write_eof(bytes(out))
+            except (ConnectionError, TimeoutError):
                 pass
         return response
 
@@ -343,12 +435,14 @@ class _Sink:
     and writes go back through aiohttp, which waits for it to drain.
     """
 
-    __slots__ = ("response", "transport", "started")
+    __slots__ = ("response", "transport", "started", "timeout")
 
-    def __init__(self, response: web.StreamResponse, transport: asyncio.Transport | None) -> None:
+    def __init__(self, response: web.StreamResponse, transport: asyncio.Transport | None,
+                 timeout: float = 60.0) -> None:
         self.response = response
         self.transport = transport  # None: not HTTP/1.1 chunked, always write through aiohttp
         self.started = False
+        self.timeout = timeout  # a client that takes nothing for this long has gone
 
     async def send(self, data: bytearray) -> bool:
         transport = self.transport
@@ -358,8 +452,11 @@ class _Sink:
             transport.write(b"%x\r\n%b\r\n" % (len(data), data))  # one HTTP/1.1 chunk
             return True
         try:
-            await self.response.write(bytes(data))
-        except ConnectionError:  # reset, or "cannot write to closing transport"
+            async with asyncio.timeout(self.timeout):
+                await self.response.write(bytes(data))
+        except (ConnectionError, TimeoutError):  # reset, closing transport, or stopped reading
+            if transport is not None:
+                transport.abort()
             return False
         self.started = True
         return True

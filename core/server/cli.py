@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from core.server.app import DEFAULT_MAX_QUEUE
+from core.server.connections import ServeLimits
 from core.server.handle import DEFAULT_HOST, DEFAULT_PORT, ServeError, ServerHandle
 
 
@@ -35,6 +36,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
                    help=f"requests allowed to wait before answering 429 (default {DEFAULT_MAX_QUEUE})")
     p.add_argument("--replicas", type=int, help="worker processes for the model")
+    limits = ServeLimits()
+    p.add_argument("--max-connections", type=int, default=limits.max_connections,
+                   help=f"open connections allowed (default {limits.max_connections}; lowered to "
+                   "fit the descriptor limit)")
+    p.add_argument("--idle-timeout", type=float, default=limits.idle_timeout_s, metavar="S",
+                   help=f"close a connection that sends no request for S seconds "
+                   f"(default {limits.idle_timeout_s:.0f})")
+    p.add_argument("--load-wait", type=float, default=limits.load_wait_s, metavar="S",
+                   help="how long a request waits for a loading model before 503 "
+                   f"(default {limits.load_wait_s:.0f})")
     return p
 
 
@@ -73,8 +84,11 @@ async def serve(args: argparse.Namespace) -> int:
     runtime = Runtime(settings, model_spec=spec)
     await runtime.start(preload=True)
     try:
+        limits = ServeLimits(max_connections=args.max_connections, idle_timeout_s=args.idle_timeout,
+                             load_wait_s=args.load_wait)
         handle = await ServerHandle.start(runtime, args.host, args.port, api_key=args.api_key,
-                                          max_queue=args.max_queue, served_name=served)
+                                          max_queue=args.max_queue, served_name=served,
+                                          limits=limits)
     except ServeError as exc:
         print(f"llmdeck serve: {exc.message}", file=sys.stderr)
         await runtime.close()
@@ -85,15 +99,26 @@ async def serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     loaded = asyncio.ensure_future(runtime.ensure_model())
-    loaded.add_done_callback(lambda t: print(
-        f"llmdeck serve: model {handle.server.local_name()!r} "
-        + ("ready" if not t.cancelled() and t.result() else f"failed: {runtime.model.error}"),
-        flush=True))
+    loaded.add_done_callback(lambda t: print(_load_outcome(t, handle.server.local_name(), runtime),
+                                             flush=True))
     await stop.wait()
     loaded.cancel()
     await handle.stop()
     await runtime.close()
     return 0
+
+
+def _load_outcome(task: asyncio.Future[bool], name: str, runtime: Any) -> str:
+    """The log line for the end of the start-up load: what happened, never "failed: None"."""
+    if task.cancelled():
+        return f"llmdeck serve: stopped while model {name!r} was still loading"
+    exc = task.exception()
+    if exc is not None:
+        return f"llmdeck serve: model {name!r} failed to load: {exc}"
+    if task.result():
+        return f"llmdeck serve: model {name!r} ready"
+    return (f"llmdeck serve: model {name!r} failed to load: "
+            f"{runtime.model.error or 'no reason was given (see the worker log)'}")
 
 
 def main(argv: list[str] | None = None) -> int:

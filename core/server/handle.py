@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from core.server.app import DEFAULT_MAX_QUEUE, ChatServer
+from core.server.connections import ConnectionGuard, GuardedSite, ServeLimits
 from core.server.embeddings import EmbeddingService
 
 if TYPE_CHECKING:
@@ -45,8 +46,10 @@ def is_loopback(host: str) -> bool:
 class ServerHandle:
     """A running server; `url` is the base URL clients pass as base_url."""
 
-    def __init__(self, server: ChatServer, runner: web.AppRunner, host: str, port: int) -> None:
+    def __init__(self, server: ChatServer, runner: web.AppRunner, host: str, port: int,
+                 guard: ConnectionGuard | None = None) -> None:
         self.server = server
+        self.guard = guard  # open connections, evictions and refusals at the cap
         self._runner = runner
         self.host = host
         self.port = port
@@ -68,20 +71,26 @@ class ServerHandle:
     async def start(cls, runtime: Runtime, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *,
                     api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE,
                     served_name: str | None = None,
-                    embeddings: EmbeddingService | None = None) -> ServerHandle:
+                    embeddings: EmbeddingService | None = None,
+                    limits: ServeLimits | None = None) -> ServerHandle:
         """Bind and serve on the running loop; port 0 picks a free port."""
         if not is_loopback(host) and not api_key:
             raise ServeError("BAD_REQUEST", f"Refusing to serve on {host} without an API key: anyone "
                              "on the network could use this machine's model. Pass --api-key (or set "
                              "LLMDECK_API_KEY), or bind 127.0.0.1.")
+        limits = limits or ServeLimits()
         server = ChatServer(runtime, api_key=api_key, max_queue=max_queue,
-                            served_name=served_name, embeddings=embeddings)
+                            served_name=served_name, embeddings=embeddings, limits=limits)
         # Streams still open at stop get 2 s to finish, then are cut: switching the server
-        # off in the TUI must not wait on a client that reads slowly.
+        # off in the TUI must not wait on a client that reads slowly. A client that hangs
+        # up cancels its handler (and so its generation) at once, streaming or not; an idle
+        # connection is closed after idle_timeout_s (aiohttp's keep-alive timer runs from
+        # the connection's start too, so a header sent a byte at a time is cut as well).
         runner = web.AppRunner(server.app(), access_log=None, handle_signals=False,
-                               shutdown_timeout=2.0)
+                               shutdown_timeout=2.0, handler_cancellation=True,
+                               keepalive_timeout=limits.idle_timeout_s)
         await runner.setup()
-        site = web.TCPSite(runner, host, port, reuse_address=True)
+        site = GuardedSite(runner, host, port, limits)
         try:
             await site.start()
         except OSError as exc:
@@ -93,7 +102,7 @@ class ServerHandle:
             if sock.family in (socket.AF_INET, socket.AF_INET6):
                 bound = sock.getsockname()[1]
                 break
-        return cls(server, runner, host, bound)
+        return cls(server, runner, host, bound, site.guard)
 
     async def stop(self) -> None:
         """Stop listening, end open streams, and stop the embedding process."""

@@ -8,6 +8,7 @@ spelled one way when sent is spelled the same way when read.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -53,14 +54,22 @@ class ApiError(Exception):
 
 def _type_for(status: int) -> str:
     return {400: "invalid_request_error", 401: "authentication_error",
-            404: "not_found_error", 429: "rate_limit_error",
-            503: "service_unavailable"}.get(status, "server_error")
+            404: "not_found_error", 408: "invalid_request_error", 413: "invalid_request_error",
+            429: "rate_limit_error", 503: "service_unavailable"}.get(status, "server_error")
+
+
+# The chat window's advice after a worker crash; an API client has no "reply so far".
+_CHAT_ADVICE = re.compile(r"\s*The reply so far was kept; send again to retry\.")
 
 
 def api_error_for(event: Error) -> ApiError:
     """The HTTP error for an engine error that arrived before any output was sent."""
     code = "context_length_exceeded" if event.code == "CONTEXT_OVERFLOW" else event.code.lower()
-    return ApiError(STATUS_FOR_CODE.get(event.code, 500), event.message, code=code)
+    message = event.message
+    if event.code == "WORKER_CRASHED":
+        message = (_CHAT_ADVICE.sub("", message).rstrip(". ") + ". This request was not completed; "
+                   "the server restarts the worker, so retry the request.")
+    return ApiError(STATUS_FOR_CODE.get(event.code, 500), message, code=code)
 
 
 def error_event_for(status: int, body: Any, where: str) -> Error:
@@ -155,11 +164,15 @@ def _messages(raw: Any) -> tuple[dict[str, Any], ...]:
         if not isinstance(m, Mapping):
             raise _bad(f"{where} must be an object with 'role' and 'content'.", where)
         role = m.get("role")
-        if role not in _ROLES:
-            raise _bad(f"{where}.role must be one of {sorted(_ROLES)} (got {role!r}).", f"{where}.role")
+        if not isinstance(role, str) or role not in _ROLES:
+            raise _bad(f"{where}.role must be one of {sorted(_ROLES)} (got {json.dumps(role)[:40]}).",
+                       f"{where}.role")
         msg: dict[str, Any] = {"role": "system" if role == "developer" else role,
                                "content": _text_of(m.get("content"), f"{where}.content")}
         if role == "assistant" and m.get("tool_calls"):
+            if not isinstance(m["tool_calls"], list):
+                raise _bad(f"{where}.tool_calls must be a list of {{id, type: 'function', "
+                           "function: {name, arguments}} objects.", f"{where}.tool_calls")
             msg["tool_calls"] = [_tool_call_in(tc, f"{where}.tool_calls[{j}]")
                                  for j, tc in enumerate(m["tool_calls"])]
         if role == "tool":
@@ -177,6 +190,9 @@ def _tool_call_in(tc: Any, where: str) -> dict[str, Any]:
     if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
         raise _bad(f"{where} must be {{id, type: 'function', function: {{name, arguments}}}}.", where)
     args: Any = fn.get("arguments") or {}
+    if not isinstance(args, str | Mapping):
+        raise _bad(f"{where}.function.arguments must be a JSON string or an object.",
+                   f"{where}.function.arguments")
     if isinstance(args, str):
         try:
             args = json.loads(args) if args.strip() else {}

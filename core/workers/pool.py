@@ -13,6 +13,7 @@ import atexit
 import itertools
 import multiprocessing as mp
 import os
+import signal
 import sys
 import time
 import weakref
@@ -54,12 +55,13 @@ class _Stream:
     when one worker step fans out to dozens of streams.
     """
 
-    __slots__ = ("items", "waiter", "done")
+    __slots__ = ("items", "waiter", "done", "request")
 
-    def __init__(self) -> None:
+    def __init__(self, request: GenerationRequest | None = None) -> None:
         self.items: deque[Event] = deque()
         self.waiter: asyncio.Future[None] | None = None
         self.done = False
+        self.request = request  # kept to say which request a crash happened on
 
     def put(self, event: Event) -> None:
         self.items.append(event)
@@ -98,6 +100,7 @@ class _Worker:
         self.error: str | None = None
         self.token_times: deque[tuple[float, int]] = deque()
         self.last_used = time.monotonic()
+        self.fatal = False  # the worker reported an internal error before exiting
         self._loaded: asyncio.Future[dict[str, Any]] | None = None
 
     # -- lifecycle -------------------------------------------------------------
@@ -112,6 +115,7 @@ class _Worker:
         )
         self.state = "loading"
         self.error = None
+        self.fatal = False
         self._loaded = loop.create_future()
         self.process.start()
         child_conn.close()
@@ -193,6 +197,7 @@ class _Worker:
                 self._loaded.set_exception(WorkerLoadError(msg[1], msg[2]))
         elif kind == p.FATAL:
             self.error = "The worker hit an internal error and stopped."
+            self.fatal = True
 
     def _on_exit(self) -> None:
         """The process ended: fail its requests now, then respawn within the budget."""
@@ -214,22 +219,36 @@ class _Worker:
         self.process.join(timeout=0.1)
         code = self.process.exitcode
         self.state = "crashed"
-        message = (
-            f"The model worker stopped unexpectedly (exit code {code}). The reply so far was "
-            "kept; send again to retry."
-        )
-        if code is not None and code < 0 and -code == 9:
-            message = (
-                "The model worker was killed (out of memory, or stopped by the system). "
-                "The reply so far was kept; send again to retry."
-            )
+        cause = self._cause(code)
+        culprit = self.group.blame([st.request for st in self.streams.values() if st.request])
         for stream in self.streams.values():
-            stream.put(Error("WORKER_CRASHED", message))
+            if culprit is None:
+                message = f"The model worker {cause}."
+            elif stream.request is culprit:
+                message = f"The model worker {cause} while generating this request."
+            else:
+                message = f"The model worker {cause} while generating another request."
+            stream.put(Error("WORKER_CRASHED", message + " The reply so far was kept; send again "
+                             "to retry."))
             stream.put(Done("error"))
             stream.done = True
         self.streams.clear()
         self.group.forget_worker(self)
-        self.pool._schedule_respawn(self)
+        self.pool._schedule_respawn(self, counted=culprit is None)
+
+    def _cause(self, code: int | None) -> str:
+        """What happened to the process, in words (exit code 0 means it reported an error)."""
+        if self.fatal or code == 0:
+            return "hit an internal error and stopped"
+        if code is not None and code < 0 and -code == 9:
+            return "was killed (out of memory, or stopped by the system)"
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"crashed ({name})"
+        return f"stopped unexpectedly (exit code {code})"
 
     def send(self, msg: tuple) -> None:
         self.conn.send(msg)
@@ -295,6 +314,34 @@ class _ModelGroup:
         self.failed_code = "LOAD_FAILED"
         self.crash_failed = False  # the restart budget ran out; only an explicit reload clears it
         self.loading: asyncio.Task[None] | None = None
+        # Requests that were in flight when a worker crashed, by fingerprint -> crashes.
+        self.suspects: OrderedDict[int, int] = OrderedDict()
+
+    def blame(self, inflight: list[GenerationRequest]) -> GenerationRequest | None:
+        """The request a crash is pinned on, if any, and note every request in flight.
+
+        A crash is one request's doing when that request was the only one in flight, or
+        when it was also in flight at an earlier crash. Such crashes do not spend the
+        model's restart budget (one client's bad input must not take the model down for
+        everyone); a request pinned with two crashes is refused from then on (refusal()).
+        """
+        culprit = inflight[0] if len(inflight) == 1 else None
+        for request in inflight:
+            key = _fingerprint(request)
+            seen = self.suspects.pop(key, 0)
+            if culprit is None and seen:
+                culprit = request
+            self.suspects[key] = seen + 1
+        while len(self.suspects) > _MAX_SUSPECTS:
+            self.suspects.popitem(last=False)
+        return culprit
+
+    def refusal(self, request: GenerationRequest) -> str | None:
+        """Why this request is not sent to a worker (it crashed one twice), or None."""
+        if not self.suspects or self.suspects.get(_fingerprint(request), 0) < _REFUSE_AFTER:
+            return None
+        return ("This request crashed the model worker twice and is refused, so that the model "
+                "stays up for everyone else. Change its messages or tools and send it again.")
 
     def forget_worker(self, worker: _Worker) -> None:
         for session, w in list(self.affinity.items()):
@@ -421,6 +468,10 @@ class WorkerPool:
         if group.crash_failed:
             yield [Error("WORKER_CRASHED", group.failed or "The model is marked failed."), Done("error")]
             return
+        refused = group.refusal(request)
+        if refused is not None:
+            yield [Error("BAD_REQUEST", refused), Done("error")]
+            return
         if not self._ready(group):
             try:
                 await self.load(key, group.spec, replicas=group.replicas, label=group.label)
@@ -437,7 +488,7 @@ class WorkerPool:
             await worker.slots.acquire()
         finally:
             worker.waiting -= 1
-        stream = _Stream()
+        stream = _Stream(request)
         finished = False
         try:
             if worker.state != "ready":
@@ -475,13 +526,15 @@ class WorkerPool:
                     return
 
     # -- crash recovery ------------------------------------------------------------
-    def _schedule_respawn(self, worker: _Worker) -> None:
+    def _schedule_respawn(self, worker: _Worker, *, counted: bool = True) -> None:
+        """Start the worker again; `counted` crashes spend the restart budget (those pinned
+        on one request do not: see _ModelGroup.blame)."""
         group = worker.group
         now = time.monotonic()
         times = worker.restart_times
         while times and now - times[0] > self.restart_window_s:
             times.popleft()
-        if len(times) >= self.max_restarts:
+        if counted and len(times) >= self.max_restarts:
             worker.state = "failed"
             group.failed = (
                 f"The model crashed {len(times) + 1} times within {self.restart_window_s:.0f} s "
@@ -490,7 +543,8 @@ class WorkerPool:
             worker.error = group.failed
             group.crash_failed = True
             return
-        times.append(now)
+        if counted:
+            times.append(now)
         task = asyncio.ensure_future(self._respawn(worker))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -585,6 +639,13 @@ def _start_resource_tracker() -> None:
 
 
 _CODES = {"OOM", "MODEL_CORRUPT", "UNSUPPORTED", "LOAD_FAILED", "TIMEOUT", "INTERNAL"}
+_MAX_SUSPECTS = 256
+_REFUSE_AFTER = 2  # crashes pinned on one request before it is refused
+
+
+def _fingerprint(request: GenerationRequest) -> int:
+    """Identifies a request's input (not its id): the same conversation sent again."""
+    return hash(repr((request.messages, request.tools)))
 
 
 @atexit.register

@@ -189,7 +189,7 @@ def _handle(msg: tuple, conn: Connection, engine: Engine, parsers: _Parsers, tok
         parsers.start(request.request_id)
         try:
             engine.submit(request)
-        except ValueError as exc:
+        except Exception as exc:  # whatever admitting one request raises fails it alone
             conn.send(
                 (p.STEP, [(request.request_id, [Error("BAD_REQUEST", str(exc)), Done("error")])])
             )

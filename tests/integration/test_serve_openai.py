@@ -227,16 +227,21 @@ def test_binding_beyond_loopback_without_a_key_is_refused(server: ServerThread) 
     assert "API key" in info.value.message and "127.0.0.1" in info.value.message
 
 
-def test_503_while_loading_then_429_when_the_queue_is_full(tmp_path: Path) -> None:
+def test_requests_during_a_load_wait_for_it_then_429_when_the_queue_is_full(tmp_path: Path) -> None:
     srv = ServerThread(scripted_spec(hang_load_s=1.5, tokens_per_s=40, max_concurrency=1,
                                      reply="slow " * 40),
                        wait_ready=False, max_queue=1)
     try:
+        health = httpx.get(srv.url.removesuffix("/v1") + "/health")
+        assert health.status_code == 503 and health.json()["status"] == "loading"
+        assert health.json()["error"] is None
         client = OpenAI(base_url=srv.url, api_key="x", max_retries=0)
-        with pytest.raises(openai.InternalServerError) as info:
-            client.chat.completions.create(model="scripted", messages=HI)
-        assert info.value.status_code == 503 and "loading" in info.value.message
-        assert srv.call(srv.runtime.ensure_model())
+        started = time.monotonic()
+        reply = client.chat.completions.create(model="scripted", messages=HI)  # waits for the load
+        assert reply.choices[0].message.content.startswith("slow")
+        assert srv.runtime.model.state == "ready" and time.monotonic() - started > 0.5
+        health = httpx.get(srv.url.removesuffix("/v1") + "/health")
+        assert health.status_code == 200 and health.json()["status"] == "ready"
 
         with ThreadPoolExecutor(2) as pool:
             running = pool.submit(lambda: list(client.chat.completions.create(
