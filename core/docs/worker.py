@@ -19,7 +19,6 @@ import atexit
 import itertools
 import multiprocessing as mp
 import os
-import signal
 import time
 import weakref
 from multiprocessing.connection import Connection
@@ -80,18 +79,16 @@ def _embedder(state: dict[str, Any]):
 def utility_main(conn: Connection, parent_pid: int, model_dir: str | None) -> None:
     """Entry point of the utility process: answer requests until told to stop."""
     from core.docs.embeddings import enter_offline_mode
-    from core.workers.worker_main import _die_with_parent, _quiet_stdio
+    from core.workers.bootstrap import parent_alive, start_child
 
-    _die_with_parent()
-    _quiet_stdio()
+    start_child(log_name="worker")
     enter_offline_mode()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C belongs to the app
     state: dict[str, Any] = {"model_dir": Path(model_dir) if model_dir else None}
     conn.send((READY, os.getpid()))
     try:
         while True:
             if not conn.poll(PARENT_CHECK_S):
-                if os.getppid() != parent_pid:
+                if not parent_alive(parent_pid):
                     return
                 continue
             msg = conn.recv()

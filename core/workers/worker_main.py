@@ -8,8 +8,6 @@ the app never leaves a model in memory.
 from __future__ import annotations
 
 import os
-import signal
-import sys
 import time
 import traceback
 from multiprocessing.connection import Connection
@@ -18,41 +16,9 @@ from typing import Any
 from core.engines.base import Engine, EngineLoadError, GenerationRequest, ModelSpec
 from core.events import Done, Error, Event, TextDelta
 from core.workers import protocol as p
+from core.workers.bootstrap import start_child
 
 PARENT_CHECK_S = 0.5
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL us when the parent dies; elsewhere we poll getppid()."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
-    except OSError:
-        pass
-
-
-def _quiet_stdio() -> None:
-    """Send the worker's stdout/stderr (llama.cpp and MLX write there) to a log file.
-
-    The app owns the terminal: a stray native log line would land on top of the UI.
-    Only library diagnostics go there, never conversation text.
-    """
-    try:
-        from core import paths
-
-        log = open(paths.log_dir() / f"worker-{os.getpid()}.log", "ab", buffering=0)  # noqa: SIM115
-    except OSError:
-        log = open(os.devnull, "wb")  # noqa: SIM115
-    for fd in (1, 2):
-        try:
-            os.dup2(log.fileno(), fd)
-        except OSError:
-            pass
 
 
 def load_engine(spec: ModelSpec) -> Engine:
@@ -111,9 +77,7 @@ class _Parsers:
 
 def worker_main(conn: Connection, spec: ModelSpec, parent_pid: int) -> None:
     """Entry point of a worker process."""
-    _die_with_parent()
-    _quiet_stdio()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C in the terminal is the app's
+    start_child(log_name="worker")
     try:
         engine = load_engine(spec)
     except EngineLoadError as exc:

@@ -2,8 +2,9 @@
 
 Runs are serialised (one sandbox process, one run at a time) and waited for off the
 event loop, so the chat keeps streaming while code runs. A run past its timeout, a
-MemoryError, a crash or a cancelled turn replaces the process: it is killed and a fresh
-one is started in the background, and the result says the namespace was reset.
+MemoryError, a crash, a thread left running or a cancelled turn replaces the process: it
+is killed with everything it started, a fresh one is started in the background, and the
+result says the namespace was reset. What walls the code runs behind: jail.py.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import atexit
 import multiprocessing as mp
 import os
 import re
+import signal
 import uuid
 import weakref
 from dataclasses import dataclass, field
@@ -20,13 +22,18 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from core import paths
-from core.tools.sandbox.worker import sandbox_main
+from core.tools.sandbox.launcher import sandbox_main
+from core.tools.sandbox.worker import EXIT_CPU_LIMIT
 
 _CTX = mp.get_context("spawn")
 _ALL: weakref.WeakSet[Sandbox] = weakref.WeakSet()
 START_TIMEOUT_S = 60.0
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MEMORY_MB = 1024
+DEFAULT_CPU_S = 3600  # per process: a backstop for what the wall-clock timeout cannot see
+OPEN_FILES = 256
+PROCESSES = 64
+FILE_BYTES = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +50,7 @@ class RunResult:
     figures: tuple[str, ...] = ()
     reset: bool = False
     pid: int | None = field(default=None, compare=False)
+    note: str | None = None  # what the sandbox stopped after the run (processes, threads)
 
     def text(self) -> str:
         """The result as the model (and the tool card) reads it, like a notebook cell's output."""
@@ -57,6 +65,8 @@ class RunResult:
             parts.append(f"[figure saved: {path}]")
         if self.error:
             parts.append(self.error)
+        if self.note:
+            parts.append(self.note)
         if self.reset:
             parts.append("(The Python session was restarted; variables from earlier runs are gone.)")
         return "\n".join(parts) if parts else "(no output)"
@@ -70,9 +80,11 @@ class Sandbox:
     """One sandbox worker process with a persistent namespace per conversation."""
 
     def __init__(self, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 memory_mb: int = DEFAULT_MEMORY_MB) -> None:
+                 memory_mb: int = DEFAULT_MEMORY_MB, cpu_s: int = DEFAULT_CPU_S) -> None:
         self.timeout_s = timeout_s
         self.memory_mb = memory_mb
+        self.cpu_s = cpu_s
+        self.walls: dict[str, bool] = {}  # which walls the running worker is behind
         self.restarts = 0
         self._proc: Any = None
         self._conn: Connection | None = None
@@ -88,6 +100,16 @@ class Sandbox:
     def figure_dir(self, conversation_id: str) -> str:
         return str(paths.data_dir() / "figures" / _safe(conversation_id))
 
+    def _config(self) -> dict[str, Any]:
+        workdir = str(paths.data_dir() / "sandbox")
+        return {
+            "parent_pid": os.getpid(), "workdir": workdir,
+            "writable": [workdir, str(paths.data_dir() / "figures")],
+            "memory_bytes": self.memory_mb * 1024 * 1024, "cpu_s": self.cpu_s,
+            "open_files": OPEN_FILES, "processes": PROCESSES, "file_bytes": FILE_BYTES,
+            "jail": os.environ.get("LLMDECK_SANDBOX_JAIL", "1") != "0",
+        }
+
     async def start(self) -> None:
         """Start the worker now (it also starts on the first run)."""
         async with self._lock:
@@ -99,9 +121,7 @@ class Sandbox:
         self._kill()
         parent, child = _CTX.Pipe()
         proc = _CTX.Process(
-            target=sandbox_main, name="llmdeck-sandbox",
-            args=(child, self.memory_mb * 1024 * 1024, os.getpid(),
-                  str(paths.data_dir() / "sandbox")),
+            target=sandbox_main, name="llmdeck-sandbox", args=(child, self._config()),
         )
         proc.start()
         child.close()
@@ -111,9 +131,14 @@ class Sandbox:
         except asyncio.CancelledError:  # half-started: its "ready" must never pass for a result
             self._kill()
             raise
+        if reply is not None and reply is not _TIMED_OUT and reply[0] == "failed":
+            self._kill()
+            raise RuntimeError(f"The Python sandbox did not start: {reply[1]}. "
+                               "LLMDECK_SANDBOX_JAIL=0 runs it without those walls.")
         if reply is None or reply is _TIMED_OUT or reply[0] != "ready":
             self._kill()
             raise RuntimeError("The Python sandbox did not start; see the log folder for details.")
+        self.walls = dict(reply[2])
 
     async def run(self, conversation_id: str, code: str, *,
                   timeout_s: float | None = None) -> RunResult:
@@ -144,19 +169,27 @@ class Sandbox:
                 return RunResult(False, kind="timeout", reset=True, pid=pid, error=(
                     f"Stopped: the code ran longer than the {timeout:g} s limit."))
             if reply is None or reply[0] != "result" or reply[1] != run_id:
+                proc.join(timeout=1)
+                cpu = proc.exitcode in (-signal.SIGXCPU, EXIT_CPU_LIMIT)
                 self._replace()
+                if cpu:
+                    return RunResult(False, kind="timeout", reset=True, pid=pid, error=(
+                        f"Stopped: a process of this code used more than {self.cpu_s} s of "
+                        "CPU time (the sandbox's CPU limit)."))
                 return RunResult(False, kind="crashed", reset=True, pid=pid, error=(
                     "The Python sandbox died while running this code (out of memory or a crash)."))
             data: dict[str, Any] = reply[2]
+            restart = bool(data.get("restart"))
             if data.get("kind") == "memory":
-                self._replace()
                 data["error"] = (f"MemoryError: the code went over the sandbox memory limit "
                                  f"of {self.memory_mb} MiB.")
+            if restart:
+                self._replace()
             return RunResult(
                 ok=bool(data["ok"]), stdout=data.get("stdout", ""), stderr=data.get("stderr", ""),
                 value=data.get("value"), error=data.get("error"), kind=data.get("kind"),
-                figures=tuple(data.get("figures") or ()), reset=data.get("kind") == "memory",
-                pid=pid,
+                figures=tuple(data.get("figures") or ()), reset=restart, pid=pid,
+                note=data.get("note"),
             )
 
     def _replace(self) -> None:
@@ -178,7 +211,7 @@ class Sandbox:
         self._proc = self._conn = None
         if proc is not None:  # kill first: a thread waiting on the pipe wakes on the sentinel
             if proc.is_alive():
-                proc.kill()
+                _kill_tree(proc.pid)
             proc.join(timeout=5)
         if conn is not None:
             conn.close()
@@ -193,6 +226,30 @@ class Sandbox:
 
 
 _TIMED_OUT = ("timeout",)
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL the launcher, its process group and every descendant.
+
+    Behind the Linux walls the kernel would end them anyway (the worker is PID 1 of its
+    own PID namespace and dies with the launcher); without them this is what reaches a
+    child that left the group (setsid), as long as it is still a descendant."""
+    try:
+        import psutil
+
+        descendants = psutil.Process(pid).children(recursive=True)
+    except Exception:  # noqa: BLE001 - gone already, or psutil cannot see it
+        descendants = []
+    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            target()
+        except OSError:
+            pass
+    for child in descendants:
+        try:
+            child.kill()
+        except Exception:  # noqa: BLE001 - exited meanwhile
+            pass
 
 
 def _wait_reply(conn: Connection, sentinel: int, timeout: float) -> tuple | None:

@@ -1,10 +1,15 @@
-"""The sandbox worker process: runs the model's (or the user's) Python like a notebook.
+"""The sandbox worker: runs the model's (or the user's) Python like a notebook.
 
-It is a separate process from the model workers so that a runaway loop or a memory bomb
-costs only this process: the app kills it at the timeout, the address-space limit turns a
-memory bomb into a MemoryError (after which the worker exits and is respawned), and the
-chat keeps streaming meanwhile. It is containment, not a security boundary: the code runs
-as the user, with the user's files.
+It runs as a script in a fresh interpreter started by the launcher (launcher.py) behind
+the walls of jail.py, so it imports only the standard library. A runaway loop or a memory
+bomb costs only this process: the app kills it (and everything it started) at the
+timeout, the address-space limit turns a memory bomb into a MemoryError (after which the
+worker exits and is respawned), and the chat keeps streaming meanwhile.
+
+After each run nothing the code started may keep running: processes it left behind are
+killed (as PID 1 of its own PID namespace, with kill(-1); elsewhere its descendants, which
+the subreaper flag keeps under it), and a thread still alive costs the session: the worker
+answers, then exits, and the app starts a fresh one.
 
 Each conversation has its own namespace, kept between runs until the worker is replaced.
 Matplotlib figures left open after a run are saved as PNG files and closed.
@@ -18,6 +23,8 @@ import linecache
 import os
 import signal
 import sys
+import threading
+import time
 import traceback
 from contextlib import redirect_stderr, redirect_stdout
 from multiprocessing.connection import Connection
@@ -25,44 +32,8 @@ from pathlib import Path
 from typing import Any
 
 OUTPUT_LIMIT = 20_000  # characters of stdout/stderr/repr kept per run
+EXIT_CPU_LIMIT = 72  # the exit status that tells the app the CPU-time limit was reached
 PARENT_CHECK_S = 0.5
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL us when the app dies; elsewhere we poll getppid()."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    except OSError:
-        pass
-
-
-def _detach_terminal() -> None:
-    """Point fds 1 and 2 at /dev/null: the app owns the terminal, and code writing below
-    sys.stdout (os.system, C extensions) must not land on top of the UI. What Python code
-    prints is captured per run; conversation output never goes to a log file."""
-    null = os.open(os.devnull, os.O_WRONLY)
-    for fd in (1, 2):
-        try:
-            os.dup2(null, fd)
-        except OSError:
-            pass
-    os.close(null)
-
-
-def _limit_memory(limit_bytes: int) -> None:
-    """Cap the address space so a memory bomb raises MemoryError instead of swapping."""
-    if limit_bytes <= 0:
-        return
-    try:
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
-    except (ImportError, ValueError, OSError):  # macOS may refuse RLIMIT_AS; timeout still holds
-        pass
 
 
 def _cut(text: str) -> str:
@@ -142,23 +113,94 @@ def run_cell(namespace: dict[str, Any], code: str, run_id: str, figure_dir: str,
     return result
 
 
-def sandbox_main(conn: Connection, memory_limit_bytes: int, parent_pid: int, workdir: str) -> None:
-    """Serve ("run", run_id, conversation_id, code, figure_dir) until ("stop",) or EOF."""
-    _die_with_parent()
-    _detach_terminal()
+
+
+def _reap(wait_s: float = 0.0) -> None:
+    """Collect exited children (orphans of the code end up ours: PID 1 or subreaper)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.005)
+
+
+def _stop_processes() -> int:
+    """Kill every process the code left running; how many there were."""
+    _reap()
+    if os.getpid() == 1:  # PID 1 of our own PID namespace: every other process is the code's
+        try:
+            count = sum(1 for e in os.listdir("/proc") if e.isdigit() and e != "1")
+        except OSError:
+            count = 1
+        try:
+            os.kill(-1, signal.SIGKILL)  # in a PID namespace: all of it but PID 1
+        except ProcessLookupError:
+            return 0
+        _reap(wait_s=2.0)
+        return max(count, 1)
+    try:
+        import psutil
+    except ImportError:
+        return 0
+    try:
+        left = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return 0
+    for proc in left:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    _reap(wait_s=2.0 if left else 0.0)
+    return len(left)
+
+
+def _leftovers(threads_before: set[threading.Thread]) -> tuple[str | None, bool]:
+    """(a note for the result, whether the worker must restart) after one run."""
+    notes: list[str] = []
+    stopped = _stop_processes()
+    if stopped:
+        notes.append(f"stopped {stopped} process{'es' if stopped > 1 else ''} the code left running")
+    threads = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
+    deadline = time.monotonic() + 0.2  # a thread that is just finishing gets a moment
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    alive = [t for t in threads if t.is_alive()]
+    if alive:
+        notes.append(f"{len(alive)} background thread{'s' if len(alive) > 1 else ''} kept "
+                     "running after the code finished, so the Python session was restarted "
+                     "to stop it")
+    if not notes:
+        return None, False
+    return "(Sandbox: " + "; ".join(notes) + ".)", bool(alive)
+
+
+def serve(setup_json: str) -> None:
+    """Serve ("run", run_id, conversation_id, code, figure_dir) until ("stop",) or EOF.
+
+    `setup_json` (from the launcher): the pipe's fd, the app's pid (0 where the kernel
+    ends us with it), the working folder and which walls are up."""
+    import json
+
+    setup = json.loads(setup_json)
+    conn = Connection(setup["fd"])
+    parent_pid = setup["parent_pid"]
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.environ["MPLBACKEND"] = "Agg"
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, "1")  # BLAS thread pools reserve address space per thread
-    os.makedirs(workdir, exist_ok=True)
-    os.chdir(workdir)
-    _limit_memory(memory_limit_bytes)
+    # A handler, not the default action: the kernel drops default-action signals to the
+    # PID 1 of a namespace, and the exit status says "CPU limit" rather than "crashed".
+    signal.signal(signal.SIGXCPU, lambda *_: os._exit(EXIT_CPU_LIMIT))
+    os.chdir(setup["workdir"])
     namespaces: dict[str, dict[str, Any]] = {}
     counts: dict[str, int] = {}
-    conn.send(("ready", os.getpid()))
+    conn.send(("ready", os.getpid(), setup["walls"]))
     while True:
         if not conn.poll(PARENT_CHECK_S):
-            if os.getppid() != parent_pid:
+            if parent_pid and os.getppid() != parent_pid:
                 return
             continue
         try:
@@ -170,10 +212,19 @@ def sandbox_main(conn: Connection, memory_limit_bytes: int, parent_pid: int, wor
         _, run_id, conversation_id, code, figure_dir = msg
         namespace = namespaces.setdefault(conversation_id, {"__name__": "__main__"})
         counts[conversation_id] = counts.get(conversation_id, 0) + 1
+        threads_before = set(threading.enumerate())
         result = run_cell(namespace, code, run_id, figure_dir, counts[conversation_id])
+        result["note"], restart = _leftovers(threads_before)
+        result["restart"] = restart or result.get("kind") == "memory"
         try:
             conn.send(("result", run_id, result))
         except (OSError, MemoryError):
             return
-        if result.get("kind") == "memory":
-            return  # memory may be fragmented or held by half-built objects: start afresh
+        if result["restart"]:
+            # Memory may be fragmented or held by half-built objects; a thread cannot be
+            # stopped from outside it: either way, start afresh.
+            os._exit(0)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])
