@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["serve"]:  # its own parser: REMAINDER would not pass leading --options
         from core.server.cli import main as serve_main
 
+        if not {"-h", "--help"} & set(argv) and not _lock_home("serve"):
+            return 1
         return serve_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "models":
@@ -111,7 +113,22 @@ def build_app(model: str | None = None) -> LlmdeckApp:
     return LlmdeckApp(Runtime(settings))
 
 
+def _lock_home(role: str) -> bool:
+    """Take this home's lock for the app or the server (core.home_lock), or say on stderr
+    who holds it / why the home cannot be written."""
+    from core.home_lock import HomeLockError, acquire
+
+    try:
+        acquire(role)
+    except HomeLockError as exc:
+        print(exc.message, file=sys.stderr)
+        return False
+    return True
+
+
 def _run_app(model: str | None) -> int:
+    if not _lock_home("app"):
+        return 1
     build_app(model).run()
     return 0
 

@@ -1,0 +1,131 @@
+"""One app and one server per llmdeck home, held by a lock file for the process's life.
+
+Two apps on one home would both write the history, the settings and the worker status,
+and each would load its own copy of the model: the second one is refused with the first
+one's pid. `llmdeck serve` takes its own lock (`serve.lock`), so one server may run beside
+one app on the same home, which is what a person running the app in one SSH window and
+the API for their editor in another expects: SQLite (WAL) takes writes from both, model
+downloads and the bundled model's assembly are locked per file, and each process writes
+its own worker-status file. A second server on the same home is refused like a second app.
+
+The lock is an flock(2) on a file in the data folder: the kernel drops it when the process
+dies, even by kill -9, so a crash never leaves a stale lock behind. The file holds the
+holder's pid for the message.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import IO
+
+from core import paths
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; llmdeck targets macOS and Linux
+    fcntl = None  # type: ignore[assignment]
+
+ROLES = {"app": "llmdeck", "serve": "llmdeck serve"}
+_READ_ONLY = {errno.EROFS, errno.EACCES, errno.EPERM}
+_held: dict[str, HomeLock] = {}
+
+
+class HomeLockError(Exception):
+    """The home cannot be used by this process; `message` says why and what to do."""
+
+    def __init__(self, message: str, pid: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.pid = pid
+
+
+def home_label() -> str:
+    home = os.environ.get("LLMDECK_HOME")
+    return f"LLMDECK_HOME={home}" if home else f"the default home ({paths.data_dir()})"
+
+
+def lock_path(role: str) -> Path:
+    return paths.data_dir() / f"{role}.lock"
+
+
+class HomeLock:
+    """A held lock; release() (or the process's exit) lets the next instance in."""
+
+    def __init__(self, role: str, file: IO[str] | None) -> None:
+        self.role = role
+        self._file = file
+
+    @property
+    def read_only(self) -> bool:
+        """Held without a file: the home is read-only, so nothing here can be written."""
+        return self._file is None
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()  # closing drops the flock
+            self._file = None
+        _held.pop(self.role, None)
+
+
+def acquire(role: str = "app") -> HomeLock:
+    """Take this home's lock for `role` ("app" or "serve") or raise HomeLockError naming
+    the process that holds it, or saying why the home cannot be written."""
+    if role in _held:
+        return _held[role]
+    name = ROLES[role]
+    try:
+        folder = paths.data_dir()
+        path = folder / f"{role}.lock"
+        file = open(path, "a+", encoding="utf-8")  # noqa: SIM115  (held for the process's life)
+    except OSError as exc:
+        if exc.errno in _READ_ONLY and _history_exists():
+            # A read-only home with a history: it can be read, and nobody can write it, so
+            # there is nothing for a second instance to spoil.
+            lock = _held[role] = HomeLock(role, None)
+            return lock
+        raise HomeLockError(
+            f"{name} cannot write to its home folder ({exc.strerror or exc}: "
+            f"{exc.filename or home_label()}). Make it writable, or point LLMDECK_HOME at a "
+            "folder you can write to.") from None
+    if fcntl is not None:
+        try:
+            fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                file.close()
+                raise HomeLockError(f"{name} could not lock {path}: {exc}.") from None
+            file.seek(0)
+            pid = _pid(file.read())
+            file.close()
+            who = f"pid {pid}" if pid else "another process"
+            raise HomeLockError(
+                f"{name} is already running on {home_label()} ({who}). Use that one, stop it "
+                "first, or set LLMDECK_HOME to another folder to run a separate one.",
+                pid) from None
+    file.seek(0)
+    file.truncate()
+    file.write(f"{os.getpid()}\n")
+    file.flush()
+    lock = _held[role] = HomeLock(role, file)
+    return lock
+
+
+def _history_exists() -> bool:
+    try:
+        return paths.db_path().is_file()
+    except OSError:  # db_path() creates the data folder, which a read-only home refuses
+        return False
+
+
+def held_role() -> str | None:
+    """The role this process holds a lock for ("app", "serve"), if any."""
+    return next(iter(_held), None)
+
+
+def _pid(text: str) -> int | None:
+    try:
+        return int(text.split()[0])
+    except (ValueError, IndexError):
+        return None

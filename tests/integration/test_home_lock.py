@@ -1,0 +1,92 @@
+"""One app (and one server) per llmdeck home, and a clear word when the home is unusable.
+
+The real `llmdeck` command: the first app runs in tmux, the second is started as a user
+would start it and must exit at once, naming the first one's pid.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from core import home_lock
+from tests.fixtures.small_fs import tmpfs_fixture  # noqa: F401
+from tests.helpers.tmux import TmuxSession, llmdeck_command
+
+LLMDECK = llmdeck_command()
+
+
+def _run(home: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "LLMDECK_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([LLMDECK, *args], capture_output=True, text=True, timeout=timeout,
+                          env=env, stdin=subprocess.DEVNULL)
+
+
+def _app_pid(tmux: TmuxSession) -> int:
+    shell = psutil.Process(tmux.pane_pid())
+    return next(p.pid for p in shell.children(recursive=True)
+                if any("llmdeck" in part for part in p.cmdline()))
+
+
+@pytest.mark.slow
+def test_a_second_app_on_one_home_is_refused_naming_the_first(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    tmux = TmuxSession(LLMDECK, env={"LLMDECK_HOME": str(home), "HF_HUB_OFFLINE": "1"})
+    try:
+        tmux.wait_for(lambda s: "Quit" in s, 60, "the app's first frame")
+        first = _app_pid(tmux)
+        second = _run(home)
+        assert second.returncode == 1
+        assert f"pid {first}" in second.stderr and "already running" in second.stderr
+        assert "Traceback" not in second.stderr + second.stdout
+        # The server is another role: it may run beside the app on the same home.
+        served = subprocess.Popen(
+            [LLMDECK, "serve", "--engine", "scripted", "--port", "0"], text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, "LLMDECK_HOME": str(home), "HF_HUB_OFFLINE": "1"})
+        try:
+            assert "listening on" in served.stdout.readline()
+            again = _run(home, "serve", "--engine", "scripted", "--port", "0")
+            assert again.returncode == 1
+            assert "llmdeck serve is already running" in again.stderr
+            assert f"pid {served.pid}" in again.stderr
+        finally:
+            served.terminate()
+            served.wait(30)
+    finally:
+        tmux.close()
+    psutil.Process(first).wait(10) if psutil.pid_exists(first) else None
+    lock = home_lock.acquire("app")  # the kernel dropped the dead app's lock
+    lock.release()
+
+
+def test_the_lock_refuses_a_second_holder_and_frees_on_exit(llmdeck_home: Path) -> None:
+    code = ("from core import home_lock; import sys; home_lock.acquire('app'); "
+            "print('held', flush=True); sys.stdin.read()")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(home_lock.HomeLockError) as refused:
+            home_lock.acquire("app")
+        assert refused.value.pid == holder.pid and f"pid {holder.pid}" in refused.value.message
+        serve = home_lock.acquire("serve")  # the other role is free
+        serve.release()
+    finally:
+        holder.kill()  # kill -9: the kernel drops an flock with its process
+        holder.wait(10)
+    home_lock.acquire("app").release()
+
+
+def test_a_read_only_empty_home_gets_a_sentence_not_a_traceback(tmpfs) -> None:  # noqa: ANN001
+    home = tmpfs("ro-home", "1m", read_only=True)
+    for args in ((), ("serve", "--engine", "scripted", "--port", "0")):
+        done = _run(home, *args)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "cannot write to its home folder" in done.stderr
+        assert "LLMDECK_HOME" in done.stderr and "Traceback" not in done.stderr
