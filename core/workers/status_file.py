@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -16,30 +17,78 @@ from pathlib import Path
 from core import paths
 from core.workers.pool import WorkerStatus
 
+# One file per role (core.home_lock): an app and a server sharing a home each keep their own.
+FILE_NAMES = {"app": "workers.json", "serve": "workers-serve.json"}
+_TMP = re.compile(r"^\.(workers(?:-serve)?\.json)\.(\d+)\.tmp$")
+_swept = False
 
-def status_path() -> Path:
-    return paths.data_dir() / "workers.json"
+
+def status_path(role: str | None = None) -> Path:
+    """This process's status file: the server's when it runs as `llmdeck serve`."""
+    from core.home_lock import held_role
+
+    role = role or held_role() or "app"
+    return paths.data_dir() / FILE_NAMES.get(role, FILE_NAMES["app"])
 
 
 def write_status(statuses: list[WorkerStatus], path: Path | None = None) -> None:
+    """Replace the status file atomically (write a temporary file, rename it). A temporary
+    file never outlives a failed write (a full disk), and those of processes that died
+    between write and rename are swept once per process."""
+    global _swept
     path = path or status_path()
+    if not _swept:
+        _swept = True
+        sweep_temporary_files(path.parent)
     data = {"pid": os.getpid(), "time": time.time(), "workers": [asdict(s) for s in statuses]}
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data), encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def sweep_temporary_files(folder: Path) -> list[Path]:
+    """Delete the status files' temporaries left by processes that are gone; returns them."""
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        match = _TMP.match(name)
+        if match and not _alive(int(match.group(2))):
+            try:
+                (folder / name).unlink()
+                removed.append(folder / name)
+            except OSError:
+                pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
 
 
 def read_status(path: Path | None = None) -> tuple[list[WorkerStatus], str | None]:
     """The workers of the running app, or ([], reason) when no app is running."""
-    path = path or status_path()
+    path = path or status_path("app")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return [], "llmdeck is not running (no worker status found)."
     pid = int(data.get("pid", 0))
-    try:
-        os.kill(pid, 0)
-    except (OSError, ProcessLookupError):
+    if pid <= 0 or not _alive(pid):
         return [], "llmdeck is not running (the last status is from an app that has exited)."
     return [WorkerStatus(**w) for w in data.get("workers", [])], None
 
@@ -63,8 +112,15 @@ def format_table(statuses: list[WorkerStatus]) -> str:
 
 def main() -> int:
     statuses, problem = read_status()
-    if problem:
+    served, serve_problem = read_status(status_path("serve"))
+    if problem and serve_problem:
         print(problem)
         return 1
+    if not serve_problem:  # `llmdeck serve` runs on this home too: show both
+        print("llmdeck serve:")
+        print(format_table(served) if served else "No model is loaded.")
+        if problem:
+            return 0
+        print("\nllmdeck:")
     print(format_table(statuses) if statuses else "No model is loaded.")
     return 0
