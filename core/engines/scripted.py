@@ -8,7 +8,8 @@ Options (ModelSpec.options): reply (str), replies (list[str], used in turn), tok
 (float, 0 = as fast as possible), chunk_chars (int), fail_load (str: an error code),
 template (chat template string reported in info, to drive family detection),
 fixed_timing (bool: report constant TTFT and tok/s so snapshots are stable),
-hang_load_s (float: sleep while loading), max_concurrency (int), emit_log (str: a file
+hang_load_s (float: sleep while loading), max_concurrency (int), crash_on (str: a message
+containing it kills the worker with SIGSEGV, for crash tests), emit_log (str: a file
 that receives each finished run's token emission times, time.monotonic(), one JSON list
 per line; the UI bench compares them with the frames that show the tokens).
 
@@ -21,6 +22,8 @@ each, and the emission log records when each token really left.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from collections import deque
 from typing import Any
@@ -79,6 +82,9 @@ class ScriptedEngine:
 
     def submit(self, request: GenerationRequest) -> None:
         request.sampling.validate()
+        trigger = self._spec.option("crash_on")
+        if trigger and any(trigger in str(m.get("content")) for m in request.messages):
+            os.kill(os.getpid(), signal.SIGSEGV)  # a real native crash, as a bad input can cause
         reply = self._replies[self._turn % len(self._replies)]
         self._turn += 1
         pieces = [reply[i : i + self._chunk] for i in range(0, len(reply), self._chunk)]

@@ -96,9 +96,14 @@ class ChatServer:
                 self._check_key(request)
             return await handler(request)
         except ApiError as exc:
-            return _json(exc.body(), status=exc.status)
+            response = _json(exc.body(), status=exc.status)
+            if exc.status in (408, 413):  # the rest of the body is not wanted: close after this
+                response.force_close()
+            return response
         except web.HTTPRequestEntityTooLarge as exc:  # aiohttp's own read limit
-            return _json(too_large(getattr(exc, "actual_size", None)).body(), status=413)
+            response = _json(too_large(getattr(exc, "actual_size", None)).body(), status=413)
+            response.force_close()
+            return response
         except web.HTTPException as exc:  # unknown route, wrong method
             status = exc.status
             message = f"{request.method} {request.path} is not an endpoint of this server."
@@ -149,7 +154,7 @@ class ChatServer:
         if state == "failed":
             why = "failed to load" if rt.model.state == "failed" else "is not available"
             raise ApiError(503, f"The model {why}: {error}", code="model_unavailable")
-        if state == "loading":
+        if state == "loading" and rt.model.state != "ready":  # (a respawn: the pool waits for it)
             if rt.model.state == "loading" and model != self.local_name():
                 raise self._not_served(model)  # the name is known once loading has begun
             await self._wait_for_load()
@@ -232,7 +237,6 @@ class ChatServer:
             async with asyncio.timeout(self.limits.body_timeout_s):
                 raw = await request.read()
         except TimeoutError:
-            request.protocol.force_close()
             raise ApiError(408, f"The request body did not arrive within "
                            f"{self.limits.body_timeout_s:.0f} s.", code="request_timeout") from None
         body = load_body(raw)

@@ -88,7 +88,8 @@ class ServerHandle:
         # the connection's start too, so a header sent a byte at a time is cut as well).
         runner = web.AppRunner(server.app(), access_log=None, handle_signals=False,
                                shutdown_timeout=2.0, handler_cancellation=True,
-                               keepalive_timeout=limits.idle_timeout_s)
+                               keepalive_timeout=limits.idle_timeout_s,
+                               lingering_time=2.0)  # reading a refused body's rest: 2 s at most
         await runner.setup()
         site = GuardedSite(runner, host, port, limits)
         try:

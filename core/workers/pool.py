@@ -102,9 +102,18 @@ class _Worker:
         self.last_used = time.monotonic()
         self.fatal = False  # the worker reported an internal error before exiting
         self._loaded: asyncio.Future[dict[str, Any]] | None = None
+        self.settled: asyncio.Future[None] | None = None  # done when start() has finished
 
     # -- lifecycle -------------------------------------------------------------
     async def start(self) -> None:
+        self.settled = asyncio.get_running_loop().create_future()
+        try:
+            await self._start()
+        finally:
+            if not self.settled.done():
+                self.settled.set_result(None)
+
+    async def _start(self) -> None:
         loop = asyncio.get_running_loop()
         parent_conn, child_conn = _CTX.Pipe(duplex=True)
         self.process = _CTX.Process(
@@ -413,8 +422,13 @@ class WorkerPool:
     async def _start_workers(self, group: _ModelGroup) -> None:
         missing = group.replicas - len([w for w in group.workers if w.state in ("ready", "loading")])
         new = [_Worker(self, group, next(self._ids)) for _ in range(max(0, missing))]
+        # workers being respawned after a crash: a request waits for them like for a load
+        respawning = [w.settled for w in group.workers if w.state == "loading" and w.settled]
         group.workers.extend(new)
         results = await asyncio.gather(*(w.start() for w in new), return_exceptions=True)
+        if respawning and not self._ready(group):
+            await asyncio.wait([asyncio.shield(f) for f in respawning],
+                               return_when=asyncio.FIRST_COMPLETED)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors and not self._ready(group):
             err = errors[0]
