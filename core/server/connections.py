@@ -47,7 +47,7 @@ class ServeLimits:
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft == resource.RLIM_INFINITY:
             return self.max_connections
-        return max(8, min(self.max_connections, soft - 256))
+        return min(self.max_connections, max(8, soft - 256))
 
 
 _REFUSED = ApiError(503, "The server has too many open connections; retry in a moment.",
