@@ -1,8 +1,4 @@
-"""The huggingface_hub client as llmdeck uses it: endpoint and token resolved per call.
-
-huggingface_hub reads HF_ENDPOINT once at import; resolving it per call lets a process
-(and its tests) point at another Hub without re-importing anything.
-"""
+"""The huggingface_hub client as llmdeck uses it: endpoint and token resolved per call."""
 
 from __future__ import annotations
 
@@ -11,19 +7,10 @@ import socket
 from urllib.parse import urlsplit
 
 from core.hub.auth import get_token
+from core.hub.endpoint import endpoint
 from core.hub.errors import HubError
 
 PROBE_TIMEOUT_S = 3.0
-
-
-def endpoint() -> str:
-    """The Hub origin: HF_ENDPOINT when set, else huggingface_hub's default."""
-    value = os.environ.get("HF_ENDPOINT")
-    if value:
-        return value.rstrip("/")
-    from huggingface_hub import constants
-
-    return constants.ENDPOINT
 
 
 def api(token: str | None = None):  # -> HfApi, imported lazily (heavy module)

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from core import paths
 from core.hub import cache_layout as layout
 from core.hub.auth import get_token
-from core.hub.client import endpoint
+from core.hub.endpoint import endpoint
 from core.hub.errors import HubError, classify
 from core.hub.listing import DownloadPlan, PlannedFile, list_files, plan_download
 from core.hub.runnable import human_bytes

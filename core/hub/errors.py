@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import errno
 
+from core.hub.endpoint import endpoint
+
 HUB_ERROR_CODES = frozenset(
     {
         "GATED",  # repo needs its terms accepted (and a token)
@@ -48,12 +50,6 @@ class HubError(Exception):
         return hash((self.code, self.message))
 
 
-def _endpoint() -> str:
-    from core.hub.client import endpoint
-
-    return endpoint()
-
-
 def classify(exc: BaseException, repo_id: str = "", filename: str = "") -> HubError:
     """Turn any exception raised while talking to the Hub into a HubError."""
     if isinstance(exc, HubError):
@@ -62,7 +58,7 @@ def classify(exc: BaseException, repo_id: str = "", filename: str = "") -> HubEr
     from huggingface_hub import errors as hf
 
     what = f"{repo_id}/{filename}" if filename else repo_id
-    web = f"{_endpoint()}/{repo_id}" if repo_id else _endpoint()
+    web = f"{endpoint()}/{repo_id}" if repo_id else endpoint()
     if isinstance(exc, hf.HFValidationError):
         return HubError("BAD_REQUEST", f"{repo_id!r} is not a valid repo id; use owner/name.")
     if isinstance(exc, hf.GatedRepoError):
@@ -85,7 +81,7 @@ def classify(exc: BaseException, repo_id: str = "", filename: str = "") -> HubEr
     if isinstance(exc, hf.RepositoryNotFoundError):
         return HubError(
             "NOT_FOUND",
-            f"No model repo named {repo_id} on {_endpoint()}; check the spelling "
+            f"No model repo named {repo_id} on {endpoint()}; check the spelling "
             "(owner/name). Private repos need a token with access.",
         )
     if isinstance(exc, hf.OfflineModeIsEnabled):
@@ -105,7 +101,7 @@ def classify(exc: BaseException, repo_id: str = "", filename: str = "") -> HubEr
     if isinstance(exc, httpx2.TransportError | ConnectionError | TimeoutError):
         return HubError(
             "OFFLINE",
-            f"Cannot reach {_endpoint()} ({type(exc).__name__}); check the network "
+            f"Cannot reach {endpoint()} ({type(exc).__name__}); check the network "
             "connection, proxy settings or HF_ENDPOINT.",
         )
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
