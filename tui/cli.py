@@ -52,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
                             add_help=False)
     models.add_argument("rest", nargs=argparse.REMAINDER)
     sub.add_parser("paths", help="print where llmdeck keeps its files")
+    doctor = sub.add_parser("doctor", help="check this machine and llmdeck's files; each "
+                            "problem with its fix (exit 1 on a problem)", add_help=False)
+    doctor.add_argument("rest", nargs=argparse.REMAINDER)
     serve = sub.add_parser("serve", help="serve the model over an OpenAI-compatible HTTP API",
                            add_help=False)
     serve.add_argument("rest", nargs=argparse.REMAINDER)
@@ -66,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         if not {"-h", "--help"} & set(argv) and not _lock_home("serve"):
             return 1
         return serve_main(argv[1:])
+    if argv[:1] == ["doctor"]:  # likewise: `doctor --offline`
+        from core.doctor import main as doctor_main
+
+        return doctor_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "models":
         return _models(args.rest)

