@@ -70,6 +70,17 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class Logprobs:
+    """Log-probabilities of sampled tokens, sent only when a request asks for them (the
+    API's `logprobs`). Each entry is in OpenAI's shape, so the server passes it on as is:
+    {"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}, ...]}.
+    Text is held back by stop matching and parsing, so an entry may arrive before the
+    text delta that carries its token."""
+
+    content: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Done:
     """The end of one generation; always the last event of a stream."""
 
@@ -88,4 +99,4 @@ class Error:
             raise ValueError(f"unknown error code {self.code!r}")
 
 
-Event = TextDelta | ReasoningDelta | ToolCall | Usage | Done | Error
+Event = TextDelta | ReasoningDelta | ToolCall | Usage | Logprobs | Done | Error

@@ -13,6 +13,13 @@ from typing import Any, Protocol
 
 from core.events import Event
 
+# Penalty look-back when a request names none (llama.cpp's default); the bound keeps a
+# window a user typed from meaning "scan a million tokens every step".
+DEFAULT_PENALTY_WINDOW = 64
+MAX_PENALTY_WINDOW = 32_768
+MAX_LOGIT_BIAS = 1024
+MAX_TOP_LOGPROBS = 20
+
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
@@ -26,6 +33,16 @@ class SamplingParams:
     seed: int | None = None
     max_tokens: int = 512
     stop: tuple[str, ...] = ()
+    # OpenAI's additive penalties; each penalty looks back over its own window of tokens
+    # (prompt included), as mlx_lm's processors do.
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_context_size: int = DEFAULT_PENALTY_WINDOW
+    presence_context_size: int = DEFAULT_PENALTY_WINDOW
+    frequency_context_size: int = DEFAULT_PENALTY_WINDOW
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit)
+    logprobs: bool = False  # report each sampled token's log-probability
+    top_logprobs: int = 0  # ... and this many most likely alternatives (0-20)
 
     def validate(self) -> None:
         """Raise ValueError with a sentence a user can act on when out of range."""
@@ -43,6 +60,40 @@ class SamplingParams:
             )
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1 (got {self.max_tokens})")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not -2.0 <= value <= 2.0:
+                raise ValueError(f"{name} must be between -2 and 2 (got {value})")
+        for name in ("repetition_context_size", "presence_context_size", "frequency_context_size"):
+            value = getattr(self, name)
+            if not 1 <= value <= MAX_PENALTY_WINDOW:
+                raise ValueError(f"{name} must be between 1 and {MAX_PENALTY_WINDOW} tokens "
+                                 f"(got {value})")
+        if len(self.logit_bias) > MAX_LOGIT_BIAS:
+            raise ValueError(f"logit_bias may name at most {MAX_LOGIT_BIAS} tokens "
+                             f"(got {len(self.logit_bias)})")
+        for token, bias in self.logit_bias:
+            if token < 0:
+                raise ValueError(f"logit_bias token ids must be 0 or more (got {token})")
+            if not -100.0 <= bias <= 100.0:
+                raise ValueError(f"logit_bias values must be between -100 and 100 "
+                                 f"(got {bias} for token {token})")
+        if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS} "
+                             f"(got {self.top_logprobs})")
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs set to true")
+        if self.seed is not None and not -(2**63) <= self.seed < 2**64:
+            raise ValueError(f"seed must fit in 64 bits (got {self.seed})")
+
+    def logit_bias_for(self, vocab_size: int) -> dict[int, float]:
+        """The bias as a dict, refusing ids the model's vocabulary does not have."""
+        bias = dict(self.logit_bias)
+        bad = sorted(t for t in bias if t >= vocab_size)
+        if bad:
+            raise ValueError(f"logit_bias names token ids {bad[:5]} but this model's "
+                             f"vocabulary has {vocab_size} tokens (ids 0-{vocab_size - 1})")
+        return bias
 
 
 @dataclass(frozen=True, slots=True)

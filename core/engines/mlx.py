@@ -40,12 +40,18 @@ os.environ.setdefault("MLX_CUDA_USE_CUDNN_SDPA", "0")
 import mlx.core as mx  # noqa: E402
 from mlx_lm.generate import BatchGenerator, GenerationBatch, generation_stream  # noqa: E402
 from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache  # noqa: E402
-from mlx_lm.sample_utils import make_logits_processors, make_sampler  # noqa: E402
 
 from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, SamplingParams  # noqa: E402
 from core.engines.prefix_cache import DEFAULT_MAX_BYTES, PrefixCache  # noqa: E402
+from core.engines.sampling import (  # noqa: E402
+    LogprobRecorder,
+    SamplerCache,
+    greedy,
+    logits_processors,
+    vocab_size,
+)
 from core.engines.select import SelectionError, check_mlx_dir, check_safetensors  # noqa: E402
-from core.events import Done, Error, Event, TextDelta, Usage  # noqa: E402
+from core.events import Done, Error, Event, Logprobs, TextDelta, Usage  # noqa: E402
 from core.parsing.stops import StopMatcher  # noqa: E402
 
 # Modules of mlx_lm.models that are building blocks, not architectures.
@@ -248,7 +254,9 @@ class MlxEngine:
         self._batch: dict[int, _Request] = {}
         self._idle_rows: set[int] = set()  # batch rows of finished requests (see _retire)
         self._unsaved: deque[_FinishedRows] = deque()
-        self._samplers: dict[tuple[float, float, int, float], Any] = {}
+        self._samplers = SamplerCache()
+        self._vocab_size = vocab_size(self._config, self._tokenizer)
+        self._token_texts: dict[int, tuple[str, list[int]]] = {}  # for logprobs
         self._stream = generation_stream
         self._steps = 0
         self.eager_first_token = True
@@ -353,8 +361,10 @@ class MlxEngine:
         sp = request.sampling
         error: Error | None = None
         text: str | None = None
+        processors: list[Any] = []
         try:
             sp.validate()
+            processors = self._logits_processors(sp)
             if prompt is None:
                 text = self.render_text(request)
                 prompt = self._tokens_for(text)
@@ -366,7 +376,7 @@ class MlxEngine:
             prompt=prompt,
             max_tokens=min(sp.max_tokens, max(self.context_size - len(prompt), 0)),
             sampler=self._sampler(sp),
-            processors=_processors(sp),
+            processors=processors,
             detok=_fresh_detokenizer(self._tokenizer),
             stops=StopMatcher(sp.stop),
             submitted=submitted,
@@ -384,16 +394,12 @@ class MlxEngine:
         return act
 
     def _sampler(self, sp: SamplingParams) -> Any:
-        # One sampler object per setting, so a batch that shares settings samples in one call.
-        if sp.temperature == 0:
-            return greedy
-        key = (sp.temperature, sp.top_p, sp.top_k, sp.min_p)
-        if key not in self._samplers:
-            top_p = sp.top_p if sp.top_p < 1.0 else 0.0
-            self._samplers[key] = make_sampler(
-                temp=sp.temperature, top_p=top_p, min_p=sp.min_p, top_k=sp.top_k
-            )
-        return self._samplers[key]
+        # One sampler object per plain setting, so a batch that shares settings samples in
+        # one call; seeded and logprobs requests get their own (core.engines.sampling).
+        return self._samplers.sampler_for(sp)
+
+    def _logits_processors(self, sp: SamplingParams) -> list[Any]:
+        return logits_processors(sp, self._vocab_size, sp.repetition_penalty)
 
     def _schedule(self, out: dict[str, list[Event]]) -> None:
         """Move pending requests into the single slot or the batch, up to capacity."""
@@ -419,8 +425,6 @@ class MlxEngine:
     # -- Single-stream path ----------------------------------------------------------
 
     def _start_single(self, act: _Request) -> None:
-        if act.req.sampling.seed is not None:
-            mx.random.seed(act.req.sampling.seed)
         cache, cached = self._prefix.fetch(act.prompt)
         if cache is None:
             cache = make_prompt_cache(self._model)
@@ -565,8 +569,6 @@ class MlxEngine:
         return bg
 
     def _insert_batch(self, act: _Request) -> None:
-        if act.req.sampling.seed is not None:
-            mx.random.seed(act.req.sampling.seed)
         cache, cached = self._prefix.fetch(act.prompt)
         act.cached = cached
         [uid] = self._bg.insert(
@@ -682,6 +684,8 @@ class MlxEngine:
             act.first_token_at = now
         act.last_token_at = now
         act.generated.append(token)
+        if type(act.sampler) is LogprobRecorder:
+            self._report_logprobs(act.sampler, token, events)
         if token in self._eos:
             act.raw += self._tokenizer.decode([token])
             return "stop"
@@ -696,6 +700,24 @@ class MlxEngine:
         if len(act.generated) >= act.max_tokens:
             return "length"
         return None
+
+    def _report_logprobs(self, recorder: LogprobRecorder, token: int, events: list[Event]) -> None:
+        """The token's log-probability entry, in OpenAI's shape (end-of-turn tokens skipped)."""
+        logprob, top = recorder.pop()
+        if token in self._eos:
+            return
+        text, raw = self._token_text(token)
+        entry = {"token": text, "logprob": logprob, "bytes": raw, "top_logprobs": [
+            {"token": t, "logprob": lp, "bytes": b}
+            for t, b, lp in ((*self._token_text(i), v) for i, v in top)]}
+        events.append(Logprobs((entry,)))
+
+    def _token_text(self, token: int) -> tuple[str, list[int]]:
+        known = self._token_texts.get(token)
+        if known is None:
+            text = self._tokenizer.decode([token])
+            known = self._token_texts[token] = (text, list(text.encode("utf-8", "replace")))
+        return known
 
     def _finish(self, act: _Request, reason: str, events: list[Event]) -> None:
         if not act.generated or act.generated[-1] not in self._eos:
@@ -802,13 +824,6 @@ _SETTLE_PER_STEP = 2
 _BUFFER_CACHE_LIMIT = 2 * 1024**3
 
 
-def greedy(logits: mx.array) -> mx.array:
-    """The temperature-0 sampler. It picks the same token from raw logits as from
-    log-probabilities, so both decode paths skip the normalisation for it (two kernels a
-    token on a launch-bound path); mlx_lm's sampler for temperature 0 is the same argmax."""
-    return mx.argmax(logits, axis=-1)
-
-
 def _trim_buffer_cache() -> None:
     if mx.get_cache_memory() > _BUFFER_CACHE_LIMIT:
         mx.clear_cache()
@@ -820,12 +835,6 @@ def _default_warmup_sizes(max_concurrency: int) -> tuple[int, ...]:
     sizes |= set(range(16, max_concurrency + 1, 8))
     sizes.add(max_concurrency)
     return tuple(sorted(sizes))
-
-
-def _processors(sp: SamplingParams) -> list[Any]:
-    if sp.repetition_penalty == 1.0:
-        return []
-    return list(make_logits_processors(repetition_penalty=sp.repetition_penalty))
 
 
 def _fresh_detokenizer(tokenizer: Any) -> Any:
