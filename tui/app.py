@@ -10,6 +10,7 @@ from textual.app import App
 from textual.binding import Binding
 
 from core.runtime import ModelState, Runtime
+from core.store import StoreError
 from themes import stylesheets
 from themes.palettes import THEME_NAMES, THEMES
 from tui import gc_tuning, warmup
@@ -115,7 +116,7 @@ class LlmdeckApp(App):
         self.theme = name
         self.runtime.settings.theme = name
         self.notify(f"Theme: {name.removeprefix('llmdeck-')}", timeout=2)
-        self.run_worker(self.runtime.save_settings(), group="settings-save")
+        self.run_worker(self.save_settings_or_warn(), group="settings-save")
 
     def use_model(self, choice) -> None:  # noqa: ANN001  (tui.screens.model_picker.ModelChoice)
         """Load a picked model for this and later chats (remembered per conversation)."""
@@ -132,15 +133,32 @@ class LlmdeckApp(App):
         if choice.bundled:
             from core.bundled import provision_bundled_chat
 
-            path = str(await asyncio.to_thread(provision_bundled_chat))
+            try:
+                path = str(await asyncio.to_thread(provision_bundled_chat))
+            except OSError as exc:  # a full or read-only disk: the current model stays
+                self.notify(f"Could not unpack the bundled model into {exc.filename or 'its folder'}"
+                            f" ({exc.strerror or exc}); free some space and pick it again.",
+                            title="Model", severity="error", timeout=15)
+                return
         self.notify(f"Loading {choice.name}…", timeout=3)
         ok = await self.runtime.switch_model(path, choice.engine)
         if ok:
-            await self.runtime.save_settings()
+            await self.save_settings_or_warn()
             if main.conversation_id is not None:
-                await self.runtime.store_call(self.runtime.store_handle.set_conversation_model,
-                                              main.conversation_id, self.runtime.model_ref())
+                try:
+                    await self.runtime.store_call(self.runtime.store_handle.set_conversation_model,
+                                                  main.conversation_id, self.runtime.model_ref())
+                except StoreError as exc:  # a full disk: the model is loaded all the same
+                    self.notify(exc.message, title="History", severity="warning", timeout=10)
             self.notify(f"Model ready: {self.runtime.model.label}", timeout=3)
+
+    async def save_settings_or_warn(self) -> None:
+        """Save settings; a full or read-only disk is a notice, not a crash."""
+        try:
+            await self.runtime.save_settings()
+        except OSError as exc:
+            self.notify(f"Could not save the settings ({exc.strerror or exc}); they apply until "
+                        "llmdeck quits.", title="Settings", severity="warning", timeout=10)
 
     def use_conversation_model(self, conversation_id: str) -> None:
         """Opening a conversation selects the model it was having (see core.model_refs)."""
@@ -166,7 +184,7 @@ class LlmdeckApp(App):
         model, engine = found
         self.notify(f"Loading {model_refs.display(ref)} for this conversation…", timeout=3)
         if await runtime.switch_model(model, engine):
-            await runtime.save_settings()
+            await self.save_settings_or_warn()
 
     def use_model_named(self, name: str) -> None:
         """`/model NAME`: load the one local model whose name contains NAME."""

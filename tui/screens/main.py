@@ -568,7 +568,7 @@ class MainScreen(Screen):
                 self.action_pick_model()
         elif name == "/system":
             self.runtime.settings.system_prompt = arg
-            await self.runtime.save_settings()
+            await self.app.save_settings_or_warn()  # type: ignore[attr-defined]
             self.notify("System prompt cleared." if not arg else "System prompt set (saved).",
                         timeout=3)
         elif name == "/attach":

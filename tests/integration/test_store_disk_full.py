@@ -1,0 +1,60 @@
+"""A home on a tiny, full filesystem (a real 2 MB tmpfs): F5 then Enter, and sending a
+message, give sentences, never a crash, and lose nothing typed."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.small_fs import tmpfs_fixture  # noqa: F401
+from tests.fixtures.tui import scripted_app, wait_ready, wait_until
+from tui.screens.model_picker import ModelPickerScreen
+
+
+def _fill(folder: Path) -> Path:
+    """Write until the filesystem says ENOSPC; returns the filler file."""
+    filler = folder / "filler"
+    with pytest.raises(OSError) as full:
+        with open(filler, "ab") as f:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+    assert full.value.errno == errno.ENOSPC
+    return filler
+
+
+def _notes(app) -> str:  # noqa: ANN001
+    return " ".join(str(n.message) for n in app._notifications)
+
+
+async def test_f5_enter_and_send_on_a_full_two_megabyte_home(
+        tmpfs, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    home = tmpfs("home", "2m")
+    monkeypatch.setenv("LLMDECK_HOME", str(home))
+    app = scripted_app()
+    async with app.run_test(size=(110, 32)) as pilot:
+        await wait_ready(pilot)
+        # F5, Enter: the bundled model (250 MB) cannot be assembled into a 2 MB home.
+        await pilot.press("f5")
+        await wait_until(pilot, lambda: isinstance(app.screen, ModelPickerScreen))
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: "space" in _notes(app), timeout=60)
+        assert app.is_running and "Could not" in _notes(app)
+        assert not [p for p in (home / "data" / "models").iterdir() if p.suffix != ".lock"]
+        await wait_until(pilot, lambda: not isinstance(app.screen, ModelPickerScreen))
+        # Now fill what is left and send: the message comes back to the composer.
+        _fill(home)
+        app.main.composer.focus()
+        await pilot.press(*"keep this text")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: "Could not save your message" in _notes(app))
+        assert "full" in _notes(app)
+        assert app.main.composer.text == "keep this text"
+        await pilot.press("f2")  # a new theme is saved to the config file: it cannot be
+        await wait_until(pilot, lambda: "Could not save the settings" in _notes(app))
+        assert app.is_running
+    assert not [n for n in os.listdir(home / "data") if n.endswith(".tmp")]
