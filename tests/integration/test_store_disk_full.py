@@ -58,3 +58,42 @@ async def test_f5_enter_and_send_on_a_full_two_megabyte_home(
         await wait_until(pilot, lambda: "Could not save the settings" in _notes(app))
         assert app.is_running
     assert not [n for n in os.listdir(home / "data") if n.endswith(".tmp")]
+
+
+async def test_disk_full_while_a_reply_streams_keeps_the_app_and_the_saved_text(
+        tmpfs, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    from core.store import Store
+    from tui.widgets.message_view import MessageView
+
+    home = tmpfs("home", "8m")
+    monkeypatch.setenv("LLMDECK_HOME", str(home))
+    reply = "token " * 300
+    app = scripted_app(reply=reply, tokens_per_s=60, chunk_chars=12)
+    async with app.run_test(size=(110, 32)) as pilot:
+        await wait_ready(pilot)
+        await pilot.press(*"tell me a long story")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.main.turn is not None
+                         and app.main.turn.assistant_message_id is None
+                         and len(app.main.query(MessageView)) >= 2
+                         and len(list(app.main.query(MessageView))[-1].content) > 200)
+        filler = _fill(home)  # the disk fills up mid-reply
+        await wait_until(pilot, lambda: app.main.turn is None, timeout=60)
+        view = list(app.main.query(MessageView))[-1]
+        shown = str(view.query_one(".error").render())
+        assert "full" in shown and "saved" in shown, shown
+        assert view.content == reply  # the whole reply stays on screen
+        assert app.is_running
+        filler.unlink()  # space again: the next message is saved whole
+        cid = app.main.conversation_id
+        await pilot.press(*"and another")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.main.turn is None
+                         and len(app.main.query(MessageView)) >= 4, timeout=60)
+    with Store.open(home / "data" / "llmdeck.db") as store:
+        messages = store.messages(cid)
+    stored = [m for m in messages if m.role == "assistant"]
+    assert stored[0].status == "partial" and reply.startswith(stored[0].content)
+    assert 0 < len(stored[0].content) < len(reply)  # what was stored before the disk filled
+    assert stored[1].status == "complete" and stored[1].content == reply
+
