@@ -24,7 +24,7 @@ import sqlite3
 import unicodedata
 from dataclasses import dataclass
 
-from .models import SearchHit
+from .models import SearchHit, storable
 
 HIGHLIGHT_START = "«"
 HIGHLIGHT_END = "»"
@@ -45,12 +45,7 @@ def clean_query(user_text: str) -> str:
     """`user_text` as SQLite can take it: surrogate pairs joined into their character, lone
     surrogates (which UTF-8 cannot encode, so sqlite3 raised UnicodeEncodeError) and NULs
     replaced by U+FFFD, and at most MAX_QUERY_CHARS characters."""
-    text = user_text[: MAX_QUERY_CHARS * 2]
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-    return text.replace("\x00", "\ufffd")[:MAX_QUERY_CHARS]
+    return storable(user_text[: MAX_QUERY_CHARS * 2]).replace("\x00", "\ufffd")[:MAX_QUERY_CHARS]
 
 
 @dataclass(frozen=True, slots=True)

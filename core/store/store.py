@@ -47,6 +47,7 @@ from .models import (
     dumps,
     message_from_row,
     new_id,
+    storable,
 )
 from .schema import migrate, schema_version
 from .titles import auto_title
@@ -283,6 +284,7 @@ class Store(AttachmentRows):
     def create_conversation(self, title: str | None = None, model: str | None = None) -> str:
         conversation_id = new_id()
         now = time.time()
+        title = storable(title) if title else title
         with self._write() as conn:
             conn.execute(
                 "INSERT INTO conversations (id, title, title_source, model, created_at, updated_at) "
@@ -307,7 +309,7 @@ class Store(AttachmentRows):
         with self._write() as conn:
             cur = conn.execute(
                 "UPDATE conversations SET title = ?, title_source = 'user' WHERE id = ?",
-                (title.strip(), conversation_id),
+                (storable(title.strip()), conversation_id),
             )
             if cur.rowcount == 0:
                 raise _conversation_gone(conversation_id)
@@ -315,7 +317,7 @@ class Store(AttachmentRows):
     def set_generated_title(self, conversation_id: str, title: str) -> bool:
         """Use a model-written title unless the user has named the conversation; returns
         whether it was applied."""
-        title = " ".join(title.split()).strip("\"'")
+        title = storable(" ".join(title.split()).strip("\"'"))
         if not title:
             return False
         with self._write() as conn:
@@ -357,6 +359,7 @@ class Store(AttachmentRows):
         active leaf. The first user message titles an untitled conversation."""
         _check_role(role)
         _check_status(status)
+        content, reasoning = storable(content), storable(reasoning)
         message_id = new_id()
         now = time.time()
         with self._write() as conn:
@@ -407,9 +410,9 @@ class Store(AttachmentRows):
         the conversation as active now."""
         fields: dict[str, Any] = {}
         if content is not None:
-            fields["content"] = content
+            fields["content"] = storable(content)
         if reasoning is not None:
-            fields["reasoning"] = reasoning
+            fields["reasoning"] = storable(reasoning)
         if status is not None:
             _check_status(status)
             fields["status"] = status
@@ -420,7 +423,7 @@ class Store(AttachmentRows):
         if tool_results is not None:
             fields["tool_results"] = dumps(tool_results)
         if error is not None:
-            fields["error"] = error
+            fields["error"] = storable(error)
         with self._write() as conn:
             if fields:
                 assignments = ", ".join(f"{name} = ?" for name in fields)
@@ -590,7 +593,7 @@ class Store(AttachmentRows):
             raise StoreError(
                 NOT_FOUND, "This message no longer exists; its conversation may have been deleted."
             )
-        return self._add_sibling(original, content)
+        return self._add_sibling(original, storable(content))
 
     def _add_sibling(self, original: Message, content: str) -> str:
         if original.parent_id is not None:

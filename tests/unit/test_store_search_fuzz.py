@@ -48,3 +48,21 @@ def test_thousands_of_hostile_queries_never_raise(store: Store) -> None:
     assert sum(tried.values()) == FUZZ_QUERIES and len(tried) == 6, tried
     hits = store.search("sourdough")
     assert [(h.conversation_id, h.message_id) for h in hits] == [(cid, target)]
+
+
+def test_text_with_lone_surrogates_is_stored_not_refused(store: Store) -> None:
+    """A paste of invalid bytes reaches the composer as lone surrogates: the message is
+    saved (the lone ones as U+FFFD) instead of failing with UnicodeEncodeError."""
+    cid = store.create_conversation("title \udc80")
+    mid = store.add_message(cid, "user", "bytes \udcff\udcfe and an emoji \ud83d\ude00")
+    stored = store.get_message(mid)
+    assert stored is not None
+    assert stored.content == "bytes \ufffd\ufffd and an emoji \U0001f600"
+    store.update_message(mid, content="again \ud800", reasoning="\udfff", error="x\ud800")
+    stored = store.get_message(mid)
+    assert stored is not None and stored.content == "again \ufffd" and stored.error == "x\ufffd"
+    edited = store.edit_message(mid, "edit \udc80")
+    assert store.get_message(edited).content == "edit \ufffd"  # type: ignore[union-attr]
+    store.rename_conversation(cid, "renamed \ud800")
+    assert store.get_conversation(cid).title == "renamed \ufffd"  # type: ignore[union-attr]
+    assert [h.conversation_id for h in store.search("renamed")] == [cid]
