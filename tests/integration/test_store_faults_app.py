@@ -49,3 +49,27 @@ async def test_a_damaged_database_opens_every_recovered_conversation() -> None:
         assert app.is_running and "Cannot open" not in _notes(app)
         await send(pilot, "Still here?")
         assert len(app.main.query(MessageView)) >= 2
+
+
+async def test_esc_mid_reply_is_shown_and_stored_as_stopped() -> None:
+    reply = "word " * 300
+    app = scripted_app(reply=reply, tokens_per_s=40, chunk_chars=5)
+    async with app.run_test(size=(110, 32)) as pilot:
+        await wait_ready(pilot)
+        await pilot.press(*"tell me a story")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.main.turn is not None
+                         and len(list(app.main.query(MessageView))[-1].content) > 20)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.main.turn is None)
+        view = list(app.main.query(MessageView))[-1]
+        assert "(stopped)" in str(view.query_one(".role").render())
+        stored = await app.runtime.store_call(app.runtime.store_handle.get_message,
+                                              view.message_id)
+        assert stored is not None and stored.status == "stopped"
+        assert stored.content and reply.startswith(stored.content) and stored.content != reply
+        # Reopened from the store, it still says so.
+        await app.main.open_conversation(app.main.conversation_id)
+        await pilot.pause()
+        reopened = list(app.main.query(MessageView))[-1]
+        assert "(stopped)" in str(reopened.query_one(".role").render())
