@@ -84,8 +84,18 @@ async def test_disk_full_while_a_reply_streams_keeps_the_app_and_the_saved_text(
         assert "full" in shown and "saved" in shown, shown
         assert view.content == reply  # the whole reply stays on screen
         assert app.is_running
-        filler.unlink()  # space again: the next message is saved whole
         cid = app.main.conversation_id
+        # Renaming or deleting on the full disk: refused with a sentence, nothing lost.
+        app.main._rename(cid, "a new title")
+        await wait_until(pilot, lambda: "Not renamed" in [n.title for n in app._notifications])
+        app.main._delete_conversation(cid)
+        await wait_until(pilot, lambda: "Not deleted" in [n.title for n in app._notifications])
+        app.main.run_search("token")  # reading still works
+        await wait_until(pilot, lambda: app.main.query_one("#conversations").option_count == 1
+                         and app.main.query_one("#conversations").get_option_at_index(0).id
+                         .startswith(f"h:{cid}"))
+        assert app.is_running and "full" in _notes(app)
+        filler.unlink()  # space again: the next message is saved whole
         await pilot.press(*"and another")
         await pilot.press("enter")
         await wait_until(pilot, lambda: app.main.turn is None

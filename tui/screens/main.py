@@ -7,7 +7,8 @@ carries them out through the runtime.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from textual import work
 from textual.app import ComposeResult
@@ -207,6 +208,15 @@ class MainScreen(Screen):
         sidebar.show_conversations(conversations, self.conversation_id)
         self.history_listed = True
 
+    @contextmanager
+    def store_errors(self, title: str) -> Iterator[None]:
+        """A store failure in the block (a full disk, a damaged page) becomes a notice with
+        the store's own sentence; the block's remaining steps are skipped, the app stays."""
+        try:
+            yield
+        except StoreError as exc:
+            self.notify(exc.message, title=title, severity="error", timeout=10)
+
     # -- actions -------------------------------------------------------------------------
     async def action_new_chat(self) -> None:
         if self.turn is not None:
@@ -337,10 +347,12 @@ class MainScreen(Screen):
     @work(exclusive=True, group="search")
     async def run_search(self, query: str) -> None:
         sidebar = self.query_one(Sidebar)
-        if not query.strip():
-            sidebar.show_conversations(await self.runtime.list_conversations(), self.conversation_id)
-            return
-        sidebar.show_hits(await self.runtime.search(query))
+        with self.store_errors("Search"):
+            if not query.strip():
+                sidebar.show_conversations(await self.runtime.list_conversations(),
+                                           self.conversation_id)
+                return
+            sidebar.show_hits(await self.runtime.search(query))
 
     def on_sidebar_requested(self, event: Sidebar.Requested) -> None:
         cid = event.conversation_id
@@ -357,16 +369,18 @@ class MainScreen(Screen):
 
     @work(group="conversation-edit")
     async def _rename(self, cid: str, title: str) -> None:
-        await self.runtime.rename_conversation(cid, title)
-        await self.refresh_sidebar()
+        with self.store_errors("Not renamed"):
+            await self.runtime.rename_conversation(cid, title)
+            await self.refresh_sidebar()
 
     @work(group="conversation-edit")
     async def _delete_conversation(self, cid: str) -> None:
-        await self.runtime.delete_conversation(cid)
-        if cid == self.conversation_id:
-            await self.action_new_chat()
-        await self.refresh_sidebar()
-        self.notify("Conversation deleted.", timeout=3)
+        with self.store_errors("Not deleted"):
+            await self.runtime.delete_conversation(cid)
+            if cid == self.conversation_id:
+                await self.action_new_chat()
+            await self.refresh_sidebar()
+            self.notify("Conversation deleted.", timeout=3)
 
     async def on_chat_view_load_older(self, event: ChatView.LoadOlder) -> None:
         if self.conversation_id is None:
@@ -421,10 +435,11 @@ class MainScreen(Screen):
 
     @work(group="message-edit")
     async def _delete_message(self, message_id: str) -> None:
-        await self.runtime.delete_message(message_id)
-        if self.conversation_id is not None:
-            await self.open_conversation(self.conversation_id)
-        self.notify("Message deleted.", timeout=3)
+        with self.store_errors("Not deleted"):
+            await self.runtime.delete_message(message_id)
+            if self.conversation_id is not None:
+                await self.open_conversation(self.conversation_id)
+            self.notify("Message deleted.", timeout=3)
 
     async def _drop_from(self, view: MessageView) -> None:
         """Remove `view` and every message below it (they belong to another branch now)."""
