@@ -1,7 +1,12 @@
-"""Slash commands typed in the composer: what exists, completion, and parsing."""
+"""Slash commands typed in the composer: what exists, completion, and parsing.
+
+Besides the fixed COMMANDS, the prompts of running MCP servers are commands too
+(`/server.prompt`); the main screen hands over where to read them (set_extra_commands).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 COMMANDS: dict[str, str] = {
@@ -11,6 +16,25 @@ COMMANDS: dict[str, str] = {
     "/export": "write this conversation as Markdown",
     "/attach": "attach a document: /attach PATH",
 }
+
+
+_extra: Callable[[], dict[str, str]] | None = None
+
+
+def set_extra_commands(provider: Callable[[], dict[str, str]] | None) -> None:
+    """Where to read more commands from ({"/server.prompt": description}), read each time."""
+    global _extra
+    _extra = provider
+
+
+def known() -> dict[str, str]:
+    """Every command now: the fixed ones, then the extra ones (never overriding them)."""
+    extra = _extra() if _extra is not None else {}
+    return COMMANDS | {k: v for k, v in extra.items() if k not in COMMANDS}
+
+
+def is_extra(name: str) -> bool:
+    return name not in COMMANDS and name in known()
 
 
 @dataclass(frozen=True)
@@ -23,7 +47,7 @@ def completions(text: str) -> list[str]:
     """Commands that complete what is typed (only while the first word is being typed)."""
     if not text.startswith("/") or any(ch.isspace() for ch in text):
         return []
-    return [c for c in COMMANDS if c.startswith(text.lower())]
+    return [c for c in known() if c.lower().startswith(text.lower())]
 
 
 def complete(text: str) -> str | None:
@@ -46,8 +70,9 @@ def parse(text: str) -> SlashCommand | None:
     if not stripped.startswith("/"):
         return None
     name, _, argument = stripped.partition(" ")
-    name = name.lower()
-    if name not in COMMANDS:
+    commands = known()
+    name = name if name in commands else name.lower()
+    if name not in commands:
         return None
     return SlashCommand(name, argument.strip())
 
@@ -58,7 +83,8 @@ def unknown_command(text: str) -> str | None:
     if not stripped.startswith("/") or stripped.startswith("//"):
         return None
     name = stripped.split()[0]
-    if name.lower() in COMMANDS:
+    commands = known()
+    if name in commands or name.lower() in commands:
         return None
-    known = " ".join(COMMANDS)
-    return f"Unknown command {name}. Known: {known}. Start with // to send a message that begins with /."
+    names = " ".join(commands)
+    return f"Unknown command {name}. Known: {names}. Start with // to send a message that begins with /."

@@ -1,4 +1,5 @@
-"""Settings: sampling, context size, system prompt, theme and tools, checked as typed.
+"""Settings: sampling, context size, system prompt, theme, tools and MCP servers, checked
+as typed.
 
 A refused value shows its reason under the field and Save stays refused until every field
 is valid; saving writes the TOML config file off the loop.
@@ -15,6 +16,7 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static, Switch
 
 from themes.palettes import THEME_NAMES
 from tui import settings_form as form
+from tui.widgets.mcp_settings import McpSettings
 
 NUMERIC = (
     ("temperature", "Temperature (0–2)"),
@@ -76,6 +78,7 @@ class SettingsScreen(ModalScreen[bool]):
                     yield Label(label, classes="field-label")
                     yield Input(str(values[name]), id=f"set-{name}", classes="field-input")
                 yield Static("", id=f"why-{name}", classes="field-error")
+            yield McpSettings(s, id="mcp-settings")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Save (ctrl+s)", variant="primary", id="save")
                 yield Button("Cancel (esc)", id="cancel")
@@ -151,6 +154,8 @@ class SettingsScreen(ModalScreen[bool]):
         s.python_asks = values.python_asks
         s.python_timeout_s = values.python_timeout_s
         s.python_memory_mb = values.python_memory_mb
+        s.mcp_servers, s.mcp_share_conversations, s.mcp_share_documents = \
+            self.query_one(McpSettings).values()
         runtime.tools.sync()  # the next tool call follows the new policy and limits
         self.app.theme = values.theme
         try:

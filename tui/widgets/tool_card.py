@@ -47,7 +47,8 @@ class ToolCard(Vertical):
         self.set_reactive(ToolCard.result, result)
 
     def compose(self) -> ComposeResult:
-        yield Static(f"tool · {self.tool_name}", classes="tool-name", markup=False)
+        kind = "mcp tool" if "." in self.tool_name else "tool"  # MCP tools are server.tool
+        yield Static(f"{kind} · {self.tool_name}", classes="tool-name", markup=False)
         yield Static(format_arguments(self.arguments), classes="tool-args", markup=False)
         yield Static("", classes="tool-state")
         yield Static("", classes="tool-result", markup=False)

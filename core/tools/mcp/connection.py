@@ -311,6 +311,8 @@ class McpConnection:
         text = str(exc)
         if isinstance(exc, MCPError) and "Connection closed" in text:
             self._crashed("the server stopped during a call")
+            if self.state == "crashed":  # the status poll may have seen the exit first
+                self.error = "the server stopped during a call"
             return (f"MCP server {self.name} stopped during {what} (after {elapsed:.1f} s); "
                     "nothing came back. It restarts on the next call.")
         if isinstance(exc, MCPError) and "timed out" in text:

@@ -1,0 +1,177 @@
+"""MCP servers driven through the app (Textual pilot): a scripted model in a worker
+process asks for the fixture server's tools (a real SDK server over stdio), the approval
+dialog is answered with keys, Esc stops a hanging call, the F4 pane shows the server, the
+settings screen adds, turns off and removes servers by keyboard, prompts are slash commands
+and resources attach like files."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tomllib
+from pathlib import Path
+
+from core import paths
+from core.config import McpServerConfig, Settings
+from tests.fixtures.tui import scripted_app, wait_until
+from tui.screens.main import MainScreen
+from tui.widgets.tool_card import ToolCard
+from tui.widgets.worker_pane import WorkerPane
+
+SIZE = (110, 40)
+HERMES = "{{ '<tool_call>' }}"
+FIXTURE = str(Path(__file__).resolve().parents[1] / "fixtures" / "mcp_server.py")
+SLOW = 60.0
+
+
+def tool_call(name: str, arguments: dict) -> str:
+    return f"Asking.\n<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def fixture_settings(**kw) -> Settings:
+    return Settings(mcp_servers=[McpServerConfig("fixture", command=sys.executable, args=[FIXTURE],
+                                                 **kw)])
+
+
+def app_with(replies: list[str], **kw):
+    return scripted_app(fixture_settings(**kw), replies=replies, template=HERMES)
+
+
+def pane_text(pane: WorkerPane) -> str:
+    from rich.console import Console
+
+    console = Console(width=140, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(pane.content)
+    return console.export_text()
+
+
+def cards(app) -> list[ToolCard]:
+    return list(app.main.query(ToolCard))
+
+
+async def ask(pilot, text: str) -> None:
+    app = pilot.app
+    await wait_until(pilot, lambda: app.runtime.model.state == "ready")
+    await pilot.press(*text)
+    await pilot.press("enter")
+
+
+async def until_asked(pilot) -> None:
+    await wait_until(pilot, lambda: pilot.app.screen.__class__.__name__ == "ToolApprovalScreen", SLOW)
+
+
+async def test_approved_and_denied_calls_with_cards_results_fed_back_and_the_f4_row() -> None:
+    app = app_with([tool_call("fixture.echo", {"text": "hi"}), "It said hi.",
+                    tool_call("fixture.tally", {}), "Fine, not counted."])
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(pilot, "Echo hi")
+        await until_asked(pilot)
+        turn = app.main.turn
+        assert app.screen.query_one("#always"), "MCP tools offer always-allow"
+        await pilot.press("y")
+        await wait_until(pilot, lambda: app.main.turn is None, SLOW)
+        card = cards(app)[-1]
+        assert (card.tool_name, card.state, card.result) == ("fixture.echo", "done", "echo: hi")
+        fed = turn.request.messages[-1]
+        assert (fed["role"], fed["name"], fed["content"]) == ("tool", "fixture.echo", "echo: hi")
+
+        await ask(pilot, "Count")
+        await until_asked(pilot)
+        await pilot.press("n")
+        await wait_until(pilot, lambda: app.main.turn is None, SLOW)
+        assert (cards(app)[-1].state, cards(app)[-1].result) == ("denied", "denied by user")
+        stored = await app.runtime.messages(app.main.conversation_id)
+        results = [r for m in stored if m.role == "tool" for r in m.tool_results]
+        assert [(r["name"], r["state"]) for r in results] == [("fixture.echo", "done"),
+                                                              ("fixture.tally", "denied")]
+
+        await pilot.press("f4")
+        pane = app.main.query_one(WorkerPane)
+        await wait_until(pilot, lambda: "mcp fixture · 7 tools" in pane_text(pane))
+        row = next(line for line in pane_text(pane).splitlines() if "mcp fixture" in line)
+        assert row.split()[5:7] == ["ready", "0.0"], row
+        pid = app.runtime.tools.mcp.connections["fixture"].pid
+        assert pid is not None and os.path.exists(f"/proc/{pid}")
+    assert not os.path.exists(f"/proc/{pid}"), "quitting left the MCP server running"
+
+
+async def test_a_hanging_call_stops_with_esc_and_a_crash_fails_only_the_call() -> None:
+    app = app_with([tool_call("fixture.hang", {}), tool_call("fixture.crash", {}),  # Esc: no follow-up
+                    "The server fell over; try again later."])
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(pilot, "Wait forever")
+        await until_asked(pilot)
+        await pilot.press("y")
+        await wait_until(pilot, lambda: cards(app) and cards(app)[-1].state == "running")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.main.turn is None, SLOW)
+        assert (cards(app)[-1].state, cards(app)[-1].result) == ("failed", "cancelled by user")
+
+        await ask(pilot, "Crash it")
+        await until_asked(pilot)
+        await pilot.press("y")
+        await wait_until(pilot, lambda: app.main.turn is None, SLOW)
+        card = cards(app)[-1]
+        assert card.state == "failed"
+        assert card.result.startswith("MCP server fixture stopped during the call to fixture.crash")
+        views = app.main.chat.views
+        assert views[-1].role == "assistant" and "fell over" in views[-1].content, "the chat went on"
+        row = next(r for r in app.runtime.worker_status() if r.worker_id == "mcp:fixture")
+        assert (row.state, row.error) == ("crashed", "the server stopped during a call")
+
+
+async def test_prompts_are_slash_commands_and_resources_attach_like_files() -> None:
+    app = app_with(["Noted."])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.runtime.model.state == "ready")
+        await pilot.press("/")  # starts the servers in the background
+        await wait_until(pilot, lambda: "/fixture.review" in app.runtime.tools.mcp.prompt_commands(), SLOW)
+        await pilot.press(*"fixture.rev", "tab")
+        assert app.main.composer.text == "/fixture.review "
+        await pilot.press(*"the roof", "enter")
+        await wait_until(pilot, lambda: app.main.composer.text.startswith("Please review"))
+        assert app.main.composer.text == "Please review the roof carefully and list three risks."
+        app.main.composer.load_text("")
+        await pilot.press(*"/attach mcp:fixture:notes://today", "enter")
+        bar = app.main.query_one("#attachment-bar")
+        await wait_until(pilot, lambda: bar.chips == ["today.txt"], SLOW)
+        rt = app.runtime
+        docs = await rt.store_call(rt.store_handle.attachments, app.main.conversation_id)
+        assert [d.alias for d in docs] == ["today.txt"] and "plumber" in docs[0].text
+
+
+async def test_settings_add_turn_off_and_remove_servers_by_keyboard() -> None:
+    app = app_with(["Hi."])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.runtime.model.state == "ready")
+        await pilot.press("f3")
+        await wait_until(pilot, lambda: app.screen.__class__.__name__ == "SettingsScreen")
+        screen = app.screen
+        screen.query_one("#mcp-new-name").focus()
+        await pilot.press(*"my web", "tab", *"http://127.0.0.1:8931/mcp", "enter")
+        await pilot.pause(0.1)
+        why = screen.query_one("#why-mcp")
+        assert str(why.render()) == ("✖ MCP server name 'my web' must be letters, digits, _ or - "
+                                     "(it prefixes the tool names, as in name.tool).")
+        screen.query_one("#mcp-new-name").focus()
+        await pilot.press("end", *["backspace"] * 4)  # "my"
+        screen.query_one("#mcp-new-target").focus()
+        await pilot.press("enter")  # Enter in the URL field adds
+        await wait_until(pilot, lambda: screen.query("#mcp-on-my"))
+        assert not why.display
+        screen.query_one("#mcp-on-fixture").focus()
+        await pilot.press("space")  # turn fixture off
+        screen.query_one("#mcp-rm-my").focus()
+        await pilot.press("enter")  # and remove "my" again
+        await wait_until(pilot, lambda: not screen.query("#mcp-on-my"))
+        screen.query_one("#mcp-new-name").focus()
+        await pilot.press(*"notes", "tab", *"uvx mcp-server-notes --dir '/tmp/my notes'", "enter")
+        await wait_until(pilot, lambda: screen.query("#mcp-on-notes"))
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: isinstance(app.screen, MainScreen))
+    saved = tomllib.loads(paths.config_path().read_text())["mcp_servers"]
+    assert [(s["name"], s["enabled"]) for s in saved] == [("fixture", False), ("notes", True)]
+    assert saved[1]["command"] == "uvx" and saved[1]["args"] == ["mcp-server-notes", "--dir", "/tmp/my notes"]
+    loaded = Settings.load()
+    assert [m.name for m in loaded.mcp_servers] == ["fixture", "notes"] and not loaded.problems

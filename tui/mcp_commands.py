@@ -1,0 +1,63 @@
+"""MCP from the composer: `/server.prompt ARGS` puts a server's prompt in the composer to
+edit and send, `/attach mcp:SERVER:URI` attaches a server's resource like a file.
+
+The main screen only forwards here; servers start in the background the moment a `/` is
+typed, so their prompts are listed by the time the name is.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from core.tools.mcp import McpCallError
+from tui import slash
+from tui.widgets.attachments import attach_from_composer
+
+RESOURCE_PREFIX = "mcp:"
+
+
+def install(screen: Any) -> None:
+    """Let the slash commands include the prompts of the screen's MCP servers."""
+    slash.set_extra_commands(screen.runtime.tools.mcp.prompt_commands)
+
+
+def composer_changed(screen: Any, text: str) -> str:
+    """Start servers on the first `/`; the hint for `/attach mcp:` ("" when none)."""
+    if text.startswith("/"):
+        screen.runtime.tools.mcp.start_soon()
+    if not text.startswith(f"/attach {RESOURCE_PREFIX}"):
+        return ""
+    typed = text.removeprefix("/attach ")
+    names = [f"{RESOURCE_PREFIX}{server}:{uri}" for server, uri, _ in screen.runtime.tools.mcp.resources()]
+    shown = [n for n in names if n.startswith(typed)][:6]
+    return "  ".join(shown) if shown else "No MCP resource matches (servers list theirs once started)."
+
+
+async def run_prompt(screen: Any, name: str, argument: str) -> None:
+    """`/server.prompt ARGS`: the prompt's text goes into the composer, not straight out."""
+    try:
+        text = await screen.runtime.tools.mcp.get_prompt(name, argument)
+    except McpCallError as exc:
+        screen.notify(str(exc), title="MCP prompt", severity="error", timeout=8)
+        screen.composer.restore(f"{name} {argument}".rstrip())
+        return
+    screen.composer.load_text(text)
+    screen.composer.focus()
+    screen.notify(f"{name}: edit it, then Enter sends it.", timeout=4)
+
+
+async def attach_resource(screen: Any, argument: str) -> None:
+    """`/attach mcp:SERVER:URI`: read the resource into a file and attach that file."""
+    server, _, uri = argument.strip().removeprefix(RESOURCE_PREFIX).partition(":")
+    if not server or not uri:
+        screen.notify("Usage: /attach mcp:SERVER:URI (e.g. mcp:notes:notes://today).",
+                      severity="warning", timeout=6)
+        return
+    try:
+        path = await screen.runtime.tools.mcp.save_resource(server, uri)
+    except McpCallError as exc:
+        screen.notify(str(exc), title="MCP resource", severity="error", timeout=8)
+        screen.composer.restore(f"/attach {argument}")
+        return
+    await attach_from_composer(screen, shlex.quote(str(path)))
