@@ -23,7 +23,7 @@ from core.runtime import ModelState, Turn, context_use
 from core.store import StoreError
 from core.tools import RunResult, ToolStatus, fix_prompt, python_blocks
 from core.tools.fenced import run_block
-from tui import slash
+from tui import mcp_commands, slash
 from tui.screens.dialogs import ConfirmScreen, PromptScreen
 from tui.widgets.attachments import (
     AttachmentBar,
@@ -164,6 +164,7 @@ class MainScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one("#slash-hint").display = False
+        mcp_commands.install(self)  # MCP prompts are slash commands too
         self.composer.focus()
         # The runtime read the newest conversations while Textual started: list them in
         # the first frame rather than one or two frames later.
@@ -533,11 +534,15 @@ class MainScreen(Screen):
         if not isinstance(event.text_area, Composer):
             return
         hint = self.query_one("#slash-hint", Static)
+        mcp_hint = mcp_commands.composer_changed(self, event.text_area.text)
         matches = slash.completions(event.text_area.text)
         hint.display = bool(matches)
         if matches:
-            hint.update("  ".join(f"{m} {slash.COMMANDS[m]}" if len(matches) == 1 else m
+            hint.update("  ".join(f"{m} {slash.known()[m]}" if len(matches) == 1 else m
                                   for m in matches) + "   (tab completes)")
+        elif mcp_hint:
+            hint.display = True
+            hint.update(mcp_hint)
         elif paths := attach_hint(event.text_area.text):
             hint.display = True
             hint.update(paths)
@@ -586,8 +591,12 @@ class MainScreen(Screen):
             await self.app.save_settings_or_warn()  # type: ignore[attr-defined]
             self.notify("System prompt cleared." if not arg else "System prompt set (saved).",
                         timeout=3)
+        elif name == "/attach" and arg.startswith(mcp_commands.RESOURCE_PREFIX):
+            await mcp_commands.attach_resource(self, arg)
         elif name == "/attach":
             await attach_from_composer(self, arg)
+        elif slash.is_extra(name):
+            await mcp_commands.run_prompt(self, name, arg)
 
     @work(exclusive=True, group="turn")
     async def send(self, text: str) -> None:
