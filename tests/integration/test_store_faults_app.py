@@ -36,7 +36,7 @@ async def test_a_garbage_database_is_moved_aside_and_the_app_chats_on() -> None:
 
 async def test_a_damaged_database_opens_every_recovered_conversation() -> None:
     ids = seed_conversations([(f"question {n} sourdough", "answer " + "crumb " * 400)
-                              for n in range(40)])
+                              for n in range(24)])
     assert damage_pages_of(paths.db_path(), "messages") >= 3
     app = scripted_app()
     async with app.run_test(size=(110, 32)) as pilot:
