@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from core.docs.attachments import Attachment, AttachmentRegistry, MentionResolution
 from core.docs.chunking import count_tokens
 from core.docs.errors import DocError
-from core.docs.extract import check_path
+from core.docs.extract import DEFAULT_MAX_BYTES, check_path
 from core.docs.persist import load_results, save_result
 from core.docs.retrieval import CONTEXT_HEADER, IngestResult, format_excerpt
 from core.docs.service import DocsService
@@ -137,11 +137,14 @@ class ChatContext:
         return self.docs.check_mentions(conversation_id, text)
 
     async def attach(
-        self, conversation_id: str | None, paths: Sequence[str | Path]
+        self, conversation_id: str | None, paths: Sequence[str | Path],
+        progress: Callable[[str, str, int, int], None] | None = None,
     ) -> list[AttachResult | DocError]:
         """Attach several files at once; a bad one is a DocError and changes nothing.
 
         Without a conversation, one is created, but only when some file was attached.
+        `progress(file_name, stage, done, total)` follows the reading and embedding;
+        cancelling the call stops the work and changes nothing.
         """
         paths = [Path(str(p)).expanduser() for p in paths]
         if conversation_id is not None:
@@ -150,7 +153,13 @@ class ChatContext:
         else:
             registry = AttachmentRegistry()
         aliases = [registry.add(p).alias for p in paths]  # in order: a.pdf, then a.pdf #2
-        results = await asyncio.gather(*(self._ingest(p, a) for p, a in zip(paths, aliases, strict=True)))
+        try:
+            results = await asyncio.gather(
+                *(self._ingest(p, a, progress) for p, a in zip(paths, aliases, strict=True)))
+        except asyncio.CancelledError:
+            for alias in aliases:
+                registry.remove(alias)
+            raise
         for alias, result in zip(aliases, results, strict=True):
             if isinstance(result, DocError):
                 registry.remove(alias)
@@ -179,14 +188,27 @@ class ChatContext:
             out.append(AttachResult.of(conversation_id, result))
         return out
 
-    async def _ingest(self, path: Path, alias: str) -> IngestResult | DocError:
-        refused = await asyncio.to_thread(check_path, path, self.docs.max_bytes)
+    def max_bytes(self) -> int:
+        """The attachment size limit: Settings.attach_max_mb, else the default."""
+        mb = getattr(self.rt.settings, "attach_max_mb", None)
+        ok = isinstance(mb, int | float) and not isinstance(mb, bool) and mb > 0
+        return int(mb * 1024 * 1024) if ok else DEFAULT_MAX_BYTES
+
+    async def _ingest(self, path: Path, alias: str,
+                      progress: Callable[[str, str, int, int], None] | None = None,
+                      ) -> IngestResult | DocError:
+        limit = self.max_bytes()
+        refused = await asyncio.to_thread(check_path, path, limit)
         if refused is not None:  # cheap checks first: a typo never starts the worker
             return refused
+        report = None
+        if progress is not None:
+            def report(stage: str, done: int, total: int) -> None:
+                progress(path.name, stage, done, total)
         try:
             return await self.utility.ingest(
                 path, alias=alias, whole_threshold=self.docs.whole_threshold,
-                max_bytes=self.docs.max_bytes,
+                max_bytes=limit, progress=report,
             )
         except UtilityWorkerError as exc:
             return DocError("UNREADABLE", f"{path.name}: {exc.message}", str(path))

@@ -105,6 +105,7 @@ class Settings:
     python_asks: bool = True  # ask before each python tool run (False: run without asking)
     python_timeout_s: float = 30.0
     python_memory_mb: int = 1024
+    attach_max_mb: float = 20  # attachments over this many MiB are refused (core.docs)
     mcp_servers: list[McpServerConfig] = field(default_factory=list)  # [[mcp_servers]]
     # What `llmdeck mcp` offers other agents; nothing unless the person turns it on.
     mcp_share_conversations: bool = False

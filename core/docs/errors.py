@@ -16,6 +16,7 @@ DocErrorCode = Literal[
     "NOT_FOUND",
     "IS_DIRECTORY",
     "TOO_LARGE",
+    "BINARY",
     "UNSUPPORTED_TYPE",
     "ENCRYPTED",
     "CORRUPT",

@@ -1,23 +1,35 @@
 """Turn an attached file into text sections that remember where they came from.
 
-markitdown does the conversion for every format; what we add is the source location
+markitdown does the conversion for the rich formats; what we add is the source location
 (page of a PDF, slide of a deck, sheet of a workbook) so that chunks can cite
 "[report.pdf p.3]", plus the checks that turn bad input into a `DocError` a person can
 act on before any converter runs. Runs in a utility worker, never on the UI loop.
+
+Plain text (.txt, .md) is read here, block by block, and never handed whole to a
+converter: a 99 MiB file of NUL bytes once grew the app to 12.7 GB that way. Every text
+format (those two, .csv and .html) is checked for NUL bytes as it is read (git's rule
+for "binary"), so a binary file renamed .txt is refused with a sentence, not chunked.
 """
 
 from __future__ import annotations
 
+import codecs
 import io
 import os
 import re
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.docs.errors import DocError
 
-DEFAULT_MAX_BYTES = 100 * 1024 * 1024
+DEFAULT_MAX_BYTES = 20 * 1024 * 1024  # Settings.attach_max_mb overrides it
+BLOCK_BYTES = 1 << 20  # plain text is read and decoded one MiB at a time
+SNIFF_BYTES = 8000  # a NUL in a text file's first 8000 bytes marks it binary, as git decides
+
+# (stage, done, total): "reading" in bytes, "pages" of a PDF, "embedding" in chunks.
+Progress = Callable[[str, int, int], None]
 
 # Extensions markitdown converts for us, and the kind each one is.
 SUPPORTED: dict[str, str] = {
@@ -97,8 +109,8 @@ def check_path(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> DocError
     if size > max_bytes:
         return DocError(
             "TOO_LARGE",
-            f"{p.name} is {_mb(size)}, over the {_mb(max_bytes)} limit; "
-            "split it or attach only the part you need.",
+            f"{p.name} is {_mb(size)}, over the {_mb(max_bytes)} limit for attachments "
+            "(attach_max_mb in the settings file); split it or attach only the part you need.",
             shown,
         )
     if size == 0:
@@ -106,17 +118,23 @@ def check_path(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> DocError
     return None
 
 
-def extract(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> ExtractedDoc | DocError:
+def extract(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
+            progress: Progress | None = None) -> ExtractedDoc | DocError:
     """Extract `path` into labelled sections, or say why it cannot be attached."""
     refused = check_path(path, max_bytes)
     if refused is not None:
         return refused
     p = Path(path).expanduser()
     kind = SUPPORTED[p.suffix.lower()]
+    report = progress or _no_progress
     try:
-        if kind == "pdf":
-            sections = _pdf_sections(p)
+        if kind in _PLAIN:
+            sections = [Section("", _read_text(p, report).strip())]
+        elif kind == "pdf":
+            sections = _pdf_sections(p, report)
         else:
+            if kind in _SNIFFED:
+                _refuse_binary_sample(p)
             if kind in _OFFICE and not _is_office_zip(p):
                 raise _Refused(
                     DocError(
@@ -150,6 +168,95 @@ def extract(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> ExtractedDo
 
 
 _OFFICE = {"docx", "pptx", "xlsx"}
+_PLAIN = {"txt", "md"}  # read here, streamed
+_SNIFFED = {"csv", "html"}  # markitdown reads them, after a NUL check of samples
+
+
+def _no_progress(stage: str, done: int, total: int) -> None:
+    pass
+
+
+def _binary(p: Path, where: str) -> _Refused:
+    return _Refused(DocError(
+        "BINARY",
+        f"{p.name} is not text: it holds NUL bytes ({where}), as binary files do. Attach "
+        "the document it came from, or export it as text first.",
+        str(p),
+    ))
+
+
+def _nul_heavy(block: bytes, first: bool) -> bool:
+    """NUL in the first 8000 bytes (git's test), or more than 1% NUL in any block."""
+    if first and b"\0" in block[:SNIFF_BYTES]:
+        return True
+    return block.count(b"\0") * 100 > len(block)
+
+
+def _refuse_binary_sample(p: Path) -> None:
+    """For files a converter reads whole: check the head, the middle and the tail."""
+    size = p.stat().st_size
+    with p.open("rb") as f:
+        head = f.read(64 * 1024)
+        if _nul_heavy(head, first=not _wide_bom(head)):
+            raise _binary(p, "at its start")
+        for offset in (size // 2, max(0, size - 64 * 1024)):
+            f.seek(offset)
+            if _nul_heavy(f.read(64 * 1024), first=False) and not _wide_bom(head):
+                raise _binary(p, f"around byte {offset:,}")
+
+
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+         (codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"),
+         (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+def _wide_bom(head: bytes) -> bool:
+    """UTF-16/32 text is full of NUL bytes by design; its byte-order mark says so."""
+    return any(head.startswith(bom) for bom, name in _BOMS if name != "utf-8-sig")
+
+
+def _encoding(head: bytes) -> str:
+    for bom, name in _BOMS:
+        if head.startswith(bom):
+            return name
+    try:
+        head[: len(head) - 4].decode("utf-8")  # the cut may split one character
+        return "utf-8"
+    except UnicodeDecodeError:
+        pass
+    try:
+        from charset_normalizer import from_bytes
+
+        best = from_bytes(head).best()
+        if best is not None:
+            return best.encoding
+    except ImportError:
+        pass
+    return "latin-1"
+
+
+def _read_text(p: Path, progress: Progress) -> str:
+    """Decode a text file one block at a time (memory: the text plus one block),
+    refusing it at the first NUL-heavy block and reporting bytes read."""
+    total = p.stat().st_size
+    parts: list[str] = []
+    done = 0
+    with p.open("rb") as f:
+        block = f.read(BLOCK_BYTES)
+        encoding = _encoding(block[:64 * 1024])
+        wide = encoding in ("utf-16", "utf-32")
+        decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
+        first = True
+        while block:
+            if not wide and _nul_heavy(block, first):
+                raise _binary(p, "at its start" if first else f"around byte {done:,}")
+            parts.append(decoder.decode(block))
+            done += len(block)
+            progress("reading", done, total)
+            first = False
+            block = f.read(BLOCK_BYTES)
+    parts.append(decoder.decode(b"", final=True))
+    return "".join(parts)
 
 
 def _is_office_zip(p: Path) -> bool:
@@ -199,7 +306,7 @@ def _markitdown_pdf_bytes(buffer: io.BytesIO) -> str:
     return _text_of(_markitdown().convert_stream(buffer, file_extension=".pdf"))
 
 
-def _pdf_sections(p: Path) -> list[Section]:
+def _pdf_sections(p: Path, progress: Progress) -> list[Section]:
     """Pages of a PDF, each labelled "p.N".
 
     PDFium (pypdfium2, which markitdown's PDF support already installs) opens the file
@@ -239,7 +346,10 @@ def _pdf_sections(p: Path) -> list[Section]:
         if pages and not pages[-1].strip():
             pages = pages[:-1]
         if len(pages) != count:
-            pages = [_markitdown_pdf_bytes(_pdf_copy(pdf, [i])) for i in range(count)]
+            pages = []
+            for i in range(count):
+                pages.append(_markitdown_pdf_bytes(_pdf_copy(pdf, [i])))
+                progress("pages", i + 1, count)
     finally:
         pdf.close()
     return [Section(f"p.{i + 1}", text.strip()) for i, text in enumerate(pages)]

@@ -35,6 +35,8 @@ PARENT_CHECK_S = 0.5
 DEFAULT_IDLE_S = 120.0
 READY = "ready"
 SHUTDOWN = "shutdown"
+PROGRESS = "progress"
+PROGRESS_EVERY_S = 0.1
 
 
 class UtilityWorkerError(Exception):
@@ -52,7 +54,7 @@ class UtilityWorkerError(Exception):
 def _op_ingest(state: dict[str, Any], path: str, options: dict[str, Any]) -> Any:
     from core.docs.retrieval import ingest
 
-    return ingest(path, embedder=_embedder(state), **options)
+    return ingest(path, embedder=_embedder(state), progress=state.get("progress"), **options)
 
 
 def _op_encode(state: dict[str, Any], texts: list[str]) -> np.ndarray:
@@ -76,6 +78,20 @@ def _embedder(state: dict[str, Any]):
     return state["embedder"]
 
 
+def _progress_sender(conn: Connection, request_id: int):
+    """A `Progress` callback that tells the app, at most ten times a second (and always
+    the last step, so the bar reaches 100%)."""
+    last = [0.0]
+
+    def send(stage: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= PROGRESS_EVERY_S or done >= total:
+            last[0] = now
+            conn.send((PROGRESS, request_id, stage, done, total))
+
+    return send
+
+
 def utility_main(conn: Connection, parent_pid: int, model_dir: str | None) -> None:
     """Entry point of the utility process: answer requests until told to stop."""
     from core.docs.embeddings import enter_offline_mode
@@ -95,6 +111,7 @@ def utility_main(conn: Connection, parent_pid: int, model_dir: str | None) -> No
             if msg[0] == SHUTDOWN:
                 return
             request_id, op, args = msg
+            state["progress"] = _progress_sender(conn, request_id)
             try:
                 conn.send((request_id, True, _OPS[op](state, *args)))
             except Exception as exc:  # noqa: BLE001 - reported to the caller, not fatal here
@@ -128,6 +145,7 @@ class UtilityWorker:
         self.starts = 0  # processes started so far (status and tests)
         self.last_used = time.monotonic()
         self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._progress: dict[int, Any] = {}  # request id -> Progress callback
         self._ids = itertools.count(1)
         self._ready: asyncio.Future[int] | None = None
         self._idle_handle: asyncio.TimerHandle | None = None
@@ -189,6 +207,11 @@ class UtilityWorker:
         if msg[0] == READY:
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result(msg[1])
+            return
+        if msg[0] == PROGRESS:
+            callback = self._progress.get(msg[1])
+            if callback is not None:
+                callback(*msg[2:])
             return
         request_id, ok, value = msg
         future = self._pending.pop(request_id, None)
@@ -305,8 +328,12 @@ class UtilityWorker:
             self.process.kill()
 
     # -- requests ------------------------------------------------------------------------------
-    async def call(self, op: str, *args: Any) -> Any:
-        """Run operation `op` in the utility process; raises UtilityWorkerError."""
+    async def call(self, op: str, *args: Any, progress: Any = None) -> Any:
+        """Run operation `op` in the utility process; raises UtilityWorkerError.
+
+        Cancelling the caller stops the work: the process is killed (a hostile file can
+        hold it inside a converter's C code, where nothing cooperative would reach it),
+        other requests in flight fail with CANCELLED, and the next call starts afresh."""
         if self._closing:
             raise UtilityWorkerError("CANCELLED", "The app is closing; attach again later.")
         await self._ensure_started()
@@ -319,19 +346,41 @@ class UtilityWorker:
         if self._idle_handle is not None:
             self._idle_handle.cancel()
             self._idle_handle = None
+        if progress is not None:
+            self._progress[request_id] = progress
         try:
             self.conn.send((request_id, op, args))
         except OSError:
             self._pending.pop(request_id, None)
+            self._progress.pop(request_id, None)
             self._on_exit()
             raise UtilityWorkerError(
                 "WORKER_CRASHED", "The document reader stopped; try again."
             ) from None
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if self._pending.pop(request_id, None) is not None:
+                self._cancel_all()
+            raise
+        finally:
+            self._progress.pop(request_id, None)
 
-    async def ingest(self, path: str | Path, **options: Any) -> IngestResult | DocError:
-        """Extract (and for a large file chunk and embed) `path` in the utility process."""
-        return await self.call("ingest", str(path), options)
+    def _cancel_all(self) -> None:
+        """Kill the process to stop a cancelled request; the others fail with CANCELLED."""
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(UtilityWorkerError(
+                    "CANCELLED",
+                    "The document reader was stopped to cancel another file; attach again."))
+        self._pending.clear()
+        self._stop_now()
+
+    async def ingest(self, path: str | Path, *, progress: Any = None,
+                     **options: Any) -> IngestResult | DocError:
+        """Extract (and for a large file chunk and embed) `path` in the utility process;
+        `progress(stage, done, total)` is called on the loop as the work goes."""
+        return await self.call("ingest", str(path), options, progress=progress)
 
     async def encode(self, texts: list[str]) -> np.ndarray:
         """MiniLM unit vectors for `texts` (an (n, 384) float32 matrix)."""

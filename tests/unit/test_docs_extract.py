@@ -129,7 +129,7 @@ def test_file_over_the_size_limit_is_refused_without_reading(tmp_path: Path) -> 
     assert os.path.getsize(path) == 500 * 1024 * 1024
     err = extract(path)
     assert isinstance(err, DocError) and err.code == "TOO_LARGE"
-    assert "500 MB" in err.message and "100 MB" in err.message
+    assert "500 MB" in err.message and "20 MB" in err.message and "attach_max_mb" in err.message
     assert err.to_event().code == "BAD_REQUEST"
 
 

@@ -29,8 +29,10 @@ from tui.widgets.attachments import (
     AttachmentBar,
     MemoryMarker,
     SourcesLine,
-    attach_from_composer,
     attach_hint,
+    attaching,
+    cancel_attach,
+    start_attach,
 )
 from tui.widgets.chat_view import PAGE, ChatView
 from tui.widgets.composer import Composer
@@ -186,7 +188,7 @@ class MainScreen(Screen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "stop":  # only shown (and bound) when there is something to stop
             return (self.turn is not None or self.composer.editing_id is not None
-                    or not self.composer.has_focus)
+                    or not self.composer.has_focus or attaching(self))
         return True
 
     # -- runtime callbacks -------------------------------------------------------------
@@ -279,6 +281,8 @@ class MainScreen(Screen):
         self.run_worker(self.runtime.reload_model(), group="model", exclusive=True)
 
     def action_stop(self) -> None:
+        if cancel_attach(self):
+            return  # Esc stops the files being read first; the next Esc stops a reply
         if self.turn is not None:
             self.turn.cancel()
         elif self.composer.editing_id is not None:
@@ -594,7 +598,7 @@ class MainScreen(Screen):
         elif name == "/attach" and arg.startswith(mcp_commands.RESOURCE_PREFIX):
             await mcp_commands.attach_resource(self, arg)
         elif name == "/attach":
-            await attach_from_composer(self, arg)
+            start_attach(self, arg)  # a worker: Esc cancels a file being read
         elif slash.is_extra(name):
             await mcp_commands.run_prompt(self, name, arg)
 

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from core.memory.rollover import RolloverMarker
 
 ATTACH = "/attach"
+ATTACH_GROUP = "attach"  # the screen's workers reading files; Esc cancels them
+MIB = 1024 * 1024
 
 
 # -- /attach arguments and path completion ---------------------------------------------------
@@ -221,12 +223,52 @@ def marker_of(message: Any) -> RolloverMarker | None:
     return RolloverMarker.from_dict(message.usage[USAGE_KEY]) if is_marker(message) else None
 
 
+def progress_line(name: str, stage: str, done: int, total: int) -> str:
+    """The attachment bar's line while a file is read and indexed."""
+    pct = f" ({100 * done // total}%)" if total else ""
+    if stage == "reading":
+        what = f"Reading {name}: {done / MIB:.1f} of {total / MIB:.1f} MB{pct}"
+    elif stage == "pages":
+        what = f"Reading {name}: page {done} of {total}"
+    else:
+        what = f"Indexing {name}: {done:,} of {total:,} passages{pct}"
+    return f"{what} · Esc cancels"
+
+
+def start_attach(screen: Any, argument: str) -> None:
+    """Run `/attach` in a worker, so the screen keeps taking keys (Esc cancels it)."""
+    screen.run_worker(attach_from_composer(screen, argument), group=ATTACH_GROUP,
+                      exclusive=False)
+    screen.refresh_bindings()  # the footer offers Esc while a file is read
+
+
+def _attach_workers(screen: Any) -> list[Any]:
+    return [w for w in screen.workers
+            if w.group == ATTACH_GROUP and w.node is screen and not w.is_finished]
+
+
+def attaching(screen: Any) -> bool:
+    """Whether files are being read for the screen (Esc then cancels them)."""
+    return bool(_attach_workers(screen))
+
+
+def cancel_attach(screen: Any) -> bool:
+    """Cancel the files being attached (True when there were some)."""
+    running = _attach_workers(screen)
+    for worker in running:
+        worker.cancel()
+    return bool(running)
+
+
 async def attach_from_composer(screen: Any, argument: str) -> None:
     """Run `/attach PATH...` for the main screen: attach, then chips and messages.
 
-    Paths that failed are put back in the composer after `/attach`, so a typo is fixed
-    in place; the conversation and its other attachments stay as they were.
+    Paths that failed are put back in the composer after `/attach` (when the composer is
+    still empty), so a typo is fixed in place; the conversation and its other
+    attachments stay as they were. Progress shows in the bar; a cancel changes nothing.
     """
+    import asyncio
+
     from core.chat_context import AttachResult
     from core.docs import DocError
 
@@ -235,8 +277,20 @@ async def attach_from_composer(screen: Any, argument: str) -> None:
     if not paths:
         bar.say("Usage: /attach PATH [PATH...] (Tab completes paths).", "warning")
         return
-    bar.say(f"Reading {len(paths)} file{'s' if len(paths) > 1 else ''}…", "info")
-    results = await screen.runtime.attach(screen.conversation_id, paths)
+    bar.say(f"Reading {len(paths)} file{'s' if len(paths) > 1 else ''}… · Esc cancels",
+            "info progress")
+
+    def progress(name: str, stage: str, done: int, total: int) -> None:
+        if "progress" in bar.notice.classes:
+            bar.say(progress_line(name, stage, done, total), "info progress")
+
+    try:
+        results = await screen.runtime.attach(screen.conversation_id, paths, progress)
+    except asyncio.CancelledError:
+        bar.say("Cancelled: nothing was attached.", "info")
+        raise
+    finally:
+        screen.call_later(screen.refresh_bindings)  # once this worker has finished
     done = [r for r in results if isinstance(r, AttachResult)]
     if done and screen.conversation_id != done[0].conversation_id:
         screen.conversation_id = done[0].conversation_id
@@ -245,5 +299,5 @@ async def attach_from_composer(screen: Any, argument: str) -> None:
         await bar.show(await screen.runtime.attachments(screen.conversation_id))
     bar.show_results(results)
     failed = [p for p, r in zip(paths, results, strict=True) if isinstance(r, DocError)]
-    if failed:
+    if failed and not screen.composer.text.strip():
         screen.composer.restore(f"{ATTACH} " + " ".join(shlex.quote(p) for p in failed))

@@ -1,0 +1,130 @@
+"""Hostile attachments (issue 19): binary data behind a text extension, huge files,
+punctuation floods. Each is refused with a sentence, or read in bounded memory."""
+
+from __future__ import annotations
+
+import codecs
+import random
+import subprocess
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from core.docs.chunking import _TOKEN, chunk_text
+from core.docs.errors import DocError
+from core.docs.extract import ExtractedDoc, extract
+
+MIB = 1024 * 1024
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMDECK_HOME", str(tmp_path / "home"))
+
+
+def _peak(fn) -> tuple[object, int]:
+    tracemalloc.start()
+    try:
+        result = fn()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_99_mib_of_nul_bytes_as_txt_is_refused_after_one_block(tmp_path: Path) -> None:
+    path = tmp_path / "zeros.txt"
+    subprocess.run(["truncate", "-s", "99M", str(path)], check=True)  # the reported file
+    err, peak = _peak(lambda: extract(path, max_bytes=200 * MIB))
+    assert isinstance(err, DocError) and err.code == "BINARY", err
+    assert "zeros.txt is not text" in err.message and "export it as text" in err.message
+    assert peak < 8 * MIB, f"read {peak / MIB:.0f} MiB to refuse it"
+
+
+def test_default_size_limit_refuses_it_first_and_names_the_setting(tmp_path: Path) -> None:
+    path = tmp_path / "zeros.txt"
+    subprocess.run(["truncate", "-s", "99M", str(path)], check=True)
+    err = extract(path)
+    assert isinstance(err, DocError) and err.code == "TOO_LARGE"
+    assert "99 MB" in err.message and "20 MB" in err.message and "attach_max_mb" in err.message
+
+
+def test_text_that_turns_binary_part_way_is_refused_where_it_turns(tmp_path: Path) -> None:
+    path = tmp_path / "log.md"
+    with path.open("wb") as f:
+        f.write(b"# A log\n" + b"plain words here\n" * 70_000)  # ~1.1 MiB of text
+        f.write(b"\0" * (2 * MIB))
+    progress: list[tuple[str, int, int]] = []
+    err = extract(path, max_bytes=10 * MIB, progress=lambda *a: progress.append(a))
+    assert isinstance(err, DocError) and err.code == "BINARY"
+    assert "around byte 1,048,576" in err.message
+    assert progress and progress[0] == ("reading", MIB, path.stat().st_size)
+
+
+@pytest.mark.parametrize(("name", "body"), [
+    ("table.csv", b"a,b\n1,2\n" + b"\0" * 50_000 + b"\n3,4\n"),
+    ("page.html", b"<html><body><p>hi</p>" + b"\0" * 200_000 + b"</body></html>"),
+], ids=["csv", "html"])
+def test_converted_text_formats_are_sniffed_before_the_converter(tmp_path: Path, name: str,
+                                                                 body: bytes) -> None:
+    path = tmp_path / name
+    path.write_bytes(body)
+    err = extract(path)
+    assert isinstance(err, DocError) and err.code == "BINARY", err
+
+
+def test_utf16_text_is_not_mistaken_for_binary(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_bytes(codecs.BOM_UTF16_LE + "Grüße aus Köln.\n".encode("utf-16-le") * 3)
+    doc = extract(path)
+    assert isinstance(doc, ExtractedDoc) and doc.text.startswith("Grüße aus Köln.")
+
+
+def test_legacy_encoded_text_is_decoded_not_mangled(tmp_path: Path) -> None:
+    path = tmp_path / "old.txt"
+    path.write_bytes("Café prices: 3 € each, naïve façade.\n".encode("cp1252") * 200)
+    doc = extract(path)
+    assert isinstance(doc, ExtractedDoc) and "Café" in doc.text and "façade" in doc.text
+
+
+def test_plain_text_is_read_block_by_block_with_progress(tmp_path: Path) -> None:
+    path = tmp_path / "big.txt"
+    line = "The quick brown fox jumps over the lazy dog. " * 3 + "\n"
+    path.write_text(line * (int(2.5 * MIB) // len(line)))
+    seen: list[tuple[str, int, int]] = []
+    doc = extract(path, max_bytes=10 * MIB, progress=lambda *a: seen.append(a))
+    assert isinstance(doc, ExtractedDoc) and doc.text == path.read_text().strip()
+    size = path.stat().st_size
+    assert [s[1] for s in seen] == [MIB, 2 * MIB, size] and all(s[2] == size for s in seen)
+
+
+def _reference_chunks(text: str, max_tokens: int, overlap: int) -> list[str]:
+    """The windows as first specified (all spans in a list), to pin the streaming one."""
+    spans = [m.span() for m in _TOKEN.finditer(text)]
+    out, start = [], 0
+    while spans:
+        end = min(start + max_tokens, len(spans))
+        out.append(text[spans[start][0]:spans[end - 1][1]])
+        if end == len(spans):
+            break
+        start += max_tokens - overlap
+    return out
+
+
+def test_streamed_chunking_gives_the_same_windows() -> None:
+    rng = random.Random(7)
+    for _ in range(200):
+        n = rng.randrange(0, 120)
+        text = " ".join(rng.choice(["a", "b,", "c.", "dd", "!"]) for _ in range(n))
+        size = rng.randrange(2, 30)
+        overlap = rng.randrange(0, size)
+        got = [c.text for c in chunk_text("d", "", text, size, overlap)]
+        assert got == _reference_chunks(text, size, overlap), (text, size, overlap)
+
+
+def test_a_flood_of_punctuation_chunks_in_memory_of_one_chunk() -> None:
+    text = "." * (MIB // 2)  # one token per byte: once a list of 524,288 span tuples (40 MiB)
+    chunks, peak = _peak(lambda: chunk_text("d", "", text, 200, 40))
+    assert len(chunks) == (MIB // 2 - 40) // 160 + 1
+    chunk_bytes = sum(len(c.text) for c in chunks)
+    assert peak < chunk_bytes + 8 * MIB, f"peak {peak / MIB:.0f} MiB"
