@@ -52,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
                             add_help=False)
     models.add_argument("rest", nargs=argparse.REMAINDER)
     sub.add_parser("paths", help="print where llmdeck keeps its files")
+    sub.add_parser("mcp", help="run an MCP server (stdio) that lets other agents search your "
+                   "conversations and documents, read-only, as turned on in settings")
     doctor = sub.add_parser("doctor", help="check this machine and llmdeck's files; each "
                             "problem with its fix (exit 1 on a problem)", add_help=False)
     doctor.add_argument("rest", nargs=argparse.REMAINDER)
@@ -76,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "models":
         return _models(args.rest)
+    if args.command == "mcp":
+        from core.tools.mcp.share import main as mcp_main
+
+        return mcp_main()
     if args.command == "workers":
         from core.workers.status_file import main as workers_main
 

@@ -91,6 +91,12 @@ async def test_approved_and_denied_calls_with_cards_results_fed_back_and_the_f4_
         await wait_until(pilot, lambda: "mcp fixture · 7 tools" in pane_text(pane))
         row = next(line for line in pane_text(pane).splitlines() if "mcp fixture" in line)
         assert row.split()[5:7] == ["ready", "0.0"], row
+        from core.workers.status_file import format_table, read_status  # `llmdeck workers`
+
+        await wait_until(pilot, lambda: any(w.engine == "mcp" for w in read_status()[0]))
+        table = format_table(read_status()[0])
+        line = next(x for x in table.splitlines() if x.startswith("mcp:fixture"))
+        assert "mcp fixture · 7 tools" in line and " ready " in line
         pid = app.runtime.tools.mcp.connections["fixture"].pid
         assert pid is not None and os.path.exists(f"/proc/{pid}")
     assert not os.path.exists(f"/proc/{pid}"), "quitting left the MCP server running"
