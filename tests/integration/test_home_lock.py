@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -55,6 +56,15 @@ def test_a_second_app_on_one_home_is_refused_naming_the_first(tmp_path: Path) ->
             assert again.returncode == 1
             assert "llmdeck serve is already running" in again.stderr
             assert f"pid {served.pid}" in again.stderr
+            # Each keeps its own worker status: `llmdeck workers` shows both.
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                workers = _run(home, "workers")
+                if "llmdeck serve:" in workers.stdout and "\nllmdeck:" in workers.stdout:
+                    break
+                time.sleep(0.2)
+            assert "llmdeck serve:" in workers.stdout and "\nllmdeck:" in workers.stdout, \
+                workers.stdout + workers.stderr
         finally:
             served.terminate()
             served.wait(30)
