@@ -16,7 +16,7 @@ from typing import Any
 import tomli_w
 
 from core import paths
-from core.engines.base import SamplingParams
+from core.engines.base import DEFAULT_PENALTY_WINDOW, SamplingParams
 
 
 @dataclass
@@ -27,12 +27,21 @@ class Sampling:
     min_p: float = 0.0
     repetition_penalty: float = 1.0
     max_tokens: int = 1024
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    penalty_window: int = DEFAULT_PENALTY_WINDOW  # tokens each penalty looks back over
+    seed: int = -1  # -1: a fresh random seed for every reply (TOML has no null)
 
     def to_params(self, stop: tuple[str, ...] = (), seed: int | None = None) -> SamplingParams:
+        if seed is None and self.seed >= 0:
+            seed = self.seed
+        w = self.penalty_window
         return SamplingParams(
             temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
             min_p=self.min_p, repetition_penalty=self.repetition_penalty,
             max_tokens=self.max_tokens, stop=stop, seed=seed,
+            presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty,
+            repetition_context_size=w, presence_context_size=w, frequency_context_size=w,
         )
 
 

@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec
+from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, SamplingParams
 from core.engines.llama_params import load_llama
+from core.engines.llama_sampling import Unsupported, completion_options, penalty_window
 from core.engines.templates import fallback_template, template_stops
 from core.events import Done, Error, Event, TextDelta, Usage
 from core.parsing.stops import StopMatcher
@@ -100,6 +101,9 @@ class LlamaCppEngine:
             return ""
         return self._llm.detokenize([token], special=True).decode("utf-8", errors="ignore")
 
+    def _repetition_penalty(self, s: SamplingParams) -> float:
+        return s.repetition_penalty
+
     def info(self) -> dict[str, Any]:
         return {
             "engine": self.name,
@@ -140,6 +144,16 @@ class LlamaCppEngine:
 
     def _start(self, request: GenerationRequest) -> tuple[str, list[Event]] | None:
         rid = request.request_id
+        s = request.sampling
+        penalty = self._repetition_penalty(s)
+        try:
+            options = completion_options(s, self._llm.n_vocab(), penalty)
+        except Unsupported as exc:
+            return rid, [Error("UNSUPPORTED", str(exc)), Done("error")]
+        except ValueError as exc:
+            return rid, [Error("BAD_REQUEST", str(exc)), Done("error")]
+        # llama.cpp reads the penalties' window from here when it builds the sampler.
+        self._llm.last_n_tokens_size = penalty_window(s, penalty)
         try:
             rendered = self._formatter(messages=list(request.messages),
                                        tools=list(request.tools) or None)
@@ -168,10 +182,10 @@ class LlamaCppEngine:
             top_p=s.top_p,
             top_k=s.top_k,
             min_p=s.min_p,
-            repeat_penalty=s.repetition_penalty,
-            seed=s.seed,
+            repeat_penalty=penalty,
             stop=stop,
             stream=True,
+            **options,
         )
         self._active = _Active(request, iter(stream), len(tokens), min(cached, len(tokens)))
         return None

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from core.events import Done, Error, Event, ReasoningDelta, TextDelta, ToolCall, Usage
+from core.events import Done, Error, Event, Logprobs, ReasoningDelta, TextDelta, ToolCall, Usage
 from core.remote.backend import Backend, event_batches
 from core.server.connections import ServeLimits, busy_middleware
 from core.server.embeddings import EMBEDDING_MODELS, EmbeddingService
@@ -272,6 +272,7 @@ class ChatServer:
         text: list[str] = []
         reasoning: list[str] = []
         calls: list[dict[str, Any]] = []
+        logprobs: list[dict[str, Any]] = []
         usage: Usage | None = None
         finish = "stop"
         batch: list[Event] | None = first
@@ -279,6 +280,8 @@ class ChatServer:
             for event in batch:
                 if isinstance(event, TextDelta):
                     text.append(event.text)
+                elif isinstance(event, Logprobs):
+                    logprobs.extend(event.content)
                 elif isinstance(event, ReasoningDelta):
                     reasoning.append(event.text)
                 elif isinstance(event, ToolCall):
@@ -302,7 +305,8 @@ class ChatServer:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": call.model,
-            "choices": [{"index": 0, "message": message, "logprobs": None,
+            "choices": [{"index": 0, "message": message,
+                         "logprobs": {"content": logprobs} if call.request.sampling.logprobs else None,
                          "finish_reason": finish_for(finish, bool(calls))}],
             "usage": usage_body(usage),
         }
@@ -360,6 +364,10 @@ class ChatServer:
                     n_calls += 1
                 elif isinstance(event, Usage):
                     usage = event
+                elif isinstance(event, Logprobs):  # a chunk of its own: no text is held for it
+                    out.extend(b"data: " + prefix + b'{"content":""},"logprobs":{"content":'
+                               + json.dumps(event.content, ensure_ascii=False).encode()
+                               + b'},"finish_reason":null}]}\n\n')
                 elif isinstance(event, Error):  # headers are sent: the error travels in the stream
                     out.extend(b"data: " + json.dumps(api_error_for(event).body()).encode() + b"\n\n")
                     return True

@@ -220,26 +220,9 @@ def _refuse_what_we_cannot_honour(body: Mapping[str, Any]) -> None:
     """400 for fields whose non-default values the engines cannot honour.
 
     Silently ignoring them would hand a client something other than what it asked for (a
-    JSON-schema reply that is free text, a penalty that never applied). The defaults
-    that SDKs and frameworks send on every request (0, false, {"type": "text"}) pass.
-    OpenAI's presence/frequency penalties subtract from logits; our repetition_penalty
-    divides them, so one is no honest stand-in for the other.
+    JSON-schema reply that is free text). The defaults that SDKs and frameworks send on
+    every request ({"type": "text"}) pass.
     """
-    for name in ("presence_penalty", "frequency_penalty"):
-        value = _number(body, name, 0.0)
-        if value != 0:
-            raise _bad(f"'{name}' is not supported by this server (only 0). Use "
-                       "'repetition_penalty' (above 1.0 discourages repeats; 1.0 is off) instead.", name)
-    logprobs = body.get("logprobs")
-    if logprobs is not None and not isinstance(logprobs, bool):
-        raise _bad("'logprobs' must be true or false.", "logprobs")
-    if logprobs:
-        raise _bad("'logprobs' is not supported: this server does not return token log "
-                   "probabilities. Send logprobs=false or leave it out.", "logprobs")
-    top = _number(body, "top_logprobs", 0, integer=True)
-    if top:
-        raise _bad("'top_logprobs' is not supported: this server does not return token log "
-                   "probabilities.", "top_logprobs")
     fmt = body.get("response_format")
     if fmt is not None:
         kind = fmt.get("type") if isinstance(fmt, Mapping) else None
@@ -249,12 +232,27 @@ def _refuse_what_we_cannot_honour(body: Mapping[str, Any]) -> None:
             raise _bad(f"'response_format' of type {kind!r} is not supported: this server cannot "
                        "constrain the reply to JSON. Ask for JSON in the prompt and parse the text, "
                        "or send {\"type\": \"text\"}.", "response_format")
+
+
+def _logit_bias(body: Mapping[str, Any]) -> tuple[tuple[int, float], ...]:
+    """OpenAI's {"token id": bias} (JSON keys are strings) as (id, bias) pairs."""
     bias = body.get("logit_bias")
-    if bias is not None and not isinstance(bias, Mapping):
-        raise _bad("'logit_bias' must be an object of token id -> bias.", "logit_bias")
-    if bias:
-        raise _bad("'logit_bias' is not supported: token ids differ between models and this "
-                   "server does not apply them. Leave it out or send {}.", "logit_bias")
+    if bias is None:
+        return ()
+    if not isinstance(bias, Mapping):
+        raise _bad("'logit_bias' must be an object of token id -> bias (-100 to 100).", "logit_bias")
+    out: list[tuple[int, float]] = []
+    for key, value in bias.items():
+        try:
+            token = int(key)
+        except (TypeError, ValueError):
+            raise _bad(f"'logit_bias' keys must be token ids (got {json.dumps(key)[:40]}).",
+                       "logit_bias") from None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _bad(f"'logit_bias' values must be numbers from -100 to 100 (got "
+                       f"{json.dumps(value)[:40]} for token {token}).", "logit_bias")
+        out.append((token, float(value)))
+    return tuple(out)
 
 
 def parse_chat(body: Any, defaults: Sampling) -> ChatCall:
@@ -281,6 +279,10 @@ def parse_chat(body: Any, defaults: Sampling) -> ChatCall:
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise _bad("'seed' must be an integer.", "seed")
+    logprobs = body.get("logprobs")
+    if logprobs is not None and not isinstance(logprobs, bool):
+        raise _bad("'logprobs' must be true or false.", "logprobs")
+    window = defaults.penalty_window
     sampling = SamplingParams(
         temperature=float(_number(body, "temperature", defaults.temperature)),
         top_p=float(_number(body, "top_p", defaults.top_p)),
@@ -290,6 +292,14 @@ def parse_chat(body: Any, defaults: Sampling) -> ChatCall:
         seed=seed,
         max_tokens=int(_number({"max_tokens": max_tokens}, "max_tokens", defaults.max_tokens, integer=True)),
         stop=stops,
+        presence_penalty=float(_number(body, "presence_penalty", defaults.presence_penalty)),
+        frequency_penalty=float(_number(body, "frequency_penalty", defaults.frequency_penalty)),
+        repetition_context_size=int(_number(body, "repetition_context_size", window, integer=True)),
+        presence_context_size=int(_number(body, "presence_context_size", window, integer=True)),
+        frequency_context_size=int(_number(body, "frequency_context_size", window, integer=True)),
+        logit_bias=_logit_bias(body),
+        logprobs=bool(logprobs),
+        top_logprobs=int(_number(body, "top_logprobs", 0, integer=True)),
     )
     try:
         sampling.validate()
@@ -356,6 +366,11 @@ def request_body(request: GenerationRequest, model: str, *, stream: bool = True)
         body["stop"] = list(s.stop)
     if s.seed is not None:
         body["seed"] = s.seed
+    for name in ("presence_penalty", "frequency_penalty"):
+        if getattr(s, name):
+            body[name] = getattr(s, name)
+    if s.logit_bias:
+        body["logit_bias"] = {str(t): b for t, b in s.logit_bias}
     if request.tools:
         body["tools"] = list(request.tools)
     return body

@@ -75,23 +75,39 @@ def test_defaults_that_sdks_send_for_unsupported_fields_are_accepted() -> None:
 
 
 @pytest.mark.parametrize(("extra", "param", "words"), [
-    ({"presence_penalty": 0.5}, "presence_penalty", "repetition_penalty"),
-    ({"frequency_penalty": -1}, "frequency_penalty", "repetition_penalty"),
+    ({"presence_penalty": 2.5}, "presence_penalty", "between -2 and 2"),
+    ({"frequency_penalty": -3}, "frequency_penalty", "between -2 and 2"),
     ({"frequency_penalty": "high"}, "frequency_penalty", "a number"),
-    ({"logprobs": True}, "logprobs", "log probabilities"),
+    ({"presence_context_size": 0}, "presence_context_size", "between 1 and"),
+    ({"repetition_context_size": 1.5}, "repetition_context_size", "an integer"),
     ({"logprobs": "yes"}, "logprobs", "true or false"),
-    ({"top_logprobs": 3}, "top_logprobs", "log probabilities"),
+    ({"top_logprobs": 3}, "top_logprobs", "needs logprobs"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs", "between 0 and 20"),
+    ({"logit_bias": {"50256": 101}}, "logit_bias", "between -100 and 100"),
+    ({"logit_bias": {"fifty": 1}}, "logit_bias", "token ids"),
+    ({"logit_bias": {"-3": 1}}, "logit_bias", "0 or more"),
+    ({"logit_bias": {"5": "up"}}, "logit_bias", "numbers from -100"),
+    ({"logit_bias": [5]}, "logit_bias", "an object"),
     ({"response_format": {"type": "json_object"}}, "response_format", "'json_object' is not supported"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
      "response_format", "cannot constrain"),
     ({"response_format": "json"}, "response_format", "must be an object"),
-    ({"logit_bias": {"50256": -100}}, "logit_bias", "not supported"),
 ])
 def test_fields_we_cannot_honour_are_400_not_ignored(extra: dict, param: str, words: str) -> None:
     with pytest.raises(ApiError) as info:
         parse_chat({"model": "m", "messages": HI, **extra}, Sampling())
     assert info.value.status == 400 and info.value.param == param
     assert words in info.value.message
+
+
+def test_sampling_fields_reach_the_request() -> None:
+    call = parse_chat({"model": "m", "messages": HI, "presence_penalty": 0.5, "frequency_penalty": -1,
+                       "presence_context_size": 8, "logit_bias": {"7": -100, "9": 2.5}, "seed": 3,
+                       "logprobs": True, "top_logprobs": 20, "min_p": 0.1, "top_k": 5}, Sampling())
+    s = call.request.sampling
+    assert (s.presence_penalty, s.frequency_penalty, s.presence_context_size) == (0.5, -1.0, 8)
+    assert s.logit_bias == ((7, -100.0), (9, 2.5)) and s.seed == 3
+    assert (s.logprobs, s.top_logprobs, s.min_p, s.top_k) == (True, 20, 0.1, 5)
 
 
 def test_request_body_sends_history_tool_calls_as_json_strings() -> None:

@@ -1,0 +1,129 @@
+"""Sampling parameters through the official openai client against real servers: the tiny
+MLX fixture model (penalties, logit_bias, seed, min_p/top_k, logprobs streamed and not) and
+the bundled Gemma on llama.cpp (its native penalties, bias and seed; logprobs refused)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+from openai import OpenAI
+
+from core.config import Settings
+from core.engines.base import ModelSpec
+from tests.fixtures.mlx_models import QWEN3_SHAPE, build_model_dir
+from tests.fixtures.serve import ServerThread
+
+HI = [{"role": "user", "content": "Tell me a story about a cat."}]
+
+
+def _served(spec: ModelSpec, name: str, home: Path, **kwargs) -> Iterator[ServerThread]:
+    old = os.environ.get("LLMDECK_HOME")
+    os.environ["LLMDECK_HOME"] = str(home)
+    srv = ServerThread(spec, served_name=name, **kwargs)
+    yield srv
+    srv.close()
+    if old is None:
+        os.environ.pop("LLMDECK_HOME", None)
+    else:
+        os.environ["LLMDECK_HOME"] = old
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
+    model = build_model_dir(tmp_path_factory.mktemp("tiny-sampling"), QWEN3_SHAPE)
+    spec = ModelSpec(str(model), "mlx", context_size=512,
+                     options=(("max_concurrency", 8), ("warmup_batch_sizes", (1, 2))))
+    for srv in _served(spec, "tiny", tmp_path_factory.mktemp("home")):
+        yield OpenAI(base_url=srv.url, api_key="x", max_retries=0, timeout=60)
+
+
+def test_mlx_logprobs_with_top_alternatives_parse_in_the_sdk(tiny: OpenAI) -> None:
+    reply = tiny.chat.completions.create(model="tiny", messages=HI, max_tokens=6, temperature=0,
+                                         logprobs=True, top_logprobs=3)
+    content = reply.choices[0].logprobs.content
+    assert len(content) == reply.usage.completion_tokens == 6
+    for entry in content:
+        assert len(entry.top_logprobs) == 3
+        assert entry.logprob == pytest.approx(entry.top_logprobs[0].logprob, abs=1e-5)
+        assert entry.bytes == list(entry.token.encode())
+    plain = tiny.chat.completions.create(model="tiny", messages=HI, max_tokens=6, temperature=0)
+    assert plain.choices[0].logprobs is None
+
+
+def test_mlx_logprobs_stream_in_chunks_the_sdk_reads(tiny: OpenAI) -> None:
+    stream = tiny.chat.completions.create(model="tiny", messages=HI, max_tokens=5, temperature=0,
+                                          logprobs=True, top_logprobs=2, stream=True)
+    entries, text = [], ""
+    for chunk in stream:
+        choice = chunk.choices[0]
+        text += choice.delta.content or ""
+        if choice.logprobs is not None:
+            entries += choice.logprobs.content
+    assert len(entries) == 5 and all(len(e.top_logprobs) == 2 for e in entries)
+    assert "".join(e.token for e in entries).strip() == text.strip()
+
+
+def test_mlx_seed_repeats_and_other_parameters_are_honoured(tiny: OpenAI) -> None:
+    def ask(**kw) -> str:
+        return tiny.chat.completions.create(model="tiny", messages=HI,
+                                            **{"max_tokens": 12, **kw}).choices[0].message.content
+
+    hot = {"temperature": 1.5}
+    assert ask(seed=5, **hot) == ask(seed=5, **hot)
+    assert ask(seed=5, **hot) != ask(seed=6, **hot)
+    forced = ask(temperature=0, logit_bias={"300": 100}, max_tokens=4)
+    assert forced.split() == [forced.split()[0]] * 4  # one token, four times
+    greedy = ask(temperature=0)
+    penalised = ask(temperature=0, frequency_penalty=2.0, presence_penalty=-2.0,
+                    extra_body={"frequency_context_size": 16, "presence_context_size": 16})
+    assert isinstance(penalised, str)
+    assert ask(temperature=0, extra_body={"top_k": 1, "min_p": 0.5}) == greedy
+    assert ask(temperature=1.0, seed=1, extra_body={"top_k": 1}) == greedy  # top-1 is argmax
+
+
+def test_mlx_logit_bias_outside_the_vocabulary_is_400(tiny: OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        tiny.chat.completions.create(model="tiny", messages=HI, logit_bias={"999999": 5})
+    assert "vocabulary has 512 tokens" in info.value.message
+
+
+@pytest.fixture(scope="module")
+def gemma(bundled_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
+    spec = ModelSpec(path=str(bundled_gguf), engine="llamacpp", context_size=1024)
+    for srv in _served(spec, "gemma", tmp_path_factory.mktemp("home"), settings=Settings(replicas=1)):
+        yield OpenAI(base_url=srv.url, api_key="x", max_retries=0, timeout=120)
+
+
+@pytest.mark.slow
+def test_llamacpp_native_penalties_bias_and_seed(gemma: OpenAI) -> None:
+    def ask(**kw) -> str:
+        return gemma.chat.completions.create(model="gemma",
+                                             **{"messages": HI, "max_tokens": 10, **kw}).choices[0].message.content
+
+    def seeded(seed: int) -> str:
+        # From the same KV state: llama.cpp's reuse of a cached prefix changes the logits'
+        # last bits, which a hot sample can notice; a greedy request in between resets it.
+        gemma.chat.completions.create(model="gemma", messages=[{"role": "user", "content": "Hi"}],
+                                      max_tokens=2, temperature=0)
+        return ask(seed=seed, temperature=1.2)
+
+    assert seeded(11) == seeded(11)
+    # llama.cpp counts the reply's own tokens: a list repeats its commas.
+    count = [{"role": "user", "content": "Count from 1 to 20, separated by commas."}]
+    greedy = ask(temperature=0, max_tokens=20, messages=count)
+    assert greedy.count(",") >= 3
+    penalised = ask(temperature=0, max_tokens=20, messages=count, frequency_penalty=2.0)
+    assert penalised.count(",") < greedy.count(",")
+    forced = ask(temperature=0, max_tokens=4, logit_bias={"10000": 100})
+    assert forced and forced == forced[: len(forced) // 4] * 4  # one token, four times
+    with pytest.raises(openai.BadRequestError) as info:
+        gemma.chat.completions.create(model="gemma", messages=HI, logprobs=True)
+    assert "use an MLX model" in info.value.message
+    with pytest.raises(openai.BadRequestError) as info:
+        ask(temperature=0, frequency_penalty=1.0, presence_penalty=1.0,
+            extra_body={"frequency_context_size": 8, "presence_context_size": 16})
+    assert "one look-back window" in info.value.message
