@@ -475,5 +475,8 @@ class _Sink:
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
-    return web.Response(text=json.dumps(body, ensure_ascii=False), status=status,
-                        content_type="application/json")
+    try:
+        data = json.dumps(body, ensure_ascii=False).encode()
+    except UnicodeEncodeError:  # a lone surrogate echoed from a request: send it escaped
+        data = json.dumps(body).encode()
+    return web.Response(body=data, status=status, content_type="application/json")

@@ -108,12 +108,21 @@ def check_shape(body: Any) -> None:
 
 
 def _where(path: tuple[str | int, ...]) -> str:
+    """A JSON path for messages ("messages[0].content"); a key that is not printable text
+    is shown escaped and cut short, so the error itself can be sent."""
     if not path:
         return "The request body"
-    out = str(path[0])
+    out = _show(path[0])
     for part in path[1:]:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+        out += f"[{part}]" if isinstance(part, int) else f".{_show(part)}"
     return out
+
+
+def _show(part: str | int) -> str:
+    text = str(part)
+    if len(text) > 40:
+        text = text[:40] + "..."
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _bad_text(path: tuple[str | int, ...], value: str) -> None:

@@ -53,6 +53,8 @@ def read_reply(sock: socket.socket) -> RawReply:
 
 
 def _complete(data: bytes) -> bool:
+    while data.startswith(b"HTTP/1.1 100 ") and b"\r\n\r\n" in data:
+        data = data.partition(b"\r\n\r\n")[2]
     head, sep, body = data.partition(b"\r\n\r\n")
     if not sep:
         return False
@@ -65,6 +67,8 @@ def _complete(data: bytes) -> bool:
 
 
 def parse_reply(data: bytes) -> RawReply:
+    while data.startswith(b"HTTP/1.1 100 "):  # an interim "100 Continue": the answer follows
+        data = data.partition(b"\r\n\r\n")[2]
     head, _, body = data.partition(b"\r\n\r\n")
     text = head.decode("latin-1")
     status = int(text.split(" ", 2)[1]) if text.startswith("HTTP/") else 0
