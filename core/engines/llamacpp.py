@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, SamplingParams
+from core.engines.base_prompt import BaseFormat, base_format, effective_repetition_penalty
 from core.engines.llama_params import load_llama
 from core.engines.llama_sampling import Unsupported, completion_options, penalty_window
 from core.engines.templates import fallback_template, template_stops
@@ -36,6 +37,7 @@ class _Active:
         self.started = time.perf_counter()
         self.first_token_at: float | None = None
         self.completion_tokens = 0
+        self.trim_start = False  # drop the reply's leading whitespace (base prompts)
 
     def usage(self) -> Usage:
         now = time.perf_counter()
@@ -83,10 +85,17 @@ class LlamaCppEngine:
         eos = self._token_text(self._llm.token_eos())
         bos = self._token_text(self._llm.token_bos())
         self._model_type = meta.get("general.architecture")
+        # No template in the file: a base model, prompted as a plain transcript
+        # (core.engines.base_prompt). The "turns" option renders the architecture's chat
+        # turns instead, which bench/base_prompt.py compares against.
+        self.base_model = not self._template
+        self._base: BaseFormat | None = None
         if self._template:
             template, self._turn_stops = self._template, template_stops(self._template)
         else:
             template, self._turn_stops = fallback_template(self._model_type)
+            if spec.option("base_format") != "turns":
+                self._base = base_format(spec.option("base_format"))
         self._formatter = Jinja2ChatFormatter(
             template=template, eos_token=eos, bos_token=bos,
             stop_token_ids=[self._llm.token_eos()],
@@ -102,7 +111,7 @@ class LlamaCppEngine:
         return self._llm.detokenize([token], special=True).decode("utf-8", errors="ignore")
 
     def _repetition_penalty(self, s: SamplingParams) -> float:
-        return s.repetition_penalty
+        return effective_repetition_penalty(s.repetition_penalty, self.base_model)
 
     def info(self) -> dict[str, Any]:
         return {
@@ -110,6 +119,7 @@ class LlamaCppEngine:
             "context_size": self._llm.n_ctx(),
             "model_type": self._model_type,
             "chat_template": self._template,
+            "base_model": self.base_model,
             "path": self._spec.path,
         }
 
@@ -154,13 +164,22 @@ class LlamaCppEngine:
             return rid, [Error("BAD_REQUEST", str(exc)), Done("error")]
         # llama.cpp reads the penalties' window from here when it builds the sampler.
         self._llm.last_n_tokens_size = penalty_window(s, penalty)
-        try:
-            rendered = self._formatter(messages=list(request.messages),
-                                       tools=list(request.tools) or None)
-        except Exception as exc:
-            return rid, [Error("BAD_REQUEST", f"The chat template failed: {exc}"), Done("error")]
-        tokens = self._llm.tokenize(rendered.prompt.encode("utf-8"),
-                                    add_bos=not rendered.added_special, special=True)
+        if self._base is not None:
+            # special=False: a "<start_of_turn>" typed by the user stays text
+            tokens = self._llm.tokenize(self._base.render(request.messages).encode("utf-8"),
+                                        add_bos=True, special=False)
+            stop: list[str] = list(self._base.stops)
+        else:
+            try:
+                rendered = self._formatter(messages=list(request.messages),
+                                           tools=list(request.tools) or None)
+            except Exception as exc:
+                return rid, [Error("BAD_REQUEST", f"The chat template failed: {exc}"),
+                             Done("error")]
+            tokens = self._llm.tokenize(rendered.prompt.encode("utf-8"),
+                                        add_bos=not rendered.added_special, special=True)
+            stop = (rendered.stop if isinstance(rendered.stop, list)
+                    else [rendered.stop] if rendered.stop else [])
         budget = self._llm.n_ctx() - len(tokens)
         if budget < 1:
             return rid, [
@@ -188,6 +207,7 @@ class LlamaCppEngine:
             **options,
         )
         self._active = _Active(request, iter(stream), len(tokens), min(cached, len(tokens)))
+        self._active.trim_start = self._base is not None  # "Assistant:" leaves a space
         return None
 
     def _advance(self, active: _Active) -> tuple[str, list[Event]]:
@@ -207,6 +227,9 @@ class LlamaCppEngine:
                 active.first_token_at = time.perf_counter()
             active.completion_tokens += 1
             shown, stopped = active.stops.feed(text)
+            if active.trim_start and shown:
+                shown = shown.lstrip()
+                active.trim_start = not shown
             if shown:
                 events.append(TextDelta(shown))
             reason = choice.get("finish_reason")

@@ -42,6 +42,7 @@ from mlx_lm.generate import BatchGenerator, GenerationBatch, generation_stream  
 from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache  # noqa: E402
 
 from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, SamplingParams  # noqa: E402
+from core.engines.base_prompt import base_format, effective_repetition_penalty  # noqa: E402
 from core.engines.prefix_cache import DEFAULT_MAX_BYTES, PrefixCache  # noqa: E402
 from core.engines.sampling import (  # noqa: E402
     LogprobRecorder,
@@ -118,6 +119,7 @@ class _Request:
     error: Error | None = None
     text: str | None = None  # the rendered prompt (None for raw-token requests)
     raw: str = ""  # everything generated, stop strings and end-of-turn included
+    trim_start: bool = False  # drop the reply's leading whitespace (base-model prompts)
 
 
 @dataclass
@@ -247,6 +249,9 @@ class MlxEngine:
         self._eos = set(self._tokenizer.eos_token_ids)
         template = getattr(self._tokenizer, "chat_template", None)
         self._template: str | None = template if isinstance(template, str) else None
+        # No chat template: a base model, prompted as a transcript (core.engines.base_prompt)
+        self.base_model = self._template is None
+        self._base = base_format(spec.option("base_format")) if self.base_model else None
         self._prefix = PrefixCache(int(spec.option("prefix_cache_bytes", DEFAULT_MAX_BYTES)))
         self._pending: deque[_Request] = deque()
         self._cancelled: set[str] = set()
@@ -308,6 +313,7 @@ class MlxEngine:
             "model_type": self.model_type,
             "context_size": self.context_size,
             "chat_template": self._template,
+            "base_model": self.base_model,
             "max_concurrency": self.max_concurrency,
             "prefix_cache_bytes": self._prefix.nbytes,
         }
@@ -328,9 +334,8 @@ class MlxEngine:
     def render_text(self, request: GenerationRequest) -> str:
         """The request's messages under the model's chat template (tools when it takes them)."""
         messages = [dict(m) for m in request.messages]
-        if self._template is None:
-            text = "".join(f"{m['role']}: {m.get('content') or ''}\n" for m in messages)
-            return text + "assistant: "
+        if self._base is not None:
+            return self._base.render(messages)
         kwargs: dict[str, Any] = {}
         if request.tools and "tools" in self._template:
             kwargs["tools"] = [dict(t) for t in request.tools]
@@ -378,9 +383,10 @@ class MlxEngine:
             sampler=self._sampler(sp),
             processors=processors,
             detok=_fresh_detokenizer(self._tokenizer),
-            stops=StopMatcher(sp.stop),
+            stops=StopMatcher((*sp.stop, *self._base.stops) if self._base else sp.stop),
             submitted=submitted,
             text=text,
+            trim_start=self._base is not None,
         )
         if error is None and not prompt:
             error = Error("BAD_REQUEST", "The request rendered to an empty prompt.")
@@ -399,7 +405,8 @@ class MlxEngine:
         return self._samplers.sampler_for(sp)
 
     def _logits_processors(self, sp: SamplingParams) -> list[Any]:
-        return logits_processors(sp, self._vocab_size, sp.repetition_penalty)
+        penalty = effective_repetition_penalty(sp.repetition_penalty, self.base_model)
+        return logits_processors(sp, self._vocab_size, penalty)
 
     def _schedule(self, out: dict[str, list[Event]]) -> None:
         """Move pending requests into the single slot or the batch, up to capacity."""
@@ -693,6 +700,9 @@ class MlxEngine:
         segment = act.detok.last_segment
         act.raw += segment
         text, stopped = act.stops.feed(segment)
+        if act.trim_start and text:
+            text = text.lstrip()
+            act.trim_start = not text
         if text:
             events.append(TextDelta(text))
         if stopped:

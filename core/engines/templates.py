@@ -1,8 +1,9 @@
-"""Chat templates for GGUF files that carry none in their metadata.
+"""Chat turn templates by architecture, for GGUF files that carry none in their metadata.
 
-Some GGUF exports (the bundled Gemma 3 270M among them) ship without
-`tokenizer.chat_template`; rendering them as ChatML makes the model babble. The
-architecture says which family's turn markers it was trained on.
+A GGUF without `tokenizer.chat_template` (the bundled Gemma 3 270M among them) is served
+as a base model with a transcript prompt (core.engines.base_prompt), which it follows far
+better: bench/base_prompt.py measures both. These turn templates remain the engine's
+Jinja formatter for such files and the "turns" baseline of that bench.
 """
 
 from __future__ import annotations

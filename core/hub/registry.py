@@ -16,6 +16,7 @@ from pathlib import Path
 from core import paths
 from core.bundled import bundled_chat_target, provision_bundled_chat
 from core.hub import cache_layout as layout
+from core.hub.base_model import is_base_model
 from core.hub.errors import HubError
 from core.hub.filenames import (
     gguf_shard,
@@ -49,6 +50,7 @@ class LocalModel:
     repo_id: str | None = None
     revision: str | None = None
     mmproj: Path | None = None
+    base_model: bool = False  # no chat template: prompted as a transcript (picker says so)
 
 
 def list_local_models(include_bundled: bool = True) -> list[LocalModel]:
@@ -148,6 +150,7 @@ def _models_in_dir(root: Path, source: str, repo_id: str | None,
             valid=problem is None, problem=problem, quant=quant_label(f),
             role=suggested_role(repo_id or "", f, has_mmproj=proj is not None),
             repo_id=repo_id, revision=revision, mmproj=root / proj if proj else None,
+            base_model=problem is None and is_base_model(path),
         ))
     if (root / "config.json").exists() or any(f.endswith(".safetensors") for f in files):
         if not ggufs or any(f.endswith(".safetensors") for f in files):
@@ -158,6 +161,7 @@ def _models_in_dir(root: Path, source: str, repo_id: str | None,
                 engine=engine_for_format("mlx"), size_bytes=_size(root), source=source,
                 valid=problem is None, problem=problem, quant=quant_label(name) or _mlx_bits(root),
                 role=suggested_role(repo_id or root.name), repo_id=repo_id, revision=revision,
+                base_model=problem is None and is_base_model(root),
             ))
     return out
 
@@ -268,6 +272,7 @@ def _bundled() -> LocalModel | None:
         id=BUNDLED_ID, name=pkg.MODEL_NAME, path=target, format="gguf",
         engine=engine_for_format("gguf"), size_bytes=size, source="bundled",
         valid=problem is None, problem=problem, quant=quant_label(pkg.MODEL_NAME), role="chat",
+        base_model=True,  # Gemma 3 270M pretrained: its GGUF carries no chat template
     )
 
 

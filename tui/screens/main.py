@@ -196,6 +196,7 @@ class MainScreen(Screen):
         bar = self.query_one(StatusBar)
         bar.model_label = state.label
         bar.model_state = state.state
+        bar.base_model = bool(state.info.get("base_model")) and state.state == "ready"
         bar.context_size = state.context_size
         if state.state == "failed" and state.error:
             self.notify(state.error, title="Model", severity="error", timeout=8)

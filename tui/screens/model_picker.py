@@ -24,6 +24,7 @@ class ModelChoice:
     path: str
     engine: str | None
     bundled: bool
+    base_model: bool = False  # no chat template: prompted as a transcript, answers plainly
 
 
 def load_choices() -> tuple[list[ModelChoice], list[tuple[str, str]]]:
@@ -36,7 +37,8 @@ def load_choices() -> tuple[list[ModelChoice], list[tuple[str, str]]]:
         if m.role != "chat" and m.source != "bundled":
             continue
         if m.valid:
-            ok.append(ModelChoice(m.id, m.name, str(m.path), m.engine, m.source == "bundled"))
+            ok.append(ModelChoice(m.id, m.name, str(m.path), m.engine, m.source == "bundled",
+                                  m.base_model))
         else:
             bad.append((m.name, m.problem or "invalid"))
     return ok, bad
@@ -46,6 +48,8 @@ def choice_label(choice: ModelChoice, current: str) -> Text:
     text = Text("● " if choice.name in current or current in choice.path else "  ", style="bold")
     text.append(choice.name, style="bold")
     text.append(f"  {choice.engine or '?'}", style="dim")
+    if choice.base_model:
+        text.append("  base model", style="italic dim")
     return text
 
 

@@ -17,10 +17,12 @@ class StatusBar(Static):
     model_state: reactive[str] = reactive("idle")
     context_used: reactive[int] = reactive(0)
     context_size: reactive[int] = reactive(0)
+    base_model: reactive[bool] = reactive(False)  # no chat template: answers are plain
 
     def render(self) -> str:
         state = {"ready": "●", "loading": "◌ loading", "provisioning": "◌ preparing",
                  "failed": "✖ failed", "idle": "○"}.get(self.model_state, self.model_state)
         ctx = (f"{human_tokens(self.context_used)} / {human_tokens(self.context_size)}"
                if self.context_size else "")
-        return f" llmdeck │ {self.model_label} {state} │ ctx {ctx}".rstrip(" │ctx")
+        label = f"{self.model_label} · base model" if self.base_model else self.model_label
+        return f" llmdeck │ {label} {state} │ ctx {ctx}".rstrip(" │ctx")

@@ -78,7 +78,9 @@ def import_gguf(
     mx.save_safetensors(str(tmp / "model.safetensors"), weights, metadata={"format": "mlx"})
     del weights
     (tmp / "config.json").write_text(json.dumps(config, indent=2))
-    template = g.get("tokenizer.chat_template") or getattr(arch, "CHAT_TEMPLATE", None)
+    # No template in the GGUF: the import has none either, so the MLX engine prompts it as
+    # a base model (core.engines.base_prompt), as llama.cpp does with the GGUF itself.
+    template = g.get("tokenizer.chat_template")
     _write_tokenizer(src, tmp, config["model_type"], template)
     if quantize:
         _requantize(tmp, quantize)

@@ -23,25 +23,6 @@ _BLOCK = {
 }
 
 
-# Gemma's published chat turn format, for GGUFs (like the bundled one) that carry no
-# tokenizer.chat_template: without it the imported model would chat in a format it was
-# never trained on. A system message is folded into the first user turn, as Gemma does.
-CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{%- if messages and messages[0]['role'] == 'system' -%}"
-    "{%- set first_user_prefix = messages[0]['content'] + '\\n\\n' -%}"
-    "{%- set loop_messages = messages[1:] -%}"
-    "{%- else -%}{%- set first_user_prefix = '' -%}{%- set loop_messages = messages -%}"
-    "{%- endif -%}"
-    "{%- for message in loop_messages -%}"
-    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
-    "{{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else '') }}"
-    "{{ (message['content'] or '') | trim }}{{ '<end_of_turn>\\n' }}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\\n' }}{%- endif -%}"
-)
-
-
 def build_config(g: GGUFFile) -> dict[str, Any]:
     config = base_config(g, "gemma3_text")
     config["sliding_window"] = int(g.arch_get("attention.sliding_window", 512))

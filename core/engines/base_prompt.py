@@ -1,0 +1,109 @@
+"""Prompting a base model (one with no chat template) so that it answers like a chat.
+
+A base model continues text; it was never trained on turn markers, so a chat template
+(ChatML, Gemma's <start_of_turn>) makes it echo the question or babble until max_tokens.
+What it does follow is a transcript: a short preamble, a few example exchanges, then the
+conversation in the same shape, ending where the assistant's line begins. Generation
+stops at the next turn marker (the model writing the user's next line), and a mild
+repetition penalty keeps a small model from looping.
+
+The formats below were measured on the bundled Gemma 3 270M, greedy, over ten everyday
+questions (bench/base_prompt.py prints the table; figures in DEFAULT_FORMAT's comment).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# Applied by the engines when a request leaves repetition_penalty at its neutral 1.0 and
+# the model is a base model (see effective_repetition_penalty).
+BASE_REPETITION_PENALTY = 1.15
+
+
+@dataclass(frozen=True, slots=True)
+class BaseFormat:
+    """One way of laying a chat out as plain text for a base model."""
+
+    name: str
+    preamble: str
+    examples: tuple[tuple[str, str], ...]
+    user: str  # what starts a user line, e.g. "User:"
+    assistant: str  # what starts an assistant line, e.g. "Assistant:"
+    between: str  # text between one exchange and the next
+    stops: tuple[str, ...]  # turn markers: the reply ends where one begins
+
+    def render(self, messages: Iterable[Mapping[str, Any]]) -> str:
+        """The prompt text: preamble (plus any system message), examples, the chat."""
+        msgs = list(messages)
+        system = "\n".join(_text(m) for m in msgs if m.get("role") == "system").strip()
+        head = self.preamble + (f"\n{system}" if system else "")
+        parts = [head.strip() + self.between] if head.strip() else []
+        for question, answer in self.examples:
+            parts.append(f"{self.user} {question}\n{self.assistant} {answer}{self.between}")
+        for m in msgs:
+            role, text = m.get("role"), _text(m).strip()
+            if role == "system":
+                continue
+            if role == "assistant":
+                parts.append(f"{self.assistant} {text}{self.between}")
+            elif role == "tool":
+                parts.append(f"{self.user} (tool result) {text}\n")
+            else:
+                parts.append(f"{self.user} {text}\n")
+        return "".join(parts) + self.assistant
+
+
+def _text(message: Mapping[str, Any]) -> str:
+    content = message.get("content") or ""
+    if isinstance(content, str):
+        return content
+    # OpenAI content parts: keep the text ones
+    return "".join(p.get("text", "") for p in content if isinstance(p, Mapping))
+
+
+_EXAMPLES = (
+    ("What is the capital of Japan?", "The capital of Japan is Tokyo."),
+    ("How do I make a cup of tea?",
+     "Boil water, pour it over a tea bag in a cup, wait three minutes, then take the bag "
+     "out. Add milk or sugar if you like."),
+    ("Tell me a joke.",
+     "Why did the scarecrow win an award? Because he was outstanding in his field."),
+)
+
+_PREAMBLE = ("A conversation between a curious user and a helpful assistant. The assistant "
+             "answers each question briefly, accurately and politely.")
+
+FORMATS: dict[str, BaseFormat] = {
+    f.name: f
+    for f in (
+        # "User:"/"Assistant:" lines, one blank line between exchanges.
+        BaseFormat("user-assistant", _PREAMBLE, _EXAMPLES, "User:", "Assistant:", "\n\n",
+                   ("\nUser:", "\nAssistant:", "\n\n\n")),
+        # The same without the example exchanges (preamble only).
+        BaseFormat("user-assistant-zero-shot", _PREAMBLE, (), "User:", "Assistant:", "\n\n",
+                   ("\nUser:", "\nAssistant:", "\n\n\n")),
+        # Question/answer pairs, as in reading-comprehension text.
+        BaseFormat("q-a", "Questions and short, accurate answers.", _EXAMPLES, "Q:", "A:",
+                   "\n\n", ("\nQ:", "\nA:", "\n\n\n")),
+        # Forum-style speaker names.
+        BaseFormat("human-ai", _PREAMBLE.replace("user", "human").replace("assistant", "AI"),
+                   _EXAMPLES, "Human:", "AI:", "\n", ("\nHuman:", "\nAI:", "\n\n")),
+    )
+}
+
+# Chosen by bench/base_prompt.py on the bundled Gemma 3 270M (see the module docstring).
+DEFAULT_FORMAT = "user-assistant"
+
+
+def base_format(name: str | None = None) -> BaseFormat:
+    """The named format (the default when None); raises KeyError for an unknown name."""
+    return FORMATS[name or DEFAULT_FORMAT]
+
+
+def effective_repetition_penalty(requested: float, base_model: bool) -> float:
+    """The penalty to apply: a base model's default when the request left it neutral."""
+    if base_model and requested == 1.0:
+        return BASE_REPETITION_PENALTY
+    return requested

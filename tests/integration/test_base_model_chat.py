@@ -1,0 +1,38 @@
+"""The bundled Gemma 3 270M is a base model: with the transcript prompt it answers like a
+chat. Real GGUF, one real worker, greedy: each everyday question gets a reply that ends by
+itself within MAX_TOKENS and repeats no sentence, and the capital of France is Paris."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.config import Settings
+from core.events import Done, TextDelta, Usage
+from core.runtime import Runtime
+from tests.fixtures.everyday_questions import MAX_TOKENS, QUESTIONS, judge
+
+
+async def test_the_bundled_base_model_answers_everyday_questions(bundled_gguf: Path) -> None:
+    s = Settings(model=str(bundled_gguf), context_size=1024, replicas=1)
+    s.sampling.temperature = 0.0
+    s.sampling.max_tokens = MAX_TOKENS
+    rt = Runtime(s)
+    await rt.start()
+    try:
+        assert await rt.ensure_model()
+        assert rt.model.info["base_model"] is True
+        failures = []
+        for question in QUESTIONS:
+            turn = await rt.start_turn(None, question)
+            events = [e async for e in turn.events()]
+            reply = "".join(e.text for e in events if isinstance(e, TextDelta))
+            done = events[-1]
+            usage = next(e for e in events if isinstance(e, Usage))
+            assert isinstance(done, Done)
+            verdict = judge(question, reply, done.finish_reason, usage.completion_tokens)
+            verdict["no_marker"] = "User:" not in reply and "Assistant:" not in reply
+            if not all(v for k, v in verdict.items() if k != "correct" or "France" in question):
+                failures.append((question, reply, done.finish_reason, verdict))
+        assert failures == []
+    finally:
+        await rt.close()
