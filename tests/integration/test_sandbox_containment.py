@@ -9,6 +9,7 @@ up, so a missing wall fails here rather than skipping.
 
 from __future__ import annotations
 
+import ast
 import os
 import signal
 import socket
@@ -237,3 +238,36 @@ async def test_cpu_time_past_the_limit_ends_the_run_with_its_own_message() -> No
         assert time.monotonic() - started < 20, "the CPU limit, not the 60 s timeout"
     finally:
         await sb.close()
+
+
+FORK_BOMB = """
+import os, time
+made, refused = 0, None
+for _ in range(150):
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        refused = type(exc).__name__
+        break
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    made += 1
+made, refused
+"""
+
+
+async def test_a_fork_bomb_hits_the_process_limit_and_is_swept() -> None:
+    from core.tools.sandbox.client import PROCESSES
+
+    sb = Sandbox(timeout_s=20, memory_mb=512)
+    try:
+        r = await sb.run("c", FORK_BOMB)
+        made, refused = ast.literal_eval(r.value)
+        assert refused == "BlockingIOError" and made < PROCESSES, r
+        assert f"stopped {made} processes" in r.note
+        again = await sb.run("c", FORK_BOMB)
+        assert again.value == r.value, "the sweep gave every slot back"
+    finally:
+        await sb.close()
+    assert sb._cgroup is None, "as root, its pids cgroup is removed at close"

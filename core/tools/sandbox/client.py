@@ -22,6 +22,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from core import paths
+from core.tools.sandbox import jail
 from core.tools.sandbox.launcher import sandbox_main
 from core.tools.sandbox.worker import EXIT_CPU_LIMIT
 
@@ -85,6 +86,7 @@ class Sandbox:
         self.memory_mb = memory_mb
         self.cpu_s = cpu_s
         self.walls: dict[str, bool] = {}  # which walls the running worker is behind
+        self._cgroup: str | None = None  # as root: the pids cgroup (RLIMIT_NPROC exempts root)
         self.restarts = 0
         self._proc: Any = None
         self._conn: Connection | None = None
@@ -102,7 +104,11 @@ class Sandbox:
 
     def _config(self) -> dict[str, Any]:
         workdir = str(paths.data_dir() / "sandbox")
+        if self._cgroup is None or not os.path.isdir(self._cgroup):
+            self._cgroup = jail.pids_cgroup(f"{jail.CGROUP_PREFIX}{os.getpid()}-{id(self):x}",
+                                            PROCESSES)
         return {
+            "cgroup": self._cgroup,
             "parent_pid": os.getpid(), "workdir": workdir,
             "writable": [workdir, str(paths.data_dir() / "figures")],
             "memory_bytes": self.memory_mb * 1024 * 1024, "cpu_s": self.cpu_s,
@@ -223,6 +229,17 @@ class Sandbox:
             self._respawn_task.cancel()
         async with self._lock:
             self._kill()
+        await self._remove_cgroup()
+
+    async def _remove_cgroup(self) -> None:
+        """The killed processes leave their cgroup within moments; then it goes."""
+        if self._cgroup is None:
+            return
+        for _ in range(40):
+            if jail.remove_cgroup(self._cgroup):
+                self._cgroup = None
+                return
+            await asyncio.sleep(0.025)
 
 
 _TIMED_OUT = ("timeout",)
@@ -271,3 +288,5 @@ def _kill_all() -> None:
     for sandbox in list(_ALL):
         sandbox._closed = True
         sandbox._kill()
+        if sandbox._cgroup is not None:  # still populated for a moment: the next app's
+            jail.remove_cgroup(sandbox._cgroup)  # sandbox sweeps what is left

@@ -15,16 +15,24 @@ namespace. Hence:
 What it does not do: hide files from reading (the code reads what the user can read),
 limit CPU share or disk I/O bandwidth.
 
-macOS: `sandbox-exec` with a small profile (deny network, deny writes outside the scratch
-folders and temp); processes and signals are contained only by the process group kill
-and the subreaper-free descendant sweep in the worker. Not testable on this Linux box.
+Processes: RLIMIT_NPROC counts them, but the kernel exempts root from it; when the app
+runs as root, a pids cgroup (`pids_cgroup`, v1 or v2) caps the sandbox's process count
+instead.
+
+macOS: `sandbox-exec` with a small profile (no network, no writes outside the scratch
+folders and temp, no signals or process inspection beyond its own processes), plus the
+rlimits, its own session (the whole group is killed at the timeout) and a sweep of its
+descendants after each run; a daemon that double-forks away from it is re-parented to
+launchd and is not found by that sweep. Not testable on this Linux box.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
+import sys
 from dataclasses import dataclass
 
 CLONE_NEWNS = 0x00020000
@@ -161,6 +169,60 @@ def build_walls(writable: list[str], tmp_bytes: int) -> Walls:
     _check(_libc().unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare (lock)")
     _map_ids(uid, gid)
     return Walls(pid_namespace=True, network=True, read_only=read_only, own_proc=own_proc)
+
+
+CGROUP_PREFIX = "llmdeck-sandbox-"
+
+
+def _pids_hierarchy() -> str | None:
+    """Where a pids cgroup can be made: cgroup v1's pids mount, or v2's root."""
+    if os.path.isfile("/sys/fs/cgroup/pids/cgroup.procs"):
+        return "/sys/fs/cgroup/pids"
+    try:
+        with open("/sys/fs/cgroup/cgroup.subtree_control") as f:
+            return "/sys/fs/cgroup" if "pids" in f.read().split() else None
+    except OSError:
+        return None
+
+
+def pids_cgroup(name: str, limit: int) -> str | None:
+    """As root, a pids cgroup capped at `limit` for one sandbox (None where there is
+    none to make: not root, not Linux, no pids controller). Empty ones left by an app
+    that died are removed on the way."""
+    if not sys.platform.startswith("linux") or os.geteuid() != 0 or limit <= 0:
+        return None
+    base = _pids_hierarchy()
+    if base is None:
+        return None
+    for entry in os.listdir(base):
+        if entry.startswith(CGROUP_PREFIX) and entry != name:
+            owner = entry[len(CGROUP_PREFIX):].split("-")[0]
+            if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
+                with contextlib.suppress(OSError):
+                    os.rmdir(os.path.join(base, entry))
+    path = os.path.join(base, name)
+    try:
+        os.makedirs(path, exist_ok=True)
+        _write(os.path.join(path, "pids.max"), str(limit))
+    except OSError:
+        return None
+    return path
+
+
+def join_cgroup(path: str) -> None:
+    """Move the calling process (and so every process it starts) into `path`."""
+    _write(os.path.join(path, "cgroup.procs"), str(os.getpid()))
+
+
+def remove_cgroup(path: str) -> bool:
+    """Remove an emptied cgroup (False while a killed process is still on its way out)."""
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
 
 
 MACOS_PROFILE = """(version 1)

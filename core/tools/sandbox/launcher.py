@@ -67,6 +67,11 @@ def _worker_argv(fd: int, parent_pid: int, workdir: str, walls: jail.Walls) -> l
 def sandbox_main(conn: Connection, config: dict[str, Any]) -> None:
     """Entry point of the spawned launcher; `config` comes from Sandbox (client.py)."""
     start_child(log_name=None)  # die with the app, /dev/null, no Ctrl+C, own session
+    if config.get("cgroup"):
+        try:
+            jail.join_cgroup(config["cgroup"])  # before any fork: every child is counted
+        except OSError:
+            pass
     fd = conn.fileno()
     os.set_inheritable(fd, True)
     workdir: str = config["workdir"]
