@@ -119,6 +119,7 @@ class _Request:
     error: Error | None = None
     text: str | None = None  # the rendered prompt (None for raw-token requests)
     raw: str = ""  # everything generated, stop strings and end-of-turn included
+    marks: tuple[tuple[int, int], ...] = ()  # exact text/token boundaries in the prompt
     trim_start: bool = False  # drop the reply's leading whitespace (base-model prompts)
 
 
@@ -352,14 +353,16 @@ class MlxEngine:
         only the new text is tokenised.
         """
         text = self.render_text(request)
-        return self._tokens_for(text)
+        return self._tokens_for(text)[0]
 
-    def _tokens_for(self, text: str) -> list[int]:
+    def _tokens_for(self, text: str) -> tuple[list[int], tuple[tuple[int, int], ...]]:
+        """The prompt's ids, and the exact (chars, tokens) boundaries they keep from the
+        cache (the ends of earlier prompts and replies), which its own entry inherits."""
         known = self._prefix.tokens_for(text)
         if known is None:
-            return list(self._tokenizer.encode(text, add_special_tokens=self._template is None))
-        ids, covered = known
-        return ids + list(self._tokenizer.encode(text[len(covered) :], add_special_tokens=False))
+            return list(self._tokenizer.encode(text, add_special_tokens=self._template is None)), ()
+        ids, chars, marks = known
+        return ids + list(self._tokenizer.encode(text[chars:], add_special_tokens=False)), marks
 
     def _admit(self, request: GenerationRequest, prompt: list[int] | None = None) -> _Request:
         submitted = time.perf_counter()  # TTFT includes rendering and tokenising
@@ -367,12 +370,13 @@ class MlxEngine:
         error: Error | None = None
         text: str | None = None
         processors: list[Any] = []
+        marks: tuple[tuple[int, int], ...] = ()
         try:
             sp.validate()
             processors = self._logits_processors(sp)
             if prompt is None:
                 text = self.render_text(request)
-                prompt = self._tokens_for(text)
+                prompt, marks = self._tokens_for(text)
         except (ValueError, TypeError) as exc:
             error = Error("BAD_REQUEST", str(exc))
             prompt = []
@@ -386,6 +390,7 @@ class MlxEngine:
             stops=StopMatcher((*sp.stop, *self._base.stops) if self._base else sp.stop),
             submitted=submitted,
             text=text,
+            marks=marks,
             trim_start=self._base is not None,
         )
         if error is None and not prompt:
@@ -745,10 +750,17 @@ class MlxEngine:
         events.append(Done(reason))  # type: ignore[arg-type]
 
     def _remember(self, act: _Request, tokens: list[int], cache: list[Any]) -> None:
-        """Keep a finished request's cache; with its text when that spells `tokens` exactly."""
-        exact = len(tokens) == len(act.prompt) + len(act.generated)
-        text = act.text + act.raw if act.text is not None and exact else None
-        self._prefix.store(tokens, cache, text)
+        """Keep a finished request's cache, with the text it spells at exact boundaries:
+        the prompt's (inherited ones and its end) and, when `tokens` holds every generated
+        token, the reply's end. A regenerated or edited turn reuses the ids up to them."""
+        if act.text is None:
+            self._prefix.store(tokens, cache)
+            return
+        text = act.text + act.raw
+        marks = (*act.marks, (len(act.text), len(act.prompt)))
+        if len(tokens) == len(act.prompt) + len(act.generated):
+            marks = (*marks, (len(text), len(tokens)))
+        self._prefix.store(tokens, cache, text, marks)
 
     def _usage(self, act: _Request) -> Usage:
         first = act.first_token_at

@@ -11,6 +11,13 @@ Saving must never stall decoding: when many requests of a batch finish on one st
 (the engine calls it once per step) or all at once before a lookup needs them. Copies
 are lazy too: a partial match hands out slices of the stored arrays, which MLX copies
 only when the new request first writes past them.
+
+Entries also remember which text their tokens spell, at a few exact boundaries ("marks":
+the end of every earlier prompt and reply in the conversation). A new prompt is
+tokenised from the longest mark its text starts with, so the history keeps the token ids
+it was generated or prefilled with. Re-tokenising a model's reply can split it otherwise,
+and a regenerated or edited turn (whose text ends inside a stored one) would then share
+only the tokens before the first split.
 """
 
 from __future__ import annotations
@@ -34,6 +41,10 @@ class _Entry:
     cache: list[Any]
     nbytes: int
     text: str | None = None
+    marks: tuple[tuple[int, int], ...] = ()  # (chars, tokens): text[:chars] is tokens[:tokens]
+
+
+Marks = tuple[tuple[int, int], ...]
 
 
 def cache_nbytes(cache: Sequence[Any]) -> int:
@@ -72,7 +83,7 @@ class PrefixCache:
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
-        self._incoming: deque[tuple[Sequence[int], list[Any], str | None]] = deque()
+        self._incoming: deque[tuple[Sequence[int], list[Any], str | None, Marks]] = deque()
         self._next_key = 0
         self._nbytes = 0
 
@@ -95,15 +106,21 @@ class PrefixCache:
         self._incoming.clear()
         self._nbytes = 0
 
-    def store(self, tokens: Sequence[int], cache: list[Any], text: str | None = None) -> None:
+    def store(self, tokens: Sequence[int], cache: list[Any], text: str | None = None,
+              marks: Marks = ()) -> None:
         """Keep `cache` (which holds exactly `tokens`); cheap, the indexing waits for `settle`.
 
         `text` is what those tokens spell (rendered prompt plus generated text), so a next
         turn whose rendered prompt starts with it can reuse these exact token ids even
-        where re-tokenising the reply would split it differently.
+        where re-tokenising the reply would split it differently. `marks` are the exact
+        (chars, tokens) boundaries in it, ascending: text[:chars] is tokens[:tokens].
         """
         if tokens and self.max_bytes > 0:
-            self._incoming.append((tokens, cache, text))
+            if text is None:
+                marks = ()
+            else:
+                marks = tuple(m for m in marks if 0 < m[0] <= len(text) and m[1] <= len(tokens))
+            self._incoming.append((tokens, cache, text, marks))
 
     def settle(self, limit: int | None = None) -> None:
         """Index up to `limit` queued entries (all when None), oldest first.
@@ -114,10 +131,10 @@ class PrefixCache:
         """
         n = len(self._incoming) if limit is None else min(limit, len(self._incoming))
         for _ in range(n):
-            tokens, cache, text = self._incoming.popleft()
-            self._index(np.asarray(tokens, dtype=np.int64), cache, text)
+            tokens, cache, text, marks = self._incoming.popleft()
+            self._index(np.asarray(tokens, dtype=np.int64), cache, text, marks)
 
-    def _index(self, arr: np.ndarray, cache: list[Any], text: str | None) -> None:
+    def _index(self, arr: np.ndarray, cache: list[Any], text: str | None, marks: Marks) -> None:
         size = cache_nbytes(cache)
         if size > self.max_bytes:
             return
@@ -128,21 +145,29 @@ class PrefixCache:
                 if _common_prefix(entry.tokens, arr) == m:
                     self._drop(key)
         mx.async_eval([layer.state for layer in cache])
-        self._entries[self._next_key] = _Entry(arr, cache, size, text)
+        self._entries[self._next_key] = _Entry(arr, cache, size, text, marks)
         self._next_key += 1
         self._nbytes += size
         while self._nbytes > self.max_bytes and self._entries:
             self._drop(next(iter(self._entries)))
 
-    def tokens_for(self, text: str) -> tuple[list[int], str] | None:
-        """(token ids, their text) of the longest entry whose text starts `text`."""
+    def tokens_for(self, text: str) -> tuple[list[int], int, Marks] | None:
+        """The longest known start of `text`: (its token ids, its length in characters,
+        the marks up to it), or None when no entry's text shares a marked start with it."""
         self.settle()
-        best: _Entry | None = None
+        best: tuple[_Entry, int] | None = None
+        best_chars = 0
         for entry in self._entries.values():
-            if entry.text and text.startswith(entry.text):
-                if best is None or len(entry.text) > len(best.text or ""):
-                    best = entry
-        return None if best is None else (best.tokens.tolist(), best.text or "")
+            if not entry.text or not entry.marks:
+                continue
+            i = _longest_mark(entry, text)
+            if i >= 0 and entry.marks[i][0] > best_chars:
+                best, best_chars = (entry, i), entry.marks[i][0]
+        if best is None:
+            return None
+        entry, i = best
+        chars, count = entry.marks[i]
+        return entry.tokens[:count].tolist(), chars, entry.marks[: i + 1]
 
     def fetch(self, prompt: Sequence[int]) -> tuple[list[Any] | None, int]:
         """Return (a private copy of the best cache, tokens it covers) or (None, 0).
@@ -178,6 +203,25 @@ class PrefixCache:
     def _drop(self, key: int) -> None:
         entry = self._entries.pop(key)
         self._nbytes -= entry.nbytes
+
+
+def _longest_mark(entry: _Entry, text: str) -> int:
+    """Index of the last mark of `entry` whose text `text` starts with (-1 for none).
+
+    "text starts with entry.text[:chars]" holds for every mark up to some point and for
+    none after it, so a binary search needs a few C-speed startswith calls, not a
+    character loop over a long history.
+    """
+    etext = entry.text or ""
+    lo, hi = 0, len(entry.marks) - 1
+    found = -1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if text.startswith(etext[: entry.marks[mid][0]]):
+            found, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return found
 
 
 def _prefix_copy(cache: list[Any], n: int, held: int) -> list[Any] | None:
