@@ -14,6 +14,9 @@ from core.tools.registry import StoreCall, ToolContext, ToolRegistry
 from core.tools.sandbox import Sandbox
 
 NO_TOOL_FAMILIES = frozenset({"plain"})
+# How long a turn waits for MCP servers starting on first use; a slower one keeps starting
+# and its tools join the next turn (its state shows in the F4 pane meanwhile).
+MCP_START_WAIT_S = 8.0
 
 
 class ToolKit:
@@ -70,7 +73,7 @@ class ToolKit:
         """Before tools are offered: start the MCP servers not running yet (first use)."""
         self.sync()
         if self.enabled and model_info.get("family", "plain") not in NO_TOOL_FAMILIES:
-            await self.mcp.ensure_started()
+            await self.mcp.ensure_started(wait=MCP_START_WAIT_S)
 
     def offer(self, model_info: dict[str, Any]) -> tuple[dict[str, Any], ...]:
         """Tool schemas for this model: none when tools are off or its output format has

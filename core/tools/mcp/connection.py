@@ -163,7 +163,7 @@ class McpConnection:
                 self._fail("start-up was cancelled")
             raise
         except BaseException as exc:  # noqa: BLE001 - an ExceptionGroup from anyio, a bad URL...
-            self._fail(self._start_problem(exc))
+            self._fail(self._start_problem(exc, timeout))
         finally:
             self._session = None
             if self.state == "ready":  # the connection ended without a stop: it crashed
@@ -215,10 +215,14 @@ class McpConnection:
     def _fail(self, reason: str) -> None:
         self.state, self.error = "failed", reason
 
-    def _start_problem(self, exc: BaseException) -> str:
+    def _start_problem(self, exc: BaseException, timeout: float) -> str:
         inner = exc
         while isinstance(inner, BaseExceptionGroup) and inner.exceptions:
             inner = inner.exceptions[0]
+        if isinstance(inner, TimeoutError):  # the start limit, seen through a task group
+            return f"did not finish starting within {timeout:g} s"
+        if isinstance(inner, FileNotFoundError) and self.config.command:
+            return f"command {self.config.command!r} not found; check the path or install it"
         text = str(inner) or type(inner).__name__
         if "Connection closed" in text and self.config.command:
             last = _last_log_line(self.name)
@@ -259,6 +263,8 @@ class McpConnection:
         self._task = None
         if stop is not None:
             stop.set()
+        if task is not None and not task.done() and self.state == "starting":
+            task.cancel()  # stuck in its handshake: nothing to wind down politely
         if task is not None and not task.done():
             try:
                 await asyncio.wait_for(asyncio.shield(task), STOP_TIMEOUT_S)

@@ -47,6 +47,7 @@ class McpServers:
         self.connections: dict[str, McpConnection] = {}
         self._closing: set[asyncio.Task[None]] = set()
         self._starting: asyncio.Task[None] | None = None
+        self._start_tasks: dict[str, asyncio.Task[None]] = {}
         self.sync(configs or [])
 
     # -- configuration ----------------------------------------------------------------------
@@ -73,12 +74,22 @@ class McpServers:
         task.add_done_callback(self._closing.discard)
 
     # -- starting ---------------------------------------------------------------------------
-    async def ensure_started(self) -> None:
-        """Start every enabled server not running yet, together; register their tools."""
+    async def ensure_started(self, wait: float | None = None) -> None:
+        """Start every enabled server not running yet, together; register their tools.
+
+        `wait` bounds how long the caller waits (a turn should not sit behind a slow
+        server); the starts go on and their tools join when ready."""
         pending = [c for c in self.connections.values() if c.state in ("stopped", "crashed")]
-        if not pending:
-            return
-        await asyncio.gather(*(self._start(c) for c in pending))
+        starting = [self._start_tasks.get(c.name) for c in self.connections.values()
+                    if c.state == "starting"]
+        for conn in pending:
+            task = asyncio.ensure_future(self._start(conn))
+            self._start_tasks[conn.name] = task
+            task.add_done_callback(lambda _t, n=conn.name: self._start_tasks.pop(n, None))
+            starting.append(task)
+        tasks = [t for t in starting if t is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=wait)
 
     async def _start(self, conn: McpConnection) -> None:
         ok = await conn.ensure_started()
@@ -203,8 +214,9 @@ class McpServers:
         """Stop every server (quitting leaves none behind)."""
         conns = list(self.connections.values())
         self.connections.clear()
-        if self._starting is not None and not self._starting.done():
-            self._starting.cancel()
+        for task in [self._starting, *self._start_tasks.values()]:
+            if task is not None and not task.done():
+                task.cancel()
         await asyncio.gather(*(c.close() for c in conns), *self._closing, return_exceptions=True)
 
 
