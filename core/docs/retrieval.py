@@ -80,7 +80,7 @@ def ingest(
 
     Synchronous and self-contained on purpose: a utility worker calls it and sends the
     result back; nothing here touches the UI loop or the store. Every step is linear in
-    the document's size; embedding (about 60 ms a chunk on a busy 2-core CPU) dominates,
+    the document's size; embedding (70-90 ms a chunk on a busy 2-core CPU) dominates,
     so it goes in batches and reports each one through `progress`.
     """
     t0 = time.perf_counter()

@@ -271,3 +271,22 @@ async def test_a_fork_bomb_hits_the_process_limit_and_is_swept() -> None:
     finally:
         await sb.close()
     assert sb._cgroup is None, "as root, its pids cgroup is removed at close"
+
+
+async def test_without_namespaces_it_says_so_and_still_sweeps_children(monkeypatch) -> None:
+    monkeypatch.setenv("LLMDECK_SANDBOX_JAIL", "0")  # as where user namespaces are off
+    tag = _tag()
+    sb = Sandbox(timeout_s=20, memory_mb=512)
+    try:
+        r = await sb.run("c", ESCAPERS.format(tag=tag) + "print('started')")
+        assert r.ok and r.stdout == "started\n"
+        assert "without its namespaces" in r.note and "stopped 2 processes" in r.note
+        assert _wait_none(tag) == [], "the subreaper kept both under the worker"
+        assert not any(sb.walls.values())
+        second = await sb.run("c", "1")
+        assert second.note is None, "said once"
+        sb.timeout_s = 1.0
+        late = await sb.run("c", ESCAPERS.format(tag=tag) + "while True:\n    pass")
+        assert late.kind == "timeout" and _wait_none(tag) == []
+    finally:
+        await sb.close()

@@ -15,6 +15,7 @@ import multiprocessing as mp
 import os
 import re
 import signal
+import sys
 import uuid
 import weakref
 from dataclasses import dataclass, field
@@ -87,6 +88,7 @@ class Sandbox:
         self.cpu_s = cpu_s
         self.walls: dict[str, bool] = {}  # which walls the running worker is behind
         self._cgroup: str | None = None  # as root: the pids cgroup (RLIMIT_NPROC exempts root)
+        self._walls_told = False  # the first result says so when the Linux walls are down
         self.restarts = 0
         self._proc: Any = None
         self._conn: Connection | None = None
@@ -195,8 +197,19 @@ class Sandbox:
                 ok=bool(data["ok"]), stdout=data.get("stdout", ""), stderr=data.get("stderr", ""),
                 value=data.get("value"), error=data.get("error"), kind=data.get("kind"),
                 figures=tuple(data.get("figures") or ()), reset=restart, pid=pid,
-                note=data.get("note"),
+                note=self._with_walls_note(data.get("note")),
             )
+
+    def _with_walls_note(self, note: str | None) -> str | None:
+        """Once: on Linux without the namespaces, say what is open to the code."""
+        if self._walls_told or not sys.platform.startswith("linux") or self.walls.get(
+                "pid_namespace", True):
+            return note
+        self._walls_told = True
+        down = ("(Sandbox: it runs without its namespaces here (the system refused them, or "
+                "LLMDECK_SANDBOX_JAIL=0), so the network, your files and other processes are "
+                "open to this code; see the README.)")
+        return f"{note}\n{down}" if note else down
 
     def _replace(self) -> None:
         """Kill the worker (its namespaces go with it) and start a new one in the background."""
