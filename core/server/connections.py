@@ -77,9 +77,11 @@ class ConnectionGuard:
         victim = next((c for c in self.open if c is not conn and not c.active), None)
         if victim is not None:
             self.evicted += 1
+            del self.open[victim]  # closing now (its connection_lost comes a step later)
             victim.force_close()  # idle: no request on it, nothing lost
         else:
             self.refused += 1
+            del self.open[conn]
             conn.refuse()
 
     def closed(self, conn: _Connection) -> None:
