@@ -154,3 +154,33 @@ def migrate(conn: sqlite3.Connection) -> int:
                 f"({exc}); it is unchanged. Free disk space or move the file aside and retry.",
             ) from exc
     return found
+
+
+FTS_TABLES = ("messages_fts", "titles_fts")
+
+
+def rebuild_fts(conn: sqlite3.Connection, table: str) -> None:
+    """Rebuild a full-text index from the rows it indexes, inside the caller's transaction.
+
+    FTS5's own 'rebuild' needs the table's structure record to be readable; when that
+    record is what got damaged, the index's shadow tables are first put back to the state
+    of a new, empty index (the records an in-memory copy of the same table starts with).
+    """
+    try:
+        conn.execute(f"INSERT INTO {table}({table}) VALUES ('rebuild')")
+        return
+    except sqlite3.DatabaseError:
+        pass
+    sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
+    scratch = sqlite3.connect(":memory:")
+    try:
+        # Its external content table need not exist here: FTS5 reads it only on queries.
+        scratch.execute(sql.replace(f"TABLE {table} USING", "TABLE fresh USING", 1))
+        empty = scratch.execute("SELECT id, block FROM fresh_data").fetchall()
+    finally:
+        scratch.close()
+    conn.execute(f"DELETE FROM {table}_data")
+    conn.execute(f"DELETE FROM {table}_idx")
+    conn.executemany(f"INSERT INTO {table}_data(id, block) VALUES (?, ?)", empty)
+    conn.execute(f"INSERT INTO {table}({table}) VALUES ('rebuild')")
+

@@ -49,7 +49,7 @@ from .models import (
     new_id,
     storable,
 )
-from .schema import migrate, schema_version
+from .schema import FTS_TABLES, migrate, rebuild_fts, schema_version
 from .titles import auto_title
 
 DEFAULT_BUSY_TIMEOUT_MS = 5000
@@ -130,8 +130,18 @@ def _user_facing(exc: BaseException) -> bool:
     )
 
 
+def _corrupt(exc: BaseException) -> bool:
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in str(exc)
+
+
 def _translate(exc: sqlite3.Error, path: Path) -> StoreError:
     text = str(exc).lower()
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    if name.startswith("SQLITE_FULL"):
+        text = "full"
+    elif _corrupt(exc):
+        text = "malformed"
     if "locked" in text or "busy" in text:
         return StoreError(
             LOCKED,
@@ -622,7 +632,27 @@ class Store(AttachmentRows):
         """Conversations matching `query`, best (bm25) first; see core.store.search for the
         query language and the «highlight» markers. Never raises on odd input."""
         with self._lock:
-            return search.search(self.conn, query, limit)
+            try:
+                return search.search(self.conn, query, limit)
+            except sqlite3.DatabaseError as exc:  # a damaged index, never the query
+                if not _corrupt(exc):
+                    if _user_facing(exc):
+                        raise _translate(exc, self.path) from exc
+                    raise
+            # The search index is damaged (quick_check cannot see inside FTS5's blobs): it is
+            # derived from the messages, so rebuild it from them and search again.
+            self.rebuild_search_index()
+            try:
+                return search.search(self.conn, query, limit)
+            except sqlite3.DatabaseError as exc:
+                raise _translate(exc, self.path) from exc
+
+    def rebuild_search_index(self) -> None:
+        """Rebuild both full-text indexes from the rows they index (seconds at 200,000
+        messages); what a damaged index needs, and all it needs."""
+        with self._write() as conn:
+            for table in FTS_TABLES:
+                rebuild_fts(conn, table)
 
     # -- export / import -----------------------------------------------------------------
 

@@ -7,6 +7,7 @@ instead of a database, and pages of the messages table overwritten in place.
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -96,5 +97,25 @@ def test_damaged_conversation_pages_leave_their_messages_findable(store_path: Pa
         assert len(titles) == 400 and "Recovered conversation" in titles
         for conv in store.list_conversations(limit=1000):
             assert store.messages(conv.id)  # each has its question and answer
+    finally:
+        store.close()
+
+
+def test_a_damaged_search_index_is_rebuilt_from_the_messages(store_path: Path) -> None:
+    """Damage quick_check cannot see (FTS5's own blobs overwritten, the b-tree intact): the
+    first search rebuilds the index from the messages and answers."""
+    _history(store_path, conversations=5)
+    conn = sqlite3.connect(store_path)
+    for table in ("messages_fts_data", "titles_fts_data"):
+        conn.execute(f"UPDATE {table} SET block = randomblob(length(block)) WHERE id > 1")
+    conn.commit()
+    with pytest.raises(sqlite3.DatabaseError):  # what reached the search box before
+        conn.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'sourdough'")
+    conn.close()
+    store = check_store(open_store(store_path))
+    try:
+        assert store.recovery is None  # the file itself is sound
+        assert len(store.search("sourdough")) == 5
+        assert len(store.search("crumb")) == 5
     finally:
         store.close()
