@@ -15,6 +15,7 @@ MAX_CONTEXT = 1_048_576
 # fit its address-space limit; an hour is long enough for any run a chat should wait on.
 MIN_PYTHON_MEMORY_MB, MAX_PYTHON_MEMORY_MB = 256, 65_536
 MIN_PYTHON_TIMEOUT_S, MAX_PYTHON_TIMEOUT_S = 1.0, 3600.0
+MAX_PENALTY_WINDOW = 32_768  # as core.engines.base.MAX_PENALTY_WINDOW
 
 
 class Refused(ValueError):
@@ -47,6 +48,50 @@ def top_k(text: str) -> int:
     value = int(_number(text, "Top-k", int))
     if value < 1:
         raise Refused("Top-k must be 1 or more.")
+    return value
+
+
+def min_p(text: str) -> float:
+    value = _number(text, "Min-p", float)
+    if not 0.0 <= value <= 1.0:
+        raise Refused("Min-p must be between 0 (off) and 1.")
+    return value
+
+
+def repetition_penalty(text: str) -> float:
+    value = _number(text, "Repetition penalty", float)
+    if not 0.5 <= value <= 2.0:
+        raise Refused("Repetition penalty must be between 0.5 and 2 (1 is off).")
+    return value
+
+
+def _additive_penalty(label: str) -> Callable[[str], float]:
+    def rule(text: str) -> float:
+        value = _number(text, label, float)
+        if not -2.0 <= value <= 2.0:
+            raise Refused(f"{label} must be between -2 and 2 (0 is off).")
+        return value
+    return rule
+
+
+presence_penalty = _additive_penalty("Presence penalty")
+frequency_penalty = _additive_penalty("Frequency penalty")
+
+
+def penalty_window(text: str) -> int:
+    value = int(_number(text, "Penalty window", int))
+    if not 1 <= value <= MAX_PENALTY_WINDOW:
+        raise Refused(f"Penalty window must be between 1 and {MAX_PENALTY_WINDOW} tokens.")
+    return value
+
+
+def seed(text: str) -> int:
+    """A blank field means a fresh random seed per reply (stored as -1)."""
+    if not text.strip():
+        return -1
+    value = int(_number(text, "Seed", int))
+    if not 0 <= value < 2**63:
+        raise Refused("Seed must be a whole number from 0, or blank for a random one.")
     return value
 
 
@@ -95,6 +140,12 @@ class SettingsValues:
     python_memory_mb: int = 1024
     tools_enabled: bool = True
     python_asks: bool = True
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    penalty_window: int = 64
+    seed: int = -1
 
 
 def validate_all(fields: dict[str, str], system_prompt: str, theme: str, *,
@@ -107,7 +158,8 @@ def validate_all(fields: dict[str, str], system_prompt: str, theme: str, *,
     rules = [("temperature", temperature), ("top_p", top_p), ("top_k", top_k),
              ("context_size", context_size)]
     rules += [(name, rule) for name, rule in (("python_timeout_s", python_timeout),
-                                              ("python_memory_mb", python_memory))
+                                              ("python_memory_mb", python_memory),
+                                              *SAMPLING_RULES)
               if name in fields]
     for name, rule in rules:
         try:
@@ -123,3 +175,11 @@ def validate_all(fields: dict[str, str], system_prompt: str, theme: str, *,
         return None, problems
     return SettingsValues(system_prompt=system_prompt, theme=theme, tools_enabled=tools_enabled,  # type: ignore[arg-type]
                           python_asks=python_asks, **out), {}
+
+
+# The sampling section's further fields (checked only when the form has them).
+SAMPLING_RULES: tuple[tuple[str, Callable[[str], float]], ...] = (
+    ("min_p", min_p), ("repetition_penalty", repetition_penalty),
+    ("presence_penalty", presence_penalty), ("frequency_penalty", frequency_penalty),
+    ("penalty_window", penalty_window), ("seed", seed),
+)

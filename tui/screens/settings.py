@@ -22,6 +22,12 @@ NUMERIC = (
     ("temperature", "Temperature (0–2)"),
     ("top_p", "Top-p (0–1)"),
     ("top_k", "Top-k (≥ 1)"),
+    ("min_p", "Min-p (0–1)"),
+    ("repetition_penalty", "Repeat penalty (1 off)"),
+    ("presence_penalty", "Presence penalty (−2–2)"),
+    ("frequency_penalty", "Frequency penalty (−2–2)"),
+    ("penalty_window", "Penalty window (tokens)"),
+    ("seed", "Seed (blank: random)"),
     ("max_tokens", "Max tokens (< context)"),
     ("context_size", "Context size (tokens)"),
 )
@@ -48,6 +54,12 @@ class SettingsScreen(ModalScreen[bool]):
         s = self.app.runtime.settings  # type: ignore[attr-defined]
         values = {"temperature": s.sampling.temperature, "top_p": s.sampling.top_p,
                   "top_k": s.sampling.top_k, "max_tokens": s.sampling.max_tokens,
+                  "min_p": f"{s.sampling.min_p:g}",
+                  "repetition_penalty": f"{s.sampling.repetition_penalty:g}",
+                  "presence_penalty": f"{s.sampling.presence_penalty:g}",
+                  "frequency_penalty": f"{s.sampling.frequency_penalty:g}",
+                  "penalty_window": s.sampling.penalty_window,
+                  "seed": "" if s.sampling.seed < 0 else s.sampling.seed,
                   "context_size": s.context_size, "python_timeout_s": f"{s.python_timeout_s:g}",
                   "python_memory_mb": s.python_memory_mb}
         with VerticalScroll(classes="settings"):
@@ -146,6 +158,12 @@ class SettingsScreen(ModalScreen[bool]):
         s.sampling.top_p = values.top_p
         s.sampling.top_k = values.top_k
         s.sampling.max_tokens = values.max_tokens
+        s.sampling.min_p = values.min_p
+        s.sampling.repetition_penalty = values.repetition_penalty
+        s.sampling.presence_penalty = values.presence_penalty
+        s.sampling.frequency_penalty = values.frequency_penalty
+        s.sampling.penalty_window = values.penalty_window
+        s.sampling.seed = values.seed
         s.context_size = values.context_size
         s.system_prompt = values.system_prompt
         s.theme = values.theme
