@@ -23,6 +23,9 @@ from core.engines.templates import fallback_template, template_stops
 from core.events import Done, Error, Event, TextDelta, Usage
 from core.parsing.stops import StopMatcher
 
+# No tokenizer packs more characters into one token (core.server.limits uses the same bound).
+MAX_CHARS_PER_TOKEN = 64
+
 
 class _Active:
     """The one request this engine is generating."""
@@ -131,6 +134,7 @@ class LlamaCppEngine:
         if self._active and self._active.request.request_id == request_id:
             active, self._active = self._active, None
             active.stream.close()
+            active.completion_tokens = self._sampled(active)
             self._out.append((request_id, [active.usage(), Done("cancelled")]))
             return
         for request in list(self._queue):
@@ -144,7 +148,14 @@ class LlamaCppEngine:
     def step(self) -> list[tuple[str, list[Event]]]:
         out, self._out = self._out, []
         if self._active is None and self._queue:
-            started = self._start(self._queue.popleft())
+            request = self._queue.popleft()
+            try:
+                started = self._start(request)
+            except _PromptTooLong as exc:
+                started = request.request_id, [Error("CONTEXT_OVERFLOW", str(exc)), Done("error")]
+            except Exception as exc:  # one request's input must never take the worker down
+                started = request.request_id, [
+                    Error("BAD_REQUEST", f"This request could not be started: {exc}"), Done("error")]
             if started is not None:
                 out.append(started)
                 return out
@@ -166,8 +177,8 @@ class LlamaCppEngine:
         self._llm.last_n_tokens_size = penalty_window(s, penalty)
         if self._base is not None:
             # special=False: a "<start_of_turn>" typed by the user stays text
-            tokens = self._llm.tokenize(self._base.render(request.messages).encode("utf-8"),
-                                        add_bos=True, special=False)
+            tokens = self._tokenize(self._base.render(request.messages), add_bos=True,
+                                    special=False)
             stop: list[str] = list(self._base.stops)
         else:
             try:
@@ -176,8 +187,8 @@ class LlamaCppEngine:
             except Exception as exc:
                 return rid, [Error("BAD_REQUEST", f"The chat template failed: {exc}"),
                              Done("error")]
-            tokens = self._llm.tokenize(rendered.prompt.encode("utf-8"),
-                                        add_bos=not rendered.added_special, special=True)
+            tokens = self._tokenize(rendered.prompt, add_bos=not rendered.added_special,
+                                    special=True)
             stop = (rendered.stop if isinstance(rendered.stop, list)
                     else [rendered.stop] if rendered.stop else [])
         budget = self._llm.n_ctx() - len(tokens)
@@ -192,7 +203,6 @@ class LlamaCppEngine:
             ]
         cached = _common_prefix(self._llm._input_ids[: self._llm.n_tokens].tolist(), tokens)
         s = request.sampling
-        stop = rendered.stop if isinstance(rendered.stop, list) else [rendered.stop] if rendered.stop else []
         stop = [x for x in (*stop, *self._turn_stops) if x]
         stream = self._llm.create_completion(
             prompt=tokens,
@@ -209,6 +219,29 @@ class LlamaCppEngine:
         self._active = _Active(request, iter(stream), len(tokens), min(cached, len(tokens)))
         self._active.trim_start = self._base is not None  # "Assistant:" leaves a space
         return None
+
+    def _tokenize(self, text: str, *, add_bos: bool, special: bool) -> list[int]:
+        """The prompt's tokens. Text longer than the context could hold however it
+        tokenises is refused first (tokenising megabytes takes tens of seconds); lone
+        surrogates, which UTF-8 cannot carry, become U+FFFD instead of an exception."""
+        n_ctx = self._llm.n_ctx()
+        if len(text) > n_ctx * MAX_CHARS_PER_TOKEN:
+            raise _PromptTooLong(
+                f"The conversation is {len(text):,} characters, more than this model's context "
+                f"of {n_ctx} tokens can hold. Start a new chat or raise the context size.")
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            data = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
+        return self._llm.tokenize(data, add_bos=add_bos, special=special)
+
+    def _sampled(self, active: _Active) -> int:
+        """Tokens sampled for the active request: llama.cpp evaluates each sampled token
+        before sampling the next, so all but the last are in its context. Counting stream
+        chunks instead counted the final, empty one too (max_tokens + 1 at length)."""
+        if active.first_token_at is None:
+            return 0
+        return max(1, self._llm.n_tokens - active.prompt_tokens + 1)
 
     def _advance(self, active: _Active) -> tuple[str, list[Event]]:
         rid = active.request.request_id
@@ -243,6 +276,7 @@ class LlamaCppEngine:
         tail = active.stops.finish()
         if tail:
             events.append(TextDelta(tail))
+        active.completion_tokens = self._sampled(active)
         events += [active.usage(), Done("length" if reason == "length" else "stop")]
         self._active = None
         return rid, events
@@ -251,6 +285,10 @@ class LlamaCppEngine:
         llm = getattr(self, "_llm", None)
         if llm is not None:
             llm.close()
+
+
+class _PromptTooLong(ValueError):
+    """A prompt refused before tokenising (see LlamaCppEngine._tokenize)."""
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
