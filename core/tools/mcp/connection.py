@@ -135,6 +135,8 @@ class McpConnection:
         import anyio
 
         self._starts += 1
+        generation = self._starts
+        problem: str | None = None
         errlog = None
         try:
             async with contextlib.AsyncExitStack() as stack:
@@ -153,23 +155,25 @@ class McpConnection:
                 ready.set()
                 await stop.wait()
         except TimeoutError:
-            self._fail(f"did not finish starting within {timeout:g} s")
-        except FileNotFoundError:
-            self._fail(f"command {self.config.command!r} not found; check the path or install it")
+            problem = f"did not finish starting within {timeout:g} s"
         except PermissionError:
-            self._fail(f"command {self.config.command!r} is not executable")
+            problem = f"command {self.config.command!r} is not executable"
         except asyncio.CancelledError:
-            if self.state == "starting":
-                self._fail("start-up was cancelled")
+            problem = "start-up was cancelled"
             raise
         except BaseException as exc:  # noqa: BLE001 - an ExceptionGroup from anyio, a bad URL...
-            self._fail(self._start_problem(exc, timeout))
+            problem = self._start_problem(exc, timeout)
         finally:
-            self._session = None
-            if self.state == "ready":  # the connection ended without a stop: it crashed
-                self.state = "crashed" if not stop.is_set() else "stopped"
-                if not stop.is_set():
-                    self.error = "the server stopped unexpectedly"
+            # A newer start may own this connection already (a restart after a crash):
+            # then this task's ending, however it ended, changes nothing.
+            if generation == self._starts:
+                self._session = None
+                if self.state == "starting":
+                    self._fail(problem or "stopped while starting")
+                elif self.state == "ready":  # the connection ended without being told to
+                    self.state = "stopped" if stop.is_set() else "crashed"
+                    if not stop.is_set():
+                        self.error, self.pid = "the server stopped unexpectedly", None
             ready.set()
 
     def _transport(self, errlog: Any) -> contextlib.AbstractAsyncContextManager[Any]:

@@ -113,8 +113,8 @@ class McpServers:
             try:
                 result = await conn.request(
                     f"the call to {full}", lambda s: s.call_tool(info.name, arguments))
-            except McpCallError as exc:
-                if conn.state != "ready":  # crashed: its tools come back when it restarts
+            except McpCallError as exc:  # a crashed server keeps its tools: the next call restarts it
+                if conn.state == "failed":
                     self.registry.replace_server(conn.name, [])
                 return ToolResult(str(exc), ok=False)
             return to_tool_result(conn.name, result)
@@ -195,7 +195,6 @@ class McpServers:
         for conn in self.connections.values():
             if conn.state == "ready" and not conn.alive():
                 conn._crashed("its process has exited")  # noqa: SLF001 - noticed here first
-                self.registry.replace_server(conn.name, [])
             tools = len(conn.listing.tools) if conn.state == "ready" else 0
             state = {"stopped": "idle", "ready": "ready"}.get(conn.state, conn.state)
             rss = 0
