@@ -60,6 +60,7 @@ def _type_for(status: int) -> str:
 
 # The chat window's advice after a worker crash; an API client has no "reply so far".
 _CHAT_ADVICE = re.compile(r"\s*The reply so far was kept; send again to retry\.")
+_CHAT_CONTEXT_ADVICE = re.compile(r"[.;]\s*(?:Start a new chat|start a new conversation)[^.]*\.")
 
 
 def api_error_for(event: Error) -> ApiError:
@@ -69,6 +70,9 @@ def api_error_for(event: Error) -> ApiError:
     if event.code == "WORKER_CRASHED":
         message = (_CHAT_ADVICE.sub("", message).rstrip(". ") + ". This request was not completed; "
                    "the server restarts the worker, so retry the request.")
+    elif event.code == "CONTEXT_OVERFLOW":
+        message = (_CHAT_CONTEXT_ADVICE.sub(".", message) + " Send fewer or shorter messages, or "
+                   "serve the model with a larger context size.")
     return ApiError(STATUS_FOR_CODE.get(event.code, 500), message, code=code)
 
 

@@ -103,3 +103,15 @@ def test_a_30_mb_prompt_to_gemma_is_400_in_well_under_a_second_of_work(gemma_ser
     assert time.monotonic() - started < 5  # it was 34 s of tokenising before the 400
     ok = client.chat.completions.create(model="gemma", messages=[{"role": "user", "content": "Hi"}], max_tokens=3)
     assert ok.choices[0].message.content is not None
+
+
+def test_a_prompt_over_the_context_is_400_in_the_apis_terms(gemma_server: ServerThread) -> None:
+    import openai
+
+    client = OpenAI(base_url=gemma_server.url, api_key="x", max_retries=0, timeout=60)
+    with pytest.raises(openai.BadRequestError) as info:  # 12,500 chars: tokenised, then too long
+        client.chat.completions.create(model="gemma", messages=[{"role": "user", "content": "word " * 2500}])
+    assert info.value.body["code"] == "context_length_exceeded"
+    assert "context of 1024" in info.value.message
+    assert "Send fewer or shorter messages" in info.value.message
+    assert "new chat" not in info.value.message  # the chat window's advice, not an API client's
