@@ -15,6 +15,7 @@ from themes import stylesheets
 from themes.palettes import THEME_NAMES, THEMES
 from tui import gc_tuning, warmup
 from tui.commands import AppCommands, ModelCommands
+from tui.key_order import InputOrder
 from tui.screens.main import MainScreen
 
 
@@ -57,9 +58,21 @@ class LlmdeckApp(App):
     """When the last key or paste arrived (time.monotonic): streamed text waits one frame
     after it, so a keystroke is painted without a chat relayout in front of it."""
 
+    _input_order: InputOrder | None = None
+
+    @property
+    def input_order(self) -> InputOrder:
+        """Where raw keys and pastes queue up, to be handled strictly in arrival order."""
+        if self._input_order is None:
+            self._input_order = InputOrder(self, super().on_event)
+        return self._input_order
+
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, (events.Key, events.Paste)):
             self.last_input_at = monotonic()
+            if not event.is_forwarded:  # straight from the terminal: in order (tui.key_order)
+                self.input_order.put(event)
+                return
         await super().on_event(event)
 
     def on_mount(self) -> None:
@@ -126,7 +139,7 @@ class LlmdeckApp(App):
         import asyncio
 
         main = self.main
-        if main.turn is not None:
+        if main.busy:
             self.notify("A reply is still streaming; press Esc to stop it first.")
             return
         path = choice.path
@@ -179,7 +192,7 @@ class LlmdeckApp(App):
                         f"available here; keeping {runtime.model.label}. Pick another with F5.",
                         title="Model", severity="warning", timeout=8)
             return
-        if self.main.turn is not None or self.main.conversation_id != conversation_id:
+        if self.main.busy or self.main.conversation_id != conversation_id:
             return  # a reply started, or another conversation opened, meanwhile
         model, engine = found
         self.notify(f"Loading {model_refs.display(ref)} for this conversation…", timeout=3)
@@ -209,5 +222,7 @@ class LlmdeckApp(App):
         self.exit()
 
     async def on_unmount(self) -> None:
+        if self._input_order is not None:
+            self._input_order.close()
         await self.runtime.close()  # idempotent; covers exits that skip action_quit
         gc_tuning.restore()

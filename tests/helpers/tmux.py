@@ -38,6 +38,31 @@ class TmuxSession:
     def type(self, text: str) -> None:
         self.send(text, literal=True)
 
+    def burst(self, *parts: str | tuple[str]) -> None:
+        """Send text and keys in ONE tmux command, as a fast link or a script delivers them:
+        a str is typed literally, a 1-tuple is a key name (("Enter",)). No pause anywhere."""
+        args = ["tmux", "-L", self.socket]
+        for part in parts:
+            if args[-1] != self.socket:
+                args.append(";")
+            if isinstance(part, tuple):
+                args += ["send-keys", "-t", self.name, *part]
+            else:
+                args += ["send-keys", "-t", self.name, "-l", part]
+        subprocess.run(args, check=True, env=self._env)
+
+    def send_line(self, text: str) -> None:
+        """Type `text` and press Enter in one burst (what the issue's reproduction does)."""
+        self.burst(text, ("Enter",))
+
+    def paste(self, text: str, *, bracketed: bool = True) -> None:
+        """Paste as a terminal does: with bracketed paste when the app asked for it (-p),
+        line feeds sent as carriage returns, as tmux and terminals send them."""
+        subprocess.run(["tmux", "-L", self.socket, "set-buffer", "-b", "llmdeck-test", "--", text],
+                       check=True, env=self._env)
+        subprocess.run(["tmux", "-L", self.socket, "paste-buffer", "-b", "llmdeck-test", "-t",
+                        self.name, *(["-p"] if bracketed else [])], check=True, env=self._env)
+
     def screen(self) -> str:
         return subprocess.run(
             ["tmux", "-L", self.socket, "capture-pane", "-p", "-t", self.name],

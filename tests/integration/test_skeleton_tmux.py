@@ -33,8 +33,7 @@ def test_chat_in_tmux_survives_a_restart(tmp_path: Path) -> None:
     tmux = _start(home)
     try:
         tmux.wait_for(lambda s: READY in s, 90, "the bundled model to be ready")
-        tmux.type("What is the capital of France?")
-        tmux.send("Enter")
+        tmux.send_line("What is the capital of France?")  # text and Enter in one burst
         tmux.wait_for(reply_started, 10, "reply text from the model within 10 s")
         tmux.send("Escape")  # stop it: the bundled 270M base model rambles
         screen = tmux.wait_for(lambda s: "tok/s" in s, 15, "the stats line after stopping")
@@ -104,8 +103,7 @@ def test_missing_model_shows_an_error_and_the_app_keeps_running(tmp_path: Path) 
     tmux = _start(home)
     try:
         tmux.wait_for(lambda s: "failed" in s, 30, "the load failure in the status bar")
-        tmux.type("Are you there?")
-        tmux.send("Enter")
+        tmux.send_line("Are you there?")
         screen = tmux.wait_for(lambda s: "Model file not found" in s and "Are you there?" in s, 30,
                                "the error in the chat view, under the kept message")
         chat = "\n".join(line[CHAT_COLUMN - 2 :] for line in screen.splitlines())

@@ -7,6 +7,7 @@ carries them out through the runtime.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -134,6 +135,16 @@ class MainScreen(Screen):
         self.conversation_id: str | None = None
         self.turn: Turn | None = None
         self.failed_run: tuple[str, RunResult] | None = None  # (code, result) for F9 "fix"
+        # Messages sent while a reply streams wait here, in order, and go one after another
+        # (Enter never drops or merges what was typed; Esc hands them back to the composer).
+        self.outbox: deque[str] = deque()
+        self._sending = False
+
+    @property
+    def busy(self) -> bool:
+        """A reply streams, or sent messages are still on their way: nothing else may
+        start a turn, switch conversations or models meanwhile."""
+        return self.turn is not None or self._sending
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status-bar")
@@ -187,7 +198,7 @@ class MainScreen(Screen):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "stop":  # only shown (and bound) when there is something to stop
-            return (self.turn is not None or self.composer.editing_id is not None
+            return (self.busy or self.composer.editing_id is not None
                     or not self.composer.has_focus or attaching(self))
         return True
 
@@ -198,6 +209,7 @@ class MainScreen(Screen):
         bar.model_state = state.state
         bar.base_model = bool(state.info.get("base_model")) and state.state == "ready"
         bar.context_size = state.context_size
+        self._show_composer_state()
         if state.state == "failed" and state.error:
             self.notify(state.error, title="Model", severity="error", timeout=8)
 
@@ -223,7 +235,7 @@ class MainScreen(Screen):
 
     # -- actions -------------------------------------------------------------------------
     async def action_new_chat(self) -> None:
-        if self.turn is not None:
+        if self.busy:
             self.notify(BUSY)
             return
         self.conversation_id = None
@@ -276,7 +288,7 @@ class MainScreen(Screen):
         self.app.push_screen(ModelPickerScreen(), _picked)
 
     def action_reload_model(self) -> None:
-        if self.turn is not None:
+        if self.busy:
             self.notify(BUSY)
             return
         self.run_worker(self.runtime.reload_model(), group="model", exclusive=True)
@@ -284,8 +296,17 @@ class MainScreen(Screen):
     def action_stop(self) -> None:
         if cancel_attach(self):
             return  # Esc stops the files being read first; the next Esc stops a reply
+        if self.outbox:  # queued messages go back to the composer, ahead of any new text
+            queued = "\n\n".join(self.outbox)
+            self.outbox.clear()
+            rest = self.composer.text
+            self.composer.restore(queued + ("\n\n" + rest if rest.strip() else ""))
+            self.notify("Stopped; the queued messages are back in the composer.", timeout=4)
+            self._show_composer_state()
         if self.turn is not None:
             self.turn.cancel()
+        elif self._sending:
+            pass  # the message in flight is about to start: its reply can be stopped then
         elif self.composer.editing_id is not None:
             self.composer.stop_editing()
             self.notify("Edit cancelled.", timeout=2)
@@ -333,7 +354,7 @@ class MainScreen(Screen):
             await self.open_conversation(self.conversation_id)
 
     async def on_sidebar_opened(self, event: Sidebar.Opened) -> None:
-        if self.turn is not None:
+        if self.busy:
             self.notify(BUSY)
             return
         self.composer.stop_editing()
@@ -408,7 +429,7 @@ class MainScreen(Screen):
         if action == "load_older":
             self.chat.request_older()
             return
-        if self.turn is not None:
+        if self.busy:
             self.notify(BUSY)
             return
         if view.message_id is None or self.conversation_id is None:
@@ -488,7 +509,7 @@ class MainScreen(Screen):
 
     # -- fenced Python blocks: F8 runs them in the sandbox, F9 asks the model to fix a failure --
     def action_run_code(self) -> None:
-        if self.turn is not None:
+        if self.busy:
             self.notify(BUSY)
             return
         node = self.focused
@@ -555,11 +576,11 @@ class MainScreen(Screen):
             self.runtime.check_mentions(self.conversation_id, event.text_area.text))
 
     async def on_composer_submitted(self, event: Composer.Submitted) -> None:
-        if self.turn is not None:
-            self.notify("Wait for the reply to finish, or press Esc to stop it.")
-            return
         text = event.text
         command = slash.parse(text)
+        if self.busy and (command is not None or event.composer.editing_id is not None):
+            self.notify("Wait for the reply to finish, or press Esc to stop it.")
+            return  # a plain message queues (send); a command or an edit waits in the composer
         refused = slash.unknown_command(text) if command is None else None
         if refused:
             self.notify(refused, severity="warning", timeout=6)
@@ -603,15 +624,61 @@ class MainScreen(Screen):
         elif slash.is_extra(name):
             await mcp_commands.run_prompt(self, name, arg)
 
-    @work(exclusive=True, group="turn")
-    async def send(self, text: str) -> None:
+    def send(self, text: str) -> None:
+        """Send a message now, or after the replies before it when some are on their way:
+        messages typed ahead go in the order they were sent, each as its own turn."""
+        self.outbox.append(text)
+        if not self._sending:
+            self._sending = True
+            self._send_outbox()
+        self._show_composer_state()
+
+    @work(group="send")
+    async def _send_outbox(self) -> None:
+        try:
+            while self.outbox:
+                text = self.outbox.popleft()
+                self._show_composer_state()
+                if not await self._send_one(text):
+                    break
+        finally:
+            self._sending = False
+            self._show_composer_state()
+            self.refresh_bindings()
+
+    def _show_composer_state(self) -> None:
+        """The composer says what Enter does while the app is busy, so it never looks dead:
+        it takes keys at all times, and a message sent meanwhile waits its turn."""
+        found = self.query(Composer)
+        if not found:  # not composed yet, or the app is closing
+            return
+        composer = found.first()
+        state = self.runtime.model.state
+        queued = len(self.outbox)
+        if queued:
+            note = f"{queued} queued: sent after this reply · esc stops and returns them"
+        elif self.busy:
+            note = "replying… type your next message: enter queues it · esc stops"
+        elif state in ("loading", "provisioning"):
+            note = "the model is loading… type away: enter sends when it is ready"
+        else:
+            note = ""
+        composer.placeholder = note if not queued else ""
+        composer.border_subtitle = note if queued else None
+
+    async def _send_one(self, text: str) -> bool:
+        """One queued message as its own turn; False (text back in the composer) if the
+        store refused it."""
         await self._at_newest()
         try:
             turn = await self.runtime.start_turn(self.conversation_id, text)
         except Exception as exc:  # the store refused: give the text back, lose nothing
-            self.composer.restore(text)
+            queued = [text, *self.outbox]
+            self.outbox.clear()
+            rest = self.composer.text
+            self.composer.restore("\n\n".join(queued) + ("\n\n" + rest if rest.strip() else ""))
             self.notify(f"Could not save your message: {exc}", severity="error")
-            return
+            return False
         new_conversation = self.conversation_id != turn.conversation_id
         self.conversation_id = turn.conversation_id
         if turn.rollover is not None:  # the context was summarised into a fresh session
@@ -620,6 +687,7 @@ class MainScreen(Screen):
         if new_conversation:
             await self.refresh_sidebar()
         await self.run_turn(turn, user_view)
+        return True
 
     @work(exclusive=True, group="turn")
     async def edit_and_resend(self, message_id: str, text: str) -> None:
@@ -642,6 +710,7 @@ class MainScreen(Screen):
         self.turn = turn
         turn.approve = self._approve_tool
         self.refresh_bindings()
+        self._show_composer_state()
         chat = self.chat
         chat.has_newer = False  # the reply is the branch's newest message, whatever page it is on
         reply = await chat.add_message(MessageView("assistant", branch=branch))
@@ -682,6 +751,7 @@ class MainScreen(Screen):
                 await reply.mount(SourcesLine(turn.sources))
             self.turn = None
             self.refresh_bindings()
+            self._show_composer_state()
             reply.message_id = turn.assistant_message_id
             chat.scroll_end(animate=False)
         ids = [v.message_id for v in (user_view, reply) if v is not None and v.message_id]

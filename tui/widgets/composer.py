@@ -17,6 +17,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import TextArea
 
+from tui.key_order import is_text_char
 from tui.slash import complete
 from tui.widgets.attachments import complete_attach
 
@@ -27,9 +28,14 @@ class Composer(TextArea):
     """Where the user writes; posts Composer.Submitted on Enter."""
 
     BINDINGS = [
+        # Priority, so the TextArea's own Enter (a newline) never runs; keys typed before it
+        # are all in the document by then (tui.key_order hands keys over in order).
         Binding("enter", "submit", "Send", show=True, priority=True),
         Binding("ctrl+j", "newline", "Newline", show=True, key_display="^j"),
     ]
+    burst_newline_key = "ctrl+j"
+    """What an Enter inside a burst of typed text (a paste without bracketed paste)
+    becomes: a line break, so the paste stays here as text (tui.key_order)."""
 
     @dataclass
     class Submitted(Message):
@@ -73,7 +79,23 @@ class Composer(TextArea):
             event.stop()
             event.prevent_default()
             return
+        if not event.is_printable and is_text_char(event.character):
+            event.stop()  # TextArea types printable keys only: a ZWJ or a no-break space
+            event.prevent_default()  # would vanish from an emoji or a typed name
+            self.insert(event.character or "")
+            return
         await super()._on_key(event)
+
+    async def _on_paste(self, event: events.Paste) -> None:
+        """Pasted text goes in as text (it never sends), its line breaks as newlines:
+        terminals send a carriage return for each, which would stay in the message."""
+        event.stop()
+        event.prevent_default()  # TextArea's own handler would insert the raw text again
+        if self.read_only:
+            return
+        text = event.text.replace("\r\n", "\n").replace("\r", "\n")
+        result = self.replace(text, *self.selection)
+        self.move_cursor(result.end_location)
 
     def action_newline(self) -> None:
         self.insert("\n")
