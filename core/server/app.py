@@ -23,7 +23,7 @@ from aiohttp import web
 from core.events import Done, Error, Event, Logprobs, ReasoningDelta, TextDelta, ToolCall, Usage
 from core.remote.backend import Backend, event_batches
 from core.server.connections import ServeLimits, busy_middleware
-from core.server.embeddings import EMBEDDING_MODELS, EmbeddingService
+from core.server.embeddings import EMBEDDING_MODELS, MAX_INPUTS, EmbeddingService
 from core.server.limits import (
     MAX_BODY_BYTES,
     check_numbers,
@@ -415,7 +415,10 @@ class ChatServer:
         fmt = body.get("encoding_format", "float")
         if fmt not in ("float", "base64"):
             raise ApiError(400, "'encoding_format' must be 'float' or 'base64'.", param="encoding_format")
-        vectors = await self.embeddings.encode(texts)
+        if len(texts) > MAX_INPUTS:
+            raise ApiError(400, f"'input' has {len(texts):,} texts; at most {MAX_INPUTS} are "
+                           "accepted per request.", param="input")
+        vectors, tokens = await self.embeddings.encode(texts)
         data = []
         for i, vec in enumerate(vectors):
             value: Any = vec.tolist()
@@ -424,7 +427,6 @@ class ChatServer:
 
                 value = base64.b64encode(vec.astype("<f4").tobytes()).decode()
             data.append({"object": "embedding", "index": i, "embedding": value})
-        tokens = sum(len(t.split()) for t in texts)  # approximate: words, not wordpieces
         return _json({"object": "list", "data": data, "model": model,
                       "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 

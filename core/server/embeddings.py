@@ -18,9 +18,23 @@ from core.docs.embeddings import MODEL_NAME, enter_offline_mode, shared_embedder
 EMBEDDING_MODELS = (MODEL_NAME, f"sentence-transformers/{MODEL_NAME}")
 
 
-def _encode(texts: list[str]) -> np.ndarray:
-    """Runs in the utility process."""
-    return shared_embedder().encode(texts)
+MAX_INPUTS = 2048  # OpenAI's own limit per request
+# MiniLM reads its first 256 tokens and no tokenizer packs more than 64 characters into
+# one (core.server.limits): text past this many characters is never seen, so it is cut
+# before tokenising rather than tokenised and thrown away.
+MAX_INPUT_CHARS = 256 * 64
+
+
+def _encode(texts: list[str]) -> tuple[np.ndarray, int]:
+    """Runs in the utility process: the vectors, and the tokens the model read (exact:
+    its own tokenizer, truncated as the model truncates, special tokens included)."""
+    embedder = shared_embedder()
+    vectors = embedder.encode(texts)
+    model = embedder._model  # loaded by encode(); its tokenizer is what counts
+    if model is None:
+        return vectors, 0
+    ids = model.tokenizer(texts, truncation=True, max_length=model.max_seq_length)["input_ids"]
+    return vectors, sum(len(x) for x in ids)
 
 
 class EmbeddingService:
@@ -36,9 +50,10 @@ class EmbeddingService:
                 max_workers=1, mp_context=mp.get_context("spawn"), initializer=enter_offline_mode)
         return self._executor
 
-    async def encode(self, texts: list[str]) -> np.ndarray:
+    async def encode(self, texts: list[str]) -> tuple[np.ndarray, int]:
+        """Unit vectors for `texts` and the number of tokens read."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool(), _encode, list(texts))
+        return await loop.run_in_executor(self._pool(), _encode, [t[:MAX_INPUT_CHARS] for t in texts])
 
     def close(self) -> None:
         if self._owned and self._executor is not None:

@@ -264,6 +264,8 @@ def test_embeddings_from_the_bundled_minilm(client: OpenAI) -> None:
                                      input=["a cat sat on the mat", "a kitten on a rug", "tax law"])
     vectors = [d.embedding for d in reply.data]
     assert [len(v) for v in vectors] == [384, 384, 384]
+    # wordpieces with [CLS] and [SEP], as the model read them (not words: 6 + 5 + 2)
+    assert reply.usage.prompt_tokens == reply.usage.total_tokens == 8 + 7 + 4
 
     def dot(a: list[float], b: list[float]) -> float:
         return sum(x * y for x, y in zip(a, b, strict=True))
@@ -273,6 +275,12 @@ def test_embeddings_from_the_bundled_minilm(client: OpenAI) -> None:
         client.embeddings.create(model="text-embedding-3-large", input="x")
     with pytest.raises(openai.BadRequestError):
         client.embeddings.create(model="all-MiniLM-L6-v2", input=[])
+    with pytest.raises(openai.BadRequestError) as info:
+        client.embeddings.create(model="all-MiniLM-L6-v2", input=["x"] * 2049)
+    assert "at most 2048" in info.value.message
+    started = time.monotonic()  # 20 MB of text: only what the model reads is tokenised
+    long = client.embeddings.create(model="all-MiniLM-L6-v2", input="word " * 4_000_000)
+    assert long.usage.prompt_tokens == 256 and time.monotonic() - started < 10
 
 
 def test_http_clients_and_a_tui_turn_share_one_worker(server: ServerThread, client: OpenAI) -> None:
