@@ -144,6 +144,8 @@ def extract(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
                         str(path),
                     )
                 )
+            if kind in _OFFICE:
+                _refuse_zip_bomb(p, max_bytes)
             markdown = _markitdown_file(p)
             if kind == "pptx":
                 sections = _split_marked(markdown, _SLIDE_MARK, "slide {}")
@@ -257,6 +259,27 @@ def _read_text(p: Path, progress: Progress) -> str:
             block = f.read(BLOCK_BYTES)
     parts.append(decoder.decode(b"", final=True))
     return "".join(parts)
+
+
+UNPACKED_FACTOR = 10  # an Office file may unpack to 10x the attachment limit, no more
+
+
+def _refuse_zip_bomb(p: Path, max_bytes: int) -> None:
+    """An Office file is a zip: a small one can unpack to gigabytes of XML, which the
+    converter would hold in memory. Its directory says how much before anything unpacks."""
+    try:
+        with zipfile.ZipFile(p) as archive:
+            unpacked = sum(info.file_size for info in archive.infolist())
+    except (zipfile.BadZipFile, OSError):
+        return  # _is_office_zip already said what is wrong with it
+    if unpacked > UNPACKED_FACTOR * max_bytes:
+        raise _Refused(DocError(
+            "TOO_LARGE",
+            f"{p.name} unpacks to {_mb(unpacked)}, over {UNPACKED_FACTOR} times the "
+            f"{_mb(max_bytes)} attachment limit (attach_max_mb in the settings file); "
+            "save the part you need as its own file.",
+            str(p),
+        ))
 
 
 def _is_office_zip(p: Path) -> bool:

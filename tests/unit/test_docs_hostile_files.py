@@ -128,3 +128,19 @@ def test_a_flood_of_punctuation_chunks_in_memory_of_one_chunk() -> None:
     assert len(chunks) == (MIB // 2 - 40) // 160 + 1
     chunk_bytes = sum(len(c.text) for c in chunks)
     assert peak < chunk_bytes + 8 * MIB, f"peak {peak / MIB:.0f} MiB"
+
+
+def test_an_office_file_that_unpacks_to_gigabytes_is_refused_before_unpacking(
+    tmp_path: Path,
+) -> None:
+    import zipfile
+
+    path = tmp_path / "bomb.docx"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("[Content_Types].xml", "<Types/>")
+        archive.writestr("word/document.xml", b"<w:t>" + b" " * (64 * MIB) + b"</w:t>")
+    assert path.stat().st_size < MIB
+    err, peak = _peak(lambda: extract(path, max_bytes=4 * MIB))
+    assert isinstance(err, DocError) and err.code == "TOO_LARGE", err
+    assert "bomb.docx unpacks to 64 MB" in err.message and "4 MB" in err.message
+    assert peak < 4 * MIB
