@@ -361,3 +361,30 @@ def test_a_load_longer_than_the_wait_is_a_503_naming_the_wait(tmp_path: object) 
         assert httpx.get(srv.url.removesuffix("/v1") + "/health").json()["status"] == "loading"
     finally:
         srv.close()
+
+
+def test_a_streaming_client_that_stops_reading_is_dropped_after_the_write_timeout(tmp_path: object) -> None:
+    # 1,000 pieces of 16 KB at 100 a second: 10 s to send all, unless the client is dropped
+    srv = ServerThread(scripted_spec(reply="x" * 16_384_000, chunk_chars=16_384, tokens_per_s=100),
+                       limits=ServeLimits(write_timeout_s=1.0))
+    try:
+        body = json.dumps({"model": "scripted", "messages": HI, "stream": True,
+                           "max_tokens": 100_000}).encode()
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills at once
+        sock.connect((srv.handle.host, srv.handle.port))
+        sock.sendall(post_bytes(CHAT, body))  # and never reads
+        deadline = time.monotonic() + 10
+        while srv.runtime.worker_status()[0].active == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert srv.runtime.worker_status()[0].active == 1
+        started = time.monotonic()
+        while srv.runtime.worker_status()[0].active and time.monotonic() - started < 9:
+            time.sleep(0.05)
+        assert srv.runtime.worker_status()[0].active == 0, "a client that reads nothing must be dropped"
+        sock.close()
+        reply = OpenAI(base_url=srv.url, api_key="x", max_retries=0).chat.completions.create(
+            model="scripted", messages=HI, max_tokens=1)
+        assert reply.choices[0].message.content == "x" * 16_384
+    finally:
+        srv.close()

@@ -166,9 +166,9 @@ def test_parallel_streaming_requests_all_complete(client: OpenAI) -> None:
         ({"presence_penalty": 2.5}, "between -2 and 2"),
         ({"logprobs": True, "top_logprobs": 21}, "between 0 and 20"),
         ({"logit_bias": {"3": 200}}, "between -100 and 100"),
-        ({"response_format": {"type": "json_object"}}, "constrain the reply to JSON"),
-        ({"response_format": {"type": "json_schema",
-                              "json_schema": {"name": "w", "schema": {"type": "object"}}}}, "json_schema"),
+        ({"response_format": {"type": "yaml"}}, "'yaml' is not supported"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "w"}}},
+         "schema as an object"),
     ],
 )
 def test_bad_parameters_are_400_with_a_message(client: OpenAI, kwargs: dict, words: str) -> None:
@@ -235,6 +235,8 @@ def test_requests_during_a_load_wait_for_it_then_429_when_the_queue_is_full(tmp_
         health = httpx.get(srv.url.removesuffix("/v1") + "/health")
         assert health.status_code == 503 and health.json()["status"] == "loading"
         assert health.json()["error"] is None
+        listed = [m["id"] for m in httpx.get(f"{srv.url}/models").json()["data"]]
+        assert "scripted" in listed  # what a request for it gets: an answer once loaded
         client = OpenAI(base_url=srv.url, api_key="x", max_retries=0)
         started = time.monotonic()
         reply = client.chat.completions.create(model="scripted", messages=HI)  # waits for the load
