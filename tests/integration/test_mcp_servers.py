@@ -250,3 +250,37 @@ async def test_a_turn_does_not_wait_long_for_a_slow_server() -> None:
     assert servers.status()[0].state == "starting" and servers.registry.names() == []
     await servers.close()
     assert our_children("mute62") == []
+
+
+async def test_a_killed_app_leaves_no_server_behind() -> None:
+    """kill -9 of the app: the server sees its stdin close and exits by itself."""
+    import psutil
+
+    root = str(Path(__file__).resolve().parents[2])
+    script = (
+        "import asyncio, sys\n"
+        f"sys.path.insert(0, {root!r})\n"
+        "from core.config import McpServerConfig\n"
+        "from core.tools.mcp import McpServers\n"
+        "from core.tools.registry import ToolRegistry\n"
+        "async def main():\n"
+        f"    s = McpServers(ToolRegistry(), [McpServerConfig('own', command=sys.executable, args=[{FIXTURE!r}])])\n"
+        "    await s.ensure_started()\n"
+        "    print(s.connections['own'].pid, flush=True)\n"
+        "    await asyncio.sleep(60)\n"
+        "asyncio.run(main())\n")
+    app = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    pid = int(app.stdout.readline())
+    assert psutil.pid_exists(pid)
+    app.kill()
+    app.wait(10)
+    deadline = time.monotonic() + 15
+    def running() -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    while running():
+        assert time.monotonic() < deadline, "the MCP server outlived the killed app"
+        time.sleep(0.05)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.timer import Timer
@@ -27,7 +28,7 @@ def human_bytes(n: int) -> str:
     return f"{size:.1f} GB"
 
 
-def status_table(rows: list[WorkerStatus]) -> Table | Text:
+def status_table(rows: list[WorkerStatus]) -> Table | Text | Group:
     if not rows:
         return Text("No worker running: the model loads with the first message.", style="dim")
     table = Table(box=None, expand=True, pad_edge=False, header_style="bold")
@@ -36,10 +37,12 @@ def status_table(rows: list[WorkerStatus]) -> Table | Text:
                           ("restarts", "right")):
         table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for w in rows:
-        state = w.state if not w.error else f"{w.state}: {w.error}"
-        table.add_row(w.model, state, f"{w.tokens_per_s:.1f}", str(w.active), str(w.queued),
+        table.add_row(w.model, w.state, f"{w.tokens_per_s:.1f}", str(w.active), str(w.queued),
                       human_bytes(w.rss_bytes), str(w.restarts))
-    return table
+    # Reasons under the table, whole: in the state column a long one squeezed every other
+    # column (an MCP server's "command not found; ..." hid its name).
+    errors = [Text(f"{w.model}: {w.error}", style="red") for w in rows if w.error]
+    return Group(table, *errors) if errors else table
 
 
 class WorkerPane(Static):

@@ -204,7 +204,8 @@ class McpServers:
 
                     rss = psutil.Process(conn.pid).memory_info().rss
             rows.append(WorkerStatus(
-                worker_id=f"mcp:{conn.name}", model=f"mcp {conn.name} · {tools} tools",
+                worker_id=f"mcp:{conn.name}",
+                model=f"mcp {conn.name} · {tools} tools" if conn.state == "ready" else f"mcp {conn.name}",
                 engine="mcp", state=state, pid=conn.pid, rss_bytes=rss, active=conn.active,
                 queued=0, tokens_per_s=0.0, restarts=conn.restarts, error=conn.error))
         return rows
