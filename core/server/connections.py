@@ -43,11 +43,26 @@ class ServeLimits:
 
     def connection_cap(self) -> int:
         """max_connections, lowered to what the descriptor limit leaves for the rest of the
-        process (workers' pipes, the store, logs)."""
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        process (workers' pipes, the store, logs: 256 kept aside).
+
+        The soft limit is first raised toward the hard one where it is short (macOS starts
+        processes at 256), as servers commonly do; that needs no privilege.
+        """
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = self.max_connections + _RESERVED_FDS
+        if soft != resource.RLIM_INFINITY and soft < want:
+            target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                soft = target
+            except (ValueError, OSError):
+                pass
         if soft == resource.RLIM_INFINITY:
             return self.max_connections
-        return min(self.max_connections, max(8, soft - 256))
+        return min(self.max_connections, max(8, soft - _RESERVED_FDS))
+
+
+_RESERVED_FDS = 256
 
 
 _REFUSED = ApiError(503, "The server has too many open connections; retry in a moment.",
