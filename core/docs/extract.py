@@ -110,7 +110,7 @@ def check_path(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> DocError
         return DocError(
             "TOO_LARGE",
             f"{p.name} is {_mb(size)}, over the {_mb(max_bytes)} limit for attachments "
-            "(attach_max_mb in the settings file); split it or attach only the part you need.",
+            "(attach_max_mb in the config file); split it or attach only the part you need.",
             shown,
         )
     if size == 0:
@@ -276,7 +276,7 @@ def _refuse_zip_bomb(p: Path, max_bytes: int) -> None:
         raise _Refused(DocError(
             "TOO_LARGE",
             f"{p.name} unpacks to {_mb(unpacked)}, over {UNPACKED_FACTOR} times the "
-            f"{_mb(max_bytes)} attachment limit (attach_max_mb in the settings file); "
+            f"{_mb(max_bytes)} attachment limit (attach_max_mb in the config file); "
             "save the part you need as its own file.",
             str(p),
         ))

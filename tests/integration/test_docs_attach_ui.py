@@ -38,11 +38,13 @@ async def test_esc_cancels_a_file_being_read_and_nothing_is_attached(tmp_path: P
         await wait_until(pilot, lambda: "(100%)" in notice() or "Indexing" in notice(), 60)
         assert notice().startswith("Reading minutes.txt:") or notice().startswith("Indexing")
         assert notice().endswith("Esc cancels")
+        assert "escape" in main.active_bindings, "the footer offers Esc while a file is read"
         pid = app.runtime.chat.utility.pid
         assert pid is not None
         await pilot.press("escape")
         await wait_until(pilot, lambda: "Cancelled" in notice())
         assert notice() == "Cancelled: nothing was attached."
+        await wait_until(pilot, lambda: "escape" not in main.active_bindings)
         assert wait_gone([pid], 2) == [], "the document reader was stopped"
         assert bar.chips == [] and main.conversation_id is None
         assert await app.runtime.list_conversations() == []

@@ -191,7 +191,8 @@ class MainScreen(Screen):
         """What the footer shows (every key stays bound either way, and F1 lists them all)."""
         return footer_bindings(super().active_bindings, self.size.width,
                                self.app.get_key_display,
-                               stoppable=self.turn is not None or self.composer.editing_id is not None)
+                               stoppable=self.turn is not None or self.composer.editing_id is not None
+                               or attaching(self))
 
     def on_resize(self) -> None:
         self.refresh_bindings()  # the footer keeps what fits the new width
