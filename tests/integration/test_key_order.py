@@ -1,0 +1,152 @@
+"""Keys posted to the app in one burst (as a terminal delivers a fast link, a script or a
+paste: all queued before the first is handled) act in the order they were typed, also when
+one of them moves focus or opens a screen. Pilot's press() waits after every key and could
+never show this, so the keys go straight into the app's queue here, with no pause.
+
+The scripted engine answers; the worker process, SQLite store and UI are the real ones.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from textual import events
+from textual.command import CommandPalette
+from textual.keys import _character_to_key
+from textual.widgets import Input
+
+from core import paths
+from tests.fixtures.tui import scripted_app, seed_conversations, wait_ready, wait_until
+from tui.widgets.message_view import MessageView
+from tui.widgets.status_bar import StatusBar
+
+ENTER = ("enter", "\r")
+ESCAPE = ("escape", "\x1b")
+
+
+def burst(app, *parts: str | tuple[str, str | None]) -> None:
+    """Queue keys on the app at once: a str is typed text, a tuple is (key, character)."""
+    for part in parts:
+        if isinstance(part, tuple):
+            app.post_message(events.Key(*part))
+        else:
+            for char in part:
+                app.post_message(events.Key(char if char.isalnum() else _character_to_key(char), char))
+
+
+async def settled(pilot) -> None:
+    app = pilot.app
+    await wait_until(pilot, lambda: app.input_order.idle and not app.main.busy)
+
+
+def stored(role: str = "user") -> list[tuple[str, dict | None]]:
+    import json
+
+    with sqlite3.connect(paths.db_path()) as conn:
+        rows = conn.execute("SELECT content, usage FROM messages WHERE role = ? ORDER BY seq", (role,))
+        return [(content, json.loads(usage) if usage else None) for content, usage in rows]
+
+
+async def test_editing_keys_apply_where_they_were_typed() -> None:
+    app = scripted_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_ready(pilot)
+        # Backspace and arrows are the TextArea's bindings, run after bubbling to the app:
+        # without ordering, the backspace deleted the "d" typed after it.
+        burst(app, "abc", ("backspace", "\x7f"), "d", ("left", None), ("left", None), "X")
+        await settled(pilot)
+        assert app.main.composer.text == "aXbd"
+
+
+async def test_keys_after_a_focus_or_screen_change_go_where_it_leads() -> None:
+    seed_conversations([("Paris trip notes", "Eiffel tower")])
+    app = scripted_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_ready(pilot)
+        composer = app.main.composer
+        burst(app, ("ctrl+f", None), "paris")  # Ctrl+F moves focus to the search box
+        await settled(pilot)
+        assert app.main.query_one("#search", Input).value == "paris"
+        assert composer.text == ""
+
+        burst(app, ("ctrl+l", None), "draft", ("ctrl+p", None), "theme")  # the palette opens
+        await settled(pilot)
+        assert isinstance(app.screen, CommandPalette)
+        assert app.screen.query_one(Input).value == "theme"
+        assert composer.text == "draft"
+        burst(app, ESCAPE, " kept", ("f1", None), ESCAPE, " and more")  # help opens and closes
+        await settled(pilot)
+        assert app.screen is app.main
+        assert composer.text == "draft kept and more"
+        assert composer.has_focus
+
+
+async def test_esc_and_enter_never_leave_the_composer_dead() -> None:
+    app = scripted_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_ready(pilot)
+        burst(app, ESCAPE, "first", ENTER)  # Esc with nothing streaming, then a message
+        await settled(pilot)
+        burst(app, ("ctrl+up", None), ESCAPE, "second", ENTER)  # from a message back, at once
+        await settled(pilot)
+        burst(app, ESCAPE, ESCAPE, ENTER, "third", ENTER)  # stray keys, then Enter then text
+        await settled(pilot)
+        assert [text for text, _ in stored()] == ["first", "second", "third"]
+        assert app.main.composer.has_focus and app.main.composer.text == ""
+
+
+async def test_messages_sent_while_a_reply_streams_queue_in_order() -> None:
+    # Replies of 30, 1, 1 and 100 tokens at 20 tokens/s: the first and the last stream for
+    # long enough (1.5 s, 5 s) for messages to be queued behind them.
+    replies = ["Sure, " * 20, "Two.", "Three.", "A long answer. " * 26]
+    app = scripted_app(replies=replies, tokens_per_s=20, chunk_chars=4)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_ready(pilot)
+        composer = app.main.composer
+        burst(app, "one", ENTER)
+        await wait_until(pilot, lambda: app.main.turn is not None)
+        assert "esc stops" in str(composer.placeholder)  # busy, and says so
+        burst(app, "two", ENTER)
+        await wait_until(pilot, lambda: app.input_order.idle)
+        burst(app, "three", ENTER)
+        await wait_until(pilot, lambda: app.input_order.idle)
+        assert list(app.main.outbox) == ["two", "three"]
+        assert "2 queued" in str(composer.border_subtitle)
+        await settled(pilot)
+        assert [text for text, _ in stored()] == ["one", "two", "three"]
+        assert composer.placeholder == "" and not composer.border_subtitle
+
+        # Esc stops the reply and gives the queued messages back, nothing lost.
+        burst(app, "four", ENTER)
+        await wait_until(pilot, lambda: app.main.turn is not None)
+        burst(app, "five", ENTER)
+        await wait_until(pilot, lambda: app.input_order.idle and app.main.outbox)
+        burst(app, ESCAPE)
+        await settled(pilot)
+        assert composer.text == "five"
+        assert [text for text, _ in stored()] == ["one", "two", "three", "four"]
+
+
+async def test_the_context_meter_shows_the_conversations_tokens_after_each_reply() -> None:
+    app = scripted_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_ready(pilot)
+        bar = app.main.query_one(StatusBar)
+        assert bar.context_used == 0
+        seen = []
+        for text in ("How big is Paris?", "And Lyon, compared with it?"):
+            burst(app, text, ENTER)
+            await settled(pilot)
+            usage = stored("assistant")[-1][1]
+            assert usage is not None
+            seen.append(bar.context_used)
+            assert bar.context_used == usage["prompt_tokens"] + usage["completion_tokens"] > 0
+            assert f"ctx {bar.context_used}" in str(bar.render())
+        assert seen[1] > seen[0]  # the second turn's prompt holds the first exchange
+        burst(app, ("ctrl+n", None))
+        await settled(pilot)
+        assert bar.context_used == 0
+        app.main.query_one("#search", Input).focus()
+        await pilot.press("tab", "enter")  # reopen it from the list: the meter comes back
+        await wait_until(pilot, lambda: len(app.main.query(MessageView)) == 4)
+        assert bar.context_used == seen[1]
