@@ -25,13 +25,23 @@ def install(screen: Any) -> None:
 def composer_changed(screen: Any, text: str) -> str:
     """Start servers on the first `/`; the hint for `/attach mcp:` ("" when none)."""
     if text.startswith("/"):
-        screen.runtime.tools.mcp.start_soon()
+        started = screen.runtime.tools.mcp.start_soon()
+        if started is not None:  # show the prompts in the hint once they are listed
+            started.add_done_callback(lambda _: _refresh_hint(screen))
     if not text.startswith(f"/attach {RESOURCE_PREFIX}"):
         return ""
     typed = text.removeprefix("/attach ")
     names = [f"{RESOURCE_PREFIX}{server}:{uri}" for server, uri, _ in screen.runtime.tools.mcp.resources()]
     shown = [n for n in names if n.startswith(typed)][:6]
     return "  ".join(shown) if shown else "No MCP resource matches (servers list theirs once started)."
+
+
+def _refresh_hint(screen: Any) -> None:
+    from textual.widgets import TextArea
+
+    composer = screen.composer if screen.is_attached else None
+    if composer is not None and composer.text.startswith("/"):
+        composer.post_message(TextArea.Changed(composer))
 
 
 async def run_prompt(screen: Any, name: str, argument: str) -> None:

@@ -4,6 +4,7 @@ as a user's would be) and over streamable HTTP on loopback."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -34,7 +35,7 @@ def stdio_config(name: str = "fixture", **kw) -> McpServerConfig:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def kit():
     kit = ToolKit()
-    kit.mcp.sync([stdio_config(timeout_s=20)])
+    kit.mcp.sync([stdio_config(timeout_s=20, env={"FIXTURE_TOKEN": "s3cret"})])
     await kit.prepare(HERMES)
     await kit.mcp.ensure_started()  # a turn waits 8 s at most; a busy machine can take longer
     yield kit
@@ -74,12 +75,12 @@ async def run(kit: ToolKit, tool_call: ToolCall, *answers: str, conversation: st
 async def test_tools_join_the_registry_as_server_dot_tool_with_status(kit) -> None:
     names = [n for n in kit.registry.names() if n.startswith("fixture.")]
     assert sorted(names) == ["fixture." + t for t in
-                             sorted(["echo", "add", "tally", "crash", "hang", "garbage", "picture"])]
+                             sorted(["echo", "add", "tally", "whoami", "crash", "hang", "garbage", "picture"])]
     schemas = {s["function"]["name"]: s["function"] for s in kit.offer(HERMES)}
     assert schemas["fixture.add"]["parameters"]["required"] == ["a", "b"]
     assert "python" in schemas, "the built-ins stay"
     row = next(r for r in kit.mcp.status() if r.worker_id == "mcp:fixture")
-    assert (row.state, row.engine, row.model) == ("ready", "mcp", "mcp fixture · 7 tools")
+    assert (row.state, row.engine, row.model) == ("ready", "mcp", "mcp fixture · 8 tools")
     assert row.pid is not None and os.path.exists(f"/proc/{row.pid}") and row.rss_bytes > 0
     assert kit.mcp.prompt_commands() == {"/fixture.review": "TOPIC Ask for a review of a topic."}
     assert kit.mcp.resources() == [("fixture", "notes://today", "today")]
@@ -89,6 +90,8 @@ async def test_an_approved_call_runs_and_its_text_comes_back(kit) -> None:
     statuses, approver = await run(kit, call("fixture.echo", text="hello"), "allow")
     assert [s.state for s in statuses] == ["awaiting-approval", "running", "done"]
     assert statuses[-1].result == "echo: hello" and approver.asked == ["fixture.echo"]
+    who = await kit.registry.call("fixture.whoami", {}, ToolContext("x"))
+    assert json.loads(who.text)["env"] == "s3cret", "the configured env reaches the server"
 
 
 async def test_a_denied_call_never_reaches_the_server(kit) -> None:
@@ -187,8 +190,10 @@ async def test_streamable_http_server(http_url) -> None:
         assert "web.echo" in servers.registry.names()
         result = await servers.registry.call("web.add", {"a": 20, "b": 22}, ToolContext("x"))
         assert result.ok and result.text == "42"
+        who = await servers.registry.call("web.whoami", {}, ToolContext("x"))
+        assert json.loads(who.text)["header"] == "1", "the configured headers reach the server"
         row = servers.status()[0]
-        assert (row.state, row.pid, row.model) == ("ready", None, "mcp web · 7 tools")
+        assert (row.state, row.pid, row.model) == ("ready", None, "mcp web · 8 tools")
     finally:
         await servers.close()
 

@@ -88,7 +88,7 @@ async def test_approved_and_denied_calls_with_cards_results_fed_back_and_the_f4_
 
         await pilot.press("f4")
         pane = app.main.query_one(WorkerPane)
-        await wait_until(pilot, lambda: "mcp fixture · 7 tools" in pane_text(pane))
+        await wait_until(pilot, lambda: "mcp fixture · 8 tools" in pane_text(pane))
         row = next(line for line in pane_text(pane).splitlines() if "mcp fixture" in line)
         assert row.split()[5:7] == ["ready", "0.0"], row
         from core.workers.status_file import format_table, read_status  # `llmdeck workers`
@@ -96,7 +96,7 @@ async def test_approved_and_denied_calls_with_cards_results_fed_back_and_the_f4_
         await wait_until(pilot, lambda: any(w.engine == "mcp" for w in read_status()[0]))
         table = format_table(read_status()[0])
         line = next(x for x in table.splitlines() if x.startswith("mcp:fixture"))
-        assert "mcp fixture · 7 tools" in line and " ready " in line
+        assert "mcp fixture · 8 tools" in line and " ready " in line
         pid = app.runtime.tools.mcp.connections["fixture"].pid
         assert pid is not None and os.path.exists(f"/proc/{pid}")
     assert not os.path.exists(f"/proc/{pid}"), "quitting left the MCP server running"
@@ -132,7 +132,8 @@ async def test_prompts_are_slash_commands_and_resources_attach_like_files() -> N
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.runtime.model.state == "ready")
         await pilot.press("/")  # starts the servers in the background
-        await wait_until(pilot, lambda: "/fixture.review" in app.runtime.tools.mcp.prompt_commands(), SLOW)
+        hint = app.main.query_one("#slash-hint")
+        await wait_until(pilot, lambda: "/fixture.review" in str(hint.render()), SLOW)  # no key needed
         await pilot.press(*"fixture.rev", "tab")
         assert app.main.composer.text == "/fixture.review "
         await pilot.press(*"the roof", "enter")

@@ -97,11 +97,14 @@ class McpServers:
             return  # removed while it started
         self.registry.replace_server(conn.name, [self._tool(conn, t) for t in conn.listing.tools] if ok else [])
 
-    def start_soon(self) -> None:
-        """Start servers in the background (a `/` typed: their prompts will be wanted)."""
+    def start_soon(self) -> asyncio.Task[None] | None:
+        """Start servers in the background (a `/` typed: their prompts will be wanted);
+        the task when one was started now."""
         if self._starting is None or self._starting.done():
             if any(c.state == "stopped" for c in self.connections.values()):
                 self._starting = asyncio.ensure_future(self.ensure_started())
+                return self._starting
+        return None
 
     def _tool(self, conn: McpConnection, info: McpToolInfo) -> Tool:
         full = f"{conn.name}.{info.name}"
