@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from pathlib import Path
 from typing import IO
 
@@ -29,6 +30,9 @@ except ImportError:  # Windows: no flock; llmdeck targets macOS and Linux
 
 ROLES = {"app": "llmdeck", "serve": "llmdeck serve"}
 _READ_ONLY = {errno.EROFS, errno.EACCES, errno.EPERM}
+# How long a second instance waits for a first one that is quitting (stopping its workers
+# takes up to a second or two) before it says the home is taken.
+GRACE_S = 2.0
 _held: dict[str, HomeLock] = {}
 
 
@@ -69,9 +73,10 @@ class HomeLock:
         _held.pop(self.role, None)
 
 
-def acquire(role: str = "app") -> HomeLock:
+def acquire(role: str = "app", grace_s: float = GRACE_S) -> HomeLock:
     """Take this home's lock for `role` ("app" or "serve") or raise HomeLockError naming
-    the process that holds it, or saying why the home cannot be written."""
+    the process that holds it, or saying why the home cannot be written. A holder that is
+    on its way out (quit a moment ago, still stopping its workers) gets `grace_s` to go."""
     if role in _held:
         return _held[role]
     name = ROLES[role]
@@ -91,7 +96,7 @@ def acquire(role: str = "app") -> HomeLock:
             "folder you can write to.") from None
     if fcntl is not None:
         try:
-            fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock(file, grace_s)
         except OSError as exc:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 file.close()
@@ -110,6 +115,20 @@ def acquire(role: str = "app") -> HomeLock:
     file.flush()
     lock = _held[role] = HomeLock(role, file)
     return lock
+
+
+def _flock(file: IO[str], grace_s: float) -> None:
+    """flock without blocking, tried again for up to `grace_s` (flock has no timeout)."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        try:
+            fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN) \
+                    or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _history_exists() -> bool:

@@ -83,7 +83,7 @@ def test_the_lock_refuses_a_second_holder_and_frees_on_exit(llmdeck_home: Path) 
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(home_lock.HomeLockError) as refused:
-            home_lock.acquire("app")
+            home_lock.acquire("app", grace_s=0.2)
         assert refused.value.pid == holder.pid and f"pid {holder.pid}" in refused.value.message
         serve = home_lock.acquire("serve")  # the other role is free
         serve.release()
@@ -100,3 +100,22 @@ def test_a_read_only_empty_home_gets_a_sentence_not_a_traceback(tmpfs) -> None: 
         assert done.returncode == 1, done.stdout + done.stderr
         assert "cannot write to its home folder" in done.stderr
         assert "LLMDECK_HOME" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_instance_that_is_quitting_is_waited_for(llmdeck_home: Path) -> None:
+    """Quit and start again at once: the old process may still be stopping its workers."""
+    code = ("from core import home_lock; import sys, time; home_lock.acquire('app'); "
+            "print('held', flush=True); sys.stdin.readline(); time.sleep(0.5)")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        holder.stdin.write("quit\n")  # it leaves half a second from now
+        holder.stdin.flush()
+        lock = home_lock.acquire("app")  # waits for it instead of refusing
+        assert holder.wait(5) == 0  # it had gone: the lock was its, not a second holder
+        lock.release()
+    finally:
+        holder.kill()
+        holder.wait(10)
+
