@@ -156,7 +156,7 @@ async def test_settings_add_turn_off_and_remove_servers_by_keyboard() -> None:
         await wait_until(pilot, lambda: app.screen.__class__.__name__ == "SettingsScreen")
         screen = app.screen
         screen.query_one("#mcp-new-name").focus()
-        await pilot.press(*"my web", "tab", *"http://127.0.0.1:8931/mcp", "enter")
+        await pilot.press(*"my web", "tab", *"http://h/mcp", "enter")
         await pilot.pause(0.1)
         why = screen.query_one("#why-mcp")
         assert str(why.render()) == ("✖ MCP server name 'my web' must be letters, digits, _ or - "
@@ -173,12 +173,12 @@ async def test_settings_add_turn_off_and_remove_servers_by_keyboard() -> None:
         await pilot.press("enter")  # and remove "my" again
         await wait_until(pilot, lambda: not screen.query("#mcp-on-my"))
         screen.query_one("#mcp-new-name").focus()
-        await pilot.press(*"notes", "tab", *"uvx mcp-server-notes --dir '/tmp/my notes'", "enter")
+        await pilot.press(*"notes", "tab", *"uvx notes -d '/a b'", "enter")
         await wait_until(pilot, lambda: screen.query("#mcp-on-notes"))
         await pilot.press("ctrl+s")
         await wait_until(pilot, lambda: isinstance(app.screen, MainScreen))
     saved = tomllib.loads(paths.config_path().read_text())["mcp_servers"]
     assert [(s["name"], s["enabled"]) for s in saved] == [("fixture", False), ("notes", True)]
-    assert saved[1]["command"] == "uvx" and saved[1]["args"] == ["mcp-server-notes", "--dir", "/tmp/my notes"]
+    assert saved[1]["command"] == "uvx" and saved[1]["args"] == ["notes", "-d", "/a b"]
     loaded = Settings.load()
     assert [m.name for m in loaded.mcp_servers] == ["fixture", "notes"] and not loaded.problems
