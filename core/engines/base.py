@@ -43,6 +43,9 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit)
     logprobs: bool = False  # report each sampled token's log-probability
     top_logprobs: int = 0  # ... and this many most likely alternatives (0-20)
+    # The reply must be JSON matching this JSON schema (given as JSON text), enforced while
+    # decoding (OpenAI's response_format json_object / json_schema).
+    json_schema: str | None = None
 
     def validate(self) -> None:
         """Raise ValueError with a sentence a user can act on when out of range."""

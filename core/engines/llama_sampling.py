@@ -4,7 +4,8 @@ llama.cpp samples natively (penalties, bias, seed, top-k/top-p/min-p in its samp
 chain), so this is a translation plus the checks for what it cannot do: its penalties
 share one look-back window (penalty_last_n, read from Llama.last_n_tokens_size when the
 sampler is built), and it keeps only the last position's logits, so it has no log-
-probabilities to report unless the whole model was loaded with logits_all.
+probabilities to report unless the whole model was loaded with logits_all. Structured
+output uses llama.cpp's own grammar sampler (a JSON schema converted to GBNF).
 """
 
 from __future__ import annotations
@@ -46,4 +47,15 @@ def completion_options(sp: SamplingParams, n_vocab: int, repetition_penalty: flo
         "presence_penalty": sp.presence_penalty,
         "frequency_penalty": sp.frequency_penalty,
         "logit_bias": sp.logit_bias_for(n_vocab) or None,
+        "grammar": json_grammar(sp.json_schema) if sp.json_schema is not None else None,
     }
+
+
+def json_grammar(schema: str) -> Any:
+    """llama.cpp's own GBNF grammar for a JSON schema, enforced by its sampler chain."""
+    from llama_cpp.llama_grammar import LlamaGrammar
+
+    try:
+        return LlamaGrammar.from_json_schema(schema, verbose=False)
+    except Exception as exc:  # noqa: BLE001 - its converter raises whatever it meets
+        raise ValueError(f"response_format: this JSON schema cannot be enforced: {exc}") from None

@@ -43,6 +43,7 @@ from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache  # noqa
 
 from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, SamplingParams  # noqa: E402
 from core.engines.base_prompt import base_format, effective_repetition_penalty  # noqa: E402
+from core.engines.grammar import Grammars  # noqa: E402
 from core.engines.prefix_cache import DEFAULT_MAX_BYTES, PrefixCache  # noqa: E402
 from core.engines.sampling import (  # noqa: E402
     LogprobRecorder,
@@ -262,6 +263,7 @@ class MlxEngine:
         self._unsaved: deque[_FinishedRows] = deque()
         self._samplers = SamplerCache()
         self._vocab_size = vocab_size(self._config, self._tokenizer)
+        self._grammars = Grammars(self._tokenizer, self._vocab_size, sorted(self._eos))
         self._token_texts: dict[int, tuple[str, list[int]]] = {}  # for logprobs
         self._stream = generation_stream
         self._steps = 0
@@ -411,7 +413,10 @@ class MlxEngine:
 
     def _logits_processors(self, sp: SamplingParams) -> list[Any]:
         penalty = effective_repetition_penalty(sp.repetition_penalty, self.base_model)
-        return logits_processors(sp, self._vocab_size, penalty)
+        processors = logits_processors(sp, self._vocab_size, penalty)
+        if sp.json_schema is not None:  # last: nothing may lift its mask
+            processors.append(self._grammars.processor(sp.json_schema))
+        return processors
 
     def _schedule(self, out: dict[str, list[Event]]) -> None:
         """Move pending requests into the single slot or the batch, up to capacity."""

@@ -220,22 +220,32 @@ def _tools(raw: Any, choice: Any) -> tuple[dict[str, Any], ...]:
     return tuple(dict(t) for t in raw)
 
 
-def _refuse_what_we_cannot_honour(body: Mapping[str, Any]) -> None:
-    """400 for fields whose non-default values the engines cannot honour.
+def _response_schema(body: Mapping[str, Any]) -> str | None:
+    """response_format as the JSON schema (text) the engine enforces while decoding.
 
-    Silently ignoring them would hand a client something other than what it asked for (a
-    JSON-schema reply that is free text). The defaults that SDKs and frameworks send on
-    every request ({"type": "text"}) pass.
+    {"type": "json_object"} is any JSON object; {"type": "json_schema", "json_schema":
+    {"schema": {...}}} is that schema, always enforced (OpenAI's `strict` is implied);
+    {"type": "text"} or none is free text.
     """
     fmt = body.get("response_format")
-    if fmt is not None:
-        kind = fmt.get("type") if isinstance(fmt, Mapping) else None
-        if not isinstance(kind, str):
-            raise _bad("'response_format' must be an object like {\"type\": \"text\"}.", "response_format")
-        if kind != "text":
-            raise _bad(f"'response_format' of type {kind!r} is not supported: this server cannot "
-                       "constrain the reply to JSON. Ask for JSON in the prompt and parse the text, "
-                       "or send {\"type\": \"text\"}.", "response_format")
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, Mapping) else None
+    if not isinstance(kind, str):
+        raise _bad("'response_format' must be an object like {\"type\": \"text\"}.", "response_format")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return json.dumps({"type": "object"})
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, Mapping) else None
+        if not isinstance(schema, Mapping):
+            raise _bad("'response_format' json_schema needs {\"json_schema\": {\"name\": ..., "
+                       "\"schema\": {...}}} with the schema as an object.", "response_format")
+        return json.dumps(schema)
+    raise _bad(f"'response_format' of type {kind!r} is not supported; send \"text\", "
+               "\"json_object\" or \"json_schema\".", "response_format")
 
 
 def _logit_bias(body: Mapping[str, Any]) -> tuple[tuple[int, float], ...]:
@@ -266,7 +276,7 @@ def parse_chat(body: Any, defaults: Sampling) -> ChatCall:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise _bad("'model' is required (see GET /v1/models for the names served here).", "model")
-    _refuse_what_we_cannot_honour(body)
+    json_schema = _response_schema(body)
     n = _number(body, "n", 1, integer=True)
     if n != 1:
         raise _bad("Only n=1 is supported; send several requests for several answers.", "n")
@@ -304,6 +314,7 @@ def parse_chat(body: Any, defaults: Sampling) -> ChatCall:
         logit_bias=_logit_bias(body),
         logprobs=bool(logprobs),
         top_logprobs=int(_number(body, "top_logprobs", 0, integer=True)),
+        json_schema=json_schema,
     )
     try:
         sampling.validate()
@@ -375,6 +386,9 @@ def request_body(request: GenerationRequest, model: str, *, stream: bool = True)
             body[name] = getattr(s, name)
     if s.logit_bias:
         body["logit_bias"] = {str(t): b for t, b in s.logit_bias}
+    if s.json_schema is not None:
+        body["response_format"] = {"type": "json_schema", "json_schema": {
+            "name": "reply", "schema": json.loads(s.json_schema), "strict": True}}
     if request.tools:
         body["tools"] = list(request.tools)
     return body

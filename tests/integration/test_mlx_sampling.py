@@ -3,6 +3,7 @@ logit_bias and logprobs, alone and inside a batch of requests with other setting
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -133,3 +134,33 @@ def test_sampled_logprobs_belong_to_the_sampled_tokens(engine):
     entries = [e for ev in evs if isinstance(ev, Logprobs) for e in ev.content]
     assert "".join(e["token"] for e in entries).strip() == text_of(evs).strip()
     assert all(e["top_logprobs"] == [] for e in entries)
+
+
+PERSON = json.dumps({"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 12}, "age": {"type": "integer", "maximum": 150},
+    "pets": {"type": "array", "items": {"enum": ["cat", "dog"]}, "maxItems": 3}},
+    "required": ["name", "age", "pets"], "additionalProperties": False})
+
+
+def test_a_json_schema_is_enforced_while_decoding_beside_unconstrained_rows(engine):
+    plain = text_of(run(engine, ask("Describe a person", "free", max_tokens=40))["free"])
+    with pytest.raises(ValueError):
+        json.loads(plain)  # the random model writes no JSON by itself
+    reqs = [ask("Describe a person", f"json{i}", json_schema=PERSON, max_tokens=120,
+                **({"temperature": 1.0, "seed": i} if i else {})) for i in range(3)]
+    others = [ask(f"Something else, number {i}", f"g{i}", max_tokens=20) for i in range(3)]
+    events = run(engine, *others, *reqs)
+    for r in reqs:
+        evs = events[r.request_id]
+        assert evs[-1] == Done("stop"), (r.request_id, text_of(evs))  # the grammar ended it
+        value = json.loads(text_of(evs))
+        assert set(value) == {"name", "age", "pets"} and isinstance(value["age"], int)
+        assert len(value["name"]) <= 12 and set(value["pets"]) <= {"cat", "dog"}
+    for other in others:  # unconstrained rows of the same batch decode as they would alone
+        assert text_of(events[other.request_id]) == text_of(run(engine, other)[other.request_id])
+
+
+def test_an_unusable_schema_is_a_bad_request(engine):
+    evs = run(engine, ask("Hi", "bad", json_schema='{"type": "object", "minProperties": "x"}'))["bad"]
+    assert isinstance(evs[0], Error) and evs[0].code == "BAD_REQUEST"
+    assert "JSON schema" in evs[0].message

@@ -4,6 +4,7 @@ the bundled Gemma on llama.cpp (its native penalties, bias and seed; logprobs re
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -91,6 +92,32 @@ def test_mlx_logit_bias_outside_the_vocabulary_is_400(tiny: OpenAI) -> None:
     assert "vocabulary has 512 tokens" in info.value.message
 
 
+PET = {"type": "object", "properties": {"animal": {"enum": ["cat", "dog"]},
+                                        "legs": {"type": "integer"}},
+       "required": ["animal", "legs"], "additionalProperties": False}
+PET_FORMAT = {"type": "json_schema", "json_schema": {"name": "pet", "strict": True, "schema": PET}}
+
+
+def is_pet(text: str) -> bool:
+    value = json.loads(text)
+    return set(value) == {"animal", "legs"} and value["animal"] in ("cat", "dog") \
+        and isinstance(value["legs"], int)
+
+
+def test_mlx_structured_output_streamed_and_not(tiny: OpenAI) -> None:
+    reply = tiny.chat.completions.create(model="tiny", messages=HI, max_tokens=60,
+                                         temperature=0, response_format=PET_FORMAT)
+    assert reply.choices[0].finish_reason == "stop" and is_pet(reply.choices[0].message.content)
+    stream = tiny.chat.completions.create(model="tiny", messages=HI, max_tokens=60, seed=3,
+                                          temperature=1.0, response_format=PET_FORMAT, stream=True)
+    assert is_pet("".join(c.choices[0].delta.content or "" for c in stream if c.choices))
+    anything = tiny.chat.completions.create(model="tiny", messages=HI, max_tokens=60, temperature=0,
+                                            response_format={"type": "json_object"})
+    content = anything.choices[0].message.content
+    assert anything.choices[0].finish_reason == "length" or isinstance(json.loads(content), dict)
+    assert content.startswith("{")
+
+
 @pytest.fixture(scope="module")
 def gemma(bundled_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
     spec = ModelSpec(path=str(bundled_gguf), engine="llamacpp", context_size=1024)
@@ -127,3 +154,6 @@ def test_llamacpp_native_penalties_bias_and_seed(gemma: OpenAI) -> None:
         ask(temperature=0, frequency_penalty=1.0, presence_penalty=1.0,
             extra_body={"frequency_context_size": 8, "presence_context_size": 16})
     assert "one look-back window" in info.value.message
+    pet = gemma.chat.completions.create(model="gemma", messages=HI, max_tokens=40, temperature=0,
+                                        response_format=PET_FORMAT)
+    assert is_pet(pet.choices[0].message.content)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -88,9 +89,9 @@ def test_defaults_that_sdks_send_for_unsupported_fields_are_accepted() -> None:
     ({"logit_bias": {"-3": 1}}, "logit_bias", "0 or more"),
     ({"logit_bias": {"5": "up"}}, "logit_bias", "numbers from -100"),
     ({"logit_bias": [5]}, "logit_bias", "an object"),
-    ({"response_format": {"type": "json_object"}}, "response_format", "'json_object' is not supported"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
-     "response_format", "cannot constrain"),
+    ({"response_format": {"type": "xml"}}, "response_format", "'xml' is not supported"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+     "response_format", "schema as an object"),
     ({"response_format": "json"}, "response_format", "must be an object"),
 ])
 def test_fields_we_cannot_honour_are_400_not_ignored(extra: dict, param: str, words: str) -> None:
@@ -108,6 +109,17 @@ def test_sampling_fields_reach_the_request() -> None:
     assert (s.presence_penalty, s.frequency_penalty, s.presence_context_size) == (0.5, -1.0, 8)
     assert s.logit_bias == ((7, -100.0), (9, 2.5)) and s.seed == 3
     assert (s.logprobs, s.top_logprobs, s.min_p, s.top_k) == (True, 20, 0.1, 5)
+    assert s.json_schema is None
+
+
+@pytest.mark.parametrize(("fmt", "schema"), [
+    ({"type": "json_object"}, {"type": "object"}),
+    ({"type": "json_schema", "json_schema": {"name": "p", "strict": True,
+                                             "schema": {"type": "array"}}}, {"type": "array"}),
+])
+def test_response_format_becomes_the_enforced_schema(fmt: dict, schema: dict) -> None:
+    s = parse_chat({"model": "m", "messages": HI, "response_format": fmt}, Sampling()).request.sampling
+    assert json.loads(s.json_schema) == schema
 
 
 def test_request_body_sends_history_tool_calls_as_json_strings() -> None:
