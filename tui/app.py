@@ -144,13 +144,14 @@ class LlmdeckApp(App):
             return
         path = choice.path
         if choice.bundled:
-            from core.bundled import provision_bundled_chat
+            from core.bundled import bundled_chat_target, provision_bundled_chat
 
             try:
                 path = str(await asyncio.to_thread(provision_bundled_chat))
             except OSError as exc:  # a full or read-only disk: the current model stays
-                self.notify(f"Could not unpack the bundled model into {exc.filename or 'its folder'}"
-                            f" ({exc.strerror or exc}); free some space and pick it again.",
+                folder = bundled_chat_target().parent
+                self.notify(f"Could not unpack the bundled model (about 250 MB) into {folder} "
+                            f"({exc.strerror or exc}); free some space and pick it again.",
                             title="Model", severity="error", timeout=15)
                 return
         self.notify(f"Loading {choice.name}…", timeout=3)
