@@ -7,6 +7,7 @@ torch or a model.
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from typing import TYPE_CHECKING
 
@@ -64,7 +65,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+    except OSError as exc:  # a read-only or foreign home: a sentence, not a traceback
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        print(f"llmdeck cannot write to {exc.filename or 'its folders'} ({exc.strerror}). "
+              "Make it writable, or point LLMDECK_HOME at a folder you can write to.",
+              file=sys.stderr)
+        return 1
+
+
+def _dispatch(argv: list[str]) -> int:
     if argv[:1] == ["serve"]:  # its own parser: REMAINDER would not pass leading --options
         from core.server.cli import main as serve_main
 

@@ -100,6 +100,10 @@ def test_a_read_only_empty_home_gets_a_sentence_not_a_traceback(tmpfs) -> None: 
         assert done.returncode == 1, done.stdout + done.stderr
         assert "cannot write to its home folder" in done.stderr
         assert "LLMDECK_HOME" in done.stderr and "Traceback" not in done.stderr
+    for args in (("paths",), ("workers",), ("models", "list")):
+        done = _run(home, *args)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert f"cannot write to {home}" in done.stderr and "LLMDECK_HOME" in done.stderr
 
 
 def test_an_instance_that_is_quitting_is_waited_for(llmdeck_home: Path) -> None:
