@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -235,29 +236,31 @@ def progress_line(name: str, stage: str, done: int, total: int) -> str:
     return f"{what} · Esc cancels"
 
 
+# Screens with files being read right now, and how many reads: from the call into the
+# runtime until its results are in (not the worker's whole life, which runs on a moment
+# longer to draw the results, when Esc must no longer be offered).
+_reading: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
 def start_attach(screen: Any, argument: str) -> None:
     """Run `/attach` in a worker, so the screen keeps taking keys (Esc cancels it)."""
     screen.run_worker(attach_from_composer(screen, argument), group=ATTACH_GROUP,
                       exclusive=False)
-    screen.refresh_bindings()  # the footer offers Esc while a file is read
-
-
-def _attach_workers(screen: Any) -> list[Any]:
-    return [w for w in screen.workers
-            if w.group == ATTACH_GROUP and w.node is screen and not w.is_finished]
 
 
 def attaching(screen: Any) -> bool:
     """Whether files are being read for the screen (Esc then cancels them)."""
-    return bool(_attach_workers(screen))
+    return _reading.get(screen, 0) > 0
 
 
 def cancel_attach(screen: Any) -> bool:
     """Cancel the files being attached (True when there were some)."""
-    running = _attach_workers(screen)
-    for worker in running:
-        worker.cancel()
-    return bool(running)
+    if not attaching(screen):
+        return False
+    for worker in screen.workers:
+        if worker.group == ATTACH_GROUP and worker.node is screen and not worker.is_finished:
+            worker.cancel()
+    return True
 
 
 async def attach_from_composer(screen: Any, argument: str) -> None:
@@ -284,13 +287,16 @@ async def attach_from_composer(screen: Any, argument: str) -> None:
         if "progress" in bar.notice.classes:
             bar.say(progress_line(name, stage, done, total), "info progress")
 
+    _reading[screen] = _reading.get(screen, 0) + 1
+    screen.refresh_bindings()  # the footer offers Esc while a file is read
     try:
         results = await screen.runtime.attach(screen.conversation_id, paths, progress)
     except asyncio.CancelledError:
         bar.say("Cancelled: nothing was attached.", "info")
         raise
     finally:
-        screen.call_later(screen.refresh_bindings)  # once this worker has finished
+        _reading[screen] -= 1
+        screen.refresh_bindings()
     done = [r for r in results if isinstance(r, AttachResult)]
     if done and screen.conversation_id != done[0].conversation_id:
         screen.conversation_id = done[0].conversation_id
