@@ -38,6 +38,7 @@ from core.memory.persist import resume_from_messages, save_marker
 from core.memory.rollover import SUMMARY_SHARE, RolloverMarker
 from core.memory.summarise import fallback_summary, summary_request
 from core.memory.window import ContextMonitor, Message
+from core.store import StoreError
 from core.tools import chat_messages
 
 if TYPE_CHECKING:
@@ -166,9 +167,16 @@ class ChatContext:
         if not any(isinstance(r, IngestResult) for r in results):
             return list(results)
         if conversation_id is None:
-            conversation_id = await self.rt.store_call(
-                self.rt.store_handle.create_conversation, model=self.rt.model.label
-            )
+            try:
+                conversation_id = await self.rt.store_call(
+                    self.rt.store_handle.create_conversation, model=self.rt.model.label
+                )
+            except StoreError as exc:  # a full disk: every file was read, none can be kept
+                for alias in aliases:
+                    registry.remove(alias)
+                return [r if isinstance(r, DocError) else DocError(
+                    "UNREADABLE", f"{r.alias} was read but not saved: {exc.message}", r.path)
+                    for r in results]
             self._loaded.add(conversation_id)
         out: list[AttachResult | DocError] = []
         for result in results:
