@@ -445,16 +445,17 @@ class MainScreen(Screen):
             self.composer.start_editing(view.message_id, view.content)
         elif action in ("prev_branch", "next_branch"):
             step = -1 if action == "prev_branch" else 1
-            if not await self.runtime.step_branch(view.message_id, step):
-                self.notify("No other branch that way." if view.branch else
-                            "This message has no other branches (edit or regenerate to make one).",
-                            timeout=3)
-                return
-            index = self.chat.views.index(view)
-            await self.open_conversation(self.conversation_id)
-            views = self.chat.views
-            if views:
-                views[min(index, len(views) - 1)].focus()
+            with self.store_errors("Branch not switched"):
+                if not await self.runtime.step_branch(view.message_id, step):
+                    self.notify("No other branch that way." if view.branch else
+                                "This message has no other branches (edit or regenerate to "
+                                "make one).", timeout=3)
+                    return
+                index = self.chat.views.index(view)
+                await self.open_conversation(self.conversation_id)
+                views = self.chat.views
+                if views:
+                    views[min(index, len(views) - 1)].focus()
         elif action == "delete":
             mid = view.message_id
             self.app.push_screen(
