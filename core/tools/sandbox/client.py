@@ -89,6 +89,7 @@ class Sandbox:
         self.walls: dict[str, bool] = {}  # which walls the running worker is behind
         self._cgroup: str | None = None  # as root: the pids cgroup (RLIMIT_NPROC exempts root)
         self._walls_told = False  # the first result says so when the Linux walls are down
+        self._walls_failed: str | None = None  # why they could not be built (then: without)
         self.restarts = 0
         self._proc: Any = None
         self._conn: Connection | None = None
@@ -115,7 +116,8 @@ class Sandbox:
             "writable": [workdir, str(paths.data_dir() / "figures")],
             "memory_bytes": self.memory_mb * 1024 * 1024, "cpu_s": self.cpu_s,
             "open_files": OPEN_FILES, "processes": PROCESSES, "file_bytes": FILE_BYTES,
-            "jail": os.environ.get("LLMDECK_SANDBOX_JAIL", "1") != "0",
+            "jail": (os.environ.get("LLMDECK_SANDBOX_JAIL", "1") != "0"
+                     and self._walls_failed is None),
         }
 
     async def start(self) -> None:
@@ -126,6 +128,13 @@ class Sandbox:
     async def _ensure(self) -> None:
         if self._proc is not None and self._proc.is_alive():
             return
+        try:
+            await self._start()
+        except _WallsFailed as exc:  # a system that half-allows namespaces (AppArmor's
+            self._walls_failed = str(exc)  # userns restriction): run without, and say so
+            await self._start()
+
+    async def _start(self) -> None:
         self._kill()
         parent, child = _CTX.Pipe()
         proc = _CTX.Process(
@@ -141,8 +150,7 @@ class Sandbox:
             raise
         if reply is not None and reply is not _TIMED_OUT and reply[0] == "failed":
             self._kill()
-            raise RuntimeError(f"The Python sandbox did not start: {reply[1]}. "
-                               "LLMDECK_SANDBOX_JAIL=0 runs it without those walls.")
+            raise _WallsFailed(reply[1])
         if reply is None or reply is _TIMED_OUT or reply[0] != "ready":
             self._kill()
             raise RuntimeError("The Python sandbox did not start; see the log folder for details.")
@@ -206,9 +214,10 @@ class Sandbox:
                 "pid_namespace", True):
             return note
         self._walls_told = True
-        down = ("(Sandbox: it runs without its namespaces here (the system refused them, or "
-                "LLMDECK_SANDBOX_JAIL=0), so the network, your files and other processes are "
-                "open to this code; see the README.)")
+        why = (f"{self._walls_failed}" if self._walls_failed
+               else "the system refused them, or LLMDECK_SANDBOX_JAIL=0")
+        down = (f"(Sandbox: it runs without its namespaces here ({why}), so the network, "
+                "your files and other processes are open to this code; see the README.)")
         return f"{note}\n{down}" if note else down
 
     def _replace(self) -> None:
@@ -256,6 +265,10 @@ class Sandbox:
 
 
 _TIMED_OUT = ("timeout",)
+
+
+class _WallsFailed(RuntimeError):
+    """The launcher entered the namespaces but could not build the walls inside them."""
 
 
 def _kill_tree(pid: int) -> None:
