@@ -15,6 +15,7 @@ from core.hub.download import (
 from core.hub.errors import HUB_ERROR_CODES, HubError
 from core.hub.listing import DownloadPlan, RepoFileInfo, RepoListing, list_files, plan_download
 from core.hub.queue import DownloadQueue
+from core.hub.recommended import Fit, Recommendation, fit, load_recommended, machine_format
 from core.hub.registry import (
     LocalModel,
     delete_model,
@@ -33,8 +34,10 @@ __all__ = [
     "DownloadProgress",
     "DownloadQueue",
     "DownloadResult",
+    "Fit",
     "HubError",
     "LocalModel",
+    "Recommendation",
     "RepoFileInfo",
     "RepoListing",
     "Runnable",
@@ -44,8 +47,11 @@ __all__ = [
     "download_plan",
     "ensure_bundled",
     "find_model",
+    "fit",
     "list_files",
     "list_local_models",
+    "load_recommended",
+    "machine_format",
     "plan_download",
     "pull",
     "search_models",

@@ -47,6 +47,7 @@ async def test_palette_opens_the_hub_and_typed_search_filter_and_sort_use_it(
         await pilot.press("enter")
         await wait_until(pilot, lambda: isinstance(pilot.app.screen, HubScreen))
         screen = pilot.app.screen
+        await pilot.press("slash")  # from the Recommended tab to the search box
         table = screen.query_one(ResultsTable)
         await wait_until(pilot, lambda: table.results)
         screen.query_one("#hub-query").focus()

@@ -62,6 +62,9 @@ def test_search_download_load_and_chat_with_keys_only(
     try:
         tmux.wait_for(lambda s: READY in s, 60, "the starting model to be ready")
         tmux.send("C-o")
+        tmux.wait_for(lambda s: "Model hub" in s and "needs the network" in s, 60,
+                      "the hub on its Recommended tab")
+        tmux.send("C-t")
         tmux.wait_for(lambda s: "Model hub" in s and "repos ·" in s, 60,
                       "the hub with the most popular repos")
         tmux.type("gemma")

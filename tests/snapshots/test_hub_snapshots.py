@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.hub import DownloadProgress, HubError
+from core.hub import DownloadProgress, HubError, recommended
 from tests.fakes.hub_repos import (  # noqa: F401  (fixtures)
     GATED_REPO,
     GGUF_REPO,
@@ -32,6 +32,20 @@ from tui.widgets.hub_downloads import DownloadsPanel
 from tui.widgets.hub_local import LocalTable
 
 MB = 1_000_000
+
+
+def test_recommended_tab_on_open(snap_compare, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real recommended list, as a 16 GB Linux machine sees it with no network: the
+    machine's size and kind are fixed so the picture is the same everywhere."""
+    monkeypatch.setattr(recommended, "total_memory_bytes", lambda: 16 * 10**9)
+    monkeypatch.setattr(recommended, "machine_format", lambda *a: "gguf")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+
+    async def run_before(pilot) -> None:
+        screen = await open_hub(pilot, search=False)
+        await wait_until(pilot, lambda: screen.query_one("#hub-recommended").row_count > 0)
+
+    assert snap_compare(hub_app(), terminal_size=SIZE, run_before=run_before)
 
 
 def test_search_results(snap_compare, fake_hub: FakeHub) -> None:

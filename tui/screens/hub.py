@@ -1,4 +1,8 @@
-"""The model hub screen: search Hugging Face, pick a file, download it, load a local model.
+"""The model hub screen: recommended models, search Hugging Face, pick a file, download it,
+load a local model.
+
+It opens on the recommended list (data in the package, so it shows offline): one key
+downloads the model under the cursor and loads it when the download is done.
 
 Every Hub and disk call in core.hub blocks, so each runs in a thread (asyncio.to_thread
 inside a Textual worker) and downloads run in DownloadJob threads behind one
@@ -26,10 +30,13 @@ from core.hub import (
     DownloadQueue,
     HubError,
     LocalModel,
+    Recommendation,
     delete_model,
     ensure_bundled,
+    fit,
     list_files,
     list_local_models,
+    load_recommended,
     plan_download,
     search_models,
 )
@@ -38,13 +45,16 @@ from tui.widgets.hub_confirm import ConfirmDialog
 from tui.widgets.hub_downloads import DownloadsPanel
 from tui.widgets.hub_files import FilesTable
 from tui.widgets.hub_local import LocalTable
+from tui.widgets.hub_recommended import RecommendedTable
 from tui.widgets.hub_results import ResultsTable
 
 SCREEN_NAME = "hub"
 FORMATS = ("all", "gguf", "mlx")
 SORTS = ("downloads", "likes", "recent")
+RECOMMENDED_TAB = "hub-recommended-tab"
 SEARCH_TAB = "hub-search-tab"
 LOCAL_TAB = "hub-local-tab"
+TABS = (RECOMMENDED_TAB, SEARCH_TAB, LOCAL_TAB)  # ctrl+t cycles through them in this order
 
 
 def open_hub(app: App) -> None:
@@ -56,11 +66,11 @@ def open_hub(app: App) -> None:
 
 
 class HubScreen(Screen):
-    """Search, files and downloads on one tab; the local registry on the other."""
+    """Recommended models; search, files and downloads; the local registry: three tabs."""
 
     BINDINGS = [
         Binding("escape", "close", "Back"),
-        Binding("ctrl+t", "switch_tab", "Search/Local"),
+        Binding("ctrl+t", "switch_tab", "Next tab"),
         Binding("slash", "focus_search", "Search"),
         Binding("ctrl+g", "cycle_format", "Format"),
         Binding("ctrl+r", "cycle_sort", "Sort"),
@@ -75,11 +85,17 @@ class HubScreen(Screen):
         super().__init__(id="hub-screen")
         self.queue: DownloadQueue | None = None
         self.query_text = ""
-        self._search_on_open = search_on_open
+        self._search_on_open = search_on_open  # search when the search tab first shows
+        self._searched = False
+        self._load_when_done: set[str] = set()  # local ids to load once downloaded
 
     def compose(self) -> ComposeResult:
         yield Static("llmdeck │ Model hub", id="hub-title")
-        with TabbedContent(id="hub-tabs", initial=SEARCH_TAB):
+        with TabbedContent(id="hub-tabs", initial=RECOMMENDED_TAB):
+            with TabPane("Recommended", id=RECOMMENDED_TAB):
+                yield Static("", id="hub-rec-status", classes="hub-status")
+                yield RecommendedTable(id="hub-recommended")
+                yield Static("", id="hub-rec-detail")
             with TabPane("Search Hugging Face", id=SEARCH_TAB):
                 with Horizontal(id="hub-search-row"):
                     yield Input(placeholder="model name, then Enter (empty = most popular)",
@@ -100,9 +116,8 @@ class HubScreen(Screen):
     def on_mount(self) -> None:
         self.queue = DownloadQueue(on_update=self._on_download_update)
         self._show_filters()
-        self.query_one("#hub-query", Input).focus()
-        if self._search_on_open:
-            self.run_search()
+        self.query_one(RecommendedTable).focus()
+        self.refresh_recommended()
         self.refresh_local()
 
     # -- small helpers -----------------------------------------------------------------------
@@ -121,6 +136,87 @@ class HubScreen(Screen):
     @property
     def on_local_tab(self) -> bool:
         return self.query_one(TabbedContent).active == LOCAL_TAB
+
+    @property
+    def on_search_tab(self) -> bool:
+        return self.query_one(TabbedContent).active == SEARCH_TAB
+
+    # -- recommended -----------------------------------------------------------------------
+    @work(exclusive=True, group="hub-recommended")
+    async def refresh_recommended(self) -> None:
+        """The list, each row's fit at the configured context, and which are on disk."""
+        runtime = getattr(self.app, "runtime", None)
+        context = runtime.settings.context_size if runtime is not None else 4096
+
+        def gather() -> tuple[list[Recommendation], list, set[str]]:
+            recs = load_recommended()
+            return recs, [fit(r, context) for r in recs], {m.id for m in list_local_models()}
+
+        try:
+            recs, fits, on_disk = await asyncio.to_thread(gather)
+        except HubError as err:
+            self._show_error("#hub-rec-status", err)
+            return
+        except OSError as exc:
+            self._status("#hub-rec-status", f"Cannot read the models folders: {exc}", True)
+            return
+        table = self.query_one(RecommendedTable)
+        table.show(recs, fits, on_disk)
+        kind = "MLX 4-bit" if recs and recs[0].format == "mlx" else "GGUF Q4_K_M"
+        memory = fmt.size(fits[0].total_bytes) if fits else "?"
+        self._status("#hub-rec-status", f"For this machine: {kind} builds · fits = model + KV "
+                     f"cache at {context} tokens, of {memory} memory · d downloads and loads one")
+        self._show_rec_detail(table.current)
+
+    def _show_rec_detail(self, rec: Recommendation | None) -> None:
+        text = "" if rec is None else (
+            f"{rec.name} ({rec.family}): {rec.good_at}. {rec.repo}"
+            f"{' · ' + rec.file if rec.file else ' (whole repo)'} · licence {rec.licence}")
+        self.query_one("#hub-rec-detail", Static).update(text)
+
+    def on_data_table_row_highlighted(self, event) -> None:  # noqa: ANN001
+        if isinstance(event.data_table, RecommendedTable):
+            self._show_rec_detail(event.data_table.current)
+
+    def on_recommended_table_get_requested(self, event: RecommendedTable.GetRequested) -> None:
+        self.get_recommended(event.rec)
+
+    @work(exclusive=True, group="hub-get")
+    async def get_recommended(self, rec: Recommendation) -> None:
+        """Load it when it is on disk; else queue its download and load it when done."""
+        try:
+            local = await asyncio.to_thread(list_local_models)
+        except OSError as exc:
+            self._status("#hub-rec-status", f"Cannot read the models folders: {exc}", True)
+            return
+        have = next((m for m in local if m.id == rec.local_id), None)
+        if have is not None:
+            self.load_model(have)
+            return
+        self._status("#hub-rec-status", f"Listing {rec.repo}…")
+        try:
+            listing = await asyncio.to_thread(list_files, rec.repo)
+            plan = plan_download(listing, rec.file)
+        except HubError as err:
+            self._show_error("#hub-rec-status", err)
+            return
+        assert self.queue is not None
+        self._load_when_done.add(rec.local_id)
+        if not any(j.plan == plan and not j.latest.finished for j in self.queue.jobs):
+            self.queue.add(plan)
+        self._status("#hub-rec-status", f"Downloading {rec.name} ({fmt.size(plan.total_bytes)}); "
+                     "it loads when done · c cancels")
+        self.refresh_bindings()
+
+    @work(group="hub-load-after")
+    async def load_downloaded(self, ident: str) -> None:
+        models = await asyncio.to_thread(list_local_models)
+        model = next((m for m in models if m.id == ident), None)
+        if model is None:
+            self._status("#hub-rec-status", f"{ident} downloaded but is not listed; see the "
+                         "Local models tab.", error=True)
+            return
+        self.load_model(model)
 
     # -- search --------------------------------------------------------------------------------
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -212,9 +308,14 @@ class HubScreen(Screen):
         if progress.state == "done" and old_state != "done":
             ident = f"{job.plan.repo_id}:{job.plan.primary}" if job.plan.primary \
                 else job.plan.repo_id
-            self.notify(f"{job.plan.primary or job.plan.repo_id} is ready; ctrl+t then l "
-                        "loads it.", title="Download finished")
             self.refresh_local(select=ident)
+            self.refresh_recommended()
+            if ident in self._load_when_done:
+                self._load_when_done.discard(ident)
+                self.load_downloaded(ident)
+            else:
+                self.notify(f"{job.plan.primary or job.plan.repo_id} is ready; on the Local "
+                            "models tab (ctrl+t) l loads it.", title="Download finished")
 
     def action_cancel_download(self) -> None:
         assert self.queue is not None
@@ -300,8 +401,8 @@ class HubScreen(Screen):
 
     # -- keys ------------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("cycle_format", "cycle_sort", "focus_search"):
-            return not self.on_local_tab
+        if action in ("cycle_format", "cycle_sort"):
+            return self.on_search_tab
         if action == "cancel_download":
             return self._cancellable() is not None
         if action == "clear_downloads":
@@ -312,14 +413,31 @@ class HubScreen(Screen):
         self.refresh_bindings()
         if event.pane.id == LOCAL_TAB:
             self.query_one(LocalTable).focus()
+        elif event.pane.id == RECOMMENDED_TAB:
+            self.query_one(RecommendedTable).focus()
+        elif event.pane.id == SEARCH_TAB:
+            self._first_search()
+
+    def _first_search(self) -> None:
+        """The search tab's first showing: the most popular repos, the search box focused."""
+        if self._searched:
+            return
+        self._searched = True
+        self.query_one("#hub-query", Input).focus()
+        if self._search_on_open:
+            self.run_search()
 
     def action_switch_tab(self) -> None:
         tabs = self.query_one(TabbedContent)
-        tabs.active = SEARCH_TAB if tabs.active == LOCAL_TAB else LOCAL_TAB
-        if tabs.active == SEARCH_TAB:
+        tabs.active = TABS[(TABS.index(tabs.active) + 1) % len(TABS)]
+        if tabs.active == SEARCH_TAB and self._searched:
             self.query_one(ResultsTable).focus()
 
     def action_focus_search(self) -> None:
+        tabs = self.query_one(TabbedContent)
+        if tabs.active != SEARCH_TAB:
+            tabs.active = SEARCH_TAB
+            self._first_search()
         self.query_one("#hub-query", Input).focus()
 
     def action_cycle_format(self) -> None:

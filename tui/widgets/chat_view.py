@@ -21,7 +21,9 @@ from tui.widgets.message_view import MessageView, format_stats_dict
 
 EMPTY_HINT = (
     "Start typing below. Enter sends, Ctrl+J adds a new line, Ctrl+N starts a new chat.\n"
-    "Shift+Tab (or ctrl+up) moves to the messages; F1 lists every key."
+    "Shift+Tab (or ctrl+up) moves to the messages; F1 lists every key.\n"
+    "The bundled Gemma 3 270M is a small base model, fine for a first try only:\n"
+    "Ctrl+O opens recommended models, and d there downloads and loads one."
 )
 PAGE = 50
 

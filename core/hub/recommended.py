@@ -1,0 +1,115 @@
+"""Recommended models, read from recommended.toml, in the build that suits this machine.
+
+A person who has just installed llmdeck should not have to know which repo, file and
+quantisation to pick: the hub opens on this short list (offline too: it is data in the
+package), says whether each model fits this machine's memory at the configured context,
+and downloads and loads one with one key. The list is data so that keeping it current is
+editing a TOML file, not code.
+"""
+
+from __future__ import annotations
+
+import platform
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from core.hub.errors import HubError
+
+RECOMMENDED_TOML = Path(__file__).with_name("recommended.toml")
+KV_BYTES_PER_VALUE = 2  # fp16/bf16 KV cache, as llama.cpp and mlx-lm keep it by default
+FIT_FRACTION = 0.75  # what a model may take of total memory and still leave the system room
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    """One recommended model, in the build chosen for this machine."""
+
+    name: str
+    family: str
+    good_at: str
+    licence: str
+    format: str  # "mlx" (a whole repo) | "gguf" (one file of a repo)
+    repo: str
+    file: str | None  # the GGUF file; None for an MLX repo
+    size_bytes: int
+    kv_bytes_per_token: int
+
+    @property
+    def local_id(self) -> str:
+        """The id core.hub.registry gives this model once downloaded."""
+        return f"{self.repo}:{self.file}" if self.file else self.repo
+
+    def kv_cache_bytes(self, context: int) -> int:
+        return self.kv_bytes_per_token * max(context, 0)
+
+    def needed_bytes(self, context: int) -> int:
+        """Model bytes plus its KV cache at `context` tokens."""
+        return self.size_bytes + self.kv_cache_bytes(context)
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """Whether a model fits this machine's memory: ok | tight | too_big, and the figures."""
+
+    verdict: str
+    needed_bytes: int
+    total_bytes: int
+
+
+def machine_format(system: str | None = None, machine: str | None = None) -> str:
+    """"mlx" on Apple silicon (MLX runs on its GPU), "gguf" everywhere else."""
+    system = system or platform.system()
+    machine = machine or platform.machine()
+    return "mlx" if system == "Darwin" and machine in ("arm64", "aarch64") else "gguf"
+
+
+def total_memory_bytes() -> int:
+    return int(psutil.virtual_memory().total)
+
+
+def fit(rec: Recommendation, context: int, total: int | None = None) -> Fit:
+    """ok when model + KV cache take at most FIT_FRACTION of memory, tight up to all of
+    it, too_big beyond (it would swap, or fail to load)."""
+    total = total_memory_bytes() if total is None else total
+    need = rec.needed_bytes(context)
+    verdict = "ok" if need <= total * FIT_FRACTION else "tight" if need <= total else "too_big"
+    return Fit(verdict, need, total)
+
+
+def load_recommended(fmt: str | None = None, path: Path | None = None) -> list[Recommendation]:
+    """The list in the build for `fmt` ("mlx" | "gguf"; this machine's when None).
+
+    Raises HubError (BAD_REQUEST) naming the file and entry when the data is malformed.
+    """
+    fmt = fmt or machine_format()
+    path = path or RECOMMENDED_TOML
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise HubError("BAD_REQUEST", f"Cannot read the recommended models ({path}): {exc}") from exc
+    out: list[Recommendation] = []
+    for i, entry in enumerate(data.get("model", [])):
+        try:
+            out.append(_entry(entry, fmt))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise HubError("BAD_REQUEST", f"{path}: model #{i + 1} "
+                           f"({entry.get('name', '?')}) is malformed: {exc!r}") from exc
+    return out
+
+
+def _entry(entry: dict[str, Any], fmt: str) -> Recommendation:
+    build = entry[fmt]
+    file = build.get("file")
+    if fmt == "gguf" and not file:
+        raise ValueError("a gguf build names its file")
+    kv = 2 * int(entry["layers"]) * int(entry["kv_heads"]) * int(entry["head_dim"])
+    return Recommendation(
+        name=str(entry["name"]), family=str(entry["family"]), good_at=str(entry["good_at"]),
+        licence=str(entry["licence"]), format=fmt, repo=str(build["repo"]),
+        file=str(file) if file else None, size_bytes=int(build["size_bytes"]),
+        kv_bytes_per_token=kv * KV_BYTES_PER_VALUE,
+    )
