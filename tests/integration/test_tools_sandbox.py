@@ -94,8 +94,9 @@ async def test_a_hard_crash_is_reported_and_the_next_run_works() -> None:
 
 
 async def test_memory_bomb_kills_only_the_sandbox_while_a_chat_keeps_streaming() -> None:
-    # A long reply streamed at a steady pace by a model worker process.
-    rt = scripted_runtime(["word " * 400], template=None, tokens_per_s=200, chunk_chars=5,
+    # A long reply streamed at a steady pace by a model worker process (5 s: the bomb takes
+    # about 1 s to reach the limit on a loaded 2-core box, and must end before the reply).
+    rt = scripted_runtime(["word " * 1000], template=None, tokens_per_s=200, chunk_chars=5,
                           settings=Settings(python_memory_mb=512))
     await rt.start()
     try:
@@ -125,7 +126,7 @@ async def test_memory_bomb_kills_only_the_sandbox_while_a_chat_keeps_streaming()
         assert not streaming.done(), "the chat was still streaming when the bomb went off"
         await asyncio.wait_for(streaming, 60)
         assert events[-1] == Done("stop")
-        assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "word " * 400
+        assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "word " * 1000
         assert deltas_during_bomb, "deltas kept arriving while the sandbox ran the bomb"
         assert rt.pool.pids() == model_pids, "the model worker was not touched"
         after = await sandbox.run("c", "'before' in globals()")
