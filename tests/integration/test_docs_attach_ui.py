@@ -21,6 +21,10 @@ def test_progress_line_reads_like_a_sentence() -> None:
     assert progress_line("b.pdf", "pages", 3, 40) == "Reading b.pdf: page 3 of 40 · Esc cancels"
     assert progress_line("c.md", "embedding", 1200, 2400) == (
         "Indexing c.md: 1,200 of 2,400 passages (50%) · Esc cancels")
+    assert progress_line("c.md", "embedding", 64, 13_000, 900.0) == (
+        "Indexing c.md: 64 of 13,000 passages (0%), about 15 min left · Esc cancels")
+    assert progress_line("c.md", "embedding", 64, 128, 12.4).endswith(
+        "(50%), about 12 s left · Esc cancels")
 
 
 async def test_esc_cancels_a_file_being_read_and_nothing_is_attached(tmp_path: Path) -> None:

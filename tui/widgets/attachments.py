@@ -224,8 +224,10 @@ def marker_of(message: Any) -> RolloverMarker | None:
     return RolloverMarker.from_dict(message.usage[USAGE_KEY]) if is_marker(message) else None
 
 
-def progress_line(name: str, stage: str, done: int, total: int) -> str:
-    """The attachment bar's line while a file is read and indexed."""
+def progress_line(name: str, stage: str, done: int, total: int,
+                  left_s: float | None = None) -> str:
+    """The attachment bar's line while a file is read and indexed (`left_s`: the time
+    still to go, as the rate so far says)."""
     pct = f" ({100 * done // total}%)" if total else ""
     if stage == "reading":
         what = f"Reading {name}: {done / MIB:.1f} of {total / MIB:.1f} MB{pct}"
@@ -233,7 +235,27 @@ def progress_line(name: str, stage: str, done: int, total: int) -> str:
         what = f"Reading {name}: page {done} of {total}"
     else:
         what = f"Indexing {name}: {done:,} of {total:,} passages{pct}"
+    if left_s is not None and left_s >= 60:
+        what += f", about {round(left_s / 60)} min left"
+    elif left_s is not None and left_s >= 5:
+        what += f", about {round(left_s)} s left"
     return f"{what} · Esc cancels"
+
+
+class _Pace:
+    """Time left for each file and stage, from its progress since the first report."""
+
+    def __init__(self) -> None:
+        self._first: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def left_s(self, name: str, stage: str, done: int, total: int) -> float | None:
+        import time
+
+        now = time.monotonic()
+        t0, done0 = self._first.setdefault((name, stage), (now, done))
+        if done <= done0 or now - t0 < 1.0:
+            return None
+        return (total - done) * (now - t0) / (done - done0)
 
 
 # Screens with files being read right now, and how many reads: from the call into the
@@ -283,9 +305,12 @@ async def attach_from_composer(screen: Any, argument: str) -> None:
     bar.say(f"Reading {len(paths)} file{'s' if len(paths) > 1 else ''}… · Esc cancels",
             "info progress")
 
+    pace = _Pace()
+
     def progress(name: str, stage: str, done: int, total: int) -> None:
         if "progress" in bar.notice.classes:
-            bar.say(progress_line(name, stage, done, total), "info progress")
+            left = pace.left_s(name, stage, done, total)
+            bar.say(progress_line(name, stage, done, total, left), "info progress")
 
     _reading[screen] = _reading.get(screen, 0) + 1
     screen.refresh_bindings()  # the footer offers Esc while a file is read
