@@ -290,3 +290,32 @@ async def test_without_namespaces_it_says_so_and_still_sweeps_children(monkeypat
         assert late.kind == "timeout" and _wait_none(tag) == []
     finally:
         await sb.close()
+
+
+UNDO_READ_ONLY = r"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+
+class MountAttr(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in ("set", "clear", "propagation", "userns")]
+
+results = []
+remount = libc.mount(None, b"/", None, ctypes.c_ulong(32 | 4096), None)  # MS_REMOUNT|MS_BIND
+results.append((remount, ctypes.get_errno()))
+attr = MountAttr(0, 1, 0, 0)  # clear MOUNT_ATTR_RDONLY on the whole tree (mount_setattr)
+cleared = libc.syscall(442, -100, b"/", 0x8000, ctypes.byref(attr), ctypes.sizeof(attr))
+results.append((cleared, ctypes.get_errno()))
+results
+"""
+
+
+async def test_root_inside_cannot_undo_the_read_only_mounts() -> None:
+    sb = Sandbox(timeout_s=20, memory_mb=512)
+    target = ROOT / f"escape-{_tag()}.txt"
+    try:
+        r = await sb.run("c", UNDO_READ_ONLY)
+        assert r.ok and r.value == "[(-1, 1), (-1, 1)]", r  # both EPERM: the mounts are locked
+        w = await sb.run("c", f"open({str(target)!r}, 'w').write('x')")
+        assert not w.ok and "Read-only file system" in w.error and not target.exists()
+    finally:
+        await sb.close()
