@@ -223,6 +223,8 @@ def summarise(samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "ttft_p95_ms": round(pct(ttfts, 0.95), 1),
             "prompt_tokens_p50": statistics.median(r["prompt_tokens"] for r in rows),
             "cached_tokens_p50": statistics.median(r["cached_tokens"] for r in rows),
+            # What had to be prefilled: the peer re-tokenises replies, we keep their ids.
+            "new_tokens_p50": statistics.median(r["prompt_tokens"] - r["cached_tokens"] for r in rows),
         }
         engine = [r["engine_ttft_ms"] for r in rows if r.get("engine_ttft_ms") is not None]
         if engine:

@@ -131,6 +131,38 @@ def raw_batch(model: Any, prompt: list[int], max_tokens: int) -> float:
     return ttft
 
 
+def shape_costs(model: Any) -> dict[str, list[float]]:
+    """Raw MLX: ms of one forward pass (to the last position's logits) over a 1,500-token
+    cache, for new-token counts and cache lengths met for the first time and again. A
+    pass that is slow only the first time it meets a shape is paying for compilation."""
+    import copy
+
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    base = make_prompt_cache(model)
+    model(mx.array([[5 + i % 50 for i in range(1500)]]), cache=base)
+    mx.eval([c.state for c in base])
+
+    def one(n: int, extra: int = 0) -> float:
+        cache = copy.deepcopy(base)
+        if extra:
+            model(mx.array([[7] * extra]), cache=cache)
+        mx.eval([c.state for c in cache])
+        mx.synchronize()
+        t = time.perf_counter()
+        logits = model(mx.array([[9 + i % 40 for i in range(n)]]), cache=cache)[:, -1, :]
+        mx.eval(mx.argmax(logits, axis=-1))
+        return round((time.perf_counter() - t) * 1000, 2)
+
+    out: dict[str, list[float]] = {}
+    for n in (1, 20, 37, 64, 130, 300):
+        out[f"new_{n}_x3"] = [one(n) for _ in range(3)]
+    out["new_20_cache_plus_1_to_6"] = [one(20, k) for k in range(1, 7)]
+    out["new_20_cache_plus_1_to_6_again"] = [one(20, k) for k in range(1, 7)]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -220,6 +252,8 @@ def main() -> None:
                       "raw_cached": common, "raw_generate_step_ms": round(raw, 1)})
         msgs.append({"role": "assistant", "content": ours["text"]})
     result["conversation"] = turns
+
+    result["shapes"] = shape_costs(model)
 
     def med(rows: list[dict[str, Any]], key: str) -> float:
         return round(statistics.median(r[key] for r in rows), 1)

@@ -272,6 +272,8 @@ class MlxEngine:
         # Prefill shapes cost a compilation the first time only on a GPU (CUDA, Metal).
         on_gpu = mx.default_device().type == mx.DeviceType.gpu
         self._warmup_prefill = bool(spec.option("warmup_prefill", on_gpu))
+        # On a GPU a prompt is prefilled in a few fixed shapes (see _prefill_in_buckets).
+        self._bucketed = bool(spec.option("bucketed_prefill", on_gpu))
         sizes = spec.option("warmup_batch_sizes")
         if sizes is None:
             sizes = _default_warmup_sizes(self.max_concurrency)
@@ -449,6 +451,11 @@ class MlxEngine:
         rest = mx.array(act.prompt[cached:])
         context = mx.array(act.prompt) if act.processors else None
         with mx.stream(self._stream):
+            if self._bucketed and rest.shape[0] > 1 and all(type(c) is KVCache for c in cache):
+                y = self._prefill_in_buckets(rest, cache, act, context)
+                mx.async_eval(y)
+                self._single = _Single(act, cache, y, context)
+                return
             # A short remainder (a cached turn's new tokens) goes in one forward pass that
             # also yields the first token. A long one is prefilled without reading logits
             # (the vocabulary projection of every position would cost more than a pass),
@@ -462,10 +469,45 @@ class MlxEngine:
             mx.async_eval(y)
         self._single = _Single(act, cache, y, context)
 
-    def _sample_one(
-        self, tokens: mx.array, cache: list[Any], act: _Request, context: mx.array | None
+    def _prefill_in_buckets(
+        self, rest: mx.array, cache: list[Any], act: _Request, context: mx.array | None
     ) -> mx.array:
-        logits = self._model(tokens[None], cache=cache)[:, -1, :]
+        """Prefill `rest` in shapes from a small fixed set and sample the first token.
+
+        MLX on CUDA pays a one-off cost (~30 ms on an H100 with Qwen3-0.6B) the first time
+        a forward pass meets a new number of tokens, and a cached turn's new-token count is
+        new almost every turn. So the prompt goes in chunks of a multiple of
+        _PREFILL_QUANTUM tokens, then one pass over the last 1.._PREFILL_QUANTUM tokens
+        padded up to a multiple of _TAIL_STEP, which also yields the first token (on a GPU
+        the vocabulary projection of every position costs next to nothing). Padding sits
+        after the real tokens, so under the causal mask no real token sees it, and it is
+        trimmed off the cache at once. Every shape is met in warm-up; plain KV caches
+        only (a rotating window would lose real tokens to the padding).
+        """
+        n = rest.shape[0]
+        tail = (n - 1) % _PREFILL_QUANTUM + 1
+        step = max(_PREFILL_QUANTUM, self._prefill_step // _PREFILL_QUANTUM * _PREFILL_QUANTUM)
+        done = 0
+        while done < n - tail:
+            k = min(step, n - tail - done)
+            self._model(rest[None, done : done + k], cache=cache)
+            mx.eval([c.state for c in cache])
+            done += k
+        rest = rest[done:]
+        size = _tail_bucket(tail)
+        if size > tail:
+            rest = mx.concatenate([rest, mx.zeros((size - tail,), dtype=rest.dtype)])
+        y = self._sample_one(rest, cache, act, context, at=tail - 1)
+        if size > tail:
+            for layer in cache:
+                layer.trim(size - tail)
+        return y
+
+    def _sample_one(
+        self, tokens: mx.array, cache: list[Any], act: _Request, context: mx.array | None,
+        at: int = -1,
+    ) -> mx.array:
+        logits = self._model(tokens[None], cache=cache)[:, at, :]
         for processor in act.processors:
             logits = processor(context, logits)
         if act.sampler is greedy:
@@ -812,6 +854,8 @@ class MlxEngine:
                 prompt = [int(t) for t in self._warmup_prompt(i)]
                 self._pending.append(self._admit(req, prompt=prompt))
             self._drain()
+        if batch_sizes and self._warmup_prefill and self._bucketed:
+            self._warmup_buckets()
         if batch_sizes and self._warmup_prefill:
             base = self._warmup_prompt(0)
             length = max(min(_WARMUP_LONG_PROMPT, self.context_size // 2), 2)
@@ -831,6 +875,25 @@ class MlxEngine:
         gc.collect()
         gc.freeze()
 
+    def _warmup_buckets(self) -> None:
+        """One pass of every prefill shape _prefill_in_buckets uses (about 17 on a GPU):
+        the chunks from an empty cache, the padded last pieces over a cached history."""
+        step = max(_PREFILL_QUANTUM, self._prefill_step // _PREFILL_QUANTUM * _PREFILL_QUANTUM)
+        base = self._warmup_prompt(0)
+        with mx.stream(self._stream):
+            for k in range(_PREFILL_QUANTUM, min(step, self.context_size - 1) + 1, _PREFILL_QUANTUM):
+                cache = make_prompt_cache(self._model)
+                self._model(mx.array([(base * (k // len(base) + 1))[:k]]), cache=cache)
+                mx.eval([c.state for c in cache])
+            history = (base * (300 // len(base) + 1))[:300]
+            for size in sorted({_tail_bucket(t) for t in range(1, _PREFILL_QUANTUM + 1)}):
+                if 300 + size >= self.context_size:
+                    break
+                cache = make_prompt_cache(self._model)
+                self._model(mx.array([history]), cache=cache)
+                logits = self._model(mx.array([(base * (size // len(base) + 1))[:size]]), cache=cache)
+                mx.eval(mx.argmax(logits[:, -1, :], axis=-1))
+
     def _drain(self) -> None:
         while self.has_work():
             self.step()
@@ -844,6 +907,15 @@ class MlxEngine:
 _WARMUP_LONG_PROMPT = 600
 # Prompt remainders up to this many tokens are prefilled and sampled in one pass.
 _ONE_PASS_TAIL = 32
+# Bucketed prefill (GPU): chunks of a multiple of this many tokens, then a last piece of
+# 1..this many padded up to a multiple of _TAIL_STEP (a lone token stays one token).
+_PREFILL_QUANTUM = 256
+_TAIL_STEP = 32
+
+
+def _tail_bucket(n: int) -> int:
+    """The padded length of a last prefill piece of n tokens."""
+    return 1 if n == 1 else -(-n // _TAIL_STEP) * _TAIL_STEP
 # Queued prefix-cache entries indexed per engine step (see PrefixCache.settle).
 _SETTLE_PER_STEP = 2
 # MLX keeps freed buffers for reuse; emptying that cache makes the next steps allocate
