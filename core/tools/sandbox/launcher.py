@@ -13,6 +13,7 @@ flag, and the worker sweeps its descendants after each run; on macOS through san
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -90,7 +91,9 @@ def sandbox_main(conn: Connection, config: dict[str, Any]) -> None:
             die_with_parent()  # a change of credentials clears it
             _run_jailed(conn, fd, workdir, writable, limits)
     adopt_orphans()
-    apply_limits(limits)
+    # Outside a user namespace RLIMIT_NPROC counts every process of the user (the
+    # desktop's included), so the sandbox's allowance goes on top of what runs now.
+    apply_limits(dataclasses.replace(limits, processes=_user_processes() + limits.processes))
     tmp = os.path.join(workdir, "tmp")
     os.makedirs(tmp, exist_ok=True)
     argv = _worker_argv(fd, config["parent_pid"], workdir, jail.Walls())
@@ -98,6 +101,18 @@ def sandbox_main(conn: Connection, config: dict[str, Any]) -> None:
         argv = [SANDBOX_EXEC, "-p", jail.macos_profile(writable), *argv]
     os.chdir(workdir)
     os.execve(argv[0], argv, clean_env(workdir, tmp))
+
+
+def _user_processes() -> int:
+    """How many processes the user runs now (all of them count against RLIMIT_NPROC)."""
+    try:
+        import psutil
+
+        uid = os.getuid()
+        return sum(1 for p in psutil.process_iter(["uids"])
+                   if p.info["uids"] is not None and p.info["uids"].real == uid)
+    except Exception:  # noqa: BLE001 - unknown: no process limit rather than a wrong one
+        return 1 << 20
 
 
 def _run_jailed(conn: Connection, fd: int, workdir: str, writable: list[str],
