@@ -283,6 +283,9 @@ class Runtime:
         self._store_failure: StoreError | None = None
         # Said once the store is open when a damaged database was replaced (for the UI).
         self.store_notice: str | None = None
+        # True from the moment a damaged database is found until start() returns: copying
+        # what can be read takes seconds on a long history, and the UI says so meanwhile.
+        self.store_recovering = False
         self._load_task: asyncio.Task[bool] | None = None
         self._status_task: asyncio.Task[None] | None = None
         self._closed = False
@@ -332,11 +335,13 @@ class Runtime:
         # becomes a StoreError that start() reports, not a traceback while the app is built.
         self._opening = self._db.submit(lambda: open_store(paths.db_path()))
 
-    @staticmethod
-    def _check(opening: Future[Store]) -> Store:
+    def _check(self, opening: Future[Store]) -> Store:
         """On the store thread after the first page: a damaged file is replaced here (see
         core.store.recovery), so the first frame never waits for the check."""
-        return check_store(opening.result())
+        return check_store(opening.result(), on_damage=self._recovering)
+
+    def _recovering(self) -> None:
+        self.store_recovering = True  # read by the UI while start() still waits
 
     @staticmethod
     def _read_first_page(opening: Future[Store]) -> list[Conversation] | None:
@@ -362,6 +367,8 @@ class Runtime:
         except StoreError as exc:
             self._store_failure = exc
             raise
+        finally:
+            self.store_recovering = False
         if self._store.recovery is not None:
             self.store_notice = self._store.recovery.message
         if preload:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,12 +59,15 @@ def open_store(path: Path | None = None) -> Store:
         return recover(path, "it is not an SQLite database, or its first page is damaged")
 
 
-def check_store(store: Store) -> Store:
+def check_store(store: Store, on_damage: Callable[[], None] | None = None) -> Store:
     """`store` when quick_check passes; otherwise a fresh store with whatever rows could be
-    read from the damaged one (which is closed and moved aside)."""
+    read from the damaged one (which is closed and moved aside). `on_damage` is called
+    (on this thread) before the recovery starts: a long history takes seconds to copy."""
     problems = store.quick_check()
     if not problems:
         return store
+    if on_damage is not None:
+        on_damage()
     path = store.path
     store.close()
     return recover(path, _reason(problems))

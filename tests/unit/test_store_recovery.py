@@ -33,7 +33,7 @@ def _history(path: Path, conversations: int = 60, replies: int = 4) -> list[str]
 def test_a_sound_database_passes_the_check_untouched(store_path: Path) -> None:
     _history(store_path, conversations=3)
     store = open_store(store_path)
-    checked = check_store(store)
+    checked = check_store(store, on_damage=lambda: pytest.fail("a sound file is not damaged"))
     assert checked is store and checked.recovery is None
     assert len(checked.list_conversations()) == 3
     checked.close()
@@ -67,7 +67,9 @@ def test_damaged_message_pages_are_detected_and_the_readable_rows_recovered(
     assert damaged >= 3
     store = open_store(store_path)  # the header is fine: it opens...
     assert store.quick_check()  # ...and the check sees the damage
-    store = check_store(store)
+    told: list[bool] = []
+    store = check_store(store, on_damage=lambda: told.append(store_path.exists()))
+    assert told == [True]  # said before the file was moved and the copying began
     try:
         recovery = store.recovery
         assert recovery is not None and recovery.moved_to.exists()
