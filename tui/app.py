@@ -85,12 +85,16 @@ class LlmdeckApp(App):
         self.main.on_model_state(state)
 
     async def start_runtime(self) -> None:
+        # A damaged database takes seconds to recover on a long history: say so meanwhile.
+        watch = self.set_interval(0.2, self._tell_if_recovering)
         try:
             await self.runtime.start(preload=False)
         except Exception as exc:  # e.g. a database from a newer llmdeck
             self.notify(str(exc), title="Cannot open history", severity="error", timeout=30)
             gc_tuning.settle_after_start()  # up as far as it gets: full collections again
             return
+        finally:
+            watch.stop()
         notice = self.runtime.store_notice  # a damaged database was moved aside
         if notice:
             self.notify(notice, title="History", severity="warning", timeout=60)
@@ -106,6 +110,15 @@ class LlmdeckApp(App):
             self.run_worker(self.runtime.ensure_model(), name="model-preload", exit_on_error=False)
         await asyncio.to_thread(warmup.warm_imports)
         gc_tuning.settle_after_start()
+
+    _told_recovering = False
+
+    def _tell_if_recovering(self) -> None:
+        if self.runtime.store_recovering and not self._told_recovering:
+            self._told_recovering = True
+            self.notify("The conversation database is damaged: llmdeck is moving it aside and "
+                        "copying what can still be read into a new one (seconds for a long "
+                        "history)…", title="History", severity="warning", timeout=10)
 
     def action_open_hub(self) -> None:
         """The model hub: search, download, load (tui/screens/hub.py)."""
