@@ -118,7 +118,7 @@ class LlmdeckApp(App):
             self._told_recovering = True
             self.notify("The conversation database is damaged: llmdeck is moving it aside and "
                         "copying what can still be read into a new one (seconds for a long "
-                        "history)…", title="History", severity="warning", timeout=10)
+                        "history)…", title="History", severity="warning", timeout=30)
 
     def action_open_hub(self) -> None:
         """The model hub: search, download, load (tui/screens/hub.py)."""
