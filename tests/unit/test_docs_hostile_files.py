@@ -144,3 +144,36 @@ def test_an_office_file_that_unpacks_to_gigabytes_is_refused_before_unpacking(
     assert isinstance(err, DocError) and err.code == "TOO_LARGE", err
     assert "bomb.docx unpacks to 64 MB" in err.message and "4 MB" in err.message
     assert peak < 4 * MIB
+
+
+def _hostile_bytes(rng: random.Random) -> bytes:
+    kind = rng.randrange(6)
+    n = rng.choice([0, 1, 7, 300, 5_000, 70_000])
+    if kind == 0:  # random binary
+        return rng.randbytes(n)
+    if kind == 1:  # text with control characters and lone NULs sprinkled in
+        pool = "abc déf\t\n\r\x0b\x0c\x1b[31m\u202e\ufeff\x00"
+        return "".join(rng.choice(pool) for _ in range(n)).encode("utf-8", "surrogatepass")
+    if kind == 2:  # invalid UTF-8 and lone surrogates' bytes
+        return bytes(rng.choice([0xC3, 0x28, 0xED, 0xA0, 0x80, 0xFF, 0x61, 0x0A]) for _ in range(n))
+    if kind == 3:  # a byte-order mark followed by anything
+        return rng.choice([codecs.BOM_UTF16_LE, codecs.BOM_UTF8, codecs.BOM_UTF32_BE]) + rng.randbytes(n)
+    if kind == 4:  # markup and CSV punctuation floods
+        return rng.choice([b"<", b"<p>", b'"', b",", b"|", b"\n"]) * n
+    return b"ok " * (n // 3) + b"\0" * rng.randrange(1, 64)  # text with a NUL tail
+
+
+def test_seeded_hostile_text_files_never_raise_and_errors_are_sentences(tmp_path: Path) -> None:
+    rng = random.Random(19)
+    outcomes: dict[str, int] = {}
+    for i in range(150):
+        path = tmp_path / f"f{i}{rng.choice(['.txt', '.md', '.csv', '.html'])}"
+        path.write_bytes(_hostile_bytes(rng))
+        result = extract(path, max_bytes=MIB)
+        if isinstance(result, DocError):
+            assert result.message.endswith(".") and path.name in result.message, result
+            outcomes[result.code] = outcomes.get(result.code, 0) + 1
+        else:
+            assert isinstance(result, ExtractedDoc) and result.text.strip()
+            outcomes["read"] = outcomes.get("read", 0) + 1
+    assert outcomes.get("read") and outcomes.get("BINARY") and outcomes.get("EMPTY"), outcomes
