@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,14 @@ from core.memory.summarise import fallback_summary, summary_request
 from core.memory.window import ContextMonitor, Message
 from core.store import StoreError
 from core.tools import chat_messages
+from core.vision.images import (
+    IMAGE_MIME,
+    AttachedImage,
+    StoredImage,
+    is_image,
+    load_stored,
+    prepare_image,
+)
 
 if TYPE_CHECKING:
     from core.runtime import Runtime, Turn
@@ -48,6 +57,17 @@ DOCS_SHARE = 0.35  # at most this share of the context goes to document excerpts
 TRANSCRIPT_SHARE = 0.45  # of the context, for the transcript in a summarise request
 HISTORY_PAGE = 400  # messages of the active branch read to rebuild the session
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def _load_images(store: Any, conversation_id: str) -> list[AttachedImage]:
+    """Store thread: the conversation's image rows whose stored copy is still on disk."""
+    out = []
+    for row in store.attachments(conversation_id):
+        if (row.mime or "").startswith("image/"):
+            image = load_stored(row.path)
+            if image is not None:
+                out.append(AttachedImage(row.alias, row.created_at, image))
+    return out
 
 
 def _sentences(text: str) -> list[str]:
@@ -67,9 +87,12 @@ class AttachResult:
     tokens: int
     whole: bool  # small: goes into the prompt whole; else chunked and retrieved
     chunks: int
+    image: StoredImage | None = None  # set for an image: what the chat card shows
 
     @property
     def label(self) -> str:
+        if self.image is not None:
+            return f"{self.alias} ({self.image.width}×{self.image.height} image)"
         unit = {"pdf": "page", "pptx": "slide", "xlsx": "sheet"}.get(self.kind)
         size = f"{self.units} {unit}{'s' if self.units != 1 else ''}" if unit else self.kind
         how = "whole" if self.whole else f"{self.chunks} chunks"
@@ -112,6 +135,7 @@ class ChatContext:
         self.threshold = 0.7
         self._monitors: dict[int, ContextMonitor] = {}
         self._loaded: set[str] = set()
+        self._images: dict[str, dict[str, AttachedImage]] = {}  # conversation -> alias -> image
         # Called with (conversation_id, stage) where stage is "summarising" or "done".
         self.listeners: list[Callable[[str, str], None]] = []
 
@@ -121,10 +145,21 @@ class ChatContext:
         if conversation_id in self._loaded:
             return
         results = await self.rt.store_call(load_results, self.rt.store_handle, conversation_id)
+        images = await self.rt.store_call(_load_images, self.rt.store_handle, conversation_id)
         if conversation_id not in self._loaded:
             self._loaded.add(conversation_id)
             for result in results:
                 self.docs.add_result(conversation_id, result)
+            for attached in images:
+                self.docs.registry(conversation_id).add(attached.image.path, alias=attached.alias)
+                self._images.setdefault(conversation_id, {})[attached.alias] = attached
+
+    async def images(self, conversation_id: str | None) -> list[AttachedImage]:
+        """The conversation's images in the order attached (the chat shows each as a card)."""
+        if conversation_id is None:
+            return []
+        await self.ensure_loaded(conversation_id)
+        return sorted(self._images.get(conversation_id, {}).values(), key=lambda a: a.created_at)
 
     async def attachments(self, conversation_id: str | None) -> list[Attachment]:
         if conversation_id is None:
@@ -164,8 +199,8 @@ class ChatContext:
         for alias, result in zip(aliases, results, strict=True):
             if isinstance(result, DocError):
                 registry.remove(alias)
-        if not any(isinstance(r, IngestResult) for r in results):
-            return list(results)
+        if not any(isinstance(r, IngestResult | StoredImage) for r in results):
+            return list(results)  # type: ignore[arg-type]
         if conversation_id is None:
             try:
                 conversation_id = await self.rt.store_call(
@@ -179,9 +214,12 @@ class ChatContext:
                     for r in results]
             self._loaded.add(conversation_id)
         out: list[AttachResult | DocError] = []
-        for result in results:
+        for alias, result in zip(aliases, results, strict=True):
             if isinstance(result, DocError):
                 out.append(result)
+                continue
+            if isinstance(result, StoredImage):
+                out.append(await self._save_image(conversation_id, alias, result))
                 continue
             try:
                 await self.rt.store_call(
@@ -196,6 +234,20 @@ class ChatContext:
             out.append(AttachResult.of(conversation_id, result))
         return out
 
+    async def _save_image(self, conversation_id: str, alias: str,
+                          image: StoredImage) -> AttachResult | DocError:
+        """Store the image's row (the stored copy's path); the chat then shows its card."""
+        try:
+            await self.rt.store_call(
+                self.rt.store_handle.add_attachment, conversation_id, alias, image.path,
+                mime=IMAGE_MIME, size=image.size_bytes, text="")
+        except Exception as exc:  # noqa: BLE001 - the store's errors carry a sentence
+            return DocError("UNREADABLE", f"{alias} was read but not saved: {exc}", image.path)
+        self.docs.registry(conversation_id).add(image.path, alias=alias)
+        self._images.setdefault(conversation_id, {})[alias] = AttachedImage(
+            alias, time.time(), image)
+        return AttachResult(conversation_id, alias, image.path, "image", 1, 0, True, 0, image)
+
     def max_bytes(self) -> int:
         """The attachment size limit: Settings.attach_max_mb, else the default."""
         mb = getattr(self.rt.settings, "attach_max_mb", None)
@@ -204,8 +256,10 @@ class ChatContext:
 
     async def _ingest(self, path: Path, alias: str,
                       progress: Callable[[str, str, int, int], None] | None = None,
-                      ) -> IngestResult | DocError:
+                      ) -> IngestResult | StoredImage | DocError:
         limit = self.max_bytes()
+        if is_image(path):  # decoded, turned upright and scaled once, in a thread
+            return await asyncio.to_thread(prepare_image, path, max_bytes=limit)
         refused = await asyncio.to_thread(check_path, path, limit)
         if refused is not None:  # cheap checks first: a typo never starts the worker
             return refused
@@ -232,6 +286,7 @@ class ChatContext:
                     store.delete_attachment(row.id)
 
         await self.rt.store_call(_delete)
+        self._images.get(conversation_id, {}).pop(alias, None)
         return self.docs.detach(conversation_id, alias)
 
     async def context_for(self, conversation_id: str, text: str) -> DocContext:

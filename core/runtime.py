@@ -48,6 +48,7 @@ from core.workers.pool import WorkerLoadError, WorkerPool, WorkerStatus
 if TYPE_CHECKING:
     from core.chat_context import AttachResult, ChatContext
     from core.docs import Attachment, DocError, MentionResolution
+    from core.vision import AttachedImage
 
 T = TypeVar("T")
 FLUSH_S = 0.25
@@ -674,6 +675,10 @@ class Runtime:
 
     async def detach(self, conversation_id: str, alias: str) -> bool:
         return await self.chat.detach(conversation_id, alias)
+
+    async def images(self, conversation_id: str | None) -> list[AttachedImage]:
+        """The conversation's attached images, oldest first (cards in the chat view)."""
+        return await self.chat.images(conversation_id)
 
     def _request(self, cid: str, history: list[Message], text: str) -> GenerationRequest:
         """The generation request for `text` after `history` (system prompt first)."""

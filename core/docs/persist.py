@@ -56,6 +56,8 @@ def load_results(store: Any, conversation_id: str) -> list[IngestResult]:
     """Every stored document of a conversation, ready for `DocsService.add_result`."""
     results = []
     for attachment in store.attachments(conversation_id):
+        if (attachment.mime or "").startswith("image/"):
+            continue  # images are core.vision's: a stored picture, no chunks
         stored = store.chunks(attachment.id)
         kind = _KIND.get(attachment.mime or "", "txt")
         embedded = [c for c in stored if c.embedding is not None]

@@ -7,6 +7,7 @@ carries them out through the runtime.
 
 from __future__ import annotations
 
+import shlex
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,6 +26,7 @@ from core.store import StoreError
 from core.tools import RunResult, ToolStatus, fix_prompt, python_blocks
 from core.tools.fenced import run_block
 from tui import mcp_commands, slash
+from tui.dropped_paths import dropped_image_paths
 from tui.screens.dialogs import ConfirmScreen, PromptScreen
 from tui.widgets.attachments import (
     AttachmentBar,
@@ -37,6 +39,7 @@ from tui.widgets.attachments import (
 )
 from tui.widgets.chat_view import PAGE, ChatView
 from tui.widgets.composer import Composer
+from tui.widgets.image_card import place_images
 from tui.widgets.message_view import MessageView
 from tui.widgets.sidebar import Sidebar
 from tui.widgets.status_bar import StatusBar
@@ -341,6 +344,8 @@ class MainScreen(Screen):
             messages = await runtime.messages(conversation_id, PAGE)
         branches = await runtime.branch_positions([m.id for m in messages])
         await self.chat.show_messages(messages, branches, has_older=older, has_newer=newer)
+        await place_images(self.chat, await runtime.images(conversation_id), messages,
+                           has_older=self.chat.has_older, has_newer=newer)
         await self.query_one(AttachmentBar).show(await runtime.attachments(conversation_id))
         newest = await runtime.messages(conversation_id, 2) if newer else messages
         self.query_one(StatusBar).context_used = context_use(newest)
@@ -583,6 +588,9 @@ class MainScreen(Screen):
         if self.busy and (command is not None or event.composer.editing_id is not None):
             self.notify("Wait for the reply to finish, or press Esc to stop it.")
             return  # a plain message queues (send); a command or an edit waits in the composer
+        dropped = dropped_image_paths(text) if command is None else []
+        if dropped:  # a file dragged onto the terminal: its path, pasted (/home/... too)
+            command = slash.SlashCommand("/attach", " ".join(shlex.quote(p) for p in dropped))
         refused = slash.unknown_command(text) if command is None else None
         if refused:
             self.notify(refused, severity="warning", timeout=6)

@@ -329,6 +329,11 @@ async def attach_from_composer(screen: Any, argument: str) -> None:
     if screen.conversation_id is not None:
         await bar.show(await screen.runtime.attachments(screen.conversation_id))
     bar.show_results(results)
+    from tui.widgets.image_card import ImageCard
+
+    for result in done:  # an image also shows in the chat, where it was attached
+        if result.image is not None:
+            await screen.chat.add_message(ImageCard(result.alias, result.image))
     failed = [p for p, r in zip(paths, results, strict=True) if isinstance(r, DocError)]
     if failed and not screen.composer.text.strip():
         screen.composer.restore(f"{ATTACH} " + " ".join(shlex.quote(p) for p in failed))

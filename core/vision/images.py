@@ -1,0 +1,187 @@
+"""Image attachments: read a picture once, store a model-ready copy on disk, describe it.
+
+A photo from a phone is a 12-megapixel JPEG whose pixels are stored sideways with an EXIF
+note saying how to turn them; a vision model wants an upright RGB image of a few hundred
+pixels a side. So attaching an image does the work once, off the UI loop: decode (PNG,
+JPEG, WebP, HEIC where pillow-heif is installed), apply the EXIF rotation, scale down to
+`max_side`, and save a PNG named by the source's SHA-256 under the data folder. Every
+later step (the preview, the vision worker, the API) reads that file by path; pixels never
+travel through a pipe. A JSON sidecar beside it keeps what the chat shows (name, size,
+original dimensions) and the captions vision models made, so a caption is made once per
+image and model. Refusals are `DocError` values with a sentence a person can act on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from core.docs.errors import DocError
+
+IMAGE_SUFFIXES = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WebP",
+                  ".heic": "HEIC", ".heif": "HEIC"}
+IMAGE_MIME = "image/png"  # the stored copy is always a PNG
+MAX_SIDE = 1024  # longest side a model sees; larger images are scaled down to it
+MAX_PIXELS = 100_000_000  # a decoded image past this is refused (decompression bombs)
+_READ_CHUNK = 1 << 20
+_ORIENTATION = 0x0112  # the EXIF tag saying how the pixels are turned
+
+
+def is_image(path: str | Path) -> bool:
+    """Whether `path` names an image by its suffix (what /attach routes to this module)."""
+    return Path(str(path)).suffix.lower() in IMAGE_SUFFIXES
+
+
+@dataclass
+class StoredImage:
+    """An attached image: the stored copy and what the chat shows about it."""
+
+    name: str  # the file name the person attached
+    path: str  # the stored, upright, scaled PNG
+    size_bytes: int  # of the original file
+    width: int  # of the original, after EXIF rotation
+    height: int
+    stored_width: int
+    stored_height: int
+    sha256: str
+    captions: dict[str, str] = field(default_factory=dict)  # vision model -> caption
+
+    @property
+    def label(self) -> str:
+        """`photo.jpg · 2.4 MB · 4032×3024` (the chat card's first line)."""
+        return f"{self.name} · {_size(self.size_bytes)} · {self.width}×{self.height}"
+
+    @property
+    def sidecar(self) -> Path:
+        return Path(self.path).with_suffix(".json")
+
+    def save_sidecar(self) -> None:
+        tmp = self.sidecar.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(asdict(self)), encoding="utf-8")
+        tmp.replace(self.sidecar)
+
+
+def _size(n: int) -> str:
+    if n >= 1024 * 1024:
+        return f"{n / (1024 * 1024):.1f} MB"
+    if n >= 1024:
+        return f"{n / 1024:.0f} KB"
+    return f"{n} B"
+
+
+def _heif_opener() -> bool:
+    try:
+        from pillow_heif import register_heif_opener  # optional: HEIC from iPhones
+    except ImportError:
+        return False
+    register_heif_opener()
+    return True
+
+
+def images_dir() -> Path:
+    from core import paths
+
+    folder = paths.data_dir() / "images"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def load_stored(path: str | Path) -> StoredImage | None:
+    """The stored image at `path` with its sidecar (None when either is gone)."""
+    sidecar = Path(path).with_suffix(".json")
+    try:
+        data = json.loads(sidecar.read_text(encoding="utf-8"))
+        image = StoredImage(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+    return image if Path(image.path).is_file() else None
+
+
+def prepare_image(path: str | Path, *, max_bytes: int, max_side: int = MAX_SIDE,
+                  folder: Path | None = None) -> StoredImage | DocError:
+    """Read, check, rotate, scale and store the image at `path` (call off the UI loop).
+
+    The same picture attached twice is stored once (named by its hash) and keeps its
+    captions. A missing, huge, corrupt or unsupported file is a DocError; nothing is
+    written then.
+    """
+    p = Path(str(path)).expanduser()
+    shown = str(path)
+    kind = IMAGE_SUFFIXES.get(p.suffix.lower())
+    if not p.exists():
+        return DocError("NOT_FOUND", f"{shown} does not exist; check the path and try again.",
+                        shown)
+    if p.is_dir() or kind is None:
+        return DocError("UNSUPPORTED_TYPE", f"{p.name} is not an image this app reads "
+                        "(PNG, JPEG, WebP or HEIC).", shown)
+    if not os.access(p, os.R_OK):
+        return DocError("UNREADABLE", f"{p.name} cannot be read with your permissions; "
+                        "check who owns it (ls -l).", shown)
+    size = p.stat().st_size
+    if size > max_bytes:
+        return DocError("TOO_LARGE", f"{p.name} is {_size(size)}, over the {_size(max_bytes)} "
+                        "limit for attachments (attach_max_mb in the config file); "
+                        "export a smaller copy and attach that.", shown)
+    if size == 0:
+        return DocError("EMPTY", f"{p.name} is empty; there is no picture in it.", shown)
+    if kind == "HEIC" and not _heif_opener():
+        return DocError("UNSUPPORTED_TYPE", f"{p.name} is HEIC, which needs the pillow-heif "
+                        "package (pip install pillow-heif); or export it as JPEG.", shown)
+    digest = hashlib.sha256()
+    with p.open("rb") as fh:
+        while chunk := fh.read(_READ_CHUNK):
+            digest.update(chunk)
+    sha = digest.hexdigest()
+    folder = folder or images_dir()
+    target = folder / f"{sha}.png"
+    known = load_stored(target)
+    if known is not None:
+        known.name = p.name
+        return known
+
+    from PIL import Image, ImageOps
+
+    Image.MAX_IMAGE_PIXELS = MAX_PIXELS  # past 2x this Pillow raises DecompressionBombError
+    try:
+        with warnings.catch_warnings():  # past MAX_PIXELS it warns; the check below refuses
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(p)
+        with img:
+            if img.width * img.height > MAX_PIXELS:
+                return DocError("TOO_LARGE", f"{p.name} is {img.width}×{img.height} pixels, "
+                                f"over the {MAX_PIXELS // 1_000_000} megapixel limit; "
+                                "export a smaller copy and attach that.", shown)
+            width, height = img.size
+            if img.getexif().get(_ORIENTATION, 1) in (5, 6, 7, 8):
+                width, height = height, width  # stored sideways: shown a quarter turned
+            img.draft("RGB", (max_side, max_side))  # JPEG: decode at a reduced scale
+            upright = ImageOps.exif_transpose(img)
+            rgb = upright.convert("RGB")
+            rgb.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+            tmp = target.with_suffix(".png.tmp")
+            rgb.save(tmp, format="PNG")
+            tmp.replace(target)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        return DocError("TOO_LARGE", f"{p.name} has too many pixels to open safely; export "
+                        "a smaller copy and attach that.", shown)
+    except Exception as exc:  # noqa: BLE001 - any decoder failure is a broken file to the user
+        return DocError("CORRUPT", f"{p.name} could not be read as {kind} "
+                        f"({type(exc).__name__}); the file may be damaged or not really an "
+                        "image.", shown)
+    image = StoredImage(p.name, str(target), size, width, height, rgb.width, rgb.height, sha)
+    image.save_sidecar()
+    return image
+
+
+
+@dataclass(frozen=True, slots=True)
+class AttachedImage:
+    """An image as one conversation holds it: its alias there and when it was attached."""
+
+    alias: str
+    created_at: float
+    image: StoredImage

@@ -1,0 +1,46 @@
+"""Images in the real app (issue 23): a dragged-in path attaches, a corrupt picture is
+refused with a sentence and the chat goes on, and a reopened conversation shows the
+image card before the message sent after it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.fixtures.images import make_corrupt, make_image
+from tests.snapshots.test_docs_snapshots import command, docs_app, ready, send, wait_until
+from tui.widgets.attachments import AttachmentBar
+from tui.widgets.image_card import ImageCard
+from tui.widgets.message_view import MessageView
+
+
+async def test_dropped_path_corrupt_image_and_reopen(tmp_path: Path) -> None:
+    photo = make_image(tmp_path / "my photo.png")
+    broken = make_corrupt(tmp_path / "broken.png")
+    app = docs_app(reply="Noted.")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot)
+        main = pilot.app.main
+        bar = main.query_one(AttachmentBar)
+        await command(pilot, f"/attach {broken}")
+        await wait_until(pilot, lambda: "could not be read" in str(bar.notice.render()))
+        assert "broken.png could not be read as PNG" in str(bar.notice.render())
+        assert main.composer.text == f"/attach {broken}"  # given back to fix
+        assert main.conversation_id is None and not main.query(ImageCard)
+        main.composer.load_text("")
+        await send(pilot, "Still here?")  # the chat goes on
+        # A terminal pastes a dropped file as its quoted path: that attaches it.
+        await command(pilot, f"'{photo}'")
+        await wait_until(pilot, lambda: bar.chips == ["my photo.png"])
+        assert len(main.query(ImageCard)) == 1
+        assert len(main.query(MessageView)) == 2, "the path was not sent as a message"
+        await send(pilot, "What is this?")
+        cid = main.conversation_id
+        await main.action_new_chat()
+        await main.open_conversation(cid)
+        await pilot.pause(0.2)
+        order = [type(w).__name__ for w in main.chat.children]
+        assert order.count("ImageCard") == 1
+        card = order.index("ImageCard")
+        assert order[card + 1] == "MessageView"
+        views = main.chat.views
+        assert views[-2].message_id is not None and card == len(order) - 3

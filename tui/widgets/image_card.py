@@ -1,0 +1,87 @@
+"""An attached image in the chat: its name, size and dimensions, and a half-block preview.
+
+The preview is drawn with `▀` cells (two pixels a cell, colours from core.vision), which
+every colour terminal shows, tmux and SSH included. The picture is read in a thread when
+the card mounts, so a large chat opens without waiting on the disk.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.color import Color
+from rich.style import Style
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Static
+
+if TYPE_CHECKING:
+    from core.vision import StoredImage
+
+PREVIEW_COLUMNS = 40  # at most; fewer on a narrow terminal
+PREVIEW_ROWS = 12
+
+
+def half_block_text(cells: list[list[tuple[tuple[int, int, int], tuple[int, int, int]]]]) -> Text:
+    """Rows of (upper, lower) colours as styled `▀` text."""
+    text = Text(no_wrap=True, overflow="crop")
+    for i, row in enumerate(cells):
+        if i:
+            text.append("\n")
+        for top, bottom in row:
+            text.append("▀", Style(color=Color.from_rgb(*top), bgcolor=Color.from_rgb(*bottom)))
+    return text
+
+
+class ImageCard(Vertical):
+    """One attached image, shown where it was attached in the conversation."""
+
+    def __init__(self, alias: str, image: StoredImage, created_at: float = 0.0) -> None:
+        super().__init__(classes="image-card")
+        self.alias = alias
+        self.image = image
+        self.created_at = created_at
+
+    def compose(self) -> ComposeResult:
+        label = self.image.label if self.alias == self.image.name else (
+            f"{self.alias} · {self.image.label.split(' · ', 1)[1]}")
+        yield Static(f"Image: {label}", classes="image-label", markup=False)
+        yield Static("", classes="image-preview")
+
+    def on_mount(self) -> None:
+        width = self.app.size.width
+        columns = max(8, min(PREVIEW_COLUMNS, width - 12))
+        self.run_worker(lambda: self._cells(columns), thread=True, exit_on_error=False)
+
+    def _cells(self, columns: int) -> None:
+        from core.vision import half_block_cells
+
+        try:
+            cells = half_block_cells(self.image.path, columns, PREVIEW_ROWS)
+        except OSError:
+            self.app.call_from_thread(self._show, Text("(the stored picture is gone)"))
+            return
+        self.app.call_from_thread(self._show, half_block_text(cells))
+
+    def _show(self, text: Text) -> None:
+        if self.is_attached:
+            self.query_one(".image-preview", Static).update(text)
+
+
+async def place_images(chat, images, messages, *, has_older: bool, has_newer: bool) -> None:
+    """Mount the cards of `images` among the page of `messages` the chat view shows, each
+    before the first message sent after it was attached. An image that belongs to a page
+    not shown (older or newer) waits for that page."""
+    views = {v.message_id: v for v in chat.views if v.message_id}
+    for attached in images:
+        later = next((m for m in messages if m.created_at > attached.created_at), None)
+        card = ImageCard(attached.alias, attached.image, attached.created_at)
+        if later is not None and later.id in views:
+            if has_older and later is messages[0]:
+                continue  # attached before this page starts
+            await chat.mount(card, before=views[later.id])
+        elif not has_newer:
+            for hint in chat.query(".empty-hint"):
+                await hint.remove()
+            await chat.mount(card)
