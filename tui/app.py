@@ -71,7 +71,7 @@ class LlmdeckApp(App):
         if isinstance(event, (events.Key, events.Paste)):
             self.last_input_at = monotonic()
             if not event.is_forwarded:  # straight from the terminal: in order (tui.key_order)
-                self.input_order.put(event)
+                await self.input_order.feed(event)
                 return
         await super().on_event(event)
 

@@ -89,6 +89,19 @@ class InputOrder:
         self._busy = False
         self._last_text_at: float | None = None  # when text last went into a text box
 
+    async def feed(self, event: events.Key | events.Paste) -> None:
+        """Take a raw key or paste from the app's queue. A printable key into the focused
+        text box, with nothing waiting before it, goes in at once (typing into the
+        composer while a reply streams pays no extra hop); any other waits its turn."""
+        if not self._pending and not self._busy:
+            typed = self._typed_into(event)
+            if typed is not None and self._typing_into in (None, typed):
+                self._typing_into = typed
+                self._last_text_at = event.time
+                await self._deliver(event)
+                return
+        self.put(event)
+
     def put(self, event: events.Key | events.Paste) -> None:
         if self._task is None:  # made here, inside the app's context (active_app is set)
             self._task = asyncio.create_task(self._run(), name="llmdeck-input-order")
@@ -98,7 +111,9 @@ class InputOrder:
     @property
     def idle(self) -> bool:
         """No key waits and none is being handled (tests wait on this)."""
-        return not self._pending and self._typing_into is None and not self._busy
+        typing = self._typing_into
+        return not self._pending and not self._busy and (
+            typing is None or typing._message_queue.empty())
 
     def close(self) -> None:
         if self._task is not None:
@@ -127,8 +142,6 @@ class InputOrder:
             self._typing_into = typed
             self._last_text_at = event.time
             await self._deliver(event)
-            if not self._pending:  # the burst is over: let its effects land before idling
-                await self._settle()
             return
         await self._settle()  # what came before is fully handled
         line_break = False
