@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(argv: list[str]) -> int:
     if argv[:1] == ["serve"]:  # its own parser: REMAINDER would not pass leading --options
-        from core.server.cli import main as serve_main
+        from core.server import serve_main
 
         if not {"-h", "--help"} & set(argv) and not _lock_home("serve"):
             return 1
@@ -91,11 +91,11 @@ def _dispatch(argv: list[str]) -> int:
     if args.command == "models":
         return _models(args.rest)
     if args.command == "mcp":
-        from core.tools.mcp.share import main as mcp_main
+        from core.tools import mcp_share_main as mcp_main
 
         return mcp_main()
     if args.command == "workers":
-        from core.workers.status_file import main as workers_main
+        from core.workers import workers_main
 
         return workers_main()
     if args.command == "paths":
@@ -109,7 +109,7 @@ def _dispatch(argv: list[str]) -> int:
 
 def _models(rest: list[str]) -> int:
     if rest and rest[0] == "import":
-        from core.engines.gguf_import import main as import_main
+        from core.engines import import_gguf_main as import_main
 
         return import_main(rest[1:])
     if rest and rest[0] == "restore-default":
@@ -117,7 +117,7 @@ def _models(rest: list[str]) -> int:
 
         print(provision_bundled_chat(overwrite=True))
         return 0
-    from core.hub.cli import main as hub_main
+    from core.hub import hub_cli_main as hub_main
 
     return hub_main(rest)
 

@@ -4,6 +4,8 @@ The public surface the Runtime and the TUI use; everything talks to the Hub thro
 huggingface_hub and reports failures as HubError values (see errors.py).
 """
 
+from typing import Any
+
 from core.hub.download import (
     CancelToken,
     DownloadJob,
@@ -23,7 +25,7 @@ from core.hub.registry import (
     find_model,
     list_local_models,
 )
-from core.hub.runnable import Runnable, check_runnable
+from core.hub.runnable import Runnable, check_runnable, human_bytes
 from core.hub.search import SearchResult, search_models
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "ensure_bundled",
     "find_model",
     "fit",
+    "human_bytes",
     "list_files",
     "list_local_models",
     "load_recommended",
@@ -56,3 +59,11 @@ __all__ = [
     "pull",
     "search_models",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "hub_cli_main":  # `llmdeck models`, loaded only when asked (PEP 562)
+        from core.hub.cli import main
+
+        return main
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

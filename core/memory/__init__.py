@@ -4,6 +4,7 @@ from core.memory.persist import (
     is_marker,
     load_markers,
     marker_headline,
+    marker_of,
     resume_from_messages,
     save_marker,
 )
@@ -19,6 +20,7 @@ __all__ = [
     "is_marker",
     "load_markers",
     "marker_headline",
+    "marker_of",
     "resume_from_messages",
     "save_marker",
     "messages_tokens",

@@ -56,6 +56,11 @@ def is_marker(message: Any) -> bool:
     return message.role == "system" and bool(message.usage) and USAGE_KEY in message.usage
 
 
+def marker_of(message: Any) -> RolloverMarker | None:
+    """The rollover marker a stored message carries (None for ordinary messages)."""
+    return RolloverMarker.from_dict(message.usage[USAGE_KEY]) if is_marker(message) else None
+
+
 def load_markers(store: Any, conversation_id: str, limit: int = 10_000) -> list[RolloverMarker]:
     """Every marker on the active branch, oldest first."""
     return [

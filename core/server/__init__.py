@@ -11,6 +11,16 @@ Endpoints: /v1/chat/completions (SSE streaming or not, tools, reasoning_content,
 
 from __future__ import annotations
 
+from typing import Any
+
 from core.server.handle import ServeError, ServerHandle, is_loopback
 
-__all__ = ["ServeError", "ServerHandle", "is_loopback"]
+__all__ = ["ServeError", "ServerHandle", "is_loopback", "serve_main"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "serve_main":  # `llmdeck serve`, loaded only when asked (PEP 562)
+        from core.server.cli import main
+
+        return main
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

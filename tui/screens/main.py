@@ -23,8 +23,7 @@ from textual.widgets import Footer, Input, Static, TextArea
 from core.events import Done, Error, ReasoningDelta, TextDelta, ToolCall, Usage
 from core.runtime import ModelState, Turn, context_use
 from core.store import StoreError
-from core.tools import RunResult, ToolStatus, fix_prompt, python_blocks
-from core.tools.fenced import run_block
+from core.tools import RunResult, ToolStatus, fix_prompt, python_blocks, run_block
 from tui import mcp_commands, slash
 from tui.dropped_paths import dropped_image_paths
 from tui.screens.dialogs import ConfirmScreen, PromptScreen

@@ -29,7 +29,7 @@ class ModelChoice:
 
 def load_choices() -> tuple[list[ModelChoice], list[tuple[str, str]]]:
     """Valid local models and (name, problem) for the invalid ones. Runs in a thread."""
-    from core.hub.registry import list_local_models
+    from core.hub import list_local_models
 
     ok: list[ModelChoice] = []
     bad: list[tuple[str, str]] = []

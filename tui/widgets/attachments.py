@@ -24,7 +24,7 @@ from textual.widgets import Static
 if TYPE_CHECKING:
     from core.chat_context import AttachResult
     from core.docs import Attachment, DocError, MentionResolution
-    from core.memory.rollover import RolloverMarker
+    from core.memory import RolloverMarker
 
 ATTACH = "/attach"
 ATTACH_GROUP = "attach"  # the screen's workers reading files; Esc cancels them
@@ -205,7 +205,7 @@ class MemoryMarker(Vertical):
         self.marker = marker
 
     def compose(self) -> ComposeResult:
-        from core.memory.persist import marker_headline
+        from core.memory import marker_headline
 
         m = self.marker
         yield Static(marker_headline(m), classes="memory-headline", markup=False)
@@ -218,10 +218,9 @@ class MemoryMarker(Vertical):
 
 def marker_of(message: Any) -> RolloverMarker | None:
     """The rollover marker a stored message carries (None for ordinary messages)."""
-    from core.memory.persist import USAGE_KEY, is_marker
-    from core.memory.rollover import RolloverMarker
+    from core.memory import marker_of as stored_marker
 
-    return RolloverMarker.from_dict(message.usage[USAGE_KEY]) if is_marker(message) else None
+    return stored_marker(message)
 
 
 def progress_line(name: str, stage: str, done: int, total: int,

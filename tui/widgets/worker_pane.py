@@ -14,7 +14,7 @@ from rich.text import Text
 from textual.timer import Timer
 from textual.widgets import Static
 
-from core.workers.pool import WorkerStatus
+from core.workers import WorkerStatus
 
 REFRESH_S = 1.0
 
