@@ -46,8 +46,13 @@ class HomeLockError(Exception):
 
 
 def home_label() -> str:
+    """The home as the user set it, without creating anything (it may be read-only)."""
     home = os.environ.get("LLMDECK_HOME")
-    return f"LLMDECK_HOME={home}" if home else f"the default home ({paths.data_dir()})"
+    if home:
+        return f"LLMDECK_HOME={home}"
+    import platformdirs
+
+    return f"the default home ({platformdirs.user_data_dir(paths.APP)})"
 
 
 def lock_path(role: str) -> Path:
