@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from core.docs.attachments import Attachment, AttachmentRegistry, MentionResolution
 from core.docs.chunking import count_tokens
@@ -51,7 +51,35 @@ from core.vision.images import (
 )
 
 if TYPE_CHECKING:
-    from core.runtime import Runtime, Turn
+    from core.config import Settings
+    from core.remote.backend import Backend
+    from core.store import Store
+
+
+class ChatHost(Protocol):
+    """What ChatContext uses of the Runtime that owns it.
+
+    Named here, below the Runtime, so this module never reaches up to core.runtime: the
+    Runtime satisfies it, and tests may hand in anything that does.
+    """
+
+    settings: Settings
+    model: Any  # core.runtime.ModelState: label and context_size are read
+    backend: Backend
+
+    @property
+    def store_handle(self) -> Store: ...
+
+    async def store_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
+
+    async def ensure_model(self) -> bool: ...
+
+
+class ObservedTurn(Protocol):
+    """The parts of a finished turn the context monitor learns from."""
+
+    conversation_id: str
+    request: GenerationRequest
 
 DOCS_SHARE = 0.35  # at most this share of the context goes to document excerpts
 TRANSCRIPT_SHARE = 0.45  # of the context, for the transcript in a summarise request
@@ -128,7 +156,7 @@ class PreparedTurn:
 class ChatContext:
     """Documents and memory for every conversation of one Runtime."""
 
-    def __init__(self, runtime: Runtime, *, utility: UtilityWorker | None = None) -> None:
+    def __init__(self, runtime: ChatHost, *, utility: UtilityWorker | None = None) -> None:
         self.rt = runtime
         self.utility = utility or UtilityWorker()
         self.docs = DocsService()  # registries and indexes here; embedding in the worker
@@ -417,7 +445,7 @@ class ChatContext:
             save_marker(store, prepared.marker)
         return store.add_message(conversation_id, "user", text)
 
-    def observe(self, turn: Turn, usage: Usage) -> None:
+    def observe(self, turn: ObservedTurn, usage: Usage) -> None:
         """Calibrate the monitor with the engine's real prompt token count."""
         if usage.prompt_tokens > 0:
             self.monitor().observe(turn.conversation_id, turn.request.messages, usage.prompt_tokens)
