@@ -1,0 +1,70 @@
+"""The vision worker on a tiny random-weight LLaVA (mlx-vlm, CPU): it loads on the first
+caption, streams pieces, unloads after its idle timeout (the process exits) and loads again
+on the next image; a broken image fails that request alone (issue 23)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from core.vision import prepare_image
+from core.vision.vlm import is_vlm_dir
+from core.vision.worker import VisionError, VisionWorker
+from tests.fixtures.images import make_image
+from tests.fixtures.vlm_models import build_tiny_llava
+from tests.helpers.procs import wait_gone
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm(tmp_path_factory) -> Path:
+    return build_tiny_llava(tmp_path_factory.mktemp("vlm") / "tiny-llava")
+
+
+async def test_load_on_first_use_caption_idle_unload_and_reload(tiny_vlm: Path,
+                                                                tmp_path: Path) -> None:
+    assert is_vlm_dir(tiny_vlm) and not is_vlm_dir(tmp_path)
+    stored = prepare_image(make_image(tmp_path / "p.png"), max_bytes=1 << 20, folder=tmp_path)
+    worker = VisionWorker(tiny_vlm, idle_s=0.5)
+    assert worker.state == "unloaded" and worker.status().pid is None
+    pieces: list[str] = []
+    try:
+        task = asyncio.ensure_future(worker.caption([stored.path], "Describe it.",
+                                                    max_tokens=8, on_delta=pieces.append))
+        await asyncio.sleep(0.05)
+        assert worker.state == "loading"
+        caption = await task
+        assert caption and caption == "".join(pieces) and len(pieces) >= 2
+        first_pid = worker.pid
+        assert first_pid is not None and worker.status().state == "ready"
+        # A broken stored file fails that request; the worker stays loaded.
+        with pytest.raises(VisionError) as err:
+            await worker.caption([str(tmp_path / "gone.png")], "Describe it.", max_tokens=4)
+        assert "could not describe the image" in err.value.message
+        assert worker.pid == first_pid
+        # Idle past the timeout: the process exits, its memory goes back.
+        deadline = asyncio.get_running_loop().time() + 10
+        while worker.state != "unloaded" and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        assert worker.state == "unloaded" and wait_gone([first_pid], 2) == []
+        again = await worker.caption([stored.path], "Describe it.", max_tokens=8)
+        assert again == caption, "greedy decoding of the same image gives the same caption"
+        assert worker.loads == 2 and worker.pid != first_pid
+    finally:
+        await worker.shutdown()
+    assert worker.pid is None
+
+
+async def test_a_folder_that_is_not_a_model_fails_to_load_with_a_sentence(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text('{"model_type": "llava"}')
+    worker = VisionWorker(tmp_path)
+    try:
+        with pytest.raises(VisionError) as err:
+            await worker.caption([str(tmp_path / "x.png")], "Describe it.")
+        assert err.value.code == "LOAD_FAILED" and "could not be loaded" in err.value.message
+        assert worker.state == "failed" and worker.status().error
+    finally:
+        await worker.shutdown()
