@@ -10,6 +10,7 @@ from core import paths
 from core.config import Settings
 from core.store import Store
 from tests.fixtures.tui import scripted_app, seed_conversations, send, wait_ready, wait_until
+from tui.app import LlmdeckApp
 from tui.screens.help import binding_rows, help_groups
 from tui.screens.main import MainScreen
 from tui.widgets.message_view import MessageView
@@ -228,7 +229,7 @@ async def test_worker_pane_shows_the_live_worker() -> None:
 
 
 def test_help_lists_every_described_binding() -> None:
-    rows = binding_rows(help_groups())
+    rows = binding_rows(help_groups(LlmdeckApp, MainScreen))
     described = [b.description for b in MainScreen.BINDINGS if b.description]
     assert set(described) <= {what for _, _, what in rows}
     assert ("Message (focused)", "r", "Regenerate") in rows

@@ -8,6 +8,7 @@ from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
 from tests.fixtures.tui import scripted_app, seed_conversations, send, wait_ready, wait_until
+from tui.app import LlmdeckApp
 from tui.screens.help import binding_rows, help_groups
 from tui.screens.main import MainScreen
 from tui.widgets.message_view import MessageView
@@ -73,7 +74,7 @@ async def test_keys_left_out_of_the_footer_still_work_and_help_lists_them() -> N
         await settle(pilot)
         hidden = {"Settings", "Workers", "Run code", "Models", "Search"} - set(footer_keys(app))
         assert {"Workers", "Run code", "Settings"} <= hidden  # at 80 columns
-        rows = {what for _, _, what in binding_rows(help_groups())}
+        rows = {what for _, _, what in binding_rows(help_groups(LlmdeckApp, MainScreen))}
         assert hidden <= rows
         await pilot.press("f4")
         assert app.main.query_one("#worker-pane").display

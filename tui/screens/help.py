@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from rich.table import Table
 from rich.text import Text
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static
 
 
@@ -29,18 +29,20 @@ def binding_rows(groups: list[tuple[str, list[BindingType]]]) -> list[tuple[str,
     return rows
 
 
-def help_groups() -> list[tuple[str, list[BindingType]]]:
-    """The binding tables of the app, in the order a person meets them."""
-    from tui.app import LlmdeckApp
-    from tui.screens.main import MainScreen
+def help_groups(app: type[App], main: type[Screen]) -> list[tuple[str, list[BindingType]]]:
+    """The binding tables of the app, in the order a person meets them.
+
+    The app and the main screen hand in their own classes (the main screen opens this one),
+    so this module never imports them back.
+    """
     from tui.screens.settings import SettingsScreen
     from tui.widgets.composer import Composer
     from tui.widgets.message_view import MessageView
     from tui.widgets.sidebar import ConversationList
 
     return [
-        ("Anywhere", list(LlmdeckApp.BINDINGS)),
-        ("Main screen", list(MainScreen.BINDINGS)),
+        ("Anywhere", list(app.BINDINGS)),
+        ("Main screen", list(main.BINDINGS)),
         ("Composer", list(Composer.BINDINGS)),
         ("Message (focused)", list(MessageView.BINDINGS)),
         ("Conversation list", list(ConversationList.BINDINGS)),
@@ -55,6 +57,10 @@ class HelpScreen(ModalScreen[None]):
 
     BINDINGS = [Binding("escape,q,f1", "dismiss_help", "Close")]
 
+    def __init__(self, groups: list[tuple[str, list[BindingType]]]) -> None:
+        super().__init__()
+        self.groups = groups
+
     def compose(self) -> ComposeResult:
         table = Table(box=None, expand=True, pad_edge=False, show_header=True,
                       header_style="bold")
@@ -62,7 +68,7 @@ class HelpScreen(ModalScreen[None]):
         table.add_column("Keys", no_wrap=True, style="bold")
         table.add_column("Action")
         last = ""
-        for where, keys, what in binding_rows(help_groups()):
+        for where, keys, what in binding_rows(self.groups):
             table.add_row(where if where != last else "", keys, what)
             last = where
         with VerticalScroll(classes="help"):

@@ -268,9 +268,9 @@ class MainScreen(Screen):
         self.query_one(WorkerPane).toggle()
 
     def action_help(self) -> None:
-        from tui.screens.help import HelpScreen
+        from tui.screens.help import HelpScreen, help_groups
 
-        self.app.push_screen(HelpScreen())
+        self.app.push_screen(HelpScreen(help_groups(type(self.app), type(self))))
 
     def action_settings(self) -> None:
         from tui.screens.settings import SettingsScreen
