@@ -41,6 +41,7 @@ from core.memory.summarise import fallback_summary, summary_request
 from core.memory.window import ContextMonitor, Message
 from core.store import StoreError
 from core.tools import chat_messages
+from core.vision.captions import Captioner
 from core.vision.images import (
     IMAGE_MIME,
     AttachedImage,
@@ -164,6 +165,7 @@ class ChatContext:
         self._monitors: dict[int, ContextMonitor] = {}
         self._loaded: set[str] = set()
         self._images: dict[str, dict[str, AttachedImage]] = {}  # conversation -> alias -> image
+        self.captioner = Captioner(lambda: self.rt.settings)  # the "vision" role worker
         # Called with (conversation_id, stage) where stage is "summarising" or "done".
         self.listeners: list[Callable[[str, str], None]] = []
 
@@ -379,6 +381,7 @@ class ChatContext:
             docs = await self.context_for(conversation_id, text)
         except UtilityWorkerError:
             docs = DocContext()  # the turn still goes out, without excerpts
+        docs = await self._with_images(conversation_id, docs)
         monitor = self.monitor()
         memory = resume_from_messages(
             conversation_id, monitor, self._summariser(conversation_id), branch,
@@ -396,6 +399,24 @@ class ChatContext:
         plan = await memory.aprepare(text, docs.text)
         return PreparedTurn(plan.messages, plan.session_id, plan.marker, docs.sources,
                             plan.projected_use)
+
+    async def _with_images(self, conversation_id: str, docs: DocContext) -> DocContext:
+        """Put the conversation's images (captioned by the vision worker) before the
+        document block; the attachment bar says while a caption is being made."""
+        images = await self.images(conversation_id)
+        if not images:
+            return docs
+
+        def notify(text: str) -> None:
+            for listener in list(self.listeners):
+                listener(conversation_id, f"describing {text}")
+
+        try:
+            block = await self.captioner.image_block(images, notify)
+        finally:
+            for listener in list(self.listeners):
+                listener(conversation_id, "done")
+        return DocContext(f"{block}\n\n{docs.text}" if docs.text else block, docs.sources)
 
     def _summariser(self, conversation_id: str):
         async def summarise(messages: list[Message]) -> str:
@@ -452,3 +473,4 @@ class ChatContext:
 
     async def close(self) -> None:
         await self.utility.shutdown()
+        await self.captioner.close()

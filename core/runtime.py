@@ -589,8 +589,9 @@ class Runtime:
 
     def worker_status(self) -> list[WorkerStatus]:
         utility = self._chat.utility.status() if self._chat is not None else None
+        vision = self._chat.captioner.status() if self._chat is not None else None
         return (self.pool.status() + ([utility] if utility is not None else [])
-                + self.tools.mcp.status())
+                + ([vision] if vision is not None else []) + self.tools.mcp.status())
 
     # -- conversations -----------------------------------------------------------
     async def list_conversations(self, limit: int = SIDEBAR_PAGE) -> list[Conversation]:

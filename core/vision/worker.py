@@ -94,6 +94,7 @@ class VisionWorker:
         self.process: Any = None
         self.conn: Connection | None = None
         self.loads = 0  # processes started (tests and the bench count reloads)
+        self.requests = 0  # captions asked of the process (tests: a caption is made once)
         self.error: str | None = None
         self._ready: asyncio.Future[int] | None = None
         self._pending: dict[int, tuple[asyncio.Future[str], Callable[[str], None] | None]] = {}
@@ -280,6 +281,7 @@ class VisionWorker:
         if self.conn is None:
             raise VisionError("WORKER_CRASHED", f"The vision model {self.name} is not running.")
         request_id = next(self._ids)
+        self.requests += 1
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = (future, on_delta)
         if self._idle is not None:

@@ -68,3 +68,48 @@ async def test_a_folder_that_is_not_a_model_fails_to_load_with_a_sentence(tmp_pa
         assert worker.state == "failed" and worker.status().error
     finally:
         await worker.shutdown()
+
+
+async def test_a_text_model_gets_the_caption_made_once(tiny_vlm: Path, tmp_path: Path) -> None:
+    from core.events import TextDelta
+    from core.vision.captions import HEADER
+    from tests.fixtures.docs_runtime import scripted_runtime
+
+    rt = scripted_runtime(reply="It is a flag.")
+    await rt.start()
+    try:
+        photo = make_image(tmp_path / "flag.png")
+        [attached] = await rt.attach(None, [photo])
+        cid = attached.conversation_id
+        # No vision model set: the model is told an image is there, and why not described.
+        turn = await rt.start_turn(cid, "What is this?")
+        sent = turn.request.messages[-1]["content"]
+        assert sent.startswith(HEADER) and "- flag.png (64×48): not described (no vision " \
+            "model is set (vision_model in the config file))" in sent
+        [e async for e in turn.events()]
+        assert not [w for w in rt.worker_status() if w.worker_id == "vision#1"]
+        rt.settings.vision_model = str(tiny_vlm)
+        rows = [w for w in rt.worker_status() if w.worker_id == "vision#1"]
+        assert rows and rows[0].state == "unloaded" and rows[0].pid is None
+        turn = await rt.start_turn(cid, "And now?")
+        sent = turn.request.messages[-1]["content"]
+        worker = rt.chat.captioner.worker
+        caption = attached.image.captions["tiny-llava"]  # kept in the image's sidecar
+        assert f"- flag.png (64×48): {caption}\n" in sent and sent.endswith("And now?")
+        text = "".join([e.text async for e in turn.events() if isinstance(e, TextDelta)])
+        assert text == "It is a flag."  # the chat goes on
+        [row] = [w for w in rt.worker_status() if w.worker_id == "vision#1"]
+        assert row.state == "ready" and row.pid == worker.pid and row.model.startswith("tiny")
+        # The caption is stored with the image: the next turn, and the same picture
+        # attached to another chat, reuse it.
+        turn = await rt.start_turn(cid, "Once more?")
+        assert caption in turn.request.messages[-1]["content"]
+        [e async for e in turn.events()]
+        [again] = await rt.attach(None, [photo])
+        turn = await rt.start_turn(again.conversation_id, "What is it?")
+        assert caption in turn.request.messages[-1]["content"]
+        [e async for e in turn.events()]
+        assert worker.requests == 1 and worker.loads == 1
+    finally:
+        await rt.close()
+    assert worker.pid is None

@@ -120,6 +120,8 @@ class AttachmentBar(Vertical):
     def _on_memory(self, conversation_id: str, stage: str) -> None:
         if stage == "summarising":
             self.say("Context is 70% full: summarising the conversation so far…", "info memory")
+        elif stage.startswith("describing "):  # the vision worker captions an image
+            self.say(stage.removeprefix("describing "), "info memory")
         elif "memory" in self.notice.classes:
             self.say("")
 
