@@ -12,13 +12,10 @@ import json
 import sqlite3
 import uuid
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import BAD_IMPORT, NOT_FOUND, StoreError
-from .models import ROLES, STATUSES, dumps, loads
-
-if TYPE_CHECKING:
-    from .store import Store
+from .models import ROLES, STATUSES, Conversation, Message, dumps, loads
 
 FORMAT = "llmdeck.conversation"
 FORMAT_VERSION = 1
@@ -186,14 +183,14 @@ def import_json(conn: sqlite3.Connection, text: str) -> str:
     return conversation_id  # type: ignore[return-value]
 
 
-def export_markdown(store: Store, conversation_id: str) -> str:
-    conversation = store.get_conversation(conversation_id)
+def export_markdown(conversation: Conversation | None, messages: list[Message]) -> str:
+    """The active branch (`messages`, oldest first) as a readable Markdown document."""
     if conversation is None:
         raise _gone()
     lines = [f"# {conversation.title or 'Untitled conversation'}", ""]
     started = datetime.fromtimestamp(conversation.created_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines += [f"_Started {started}" + (f" · {conversation.model}_" if conversation.model else "_"), ""]
-    for message in _whole_branch(store, conversation_id):
+    for message in messages:
         heading = message.role.capitalize()
         if message.model and message.role == "assistant":
             heading += f" ({message.model})"
@@ -210,11 +207,3 @@ def export_markdown(store: Store, conversation_id: str) -> str:
             lines += [f"> Error: {message.error}", ""]
     return "\n".join(lines).rstrip() + "\n"
 
-
-def _whole_branch(store: Store, conversation_id: str) -> list[Any]:
-    page = store.messages(conversation_id, limit=500)
-    out = list(page)
-    while len(page) == 500:
-        page = store.messages(conversation_id, limit=500, before=page[0].id)
-        out[:0] = page
-    return out

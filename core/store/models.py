@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -132,3 +133,14 @@ def message_from_row(row: tuple[Any, ...]) -> Message:
         parent_id=row[11],
         error=row[12],
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """What happened to a damaged database; `message` is for the user, as is."""
+
+    moved_to: Path
+    reason: str
+    conversations: int
+    messages: int
+    message: str

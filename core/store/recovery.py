@@ -18,10 +18,10 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import CANNOT_OPEN, NOT_A_DATABASE, StoreError
+from .models import Recovery
 from .schema import FTS_TABLES, rebuild_fts
 from .store import Store
 
@@ -30,17 +30,6 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 SALVAGE_TABLES = ("conversations", "messages", "attachments", "chunks")
 _MAX_ROWID = 2**62
 SALVAGE_BATCH = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class Recovery:
-    """What happened to a damaged database; `message` is for the user, as is."""
-
-    moved_to: Path
-    reason: str
-    conversations: int
-    messages: int
-    message: str
 
 
 def open_store(path: Path | None = None) -> Store:

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import sqlite_utils
 
-    from .recovery import Recovery
 
 from . import exchange, search
 from .attachments import AttachmentRows
@@ -43,6 +42,7 @@ from .models import (
     STATUSES,
     Conversation,
     Message,
+    Recovery,
     SearchHit,
     dumps,
     message_from_row,
@@ -664,7 +664,16 @@ class Store(AttachmentRows):
     def export_markdown(self, conversation_id: str) -> str:
         """The active branch as a readable Markdown document."""
         with self._lock:
-            return exchange.export_markdown(self, conversation_id)
+            conversation = self.get_conversation(conversation_id)
+            return exchange.export_markdown(conversation, self._whole_branch(conversation_id))
+
+    def _whole_branch(self, conversation_id: str) -> list[Message]:
+        page = self.messages(conversation_id, limit=500)
+        out = list(page)
+        while len(page) == 500:
+            page = self.messages(conversation_id, limit=500, before=page[0].id)
+            out[:0] = page
+        return out
 
     def import_json(self, text: str) -> str:
         """Import an export_json document; returns the conversation id (the original one,

@@ -1,0 +1,147 @@
+"""The arrows of the code point one way, and the UI sees each core package only by its face.
+
+Read from the source (every import, at module level, inside functions and under
+TYPE_CHECKING alike), so a circle hidden in a function-level import still counts:
+- no import circle among core/, tui/ and themes/ modules;
+- tui/ imports a core package only through its `__init__` (core.hub, never core.hub.cli),
+  or one of core's top-level modules (core.runtime, core.events, core.config, ...);
+- nobody imports another module's private (`_name`) names.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str  # importing module
+    target: str  # imported module
+    names: tuple[str, ...]  # names taken from it (empty for `import x`)
+    line: int
+
+
+def _modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for top in ("core", "tui", "themes"):
+        for path in (ROOT / top).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _edges() -> list[Edge]:
+    edges: list[Edge] = []
+    for name, path in MODULES.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in MODULES:
+                        edges.append(Edge(name, alias.name, (), node.lineno))
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                plain: list[str] = []
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    if sub in MODULES:  # `from pkg import module` depends on the module
+                        edges.append(Edge(name, sub, (), node.lineno))
+                    else:
+                        plain.append(alias.name)
+                if plain and target in MODULES and target != name:
+                    edges.append(Edge(name, target, tuple(plain), node.lineno))
+    return edges
+
+
+EDGES = _edges()
+
+
+def _cycles() -> list[list[str]]:
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for e in EDGES:
+        graph[e.source].add(e.target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_import_circles() -> None:
+    assert _cycles() == []
+
+
+def _core_package(module: str) -> str | None:
+    """The core package a module belongs to (core.hub for core.hub.cli), None at top level."""
+    parts = module.split(".")
+    if len(parts) >= 2 and (ROOT / "core" / parts[1] / "__init__.py").exists():
+        return ".".join(parts[:2])
+    return None
+
+
+def test_the_ui_uses_only_the_faces_of_core_packages() -> None:
+    reaching_in = [
+        f"{e.source}:{e.line} imports {e.target}"
+        for e in EDGES
+        if e.source.startswith("tui")
+        and e.target.startswith("core.")
+        and (package := _core_package(e.target)) is not None
+        and e.target != package
+    ]
+    assert reaching_in == []
+
+
+def test_no_private_names_cross_a_module() -> None:
+    private = [
+        f"{e.source}:{e.line} takes {name} from {e.target}"
+        for e in EDGES
+        for name in e.names
+        if name.startswith("_") and not name.startswith("__")
+    ]
+    assert private == []
+
+
+def test_the_rules_see_a_real_circle_and_a_reach_in() -> None:
+    """The checks above would fail on the shapes they guard against."""
+    assert any(e.source == "tui.app" and e.target.startswith("tui.screens") for e in EDGES)
+    assert _core_package("core.hub.cli") == "core.hub"
+    assert _core_package("core.runtime") is None
