@@ -41,7 +41,7 @@ from core.memory.summarise import fallback_summary, summary_request
 from core.memory.window import ContextMonitor, Message
 from core.store import StoreError
 from core.tools import chat_messages
-from core.vision.captions import Captioner
+from core.vision.captions import RECENT_IMAGES, Captioner
 from core.vision.images import (
     IMAGE_MIME,
     AttachedImage,
@@ -50,6 +50,7 @@ from core.vision.images import (
     load_stored,
     prepare_image,
 )
+from core.vision.vlm import is_vlm_dir
 
 if TYPE_CHECKING:
     from core.config import Settings
@@ -381,7 +382,10 @@ class ChatContext:
             docs = await self.context_for(conversation_id, text)
         except UtilityWorkerError:
             docs = DocContext()  # the turn still goes out, without excerpts
-        docs = await self._with_images(conversation_id, docs)
+        images = await self.images(conversation_id)
+        sees = bool(images) and await self._model_sees()
+        if not sees:  # a text-only model: the images as captions from the vision worker
+            docs = await self._with_images(conversation_id, docs)
         monitor = self.monitor()
         memory = resume_from_messages(
             conversation_id, monitor, self._summariser(conversation_id), branch,
@@ -397,8 +401,21 @@ class ChatContext:
                 facts = []
         memory.retrieve = lambda _question: facts
         plan = await memory.aprepare(text, docs.text)
-        return PreparedTurn(plan.messages, plan.session_id, plan.marker, docs.sources,
+        messages = plan.messages
+        if sees:  # a vision model: the newest images go into the user's message as files
+            last = messages[-1]
+            parts = [{"type": "image", "path": a.image.path} for a in images[-RECENT_IMAGES:]]
+            parts.append({"type": "text", "text": last["content"]})
+            messages = (*messages[:-1], {**last, "content": parts})
+        return PreparedTurn(messages, plan.session_id, plan.marker, docs.sources,
                             plan.projected_use)
+
+    async def _model_sees(self) -> bool:
+        """Whether the chat model takes images itself (an mlx-vlm folder)."""
+        if self.rt.model.info.get("vision"):
+            return True
+        path = self.rt.settings.model
+        return bool(path) and await asyncio.to_thread(is_vlm_dir, str(path))
 
     async def _with_images(self, conversation_id: str, docs: DocContext) -> DocContext:
         """Put the conversation's images (captioned by the vision worker) before the

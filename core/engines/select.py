@@ -77,6 +77,11 @@ def select_engine(path: str | Path) -> Selection:
         return Selection("llamacpp", str(p), mmproj, reason)
     check_mlx_dir(p)
     where = "GPU" if mlx_has_gpu() else "CPU"
+    from core.vision.vlm import is_vlm_dir
+
+    if is_vlm_dir(p):  # its config names a vision tower: mlx-vlm, and it sees images
+        return Selection("mlx-vlm", str(p), None,
+                         f"MLX vision model folder: served by mlx-vlm on the {where}")
     return Selection("mlx", str(p), None, f"MLX model folder: served by MLX on the {where}")
 
 

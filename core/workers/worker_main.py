@@ -31,6 +31,10 @@ def load_engine(spec: ModelSpec) -> Engine:
         from core.engines.mlx import MlxEngine
 
         return MlxEngine(spec)
+    if spec.engine == "mlx-vlm":  # a vision-language model folder (core.vision)
+        from core.engines.vlm import VlmEngine
+
+        return VlmEngine(spec)
     if spec.engine == "scripted":
         from core.engines.scripted import ScriptedEngine
 

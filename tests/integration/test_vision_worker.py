@@ -113,3 +113,27 @@ async def test_a_text_model_gets_the_caption_made_once(tiny_vlm: Path, tmp_path:
     finally:
         await rt.close()
     assert worker.pid is None
+
+
+async def test_a_vision_chat_model_gets_the_image_itself(tiny_vlm: Path, tmp_path: Path) -> None:
+    from core.config import Settings
+    from core.events import Done, TextDelta
+    from core.runtime import Runtime
+
+    rt = Runtime(Settings(model=str(tiny_vlm), context_size=2048))
+    await rt.start()
+    try:
+        assert await rt.ensure_model(), rt.model.error
+        assert rt.model.info["engine"] == "mlx-vlm" and rt.model.info["vision"] is True
+        [attached] = await rt.attach(None, [make_image(tmp_path / "flag.png")])
+        rt.settings.sampling.max_tokens = 6
+        turn = await rt.start_turn(attached.conversation_id, "What is this?")
+        parts = turn.request.messages[-1]["content"]
+        assert parts[0] == {"type": "image", "path": attached.image.path}
+        assert parts[-1]["type"] == "text" and parts[-1]["text"].endswith("What is this?")
+        events = [e async for e in turn.events()]
+        assert any(isinstance(e, TextDelta) for e in events)
+        assert isinstance(events[-1], Done) and events[-1].finish_reason == "length"
+        assert rt.chat.captioner.worker is None, "no caption is made for a model that sees"
+    finally:
+        await rt.close()

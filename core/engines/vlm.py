@@ -1,0 +1,104 @@
+"""The mlx-vlm engine: a vision-language model folder as a chat model that sees images.
+
+mlx-vlm decodes one sequence at a time (its batch API is not in every release), so this
+engine serves one request at a time, one token per `step`, and queues the others in
+order; other models' text requests run in their own workers and never wait on it. Images
+come in the messages as paths of stored files (`{"type": "image", "path": ...}` parts):
+the worker reads them from disk, never from the pipe.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec
+from core.events import Done, Error, Event, TextDelta, Usage
+
+
+class VlmEngine:
+    name = "mlx-vlm"
+    max_concurrency = 1
+
+    def __init__(self, spec: ModelSpec) -> None:
+        from core.vision.vlm import load_vlm
+
+        self._spec = spec
+        try:
+            self.model, self.processor = load_vlm(spec.path)
+        except Exception as exc:  # noqa: BLE001 - any loader failure is a broken folder
+            raise EngineLoadError("LOAD_FAILED", f"{Path(spec.path).name} could not be loaded "
+                                  f"as a vision model ({type(exc).__name__}: {exc}).") from exc
+        self._queue: deque[GenerationRequest] = deque()
+        self._active: dict[str, Any] | None = None
+        self._out: list[tuple[str, list[Event]]] = []
+
+    def info(self) -> dict[str, Any]:
+        return {"engine": self.name, "context_size": self._spec.context_size,
+                "model_type": getattr(self.model.config, "model_type", "vlm"),
+                "path": self._spec.path, "vision": True}
+
+    def submit(self, request: GenerationRequest) -> None:
+        request.sampling.validate()
+        self._queue.append(request)
+
+    def cancel(self, request_id: str) -> None:
+        if self._active is not None and self._active["request"].request_id == request_id:
+            self._out.append((request_id, [self._usage(), Done("cancelled")]))
+            self._active = None
+            return
+        for request in list(self._queue):
+            if request.request_id == request_id:
+                self._queue.remove(request)
+                self._out.append((request_id, [Usage(0, 0, 0, 0.0, 0.0), Done("cancelled")]))
+
+    def has_work(self) -> bool:
+        return bool(self._queue or self._active or self._out)
+
+    def _usage(self) -> Usage:
+        run = self._active or {}
+        first, n = run.get("first_at"), run.get("tokens", 0)
+        ttft = (first - run["started"]) * 1000 if first else 0.0
+        elapsed = time.perf_counter() - first if first else 0.0
+        return Usage(run.get("prompt_tokens", 0), 0, n, ttft,
+                     (n - 1) / elapsed if n > 1 and elapsed > 0 else 0.0)
+
+    def step(self) -> list[tuple[str, list[Event]]]:
+        out, self._out = self._out, []
+        if self._active is None and self._queue:
+            from core.vision.vlm import stream_chat
+
+            request = self._queue.popleft()
+            s = request.sampling
+            self._active = {"request": request, "started": time.perf_counter(), "tokens": 0,
+                            "gen": stream_chat(self.model, self.processor, request.messages,
+                                               max_tokens=s.max_tokens,
+                                               temperature=s.temperature, top_p=s.top_p)}
+        run = self._active
+        if run is None:
+            return out
+        rid = run["request"].request_id
+        try:
+            result = next(run["gen"])
+        except StopIteration:
+            finish = "length" if run["tokens"] >= run["request"].sampling.max_tokens else "stop"
+            out.append((rid, [self._usage(), Done(finish)]))
+            self._active = None
+            return out
+        except Exception as exc:  # noqa: BLE001 - a bad image or prompt fails this request only
+            out.append((rid, [Error("BAD_REQUEST", f"The vision model could not read this "
+                                    f"request: {type(exc).__name__}: {exc}"), Done("error")]))
+            self._active = None
+            return out
+        run["tokens"] += 1
+        run["prompt_tokens"] = getattr(result, "prompt_tokens", 0) or run.get("prompt_tokens", 0)
+        run.setdefault("first_at", time.perf_counter())
+        if result.text:
+            out.append((rid, [TextDelta(result.text)]))
+        return out
+
+    def close(self) -> None:
+        self._queue.clear()
+        self._active = None
