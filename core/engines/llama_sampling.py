@@ -3,13 +3,15 @@
 llama.cpp samples natively (penalties, bias, seed, top-k/top-p/min-p in its sampler
 chain), so this is a translation plus the checks for what it cannot do: its penalties
 share one look-back window (penalty_last_n, read from Llama.last_n_tokens_size when the
-sampler is built), and it keeps only the last position's logits, so it has no log-
-probabilities to report unless the whole model was loaded with logits_all. Structured
+sampler is built). Log-probabilities come from `logprob_stream`, which drives generation
+token by token for the requests that ask for them. Structured
 output uses llama.cpp's own grammar sampler (a JSON schema converted to GBNF).
 """
 
 from __future__ import annotations
 
+import codecs
+from collections.abc import Iterator
 from typing import Any
 
 from core.engines.base import SamplingParams
@@ -38,9 +40,6 @@ def completion_options(sp: SamplingParams, n_vocab: int, repetition_penalty: flo
 
     Raises Unsupported, or ValueError for a logit_bias id outside the vocabulary.
     """
-    if sp.logprobs:
-        raise Unsupported("logprobs are not available on the llama.cpp engine (it keeps only "
-                          "the last token's logits); use an MLX model for log-probabilities.")
     penalty_window(sp, repetition_penalty)
     return {
         "seed": RANDOM_SEED if sp.seed is None else sp.seed % RANDOM_SEED,
@@ -59,3 +58,80 @@ def json_grammar(schema: str) -> Any:
         return LlamaGrammar.from_json_schema(schema, verbose=False)
     except Exception as exc:  # noqa: BLE001 - its converter raises whatever it meets
         raise ValueError(f"response_format: this JSON schema cannot be enforced: {exc}") from None
+
+
+class _LogprobRecorder:
+    """A llama.cpp logits processor that adds the logit bias and keeps the log-softmax of
+    what it saw. It runs first in the sampler chain, on every token of the vocabulary in id
+    order, once per sampled token; `generate` yields that token right after."""
+
+    def __init__(self, bias: dict[int, float] | None) -> None:
+        import numpy as np
+
+        self._np = np
+        self._bias = (np.array(list(bias), dtype=np.intp),
+                      np.array(list(bias.values()), dtype=np.float32)) if bias else None
+        self.logprobs: Any = None
+
+    def __call__(self, _input_ids: Any, scores: Any) -> Any:
+        np = self._np
+        if self._bias is not None:
+            scores = scores.copy()
+            scores[self._bias[0]] += self._bias[1]
+        top = float(scores.max())
+        self.logprobs = scores - (top + float(np.log(np.exp(scores - top).sum())))
+        return scores
+
+
+def logprob_stream(llm: Any, tokens: list[int], *, top: int, max_tokens: int,
+                   stop: list[str], sampling: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """create_completion's stream, driven token by token so each chunk can carry the
+    sampled token's log-probability (in OpenAI's entry shape, under "entry").
+
+    Why not create_completion(logprobs=...): llama-cpp-python refuses it unless the model
+    was loaded with logits_all, which keeps every position's logits (context x vocabulary
+    floats: gigabytes for a 262k vocabulary). This keeps one row, for these requests only.
+    """
+    import llama_cpp
+    import numpy as np
+
+    from core.parsing.stops import StopMatcher
+
+    options = dict(sampling)
+    seed = options.pop("seed")
+    recorder = _LogprobRecorder(options.pop("logit_bias", None))
+    llm.set_seed(seed)
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    stops = StopMatcher(tuple(stop))
+    vocab = llm._model.vocab
+    texts: dict[int, tuple[str, list[int]]] = {}
+
+    def spelled(token: int) -> tuple[str, list[int]]:
+        if token not in texts:
+            raw = llm.detokenize([token], special=False)
+            texts[token] = (raw.decode("utf-8", "replace"), list(raw))
+        return texts[token]
+
+    generated = 0
+    for token in llm.generate(tokens, logits_processor=[recorder], **options):
+        logprobs = recorder.logprobs
+        if llama_cpp.llama_vocab_is_eog(vocab, token):
+            break
+        generated += 1
+        text, raw = spelled(token)
+        alternatives = []
+        if top:
+            ids = np.argpartition(-logprobs, top - 1)[:top]
+            ids = ids[np.argsort(-logprobs[ids])]
+            alternatives = [{"token": t, "logprob": float(logprobs[i]), "bytes": b}
+                            for i in ids.tolist() for t, b in (spelled(i),)]
+        entry = {"token": text, "logprob": float(logprobs[token]), "bytes": raw,
+                 "top_logprobs": alternatives}
+        shown, stopped = stops.feed(decoder.decode(bytes(raw)))
+        done = stopped or generated >= max_tokens
+        reason = "stop" if stopped else "length" if done else None
+        yield {"choices": [{"text": shown, "finish_reason": reason, "entry": entry}]}
+        if done:
+            return
+    yield {"choices": [{"text": stops.feed(decoder.decode(b"", final=True))[0] + stops.finish(),
+                        "finish_reason": "stop"}]}

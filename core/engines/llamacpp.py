@@ -18,9 +18,14 @@ from typing import Any
 from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, SamplingParams
 from core.engines.base_prompt import BaseFormat, base_format, effective_repetition_penalty
 from core.engines.llama_params import load_llama
-from core.engines.llama_sampling import Unsupported, completion_options, penalty_window
+from core.engines.llama_sampling import (
+    Unsupported,
+    completion_options,
+    logprob_stream,
+    penalty_window,
+)
 from core.engines.templates import fallback_template, template_stops
-from core.events import Done, Error, Event, TextDelta, Usage
+from core.events import Done, Error, Event, Logprobs, TextDelta, Usage
 from core.parsing.stops import StopMatcher
 
 # No tokenizer packs more characters into one token (core.server.limits uses the same bound).
@@ -204,18 +209,24 @@ class LlamaCppEngine:
         cached = _common_prefix(self._llm._input_ids[: self._llm.n_tokens].tolist(), tokens)
         s = request.sampling
         stop = [x for x in (*stop, *self._turn_stops) if x]
-        stream = self._llm.create_completion(
-            prompt=tokens,
-            max_tokens=min(s.max_tokens, budget),
-            temperature=s.temperature,
-            top_p=s.top_p,
-            top_k=s.top_k,
-            min_p=s.min_p,
-            repeat_penalty=penalty,
-            stop=stop,
-            stream=True,
-            **options,
-        )
+        if s.logprobs:
+            stream = logprob_stream(
+                self._llm, tokens, top=s.top_logprobs, max_tokens=min(s.max_tokens, budget),
+                stop=stop, sampling=dict(options, temp=s.temperature, top_p=s.top_p,
+                                         top_k=s.top_k, min_p=s.min_p, repeat_penalty=penalty))
+        else:
+            stream = self._llm.create_completion(
+                prompt=tokens,
+                max_tokens=min(s.max_tokens, budget),
+                temperature=s.temperature,
+                top_p=s.top_p,
+                top_k=s.top_k,
+                min_p=s.min_p,
+                repeat_penalty=penalty,
+                stop=stop,
+                stream=True,
+                **options,
+            )
         self._active = _Active(request, iter(stream), len(tokens), min(cached, len(tokens)))
         self._active.trim_start = self._base is not None  # "Assistant:" leaves a space
         return None
@@ -256,6 +267,8 @@ class LlamaCppEngine:
         if chunk is not None:
             choice = chunk["choices"][0]
             text = choice.get("text") or ""
+            if "entry" in choice:  # a logprobs request (llama_sampling.logprob_stream)
+                events.append(Logprobs((choice["entry"],)))
             if active.first_token_at is None:
                 active.first_token_at = time.perf_counter()
             active.completion_tokens += 1

@@ -1,6 +1,6 @@
 """Sampling parameters through the official openai client against real servers: the tiny
 MLX fixture model (penalties, logit_bias, seed, min_p/top_k, logprobs streamed and not) and
-the bundled Gemma on llama.cpp (its native penalties, bias and seed; logprobs refused)."""
+the bundled Gemma on llama.cpp (its native penalties, bias, seed and grammar; logprobs)."""
 
 from __future__ import annotations
 
@@ -147,9 +147,18 @@ def test_llamacpp_native_penalties_bias_and_seed(gemma: OpenAI) -> None:
     assert penalised.count(",") < greedy.count(",")
     forced = ask(temperature=0, max_tokens=4, logit_bias={"10000": 100})
     assert forced and forced == forced[: len(forced) // 4] * 4  # one token, four times
-    with pytest.raises(openai.BadRequestError) as info:
-        gemma.chat.completions.create(model="gemma", messages=HI, logprobs=True)
-    assert "use an MLX model" in info.value.message
+    scored = gemma.chat.completions.create(model="gemma", messages=HI, max_tokens=6, temperature=0,
+                                           logprobs=True, top_logprobs=4)
+    content = scored.choices[0].logprobs.content
+    assert len(content) == scored.usage.completion_tokens == 6
+    assert "".join(e.token for e in content).strip() == scored.choices[0].message.content
+    assert all(len(e.top_logprobs) == 4 and e.logprob <= 0 for e in content)
+    assert all(e.top_logprobs[0].logprob >= e.top_logprobs[-1].logprob for e in content)
+    stream = gemma.chat.completions.create(model="gemma", messages=HI, max_tokens=4, temperature=0,
+                                           logprobs=True, stream=True)
+    streamed = [e for c in stream if c.choices and c.choices[0].logprobs
+                for e in c.choices[0].logprobs.content]
+    assert [e.token for e in streamed] == [e.token for e in content[:4]]
     with pytest.raises(openai.BadRequestError) as info:
         ask(temperature=0, frequency_penalty=1.0, presence_penalty=1.0,
             extra_body={"frequency_context_size": 8, "presence_context_size": 16})
