@@ -175,10 +175,14 @@ class InputOrder:
         """The focused text box a printable, unbound key goes straight into, else None."""
         if not isinstance(event, events.Key) or not event.is_printable:
             return None
-        focused = self.app.focused
+        try:
+            focused = self.app.focused
+            chain = self.app.screen._binding_chain
+        except Exception:  # no screen (starting or closing): the slow path copes
+            return None
         if not isinstance(focused, (TextArea, Input)) or getattr(focused, "read_only", False):
             return None
-        for _node, bindings in self.app.screen._binding_chain:
+        for _node, bindings in chain:
             if event.key in bindings.key_to_bindings:
                 return None
         return focused
@@ -193,6 +197,8 @@ class InputOrder:
 
     async def _settle_chain(self) -> None:
         app = self.app
+        if not app.screen_stack:
+            return
         start = self._typing_into or app.focused or app.screen
         node: MessagePump | None = start
         while node is not None:  # the key bubbles widget -> ... -> screen -> app, in turn
