@@ -32,8 +32,8 @@ class TmuxSession:
         args = ["tmux", "-L", self.socket, "send-keys", "-t", self.name]
         if literal:
             args.append("-l")
-        subprocess.run([*args, *keys], check=True)
-        time.sleep(0.2)  # a person's pace: lets the app settle focus between keys
+        subprocess.run([*args, *keys], check=True)  # no pause after: keys are handled in
+        # arrival order however fast they come (tui/key_order.py); a test waits on the screen
 
     def type(self, text: str) -> None:
         self.send(text, literal=True)

@@ -24,8 +24,7 @@ def test_a_keyboard_only_session(tmp_path: Path) -> None:
     try:
         tmux.wait_for(lambda s: READY in s, 90, "the bundled model to be ready")
         # Send, then stop mid-stream (the 270M base model rambles on).
-        tmux.type("What is the capital of France?")
-        tmux.send("Enter")
+        tmux.send_line("What is the capital of France?")  # text and Enter in one burst
         tmux.wait_for(lambda s: "Assistant" in s and "Stop" in s, 20, "the reply to stream")
         tmux.send("Escape")
         tmux.wait_for(lambda s: "tok/s" in s, 20, "the stats line after stopping")
@@ -38,8 +37,7 @@ def test_a_keyboard_only_session(tmp_path: Path) -> None:
         tmux.wait_for(lambda s: "tok/s" in s, 20, "the regenerated reply to stop")
         # A new chat, so the first one becomes an older conversation.
         tmux.send("C-n")
-        tmux.type("Name a colour")
-        tmux.send("Enter")
+        tmux.send_line("Name a colour")
         tmux.wait_for(lambda s: "Name a colour" in s and "Assistant" in s, 20, "the second chat")
         tmux.send("Escape")
         tmux.wait_for(lambda s: "tok/s" in s, 20, "the second reply to stop")
