@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from core.config import Settings
 from core.events import Done, TextDelta, Usage
 from core.runtime import Runtime
 from tests.fixtures.everyday_questions import MAX_TOKENS, QUESTIONS, judge
 
 
+@pytest.mark.slow  # ~150 tokens in all: 5 s on a quiet 2-core machine, 90 s on a loaded one
 async def test_the_bundled_base_model_answers_everyday_questions(bundled_gguf: Path) -> None:
     s = Settings(model=str(bundled_gguf), context_size=1024, replicas=1)
     s.sampling.temperature = 0.0
