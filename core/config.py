@@ -117,6 +117,7 @@ class Settings:
     attach_max_mb: float = 20  # attachments over this many MiB are refused (core.docs)
     vision_model: str | None = None  # an mlx-vlm model folder: describes images for text models
     vision_idle_unload_s: float = 180.0  # the vision model unloads after this long unused
+    serve_allow_file_urls: bool = False  # `llmdeck serve`: accept file:// image URLs
     mcp_servers: list[McpServerConfig] = field(default_factory=list)  # [[mcp_servers]]
     # What `llmdeck mcp` offers other agents; nothing unless the person turns it on.
     mcp_share_conversations: bool = False

@@ -92,7 +92,8 @@ class VlmEngine:
                                     f"request: {type(exc).__name__}: {exc}"), Done("error")]))
             self._active = None
             return out
-        run["tokens"] += 1
+        # mlx-vlm counts for us (a last result may carry no new token, only the finish).
+        run["tokens"] = getattr(result, "generation_tokens", 0) or run["tokens"] + 1
         run["prompt_tokens"] = getattr(result, "prompt_tokens", 0) or run.get("prompt_tokens", 0)
         run.setdefault("first_at", time.perf_counter())
         if result.text:

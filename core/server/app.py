@@ -15,6 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ from core.events import Done, Error, Event, Logprobs, ReasoningDelta, TextDelta,
 from core.remote.backend import Backend, event_batches
 from core.server.connections import ServeLimits, busy_middleware
 from core.server.embeddings import EMBEDDING_MODELS, MAX_INPUTS, EmbeddingService
+from core.server.images import has_images, resolve_images
 from core.server.limits import (
     MAX_BODY_BYTES,
     check_numbers,
@@ -247,6 +249,11 @@ class ChatServer:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         call = parse_chat(await self._body(request), self.runtime.settings.sampling)
         backend = await self._backend_for(call.model)
+        if backend.kind == "local" and has_images(call.request):  # files, or a 400
+            call = replace(call, request=await resolve_images(
+                call.request, model=call.model, sees=bool(self.runtime.model.info.get("vision")),
+                allow_file_urls=bool(getattr(self.runtime.settings, "serve_allow_file_urls", False)),
+                max_bytes=self.runtime.chat.max_bytes()))
         if backend.kind == "local":  # before any tokenising: a prompt that cannot fit
             check_prompt_size(call.request, self.runtime.model.context_size)
         if backend.queued() >= self.max_queue:

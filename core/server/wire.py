@@ -141,21 +141,37 @@ def _number(body: Mapping[str, Any], name: str, default: float, *, integer: bool
     return value
 
 
-def _text_of(content: Any, where: str) -> str:
-    """Message content as text: a string, or a list of text parts."""
+def _text_of(content: Any, where: str) -> str | list[dict[str, Any]]:
+    """Message content as text: a string, or a list of text parts. With `image_url` parts
+    it stays a list (text parts joined where they touch) for core.server.images, which
+    turns each image into a stored file or refuses it, before anything is tokenised."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        out = []
-        for part in content:
-            if not isinstance(part, Mapping) or part.get("type") not in ("text", "input_text"):
-                kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
+        out: list[dict[str, Any]] = []
+        for j, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
+            if kind in ("text", "input_text"):
+                text = str(part.get("text", ""))
+                if out and out[-1]["type"] == "text":
+                    out[-1] = {"type": "text", "text": out[-1]["text"] + text}
+                else:
+                    out.append({"type": "text", "text": text})
+            elif kind == "image_url":
+                image = part.get("image_url")
+                url = image.get("url") if isinstance(image, Mapping) else image
+                if not isinstance(url, str) or not url:
+                    raise _bad(f"{where}[{j}].image_url must be {{url: 'data:image/png;base64,"
+                               "...'}.", f"{where}[{j}].image_url")
+                out.append({"type": "image_url", "image_url": {"url": url}})
+            else:
                 raise _bad(f"{where}: content part of type {kind!r} is not supported; "
-                           "send text parts only.", where)
-            out.append(str(part.get("text", "")))
-        return "".join(out)
+                           "send text and image_url parts only.", where)
+        if all(p["type"] == "text" for p in out):
+            return "".join(p["text"] for p in out)
+        return out
     raise _bad(f"{where}: content must be a string or a list of text parts.", where)
 
 
