@@ -288,7 +288,11 @@ class MlxEngine:
         self._cancelled.add(request_id)
 
     def has_work(self) -> bool:
-        return bool(self._pending or self._single or self._batch or self._cancelled)
+        # Finished requests' caches still to be split and indexed count as work: the worker
+        # then does it while idle (a few per step), not the next request's admission
+        # (after a 64-request burst that was 50 entries, 3-20 ms on a lone turn's TTFT).
+        return bool(self._pending or self._single or self._batch or self._cancelled
+                    or self._unsaved or self._prefix.pending)
 
     def step(self) -> list[tuple[str, list[Event]]]:
         out: dict[str, list[Event]] = {}
