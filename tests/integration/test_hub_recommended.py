@@ -83,7 +83,7 @@ async def test_one_key_downloads_and_loads_a_recommended_model(
         await wait_until(pilot, lambda: len(table.recs) == 2)
         assert table.has_focus
         first, big = cells(table, 0), cells(table, 1)
-        assert first[0] == "Tiny Chat" and first[3].startswith("yes ·") and first[5] == "needs the network"
+        assert first[0] == "Tiny Chat" and first[3].startswith("yes ·") and first[4] == "needs the network"
         assert big[3].startswith("no ·")  # 9 TB plus its cache fits no machine here
         assert not any(path == "/api/models" for _, path, _ in fake_hub.requests)  # no search
         await pilot.press("d")
@@ -92,7 +92,7 @@ async def test_one_key_downloads_and_loads_a_recommended_model(
         assert Path(switched[0]).name == want or want in switched[0]
         assert not isinstance(pilot.app.screen, HubScreen)
         await pilot.press("ctrl+o")
-        await wait_until(pilot, lambda: cells(table, 0)[5] == "on disk")
+        await wait_until(pilot, lambda: cells(table, 0)[4] == "on disk")
 
 
 async def test_offline_the_list_still_shows_and_getting_one_says_why_not(
@@ -102,7 +102,7 @@ async def test_offline_the_list_still_shows_and_getting_one_says_why_not(
         screen = await open_hub(pilot, search=False)
         table = screen.query_one(RecommendedTable)
         await wait_until(pilot, lambda: len(table.recs) == 2)
-        assert all(cells(table, i)[5] == "needs the network" for i in range(2))
+        assert all(cells(table, i)[4] == "needs the network" for i in range(2))
         await pilot.press("enter")
         status = hub(pilot).query_one("#hub-rec-status")
         await wait_until(pilot, lambda: "OFFLINE" in str(status.render()))

@@ -13,9 +13,9 @@ from textual.widgets import DataTable
 from core.hub import Fit, Recommendation
 from tui.widgets import hub_format as fmt
 
-COLUMNS = ("Model", "Good at", "Size", "Fits here", "Licence", "Where")
-GOOD_AT_WIDTH = 32
-LICENCE_WIDTH = 12
+# The licence and the repo are on the detail line under the table, to keep rows in 100 columns.
+COLUMNS = ("Model", "Good at", "Size", "Fits here", "Where")
+GOOD_AT_WIDTH = 28
 
 
 def fit_text(f: Fit) -> str:
@@ -58,8 +58,7 @@ class RecommendedTable(DataTable):
         self.clear()
         for rec, f in zip(self.recs, fits, strict=True):
             self.add_row(rec.name, _clip(rec.good_at, GOOD_AT_WIDTH), fmt.size(rec.size_bytes),
-                         fit_text(f), _clip(rec.licence, LICENCE_WIDTH),
-                         where_text(rec.local_id in on_disk), key=rec.local_id)
+                         fit_text(f), where_text(rec.local_id in on_disk), key=rec.local_id)
 
     @property
     def current(self) -> Recommendation | None:
