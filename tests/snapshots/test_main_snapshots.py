@@ -28,6 +28,8 @@ def test_load_error_in_chat_view(snap_compare) -> None:
         await wait_until(pilot, lambda: app.runtime.model.state == "failed")
         app.main.composer.cursor_blink = False
         await send(pilot, "Hello?")
+        app.clear_notifications()  # the load-failure toast: shown or not by timing alone
+        await pilot.pause(0.1)
 
     app = scripted_app(fail_load="LOAD_FAILED")
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
