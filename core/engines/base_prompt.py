@@ -29,8 +29,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# Applied by the engines when a request leaves repetition_penalty at its neutral 1.0 and
-# the model is a base model (see effective_repetition_penalty).
+from core.engines.base import SamplingParams
+
+# Applied by the engines to a base model's request that asks for no penalty of its own
+# (see effective_repetition_penalty).
 BASE_REPETITION_PENALTY = 1.15
 
 
@@ -114,8 +116,11 @@ def base_format(name: str | None = None) -> BaseFormat:
     return FORMATS[name or DEFAULT_FORMAT]
 
 
-def effective_repetition_penalty(requested: float, base_model: bool) -> float:
-    """The penalty to apply: a base model's default when the request left it neutral."""
-    if base_model and requested == 1.0:
+def effective_repetition_penalty(sp: SamplingParams, base_model: bool) -> float:
+    """The repetition penalty to apply: a base model's default when the request asks for
+    no penalty of any kind; a request that sets one (presence or frequency included, with
+    their own windows) gets exactly what it asked for."""
+    if base_model and sp.repetition_penalty == 1.0 and not (sp.presence_penalty
+                                                            or sp.frequency_penalty):
         return BASE_REPETITION_PENALTY
-    return requested
+    return sp.repetition_penalty

@@ -119,7 +119,7 @@ class LlamaCppEngine:
         return self._llm.detokenize([token], special=True).decode("utf-8", errors="ignore")
 
     def _repetition_penalty(self, s: SamplingParams) -> float:
-        return effective_repetition_penalty(s.repetition_penalty, self.base_model)
+        return effective_repetition_penalty(s, self.base_model)
 
     def info(self) -> dict[str, Any]:
         return {

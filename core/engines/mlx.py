@@ -418,7 +418,7 @@ class MlxEngine:
         return self._samplers.sampler_for(sp)
 
     def _logits_processors(self, sp: SamplingParams) -> list[Any]:
-        penalty = effective_repetition_penalty(sp.repetition_penalty, self.base_model)
+        penalty = effective_repetition_penalty(sp, self.base_model)
         processors = logits_processors(sp, self._vocab_size, penalty)
         if sp.json_schema is not None:  # last: nothing may lift its mask
             processors.append(self._grammars.processor(sp.json_schema))

@@ -39,3 +39,25 @@ async def test_the_bundled_base_model_answers_everyday_questions(bundled_gguf: P
         assert failures == []
     finally:
         await rt.close()
+
+
+def test_a_request_with_its_own_penalty_window_is_not_refused(bundled_gguf: Path) -> None:
+    """The base default must not add a second penalty window to a presence penalty's
+    (llama.cpp has one window for all penalties and refuses a request with two)."""
+    from core.engines.base import GenerationRequest, ModelSpec, SamplingParams
+    from core.engines.llamacpp import LlamaCppEngine
+    from core.events import Error
+
+    engine = LlamaCppEngine(ModelSpec(str(bundled_gguf), "llamacpp", context_size=512))
+    try:
+        sampling = SamplingParams(temperature=0.0, max_tokens=4, presence_penalty=0.5,
+                                  presence_context_size=32)
+        engine.submit(GenerationRequest("p", ({"role": "user", "content": "Hi"},), sampling))
+        events = []
+        while engine.has_work():
+            for _, evs in engine.step():
+                events += evs
+        assert not [e for e in events if isinstance(e, Error)], events
+        assert isinstance(events[-1], Done) and events[-1].finish_reason in ("stop", "length")
+    finally:
+        engine.close()

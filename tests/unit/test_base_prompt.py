@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from core.engines.base import SamplingParams
 from core.engines.base_prompt import (
     BASE_REPETITION_PENALTY,
     DEFAULT_FORMAT,
@@ -40,9 +41,14 @@ def test_the_next_turn_marker_ends_the_reply_and_never_shows() -> None:
 
 
 def test_base_models_get_a_repetition_penalty_unless_the_request_sets_one() -> None:
-    assert effective_repetition_penalty(1.0, base_model=True) == BASE_REPETITION_PENALTY
-    assert effective_repetition_penalty(1.3, base_model=True) == 1.3
-    assert effective_repetition_penalty(1.0, base_model=False) == 1.0
+    plain = SamplingParams()
+    assert effective_repetition_penalty(plain, base_model=True) == BASE_REPETITION_PENALTY
+    assert effective_repetition_penalty(plain, base_model=False) == 1.0
+    assert effective_repetition_penalty(SamplingParams(repetition_penalty=1.3), True) == 1.3
+    # a presence penalty with its own window must not meet an implicit repetition penalty
+    # (llama.cpp has one window for all penalties and would refuse the request)
+    own = SamplingParams(presence_penalty=0.5, presence_context_size=128)
+    assert effective_repetition_penalty(own, base_model=True) == 1.0
     assert DEFAULT_FORMAT in FORMATS
 
 
