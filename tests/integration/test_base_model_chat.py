@@ -14,7 +14,7 @@ from core.runtime import Runtime
 from tests.fixtures.everyday_questions import MAX_TOKENS, QUESTIONS, judge
 
 
-@pytest.mark.slow  # ~150 tokens in all: 5 s on a quiet 2-core machine, 90 s on a loaded one
+@pytest.mark.slow  # ~150 tokens in all: 5-20 s on 2 cores, 90 s when they are busy
 async def test_the_bundled_base_model_answers_everyday_questions(bundled_gguf: Path) -> None:
     s = Settings(model=str(bundled_gguf), context_size=1024, replicas=1)
     s.sampling.temperature = 0.0
