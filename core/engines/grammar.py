@@ -1,11 +1,13 @@
 """Structured output for the MLX engine: a JSON schema enforced while decoding.
 
-Why llguidance: measured in bench/grammar.py against xgrammar on the same tokenizer and
-schema, its per-token mask is computed lazily from the parser state (tens of
-microseconds), needs no grammar compilation pass over the whole vocabulary up front, and
-its wheel brings no torch or triton. It is driven row by row as an mlx_lm logits
-processor, so a constrained request can sit in a batch beside unconstrained ones: only
-its own row is masked.
+Why llguidance: bench/grammar.py measured it against xgrammar on the bundled Gemma's
+262k-token vocabulary and one JSON schema (CPU): a schema compiles in about 1 ms against
+xgrammar's 83 ms (every request brings its own schema, so this is paid per request), the
+per-token bitmask costs about 20 us, and applying a mask to the logits costs the same
+for both (about 0.2 ms on the CPU for 262k logits, which dominates there); and its wheel
+brings no torch or triton. It is driven row by row as an mlx_lm logits processor, so a
+constrained request can sit in a batch beside unconstrained ones: only its own row is
+masked.
 
 The processor pairs calls with tokens the way core.engines.sampling's recorder does: each
 call samples the request's next token, and (after the first) the last token of the
@@ -58,9 +60,13 @@ class Grammars:
         import llguidance.hf
 
         if self._ll is None:
-            hf = getattr(self._tokenizer, "_tokenizer", self._tokenizer)
-            self._ll = llguidance.hf.from_tokenizer(hf, n_vocab=self._vocab_size,
-                                                    eos_token=self._eos)
+            hf = getattr(self._tokenizer, "_tokenizer", self._tokenizer)  # mlx_lm's wrapper
+            try:
+                self._ll = llguidance.hf.from_tokenizer(hf, n_vocab=self._vocab_size,
+                                                        eos_token=self._eos)
+            except ValueError as exc:  # a slow (Python) tokenizer
+                raise ValueError(f"response_format: this model's tokenizer cannot drive a "
+                                 f"grammar ({exc})") from None
         try:
             grammar = llguidance.LLMatcher.grammar_from_json_schema(
                 schema, defaults={"whitespace_flexible": False})
