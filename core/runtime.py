@@ -589,7 +589,14 @@ class Runtime:
 
     def worker_status(self) -> list[WorkerStatus]:
         utility = self._chat.utility.status() if self._chat is not None else None
-        vision = self._chat.captioner.status() if self._chat is not None else None
+        if self._chat is not None:
+            vision = self._chat.captioner.status()
+        elif getattr(self.settings, "vision_model", None):  # listed before its first use
+            from core.vision.captions import Captioner
+
+            vision = Captioner(lambda: self.settings).status()
+        else:
+            vision = None
         return (self.pool.status() + ([utility] if utility is not None else [])
                 + ([vision] if vision is not None else []) + self.tools.mcp.status())
 

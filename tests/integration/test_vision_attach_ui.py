@@ -44,3 +44,27 @@ async def test_dropped_path_corrupt_image_and_reopen(tmp_path: Path) -> None:
         assert order[card + 1] == "MessageView"
         views = main.chat.views
         assert views[-2].message_id is not None and card == len(order) - 3
+
+
+async def test_the_worker_pane_lists_the_vision_model_with_its_state(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from tui.widgets.worker_pane import WorkerPane, status_table
+
+    app = docs_app()
+    async with app.run_test(size=(120, 30)) as pilot:
+        await ready(pilot)
+        app.runtime.settings.vision_model = str(tmp_path / "tiny-llava")
+        app.runtime.settings.vision_idle_unload_s = 120
+        await pilot.press("f4")
+        pane = app.main.query_one(WorkerPane)
+        assert pane.display
+        console = Console(width=110, record=True)
+
+        def shown() -> str:  # what the pane draws: its table of the rows it reads
+            console.print(status_table(pane._read()))
+            return console.export_text()
+
+        await wait_until(pilot, lambda: "tiny-llava (vision)" in shown())
+        line = next(t for t in shown().splitlines() if "tiny-llava (vision)" in t)
+        assert "unloaded" in line, line  # loaded on the first image, not before
