@@ -91,3 +91,20 @@ def test_dropped_paths(tmp_path: Path) -> None:
     assert dropped_image_paths(f"what is in {b}?") == []
     assert dropped_image_paths(str(tmp_path / "gone.png")) == []
     assert dropped_image_paths("") == []
+
+
+def test_huge_images_are_scaled_to_the_default_side_and_heic_needs_its_package(
+        tmp_path: Path) -> None:
+    big = prepare_image(make_image(tmp_path / "wide.png", 3000, 1500), max_bytes=20 * MB,
+                        folder=tmp_path)
+    assert (big.width, big.height) == (3000, 1500)
+    assert (big.stored_width, big.stored_height) == (1024, 512)
+    heic = tmp_path / "iphone.heic"
+    heic.write_bytes(b"\x00\x00\x00\x18ftypheic" + b"\x00" * 64)
+    result = prepare_image(heic, max_bytes=MB, folder=tmp_path)
+    try:
+        import pillow_heif  # noqa: F401
+    except ImportError:  # this machine: HEIC is refused with what to install
+        assert result.code == "UNSUPPORTED_TYPE" and "pip install pillow-heif" in result.message
+    else:  # with the package a broken HEIC is a corrupt file, not a crash
+        assert result.code == "CORRUPT"
