@@ -12,13 +12,15 @@ import shlex
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from core.vision import is_image
-
 
 def dropped_image_paths(text: str) -> list[str]:
     """The image paths `text` consists of, or [] when it is anything else."""
     text = text.strip()
-    if not text or "\n" in text and not all(line.strip() for line in text.splitlines()):
+    if not text.startswith(("/", "~", "'", '"', "file://", "./", "../")):
+        return []  # not a path: an ordinary message costs nothing here
+    from core.vision import is_image  # the vision layer loads after the first frame
+
+    if "\n" in text and not all(line.strip() for line in text.splitlines()):
         return []
     try:
         words = shlex.split(text.replace("\n", " "))
