@@ -297,7 +297,15 @@ class VisionWorker:
             return await future
         except asyncio.CancelledError:
             if self._pending.pop(request_id, None) is not None:
-                self._fail(VisionError("CANCELLED", "Stopped to cancel another image."))
+                # Decoding cannot be interrupted from here: the process goes (a person's
+                # cancel, not a failure: the pane shows it unloaded, not failed).
+                for other, _ in self._pending.values():
+                    if not other.done():
+                        other.set_exception(VisionError(
+                            "CANCELLED", "The vision model was stopped to cancel another "
+                            "image; send again."))
+                self._pending.clear()
+                self._kill()
             raise
 
     def status(self):

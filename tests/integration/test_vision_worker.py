@@ -24,7 +24,7 @@ def tiny_vlm(tmp_path_factory) -> Path:
     return build_tiny_llava(tmp_path_factory.mktemp("vlm") / "tiny-llava")
 
 
-async def test_load_on_first_use_caption_idle_unload_and_reload(tiny_vlm: Path,
+async def test_load_on_first_use_caption_idle_unload_reload_and_cancel(tiny_vlm: Path,
                                                                 tmp_path: Path) -> None:
     assert is_vlm_dir(tiny_vlm) and not is_vlm_dir(tmp_path)
     stored = prepare_image(make_image(tmp_path / "p.png"), max_bytes=1 << 20, folder=tmp_path)
@@ -53,6 +53,17 @@ async def test_load_on_first_use_caption_idle_unload_and_reload(tiny_vlm: Path,
         again = await worker.caption([stored.path], "Describe it.", max_tokens=8)
         assert again == caption, "greedy decoding of the same image gives the same caption"
         assert worker.loads == 2 and worker.pid != first_pid
+        # Cancelling a caption mid-decode stops the process (a cancel, not a failure).
+        second_pid = worker.pid
+        task = asyncio.ensure_future(worker.caption([stored.path], "Describe it.",
+                                                    max_tokens=4000))
+        while not worker._pending:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert wait_gone([second_pid], 5) == []
+        assert worker.state == "unloaded" and worker.error is None
     finally:
         await worker.shutdown()
     assert worker.pid is None
@@ -137,3 +148,4 @@ async def test_a_vision_chat_model_gets_the_image_itself(tiny_vlm: Path, tmp_pat
         assert rt.chat.captioner.worker is None, "no caption is made for a model that sees"
     finally:
         await rt.close()
+
