@@ -59,7 +59,7 @@ def test_guide_hub(snap_compare, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_guide_reasoning_reply_with_a_tool_call(snap_compare) -> None:
     seed_conversations(CONVERSATIONS)
-    call = {"name": "search_conversations", "arguments": {"query": "sourdough"}}
+    call = {"name": "search_conversations", "arguments": {"query": "bread"}}  # one hit: a stable picture
     first = ("<think>The user baked bread with me before; the notes are in an earlier chat, "
              "so search the conversations.</think>Let me look that up.\n"
              f"<tool_call>\n{json.dumps(call)}\n</tool_call>")
