@@ -22,7 +22,7 @@ import aiohttp
 from core.config import RemoteEndpoint
 from core.engines.base import GenerationRequest
 from core.events import Done, Error, Event, ReasoningDelta, TextDelta, ToolCall, Usage
-from core.server.wire import error_event_for, request_body
+from core.openai_wire import error_event_for, request_body
 
 
 @dataclass

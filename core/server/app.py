@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from core.events import Done, Error, Event, Logprobs, ReasoningDelta, TextDelta, ToolCall, Usage
+from core.openai_wire import tool_call_body
 from core.remote.backend import Backend, event_batches
 from core.server.connections import ServeLimits, busy_middleware
 from core.server.embeddings import EMBEDDING_MODELS, MAX_INPUTS, EmbeddingService
@@ -40,7 +41,6 @@ from core.server.wire import (
     api_error_for,
     finish_for,
     parse_chat,
-    tool_call_body,
     usage_body,
 )
 

@@ -145,3 +145,9 @@ def test_the_rules_see_a_real_circle_and_a_reach_in() -> None:
     assert any(e.source == "tui.app" and e.target.startswith("tui.screens") for e in EDGES)
     assert _core_package("core.hub.cli") == "core.hub"
     assert _core_package("core.runtime") is None
+
+
+def test_the_remote_backend_never_reaches_up_into_the_server() -> None:
+    """core.remote and core.server share wire helpers from core.openai_wire, below both."""
+    assert [f"{e.source}:{e.line}" for e in EDGES
+            if e.source.startswith("core.remote") and e.target.startswith("core.server")] == []

@@ -10,11 +10,12 @@ import pytest
 from core.config import RemoteEndpoint, Sampling, Settings
 from core.engines.base import GenerationRequest
 from core.events import Error
+from core.openai_wire import error_event_for, request_body
 from core.remote import remote_models
 from core.remote.refs import remote_model_string, remote_ref
 from core.server.cli import main as serve_main
 from core.server.handle import is_loopback
-from core.server.wire import ApiError, error_event_for, parse_chat, request_body
+from core.server.wire import ApiError, parse_chat
 
 HI = [{"role": "user", "content": "hi"}]
 
