@@ -14,7 +14,11 @@ TTFT is the client's: from sending the request to the first streamed text that i
 whitespace (what a person sees; ours drops a reply's leading blank lines, the peer streams
 them, so counting them would time different things). Per scenario
 and turn kind (turn1, later, regenerate, edit) it reports TTFT p50/p95, the prompt and
-cached token counts the server reported, and ours/peer figures: `*_vs_peer` for
+cached token counts the server reported, `new_tokens_p50` (what had to be prefilled:
+mlx_lm.server re-tokenises the replies a client sends back, we keep the ids they were
+generated as; with the random models' padded vocabulary that gap is wide, with a real
+tokenizer far narrower, so regenerate and edit, where both prefill the same few tokens,
+are the like-for-like rows), and ours/peer figures: `*_vs_peer` for
 latencies (lower is better), `*_ratio` for tok/s (higher is better). (a) and (b) run
 through the in-process Runtime too (the TUI's path: store, pool, worker), where the
 engine's own TTFT shows what the pool and HTTP add. `targets` checks issue 20's goals.
