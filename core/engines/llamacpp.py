@@ -17,6 +17,7 @@ from typing import Any
 
 from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, SamplingParams
 from core.engines.base_prompt import BaseFormat, base_format, effective_repetition_penalty
+from core.engines.llama_lookup import Penalties, lookup_stream
 from core.engines.llama_params import load_llama
 from core.engines.llama_sampling import (
     Unsupported,
@@ -24,6 +25,7 @@ from core.engines.llama_sampling import (
     logprob_stream,
     penalty_window,
 )
+from core.engines.speculative import Acceptance, speculable
 from core.engines.templates import fallback_template, template_stops
 from core.events import Done, Error, Event, Logprobs, TextDelta, Usage
 from core.parsing.stops import StopMatcher
@@ -109,6 +111,9 @@ class LlamaCppEngine:
             stop_token_ids=[self._llm.token_eos()],
         )
         self._spec = spec
+        # Prompt-lookup drafting for greedy requests; `acceptance` is the last one's record.
+        self.speculative = bool(spec.option("speculative", True))
+        self.acceptance: Acceptance | None = None
         self._queue: deque[GenerationRequest] = deque()
         self._active: _Active | None = None
         self._out: list[tuple[str, list[Event]]] = []
@@ -214,6 +219,13 @@ class LlamaCppEngine:
                 self._llm, tokens, top=s.top_logprobs, max_tokens=min(s.max_tokens, budget),
                 stop=stop, sampling=dict(options, temp=s.temperature, top_p=s.top_p,
                                          top_k=s.top_k, min_p=s.min_p, repeat_penalty=penalty))
+        elif self.speculative and speculable(s) and not s.logit_bias:  # core.engines.llama_lookup
+            self.acceptance = Acceptance()
+            stream = lookup_stream(
+                self._llm, tokens, max_tokens=min(s.max_tokens, budget), stop=stop,
+                penalties=Penalties(self._llm.last_n_tokens_size, penalty,
+                                    s.frequency_penalty, s.presence_penalty),
+                acceptance=self.acceptance)
         else:
             stream = self._llm.create_completion(
                 prompt=tokens,

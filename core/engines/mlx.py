@@ -39,7 +39,12 @@ os.environ.setdefault("MLX_CUDA_USE_CUDNN_SDPA", "0")
 
 import mlx.core as mx  # noqa: E402
 from mlx_lm.generate import BatchGenerator, GenerationBatch, generation_stream  # noqa: E402
-from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache  # noqa: E402
+from mlx_lm.models.cache import (  # noqa: E402
+    BatchKVCache,
+    KVCache,
+    RotatingKVCache,
+    make_prompt_cache,
+)
 
 from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, SamplingParams  # noqa: E402
 from core.engines.base_prompt import base_format, effective_repetition_penalty  # noqa: E402
@@ -53,6 +58,13 @@ from core.engines.sampling import (  # noqa: E402
     vocab_size,
 )
 from core.engines.select import SelectionError, check_mlx_dir, check_safetensors  # noqa: E402
+from core.engines.speculative import (  # noqa: E402
+    MAX_DRAFT,
+    Acceptance,
+    NgramDrafter,
+    accepted,
+    speculable,
+)
 from core.events import Done, Error, Event, Logprobs, TextDelta, Usage  # noqa: E402
 from core.parsing.stops import StopMatcher  # noqa: E402
 
@@ -122,6 +134,8 @@ class _Request:
     raw: str = ""  # everything generated, stop strings and end-of-turn included
     marks: tuple[tuple[int, int], ...] = ()  # exact text/token boundaries in the prompt
     trim_start: bool = False  # drop the reply's leading whitespace (base-model prompts)
+    spec: Acceptance | None = None  # prompt-lookup drafting (alone and greedy only)
+    drafter: NgramDrafter | None = None
 
 
 @dataclass
@@ -268,6 +282,8 @@ class MlxEngine:
         self._stream = generation_stream
         self._steps = 0
         self.eager_first_token = True
+        self.speculative = bool(spec.option("speculative", True))  # core.engines.speculative
+        self.acceptance: Acceptance | None = None  # the last speculating request's record
         self._bg = self._new_batch_generator()
         # Prefill shapes cost a compilation the first time only on a GPU (CUDA, Metal).
         on_gpu = mx.default_device().type == mx.DeviceType.gpu
@@ -522,6 +538,8 @@ class MlxEngine:
     def _step_single(self, out: dict[str, list[Event]]) -> None:
         s = self._single
         assert s is not None
+        if s.act.first_token_at is not None and self._speculating(s.act) and self._speculate(s, out):
+            return
         events: list[Event] = []
         if s.act.first_token_at is None and self.eager_first_token:
             # The first token is read and handed out before the next pass is queued:
@@ -549,6 +567,99 @@ class MlxEngine:
             self._remember(s.act, self._fed_tokens(s), s.cache)
         elif len(s.act.generated) % 256 == 0:
             _trim_buffer_cache()
+        out[s.act.req.request_id] = events
+
+    def _speculating(self, act: _Request) -> bool:
+        """Whether this lone request drafts (decided on its first step, then kept up to date)."""
+        if act.spec is None:
+            act.spec = Acceptance()
+            act.spec.on = (self.speculative and act.sampler is greedy
+                           and speculable(act.req.sampling))
+            if act.spec.on:
+                act.drafter = NgramDrafter(act.prompt)
+                self.acceptance = act.spec
+        if not act.spec.on or act.drafter is None:
+            return False
+        behind = len(act.prompt) + len(act.generated) - len(act.drafter.tokens)
+        if behind:  # tokens decoded since the last lookup (in a batch, or plain steps)
+            act.drafter.extend(act.generated[-behind:])
+        return True
+
+    def _speculate(self, s: _Single, out: dict[str, list[Event]]) -> bool:
+        """One prompt-lookup step (core.engines.speculative): feed the last token plus the
+        drafted ones in one pass, keep the drafts the greedy argmax confirms and the
+        model's own next token, trim the rejected ones off the cache. Leaves `s` with its
+        last token handed out but not fed (`emitted`), the state the plain path resumes
+        from. False when nothing was done (the plain step runs instead)."""
+        act = s.act
+        events: list[Event] = []
+        if not s.emitted:  # the plain path's queued token: hand it out first
+            token = s.y.item()
+            s.emitted = True
+            act.drafter.extend([token])
+            finish = self._take_token(act, token, events)
+            if finish is not None:
+                self._end_single(s, finish, events, out)
+                return True
+        draft = act.drafter.draft(min(MAX_DRAFT, act.max_tokens - len(act.generated)))
+        if draft and not all(_rewindable(c, len(draft) + 1) for c in s.cache):
+            draft = []  # a sliding window past its size cannot take drafts back
+            act.spec.miss()
+            if events:  # the plain step would read a token nobody queued: queue it here
+                with mx.stream(self._stream):
+                    s.y = self._advance(s)
+                s.emitted = False
+                out[act.req.request_id] = events
+                return True
+            return False
+        fed = [act.generated[-1], *draft]
+        with mx.stream(self._stream):
+            logits = self._model(mx.array(fed)[None], cache=s.cache)
+            if s.context is None:
+                predicted = mx.argmax(logits[0], axis=-1).tolist()
+            else:  # each row's penalties see the history as it would be at that row
+                rows = []
+                for j in range(len(fed)):
+                    row = logits[:, j, :]
+                    context = mx.concatenate([s.context, mx.array(fed[:j + 1])])
+                    for processor in act.processors:
+                        row = processor(context, row)
+                    rows.append(mx.argmax(row, axis=-1))
+                predicted = mx.concatenate(rows).tolist()
+        n = accepted(draft, predicted)
+        act.spec.record(len(draft), n)
+        kept = [*draft[:n], predicted[n]]
+        for i, token in enumerate(kept):
+            finish = self._take_token(act, token, events)
+            if finish is not None or i == n:
+                # the cache keeps every token before this one, and this one too when it
+                # is a draft that ends the reply (it was fed in this pass)
+                keep = i + 2 if i < n else i + 1
+                for layer in s.cache:
+                    layer.trim(len(fed) - keep)
+                s.emitted = keep == i + 1
+                if s.context is not None:
+                    s.context = mx.concatenate([s.context, mx.array(fed[:keep])])
+                break
+        act.drafter.extend(act.generated[len(act.drafter.tokens) - len(act.prompt):])
+        s.y = mx.array(act.generated[-1:])
+        if finish is not None:
+            self._end_single(s, finish, events, out)
+        else:
+            out[act.req.request_id] = events
+        return True
+
+    def _end_single(self, s: _Single, finish: str, events: list[Event],
+                    out: dict[str, list[Event]]) -> None:
+        if s.emitted:  # feed the last token, as the plain path does, so the cache that
+            # the prefix cache keeps covers the whole reply (the next turn reuses it)
+            with mx.stream(self._stream):
+                self._model(s.y[None], cache=s.cache)
+                mx.eval([c.state for c in s.cache])
+            s.emitted = False
+        self._single = None
+        self._finish(s.act, finish, events)
+        self._remember(s.act, self._fed_tokens(s), s.cache)
         out[s.act.req.request_id] = events
 
     def _advance(self, s: _Single) -> mx.array:
@@ -915,6 +1026,14 @@ _ONE_PASS_TAIL = 32
 # 1..this many padded up to a multiple of _TAIL_STEP (a lone token stays one token).
 _PREFILL_QUANTUM = 256
 _TAIL_STEP = 32
+
+
+def _rewindable(layer: Any, n: int) -> bool:
+    """Whether `n` tokens fed to this cache layer can be trimmed off again: a plain KV
+    cache always; a sliding window (RotatingKVCache) only while it has not wrapped."""
+    if type(layer) is KVCache:
+        return True
+    return type(layer) is RotatingKVCache and layer.offset + n < layer.max_size
 
 
 def _tail_bucket(n: int) -> int:

@@ -1,0 +1,115 @@
+"""Prompt-lookup speculative decoding gives exactly the tokens plain greedy decoding gives,
+on the tiny MLX model (alone, with penalties, and beside a batch) and on the bundled Gemma
+through llama.cpp (whose base-model default repetition penalty is on)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from core.engines.base import GenerationRequest, ModelSpec, SamplingParams
+from core.engines.llamacpp import LlamaCppEngine
+from core.engines.mlx import MlxEngine
+from core.events import Done, TextDelta, Usage
+from tests.fixtures.mlx_models import QWEN3_SHAPE, build_model_dir
+
+COPY = "def main(): return sum(x * x for x in range(10))"  # the random model loops on it
+
+
+def ask(text: str, rid: str, **sampling) -> GenerationRequest:
+    sp = SamplingParams(**{"temperature": 0.0, "max_tokens": 64, **sampling})
+    return GenerationRequest(rid, ({"role": "user", "content": text},), sp)
+
+
+def run(engine, *requests: GenerationRequest) -> dict[str, list]:
+    for r in requests:
+        engine.submit(r)
+    events: dict[str, list] = defaultdict(list)
+    while engine.has_work():
+        for rid, evs in engine.step():
+            events[rid].extend(evs)
+    return events
+
+
+def reply(evs: list) -> tuple[str, int, str]:
+    usage = next(e for e in evs if isinstance(e, Usage))
+    done = next(e for e in evs if isinstance(e, Done))
+    return "".join(e.text for e in evs if isinstance(e, TextDelta)), usage.completion_tokens, \
+        done.finish_reason
+
+
+@pytest.fixture(scope="module")
+def mlx_engine(tmp_path_factory):
+    path: Path = build_model_dir(tmp_path_factory.mktemp("qwen3-spec"), QWEN3_SHAPE)
+    eng = MlxEngine(ModelSpec(str(path), "mlx", context_size=2048,
+                              options=(("max_concurrency", 4), ("warmup_batch_sizes", (1, 2)))))
+    yield eng
+    eng.close()
+
+
+def both_ways(engine, *requests: GenerationRequest) -> tuple[dict, dict]:
+    out = []
+    for on in (False, True):
+        engine.speculative = on
+        if isinstance(engine, MlxEngine):
+            engine._prefix.clear()
+        else:
+            engine._llm.reset()
+        out.append({rid: reply(evs) for rid, evs in run(engine, *requests).items()})
+    engine.speculative = True
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize("sampling", [
+    {}, {"repetition_penalty": 1.1, "repetition_context_size": 8},
+    {"presence_penalty": 0.2, "presence_context_size": 4, "logit_bias": ((7, 2.0),)},
+    {"max_tokens": 30}])
+def test_mlx_drafts_change_no_token_of_a_lone_greedy_reply(mlx_engine, sampling) -> None:
+    mlx_engine.acceptance = None
+    plain, drafted = both_ways(mlx_engine, ask(COPY, "a", **sampling))
+    assert drafted == plain
+    record = mlx_engine.acceptance
+    assert record is not None and record.drafted > 0
+    if not sampling:  # the random model loops, so its own history predicts it well
+        assert record.accepted > record.drafted // 2
+
+
+def test_mlx_batched_requests_decode_as_before_and_do_not_draft(mlx_engine) -> None:
+    requests = [ask(COPY, "a"), ask("The quick brown fox", "b", max_tokens=20),
+                ask("hello", "c", temperature=0.9, seed=3, max_tokens=10)]
+    mlx_engine.acceptance = None
+    plain, drafted = both_ways(mlx_engine, *requests)
+    assert drafted == plain
+    # "a" outlives the others and drafts once it is alone again; none drafted in the batch
+    assert mlx_engine.acceptance is not None
+    assert mlx_engine.acceptance.drafted + mlx_engine.acceptance.accepted < 2 * (64 - 20)
+
+
+def test_mlx_a_sampled_request_never_drafts(mlx_engine) -> None:
+    mlx_engine.acceptance = None
+    run(mlx_engine, ask(COPY, "a", temperature=0.8, seed=1))
+    assert mlx_engine.acceptance is None
+
+
+def test_llamacpp_drafts_change_no_token_and_are_accepted_on_a_copy_prompt(bundled_gguf) -> None:
+    # The base model's transcript format with its default repetition penalty (replayed per
+    # drafted position by llama_lookup.Penalties). Not exact in general: llama.cpp's CPU
+    # kernels give a many-token pass logits that differ in the last bits from one-token
+    # passes, so a near-tied position can flip (seen at token ~25 of this paragraph in
+    # Gemma's own turns format); the README says so.
+    engine = LlamaCppEngine(ModelSpec(str(bundled_gguf), "llamacpp", context_size=1024))
+    try:
+        text = ("Fix the typos in this paragraph: Teh quick brwon fox jumpd over teh lazy dgo. "
+                "It was a sunny day and the fox was very hapy to be outsdie in the feilds. "
+                "Later, it ran bakc to its den near the rivr, where its famly was wating.")
+        plain, drafted = both_ways(engine, ask(text, "a", max_tokens=28))
+        assert drafted == plain
+        assert engine.base_model  # so the default repetition penalty applied both ways
+        assert engine.acceptance is not None and engine.acceptance.accepted > 10
+        # a stop string met inside an accepted draft ends the reply at the same place
+        plain, drafted = both_ways(engine, ask(text, "a", max_tokens=28, stop=("den",)))
+        assert drafted == plain and plain["a"][2] == "stop" and "den" not in plain["a"][0]
+    finally:
+        engine.close()
