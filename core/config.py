@@ -108,6 +108,8 @@ class Settings:
     theme: str = "llmdeck-dark"
     replicas: int = 0  # workers per model; 0 = the engine's default (llama.cpp 2, MLX 1)
     idle_unload_minutes: float = 0  # unload an idle model to free memory; 0 = never
+    # Prompt-lookup drafts for a lone greedy reply (core.engines.speculative); read at load.
+    speculative: bool = True
     sampling: Sampling = field(default_factory=Sampling)
     remotes: list[RemoteEndpoint] = field(default_factory=list)
     tools_enabled: bool = True  # offer tools to models whose output format has tool calls

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from core.config import Settings
 from core.engines.base import GenerationRequest, ModelSpec, SamplingParams
 from core.engines.llamacpp import LlamaCppEngine
 from core.engines.mlx import MlxEngine
@@ -40,11 +41,17 @@ def reply(evs: list) -> tuple[str, int, str]:
         done.finish_reason
 
 
+OPTIONS = (("max_concurrency", 4), ("warmup_batch_sizes", (1, 2)))
+
+
 @pytest.fixture(scope="module")
-def mlx_engine(tmp_path_factory):
-    path: Path = build_model_dir(tmp_path_factory.mktemp("qwen3-spec"), QWEN3_SHAPE)
-    eng = MlxEngine(ModelSpec(str(path), "mlx", context_size=2048,
-                              options=(("max_concurrency", 4), ("warmup_batch_sizes", (1, 2)))))
+def mlx_dir(tmp_path_factory) -> Path:
+    return build_model_dir(tmp_path_factory.mktemp("qwen3-spec"), QWEN3_SHAPE)
+
+
+@pytest.fixture(scope="module")
+def mlx_engine(mlx_dir):
+    eng = MlxEngine(ModelSpec(str(mlx_dir), "mlx", context_size=2048, options=OPTIONS))
     yield eng
     eng.close()
 
@@ -91,6 +98,20 @@ def test_mlx_a_sampled_request_never_drafts(mlx_engine) -> None:
     mlx_engine.acceptance = None
     run(mlx_engine, ask(COPY, "a", temperature=0.8, seed=1))
     assert mlx_engine.acceptance is None
+
+
+def test_the_speculative_setting_turns_drafting_off(mlx_dir, tmp_path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("speculative = false\n", encoding="utf-8")
+    settings = Settings.load(config)
+    assert settings.speculative is False and not settings.problems
+    engine = MlxEngine(ModelSpec(str(mlx_dir), "mlx", context_size=2048,
+                                 options=(*OPTIONS, ("speculative", settings.speculative))))
+    try:
+        run(engine, ask(COPY, "a"))
+        assert engine.acceptance is None
+    finally:
+        engine.close()
 
 
 def test_llamacpp_drafts_change_no_token_and_are_accepted_on_a_copy_prompt(bundled_gguf) -> None:
