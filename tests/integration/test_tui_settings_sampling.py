@@ -60,3 +60,19 @@ async def test_sampling_fields_are_checked_then_saved_to_toml_and_used() -> None
 def test_a_blank_seed_is_random_and_saves_as_minus_one() -> None:
     assert form.seed("") == -1 and form.seed(" 7 ") == 7
     assert Settings().sampling.to_params().seed is None
+
+
+async def test_the_speculative_switch_saves_to_toml() -> None:
+    app = scripted_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await pilot.press("f3")
+        await pilot.pause(0.2)
+        switch = app.screen.query_one("#set-speculative")
+        assert switch.value is True  # on by default
+        switch.focus()
+        await pilot.press("space")
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: isinstance(app.screen, MainScreen))
+        assert tomllib.loads(paths.config_path().read_text())["speculative"] is False
+    assert Settings.load().speculative is False

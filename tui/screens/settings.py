@@ -41,7 +41,7 @@ FIELDS = NUMERIC + TOOL_NUMERIC
 
 class SettingsScreen(ModalScreen[bool]):
     """Edit and save the settings; dismisses True when the model must reload (context size
-    changed), False otherwise."""
+    or speculative decoding changed), False otherwise."""
 
     DEFAULT_CLASSES = "dialog-screen"
 
@@ -69,6 +69,11 @@ class SettingsScreen(ModalScreen[bool]):
                     yield Label(label, classes="field-label")
                     yield Input(str(values[name]), id=f"set-{name}", classes="field-input")
                 yield Static("", id=f"why-{name}", classes="field-error")
+            with Horizontal(classes="field"):
+                yield Label("Speculative decoding", classes="field-label")
+                yield Switch(s.speculative, id="set-speculative")
+            yield Static("Replies at temperature 0 guess ahead from the conversation "
+                         "(same words, faster copies); the model reloads.", classes="field-hint")
             with Horizontal(classes="field"):
                 yield Label("Theme", classes="field-label")
                 theme = s.theme if s.theme in THEME_NAMES else THEME_NAMES[0]
@@ -154,6 +159,9 @@ class SettingsScreen(ModalScreen[bool]):
         runtime = self.app.runtime  # type: ignore[attr-defined]
         s = runtime.settings
         context_changed = values.context_size != s.context_size
+        speculative = self.query_one("#set-speculative", Switch).value
+        speculative_changed = speculative != s.speculative  # read when the model loads
+        s.speculative = speculative
         s.sampling.temperature = values.temperature
         s.sampling.top_p = values.top_p
         s.sampling.top_k = values.top_k
@@ -182,8 +190,9 @@ class SettingsScreen(ModalScreen[bool]):
             self.notify(f"Could not write the config file: {exc}. Check the folder is writable.",
                         title="Not saved", severity="error")
             return
-        note = " Reloading the model for the new context size." if context_changed else ""
+        note = (" Reloading the model for the new context size." if context_changed
+                else " Reloading the model." if speculative_changed else "")
         if memory_changed and runtime.tools.sandbox.pid is not None:
             note += " The Python memory limit applies when the sandbox next starts."
         self.notify("Settings saved." + note, timeout=4)
-        self.dismiss(context_changed)
+        self.dismiss(context_changed or speculative_changed)
