@@ -94,6 +94,44 @@ def test_mlx_batched_requests_decode_as_before_and_do_not_draft(mlx_engine) -> N
     assert mlx_engine.acceptance.drafted + mlx_engine.acceptance.accepted < 2 * (64 - 20)
 
 
+def joined_midway(engine, steps: int) -> dict[str, tuple]:
+    """A runs alone for `steps` steps, then B arrives and both share the batch."""
+    engine._prefix.clear()
+    engine.submit(ask(COPY, "a"))
+    events: dict[str, list] = defaultdict(list)
+    for _ in range(steps):
+        for rid, evs in engine.step():
+            events[rid].extend(evs)
+    for rid, evs in run(engine, ask("The quick brown fox", "b", max_tokens=12)).items():
+        events[rid].extend(evs)
+    return {rid: reply(evs) for rid, evs in events.items()}
+
+
+def test_mlx_a_drafting_request_joins_a_batch_midway_and_its_reply_is_unchanged(mlx_engine):
+    mlx_engine.speculative = False
+    plain = joined_midway(mlx_engine, 6)
+    mlx_engine.speculative = True
+    mlx_engine.acceptance = None
+    drafted = joined_midway(mlx_engine, 6)
+    assert drafted == plain
+    assert mlx_engine.acceptance is not None and mlx_engine.acceptance.accepted > 0
+
+
+def test_mlx_a_cancel_while_drafting_keeps_the_cache_for_the_next_turn(mlx_engine) -> None:
+    mlx_engine._prefix.clear()
+    mlx_engine.submit(ask(COPY, "a"))
+    events: list = []
+    for _ in range(16):
+        for _rid, evs in mlx_engine.step():
+            events += evs
+    mlx_engine.cancel("a")
+    events += run(mlx_engine)["a"]
+    assert isinstance(events[-1], Done) and events[-1].finish_reason == "cancelled"
+    assert mlx_engine.acceptance is not None and mlx_engine.acceptance.drafted > 0
+    again = run(mlx_engine, ask(COPY, "a2", max_tokens=4))["a2"]
+    assert next(e for e in again if isinstance(e, Usage)).cached_tokens > 0
+
+
 def test_mlx_a_sampled_request_never_drafts(mlx_engine) -> None:
     mlx_engine.acceptance = None
     run(mlx_engine, ask(COPY, "a", temperature=0.8, seed=1))
