@@ -604,6 +604,7 @@ class MlxEngine:
         draft = act.drafter.draft(min(MAX_DRAFT, act.max_tokens - len(act.generated)))
         if draft and not all(_rewindable(c, len(draft) + 1) for c in s.cache):
             draft = []  # a sliding window past its size cannot take drafts back
+        if not draft:
             act.spec.miss()
             if events:  # the plain step would read a token nobody queued: queue it here
                 with mx.stream(self._stream):
