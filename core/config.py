@@ -110,6 +110,7 @@ class Settings:
     idle_unload_minutes: float = 0  # unload an idle model to free memory; 0 = never
     # Prompt-lookup drafts for a lone greedy reply (core.engines.speculative); read at load.
     speculative: bool = True
+    draft_model: str | None = None  # an MLX model folder of the same family: guesses on MLX
     sampling: Sampling = field(default_factory=Sampling)
     remotes: list[RemoteEndpoint] = field(default_factory=list)
     tools_enabled: bool = True  # offer tools to models whose output format has tool calls

@@ -459,7 +459,8 @@ class Runtime:
         self.model.label = label if label != bundled.BUNDLED_CHAT_NAME else bundled.BUNDLED_CHAT_LABEL
         engine = s.engine or await asyncio.to_thread(engine_for, path)
         return ModelSpec(path=str(path), engine=engine, context_size=s.context_size,
-                         options=(("speculative", bool(s.speculative)),))
+                         options=(("speculative", bool(s.speculative)),
+                                  ("draft_model", s.draft_model if engine == "mlx" else None)))
 
     async def _use_remote(self, endpoint_name: str, model: str) -> bool:
         """Point generations at a remote endpoint; nothing loads locally."""

@@ -135,6 +135,8 @@ class _Request:
     marks: tuple[tuple[int, int], ...] = ()  # exact text/token boundaries in the prompt
     trim_start: bool = False  # drop the reply's leading whitespace (base-model prompts)
     spec: Acceptance | None = None  # prompt-lookup drafting (alone and greedy only)
+    draft_cache: list[Any] | None = None  # the draft model's KV (when one is loaded) ...
+    draft_fed: int = 0  # ... holding this many tokens of prompt + generated
     drafter: NgramDrafter | None = None
 
 
@@ -284,6 +286,7 @@ class MlxEngine:
         self.eager_first_token = True
         self.speculative = bool(spec.option("speculative", True))  # core.engines.speculative
         self.acceptance: Acceptance | None = None  # the last speculating request's record
+        self._draft_model = self._load_draft(spec.option("draft_model"))
         self._bg = self._new_batch_generator()
         # Prefill shapes cost a compilation the first time only on a GPU (CUDA, Metal).
         on_gpu = mx.default_device().type == mx.DeviceType.gpu
@@ -601,11 +604,16 @@ class MlxEngine:
             if finish is not None:
                 self._end_single(s, finish, events, out)
                 return True
-        draft = act.drafter.draft(min(MAX_DRAFT, act.max_tokens - len(act.generated)))
-        if draft and not all(_rewindable(c, len(draft) + 1) for c in s.cache):
-            draft = []  # a sliding window past its size cannot take drafts back
+        k = min(MAX_DRAFT, act.max_tokens - len(act.generated))
+        if not all(_rewindable(c, k + 1) for c in s.cache):
+            k = 0  # a sliding window past its size cannot take drafts back
+        draft = act.drafter.draft(k) if k else []
+        by_model = not draft and self._draft_model is not None and k > 0
+        if by_model:  # nothing to look up: the draft model guesses
+            draft = self._model_draft(act, min(k, _MODEL_DRAFT))
         if not draft:
-            act.spec.miss()
+            if not by_model:
+                act.spec.miss()
             if events:  # the plain step would read a token nobody queued: queue it here
                 with mx.stream(self._stream):
                     s.y = self._advance(s)
@@ -629,6 +637,11 @@ class MlxEngine:
                 predicted = mx.concatenate(rows).tolist()
         n = accepted(draft, predicted)
         act.spec.record(len(draft), n)
+        if by_model:  # its cache keeps the drafts it fed that were accepted
+            fed_ok = min(n, len(draft) - 1)
+            for layer in act.draft_cache or ():
+                layer.trim(len(draft) - 1 - fed_ok)
+            act.draft_fed += fed_ok
         kept = [*draft[:n], predicted[n]]
         for i, token in enumerate(kept):
             finish = self._take_token(act, token, events)
@@ -649,6 +662,45 @@ class MlxEngine:
         else:
             out[act.req.request_id] = events
         return True
+
+    def _load_draft(self, path: str | None) -> Any:
+        """The draft model named by the "draft_model" option (None without one); it must
+        share the model's vocabulary, since its token ids are checked as the model's."""
+        if not path:
+            return None
+        model, tokenizer, config = _load(Path(path))
+        if (vocab_size(config, tokenizer) != self._vocab_size
+                or tokenizer.vocab != self._tokenizer.vocab):
+            raise EngineLoadError(
+                "LOAD_FAILED",
+                f"The draft model {Path(path).name} has another vocabulary than this model; "
+                "pick a draft model of the same family (same tokenizer).")
+        return model
+
+    def _model_draft(self, act: _Request, k: int) -> list[int]:
+        """Up to `k` greedy tokens from the draft model after the history (prompt +
+        generated); its own cache first catches up on whatever it has not seen. Leaves
+        `draft_fed` at the history's length (the caller adds the accepted drafts)."""
+        history = len(act.prompt) + len(act.generated)
+        if act.draft_cache is None:
+            act.draft_cache = make_prompt_cache(self._draft_model)
+            act.draft_fed = 0
+        if not all(_rewindable(c, history - act.draft_fed + k) for c in act.draft_cache):
+            return []
+        at = act.draft_fed
+        behind = (act.prompt[at:] + act.generated if at < len(act.prompt)
+                  else act.generated[at - len(act.prompt):])
+        out: list[int] = []
+        with mx.stream(self._stream):
+            logits = self._draft_model(mx.array(behind)[None], cache=act.draft_cache)
+            while True:
+                y = mx.argmax(logits[:, -1, :], axis=-1)
+                out.append(y.item())
+                if len(out) == k:
+                    break
+                logits = self._draft_model(y[None], cache=act.draft_cache)
+        act.draft_fed = history
+        return out
 
     def _end_single(self, s: _Single, finish: str, events: list[Event],
                     out: dict[str, list[Event]]) -> None:
@@ -1027,6 +1079,10 @@ _ONE_PASS_TAIL = 32
 # 1..this many padded up to a multiple of _TAIL_STEP (a lone token stays one token).
 _PREFILL_QUANTUM = 256
 _TAIL_STEP = 32
+
+
+# Tokens a draft model proposes per pass (it runs one pass per token).
+_MODEL_DRAFT = 4
 
 
 def _rewindable(layer: Any, n: int) -> bool:

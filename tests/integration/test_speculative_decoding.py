@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from core.config import Settings
-from core.engines.base import GenerationRequest, ModelSpec, SamplingParams
+from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, SamplingParams
 from core.engines.llamacpp import LlamaCppEngine
 from core.engines.mlx import MlxEngine
 from core.events import Done, TextDelta, Usage
@@ -172,3 +172,25 @@ def test_llamacpp_drafts_change_no_token_and_are_accepted_on_a_copy_prompt(bundl
         assert drafted == plain and plain["a"][2] == "stop" and "den" not in plain["a"][0]
     finally:
         engine.close()
+
+
+def test_mlx_a_draft_model_guesses_where_lookup_finds_nothing(mlx_dir, tmp_path) -> None:
+    # The model as its own draft: every guess is right, so its reply must be unchanged and
+    # every drafted token accepted (a draft model whose cache drifted would miss).
+    engine = MlxEngine(ModelSpec(str(mlx_dir), "mlx", context_size=2048,
+                                 options=(*OPTIONS, ("draft_model", str(mlx_dir)))))
+    guesses: list[int] = []
+    model_draft = engine._model_draft
+    engine._model_draft = lambda act, k: guesses.append(k) or model_draft(act, k)  # counts
+    try:
+        request = ask("hello", "a", max_tokens=40)
+        plain, drafted = both_ways(engine, request)
+        assert drafted == plain and guesses
+        record = engine.acceptance
+        assert record is not None and record.drafted > 0 and record.accepted == record.drafted
+    finally:
+        engine.close()
+    other = build_model_dir(tmp_path / "other", {**QWEN3_SHAPE, "vocab_size": 300})
+    with pytest.raises(EngineLoadError, match="another vocabulary"):
+        MlxEngine(ModelSpec(str(mlx_dir), "mlx", context_size=2048,
+                            options=(*OPTIONS, ("draft_model", str(other)))))
