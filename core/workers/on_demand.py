@@ -90,6 +90,7 @@ class OnDemandProcess:
         self._ready: asyncio.Future[int] | None = None
         self._idle_handle: asyncio.TimerHandle | None = None
         self._closing = False
+        self._stopping: asyncio.Future[None] | None = None  # set while a polite stop runs
         _ALL.add(self)
 
     # -- what a subclass says ------------------------------------------------------------------
@@ -134,6 +135,8 @@ class OnDemandProcess:
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def _ensure_started(self) -> None:
+        while self._stopping is not None:  # a request during an idle stop starts afresh
+            await asyncio.shield(self._stopping)
         if self._ready is not None:
             await asyncio.shield(self._ready)
             return
@@ -168,6 +171,9 @@ class OnDemandProcess:
         if self.process is None:
             return
         code = self.process.exitcode
+        if code is None:  # the pipe closed first: the exit is moments away, wait for its code
+            self.process.join(timeout=self.join_timeout_s)
+            code = self.process.exitcode
         if self._exit_is_quiet(code):
             self._reset()
             return
@@ -236,7 +242,8 @@ class OnDemandProcess:
     def _on_idle(self) -> None:
         self._idle_handle = None
         if not self._pending and self.process is not None:
-            asyncio.ensure_future(self.unload()).add_done_callback(lambda t: t.exception())
+            task = asyncio.ensure_future(self.unload())
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     async def unload(self) -> None:
         """Stop the idle process (its memory goes back to the system); the next request
@@ -246,18 +253,27 @@ class OnDemandProcess:
         await self._stop_politely()
 
     async def _stop_politely(self) -> None:
-        """Ask the child to stop, wait up to STOP_GRACE_S, then kill it."""
+        """Ask the child to stop, wait up to STOP_GRACE_S, then kill it. A request that
+        arrives meanwhile waits for the end of the stop, then starts a new child."""
+        if self._stopping is not None:  # one stop at a time: join the one under way
+            await asyncio.shield(self._stopping)
+            return
         process = self.process
+        stopping = self._stopping = asyncio.get_running_loop().create_future()
         self._detach()
         try:
             if self.conn is not None:
                 self.conn.send((SHUTDOWN,))
         except OSError:
             pass
-        deadline = time.monotonic() + STOP_GRACE_S
-        while process.is_alive() and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        self._stop_now()
+        try:
+            deadline = time.monotonic() + STOP_GRACE_S
+            while process.is_alive() and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+        finally:
+            self._stop_now()
+            self._stopping = None
+            stopping.set_result(None)
 
     def kill_now(self) -> None:
         """Synchronous last resort (atexit)."""

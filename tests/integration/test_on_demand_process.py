@@ -1,7 +1,8 @@
 """The on-demand child life both the documents reader and the vision model share
 (core.workers.on_demand), pinned with a real spawned child that echoes: start on first
 use, replies routed by id, a failing request answered while the child stays, idle unload
-and restart, cancel by kill, crash and start timeout as error values."""
+and restart (also for a request that arrives during the stop), cancel by kill, crash and
+start timeout as error values."""
 
 from __future__ import annotations
 
@@ -115,6 +116,13 @@ async def test_cancel_kills_crash_and_start_timeout_are_errors() -> None:
         with pytest.raises(EchoFailed, match=r"crashed \(3\)"):
             await echo.say("exit")
         assert await echo.say("back") == "BACK" and echo.starts == 3
+        stop = asyncio.ensure_future(echo.unload())
+        await asyncio.sleep(0)  # the stop is under way: SHUTDOWN sent, the child exiting
+        # Sent to the exiting child, it would never be answered: it waits and starts anew.
+        assert await asyncio.wait_for(echo.say("meanwhile"), 20) == "MEANWHILE"
+        assert echo.starts == 4
+        await stop
+        assert echo.running  # the stop ended the old child, not the new one
         await echo.unload()
         echo.start_timeout_s = 0.001  # no spawned child says READY that fast
         with pytest.raises(EchoFailed, match="did not start"):
