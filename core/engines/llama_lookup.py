@@ -20,7 +20,7 @@ import codecs
 from collections.abc import Iterator
 from typing import Any
 
-from core.engines.speculative import MAX_DRAFT, Acceptance, NgramDrafter, accepted
+from core.engines.speculative import Acceptance, NgramDrafter, accepted
 
 
 def _decode(llm: Any, tokens: list[int], all_rows: bool) -> Any:
@@ -118,7 +118,7 @@ def lookup_stream(llm: Any, tokens: list[int], *, max_tokens: int, stop: list[st
         draft: list[int] = []
         if drafter is not None and acceptance.on:
             drafter.extend([token])
-            draft = drafter.draft(min(MAX_DRAFT, max_tokens - generated))
+            draft = drafter.draft(min(acceptance.k, max_tokens - generated))
             if not draft:
                 acceptance.miss()
         if not draft:

@@ -59,7 +59,6 @@ from core.engines.sampling import (  # noqa: E402
 )
 from core.engines.select import SelectionError, check_mlx_dir, check_safetensors  # noqa: E402
 from core.engines.speculative import (  # noqa: E402
-    MAX_DRAFT,
     Acceptance,
     NgramDrafter,
     accepted,
@@ -604,7 +603,7 @@ class MlxEngine:
             if finish is not None:
                 self._end_single(s, finish, events, out)
                 return True
-        k = min(MAX_DRAFT, act.max_tokens - len(act.generated))
+        k = min(act.spec.k, act.max_tokens - len(act.generated))
         if not all(_rewindable(c, k + 1) for c in s.cache):
             k = 0  # a sliding window past its size cannot take drafts back
         draft = act.drafter.draft(k) if k else []

@@ -84,11 +84,15 @@ class Acceptance:
         self.drafted = 0
         self.accepted = 0
         self.misses = 0  # lookups in a row that found nothing
+        # Tokens to draft next: grows while whole drafts are accepted, shrinks to just past
+        # what was accepted when one fails (a failed token still costs its share of a pass).
+        self.k = MAX_DRAFT
 
     def record(self, drafted: int, accepted: int) -> None:
         self.drafted += drafted
         self.accepted += accepted
         self.misses = 0
+        self.k = min(MAX_DRAFT, self.k + 2) if accepted == drafted else max(2, accepted + 1)
         if self.drafted >= MIN_DRAFTED and self.accepted < ACCEPT_FLOOR * self.drafted:
             self.on = False
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from core.engines.base import SamplingParams
 from core.engines.speculative import (
+    MAX_DRAFT,
     MAX_MISSES,
     MIN_DRAFTED,
     Acceptance,
@@ -55,3 +56,14 @@ def test_only_greedy_requests_without_grammar_or_logprobs_speculate() -> None:
     assert not speculable(SamplingParams(temperature=0.7))
     assert not speculable(SamplingParams(temperature=0, logprobs=True))
     assert not speculable(SamplingParams(temperature=0, json_schema="{}"))
+
+
+def test_the_draft_length_shrinks_after_a_failed_draft_and_grows_back() -> None:
+    record = Acceptance()
+    record.record(record.k, 1)
+    assert record.k == 2  # just past what was accepted
+    record.record(2, 2)
+    assert record.k == 4
+    for _ in range(5):
+        record.record(record.k, record.k)
+    assert record.k == MAX_DRAFT
