@@ -112,7 +112,9 @@ class LlamaCppEngine:
         )
         self._spec = spec
         # Prompt-lookup drafting for greedy requests; `acceptance` is the last one's record.
-        self.speculative = bool(spec.option("speculative", True))
+        # Recurrent and hybrid models cannot drop rejected drafts from their state.
+        self.speculative = bool(spec.option("speculative", True)) and not (
+            getattr(self._llm, "_is_recurrent", False) or getattr(self._llm, "_is_hybrid", False))
         self.acceptance: Acceptance | None = None
         self._queue: deque[GenerationRequest] = deque()
         self._active: _Active | None = None
