@@ -279,6 +279,33 @@ class ChatContext:
             alias, time.time(), image)
         return AttachResult(conversation_id, alias, image.path, "image", 1, 0, True, 0, image)
 
+    async def attach_tool_images(self, conversation_id: str,
+                                 paths: Sequence[str]) -> list[AttachedImage]:
+        """Make the stored images a tool returned (an MCP image result) attachments of the
+        conversation, as /attach of an image does; paths without a stored image's sidecar
+        (the python tool's figures) are left alone."""
+        await self.ensure_loaded(conversation_id)
+        out: list[AttachedImage] = []
+        for path in paths:
+            image = await asyncio.to_thread(load_stored, path)
+            if image is None:
+                continue
+            alias = self.docs.registry(conversation_id).add(Path(image.name)).alias
+            saved = await self._save_image(conversation_id, alias, image)
+            if isinstance(saved, DocError):
+                self.docs.registry(conversation_id).remove(alias)
+                continue
+            out.append(self._images[conversation_id][alias])
+        return out
+
+    async def tool_images_text(self, images: Sequence[AttachedImage]) -> str | None:
+        """What the follow-up generation gets for images a tool returned: None when the
+        chat model sees them itself (they go in as image parts), else the vision worker's
+        captions (or the notice that there is none), as for attached images."""
+        if not images or await self._model_sees():
+            return None
+        return await self.captioner.image_block(images)
+
     def max_bytes(self) -> int:
         """The attachment size limit: Settings.attach_max_mb, else the default."""
         mb = getattr(self.rt.settings, "attach_max_mb", None)

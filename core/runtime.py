@@ -146,6 +146,7 @@ class Turn:
                     yield done
                 return
             statuses: list[ToolStatus] = []
+            shown: dict[str, list[AttachedImage]] = {}  # call id -> images it attached
             if round_no == self.max_rounds:
                 statuses = limit_statuses(calls, self.max_rounds)
                 for status in statuses:
@@ -158,6 +159,9 @@ class Turn:
                     async for status in self._tool_runner.run(calls):
                         if status.final:
                             statuses.append(status)
+                            if status.figures:  # an MCP image result: attached before it shows
+                                shown[status.call.id] = await rt.chat.attach_tool_images(
+                                    self.conversation_id, status.figures)
                         yield status
                 finally:
                     self._tool_runner = None
@@ -174,9 +178,22 @@ class Turn:
                 yield Done("cancelled" if self.cancelled else "tool_calls")
                 return
             follow = (assistant_message("".join(text), calls),
-                      *(tool_message(s.call.id, s.call.name, s.result) for s in statuses))
+                      *[await self._tool_message(s, shown.get(s.call.id, [])) for s in statuses])
             self.request = replace(self.request, request_id=uuid.uuid4().hex,
                                    messages=self.request.messages + follow)
+
+    async def _tool_message(self, status: ToolStatus,
+                            images: list[AttachedImage]) -> dict[str, Any]:
+        """A tool result for the follow-up generation; images it attached go in as they do
+        for /attach: image parts for a model that sees, captions or a notice otherwise."""
+        message = tool_message(status.call.id, status.call.name, status.result)
+        if not images:
+            return message
+        block = await self.runtime.chat.tool_images_text(images)
+        if block is not None:
+            return {**message, "content": f"{status.result}\n\n{block}"}
+        parts: list[dict[str, Any]] = [{"type": "image", "path": a.image.path} for a in images]
+        return {**message, "content": [*parts, {"type": "text", "text": status.result}]}
 
     async def _generate(self, parent_id: str) -> AsyncIterator[Event]:
         """One generation of the reply, saved as one assistant message under `parent_id`."""

@@ -21,6 +21,7 @@ from core.tools import ToolKit, ToolRunner
 from core.tools.loop import CANCELLED
 from core.tools.mcp import McpConnection, McpServers, schema_problem
 from core.tools.registry import ToolContext, ToolRegistry
+from core.vision import load_stored
 from tests.fixtures.tools import ApproverRecording
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -122,11 +123,17 @@ async def test_arguments_are_checked_against_the_schema_before_the_call(kit) -> 
     assert schema_problem("srv.t", nested, {"where": {"line": 3}}) is None
 
 
-async def test_an_image_result_is_saved_as_a_file(kit) -> None:
+async def test_an_image_result_is_stored_like_an_attached_image_and_a_broken_one_fails(kit) -> None:
     result = await kit.registry.call("fixture.picture", {}, ToolContext("x"))
     assert result.ok and len(result.figures) == 1
-    assert Path(result.figures[0]).read_bytes().startswith(b"\x89PNG")
-    assert result.figures[0] in result.text
+    stored = load_stored(result.figures[0])  # core.vision's stored copy, sidecar included
+    assert stored is not None and (stored.name, stored.width, stored.height) == ("fixture.picture.png", 1, 1)
+    assert Path(stored.path).read_bytes().startswith(b"\x89PNG")
+    assert result.text == "[image fixture.picture.png, 1×1, attached to the chat]"
+    broken = await kit.registry.call("fixture.picture", {"broken": True}, ToolContext("x"))
+    assert not broken.ok and broken.figures == ()
+    assert broken.text.startswith("fixture.picture returned an image (image/png) that could not be "
+                                  "shown: fixture.picture.png could not be read as PNG")
 
 
 async def test_a_malformed_result_fails_the_call_not_the_session(kit) -> None:

@@ -14,8 +14,11 @@ from pathlib import Path
 
 from core import paths
 from core.config import McpServerConfig, Settings
+from core.vision.captions import HEADER
 from tests.fixtures.tui import scripted_app, wait_until
+from tests.integration.test_mcp_servers import http_url  # noqa: F401 - the HTTP fixture server
 from tui.screens.main import MainScreen
+from tui.widgets.image_card import ImageCard
 from tui.widgets.tool_card import ToolCard
 from tui.widgets.worker_pane import WorkerPane
 
@@ -100,6 +103,41 @@ async def test_approved_and_denied_calls_with_cards_results_fed_back_and_the_f4_
         pid = app.runtime.tools.mcp.connections["fixture"].pid
         assert pid is not None and os.path.exists(f"/proc/{pid}")
     assert not os.path.exists(f"/proc/{pid}"), "quitting left the MCP server running"
+
+
+async def test_an_http_server_image_result_is_an_attached_image_card_and_a_broken_one_fails(
+        http_url) -> None:  # noqa: F811 - the module fixture imported above
+    settings = Settings(mcp_servers=[McpServerConfig("web", url=http_url)])
+    app = scripted_app(settings, template=HERMES, replies=[
+        tool_call("web.picture", {}), "A red dot.",
+        tool_call("web.picture", {"broken": True}), "It broke."])
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(pilot, "Draw")
+        await until_asked(pilot)
+        turn = app.main.turn
+        await pilot.press("y")
+        await wait_until(pilot, lambda: app.main.turn is None, SLOW)
+        card = cards(app)[-1]
+        assert (card.tool_name, card.state) == ("web.picture", "done")
+        assert card.result == "[image web.picture.png, 1×1, attached to the chat]"
+        shown = list(card.query(ImageCard))
+        assert [c.alias for c in shown] == ["web.picture.png"], "the image card sits in the tool card"
+        images = await app.runtime.images(app.main.conversation_id)
+        assert [(a.alias, a.image.path) for a in images] == [("web.picture.png", shown[0].image.path)]
+        fed = turn.request.messages[-1]  # the scripted model reads no pixels: the caption notice
+        assert fed["role"] == "tool" and fed["content"].startswith(card.result)
+        assert f"{HEADER}\n- web.picture.png (1×1): not described" in fed["content"]
+
+        await ask(pilot, "Again, broken")
+        await until_asked(pilot)
+        await pilot.press("y")
+        await wait_until(pilot, lambda: app.main.turn is None, SLOW)
+        card = cards(app)[-1]
+        assert card.state == "failed" and not card.query(ImageCard)
+        assert card.result.startswith("web.picture returned an image (image/png) that could not "
+                                      "be shown: web.picture.png could not be read as PNG")
+        assert "It broke." in app.main.chat.views[-1].content, "the chat went on"
+        assert len(await app.runtime.images(app.main.conversation_id)) == 1
 
 
 async def test_a_hanging_call_stops_with_esc_and_a_crash_fails_only_the_call() -> None:

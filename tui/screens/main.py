@@ -38,7 +38,7 @@ from tui.widgets.attachments import (
 )
 from tui.widgets.chat_view import PAGE, ChatView
 from tui.widgets.composer import Composer
-from tui.widgets.image_card import place_images
+from tui.widgets.image_card import place_images, show_tool_images
 from tui.widgets.message_view import MessageView
 from tui.widgets.sidebar import Sidebar
 from tui.widgets.status_bar import StatusBar
@@ -745,6 +745,9 @@ class MainScreen(Screen):
                     card = reply.tool_card(event.call.id) or await reply.add_tool_call(event.call)
                     card.state = event.state
                     card.result = event.result
+                    if event.final and event.figures:  # an MCP image: attached, shown here
+                        await show_tool_images(card, self.runtime, self.conversation_id,
+                                               event.figures)
                 elif isinstance(event, Usage):
                     reply.set_usage(event)
                     bar.context_used = event.prompt_tokens + event.completion_tokens

@@ -85,3 +85,13 @@ async def place_images(chat, images, messages, *, has_older: bool, has_newer: bo
             for hint in chat.query(".empty-hint"):
                 await hint.remove()
             await chat.mount(card)
+
+
+async def show_tool_images(card, runtime, conversation_id: str | None, paths) -> None:
+    """Mount, inside a tool card, the cards of the images that call attached (an MCP image
+    result; the turn made them attachments before the card's last state arrived)."""
+    wanted = set(paths)
+    for attached in await runtime.images(conversation_id):
+        if attached.image.path in wanted and not any(
+                c.alias == attached.alias for c in card.query(ImageCard)):
+            await card.mount(ImageCard(attached.alias, attached.image, attached.created_at))

@@ -120,7 +120,7 @@ class McpServers:
                 if conn.state == "failed":
                     self.registry.replace_server(conn.name, [])
                 return ToolResult(str(exc), ok=False)
-            return to_tool_result(conn.name, result)
+            return await asyncio.to_thread(to_tool_result, conn.name, result, info.name)
 
         schema = info.schema if info.schema.get("type") == "object" else {"type": "object", "properties": {}}
         return Tool(full, info.description, schema, run, read_only=info.read_only, server=conn.name)

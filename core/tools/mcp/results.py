@@ -1,21 +1,26 @@
-"""An MCP tool result as a ToolResult: text for the model and the card, images saved as
-files (attachments on disk, never pixels in the prompt), errors marked failed."""
+"""An MCP tool result as a ToolResult: text for the model and the card, images stored the
+way /attach stores them (core.vision: upright, scaled, with a sidecar; their paths are the
+result's `figures`, which the turn makes attachments of the conversation), errors marked
+failed. A malformed image fails the call with a sentence, never the chat."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import json
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any
 
 from core import paths
 from core.tools.registry import ToolResult
+from core.vision import StoredImage, prepare_image
 
 MAX_RESULT_CHARS = 20_000  # what one tool result may put into the context
 IMAGE_EXTENSIONS = {"image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gif",
                     "image/webp": ".webp", "image/svg+xml": ".svg"}
+MAX_IMAGE_BYTES = 20 * 1024 * 1024  # one image in a tool result, before it is scaled down
 
 
 def files_dir(kind: str, server: str) -> Path:
@@ -24,31 +29,47 @@ def files_dir(kind: str, server: str) -> Path:
     return folder
 
 
-def save_image(server: str, data: str, mime: str) -> Path | str:
-    """Write a base64 image to a file; a sentence instead when the data is not base64."""
+def save_image(server: str, tool: str, data: str, mime: str) -> StoredImage | str:
+    """Store a base64 image as an attached image is stored (call off the UI loop); a
+    sentence instead when it is not base64 or not a picture the app reads."""
+    shown = f"{server}.{tool}"
     try:
         raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
-        return f"[an image from {server} that could not be decoded]"
-    path = files_dir("images", server) / f"{uuid.uuid4().hex[:12]}{IMAGE_EXTENSIONS.get(mime, '.bin')}"
-    path.write_bytes(raw)
-    return path
+        return f"{shown} returned an image that is not valid base64 data; it was not shown."
+    if len(raw) > MAX_IMAGE_BYTES:
+        return f"{shown} returned an image of {len(raw) // (1024 * 1024)} MB, over the 20 MB limit."
+    scratch = files_dir("images", server) / uuid.uuid4().hex[:12]
+    scratch.mkdir()
+    try:  # named for the tool, so the chat card reads "fixture.picture.png"
+        source = scratch / f"{shown}{IMAGE_EXTENSIONS.get(mime, '.bin')}"
+        source.write_bytes(raw)
+        stored = prepare_image(source, max_bytes=MAX_IMAGE_BYTES)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if isinstance(stored, StoredImage):
+        return stored
+    return f"{shown} returned an image ({mime}) that could not be shown: {stored.message}"
 
 
-def to_tool_result(server: str, result: Any) -> ToolResult:
-    """Convert an mcp CallToolResult (already validated by the SDK)."""
+def to_tool_result(server: str, result: Any, tool: str = "tool") -> ToolResult:
+    """Convert an mcp CallToolResult (already validated by the SDK); images are decoded
+    here, so call it in a thread."""
     parts: list[str] = []
     figures: list[str] = []
+    broken = False
     for block in result.content or ():
         kind = getattr(block, "type", "")
         if kind == "text":
             parts.append(block.text)
         elif kind == "image":
-            saved = save_image(server, block.data, block.mime_type)
-            if isinstance(saved, Path):
-                figures.append(str(saved))
-                parts.append(f"[image {block.mime_type} saved as {saved}]")
+            saved = save_image(server, tool, block.data, block.mime_type)
+            if isinstance(saved, StoredImage):
+                figures.append(saved.path)
+                parts.append(f"[image {saved.name}, {saved.width}×{saved.height}, "
+                             "attached to the chat]")
             else:
+                broken = True
                 parts.append(saved)
         elif kind == "audio":
             parts.append(f"[audio {block.mime_type}: not shown]")
@@ -65,7 +86,7 @@ def to_tool_result(server: str, result: Any) -> ToolResult:
     text = "\n".join(parts) if parts else "(no output)"
     if len(text) > MAX_RESULT_CHARS:
         text = text[:MAX_RESULT_CHARS] + f"\n… cut at {MAX_RESULT_CHARS} characters of {len(text)}."
-    return ToolResult(text, ok=not result.is_error, figures=tuple(figures))
+    return ToolResult(text, ok=not (result.is_error or broken), figures=tuple(figures))
 
 
 def resource_file(server: str, name: str, contents: list[Any]) -> Path:
