@@ -11,7 +11,9 @@ fixed_timing (bool: report constant TTFT and tok/s so snapshots are stable),
 hang_load_s (float: sleep while loading), max_concurrency (int), crash_on (str: a message
 containing it kills the worker with SIGSEGV, for crash tests), emit_log (str: a file
 that receives each finished run's token emission times, time.monotonic(), one JSON list
-per line; the UI bench compares them with the frames that show the tokens).
+per line; the UI bench compares them with the frames that show the tokens), vision (bool:
+report "vision" in info, so the runtime hands it images as parts, as it does an mlx-vlm model;
+it reads none).
 
 Pacing: each step emits at most one piece (one token) per request, and a step sleeps until
 the earliest request is due, so tokens_per_s is the real rate per request. A step that
@@ -78,6 +80,7 @@ class ScriptedEngine:
             "model_type": "scripted",
             "chat_template": self._spec.option("template"),
             "path": self._spec.path,
+            **({"vision": True} if self._spec.option("vision") else {}),
         }
 
     def submit(self, request: GenerationRequest) -> None:

@@ -140,6 +140,23 @@ async def test_an_http_server_image_result_is_an_attached_image_card_and_a_broke
         assert len(await app.runtime.images(app.main.conversation_id)) == 1
 
 
+async def test_a_model_that_sees_gets_an_mcp_image_as_an_image_part(http_url) -> None:  # noqa: F811
+    settings = Settings(mcp_servers=[McpServerConfig("web", url=http_url)])
+    app = scripted_app(settings, template=HERMES, vision=True,  # reports vision; reads no pixels
+                       replies=[tool_call("web.picture", {}), "A red dot."])
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(pilot, "Draw")
+        await until_asked(pilot)
+        turn = app.main.turn
+        await pilot.press("y")
+        await wait_until(pilot, lambda: app.main.turn is None, SLOW)
+        path = cards(app)[-1].query_one(ImageCard).image.path
+        fed = turn.request.messages[-1]
+        assert fed["role"] == "tool" and fed["content"] == [
+            {"type": "image", "path": path},
+            {"type": "text", "text": "[image web.picture.png, 1×1, attached to the chat]"}]
+
+
 async def test_a_hanging_call_stops_with_esc_and_a_crash_fails_only_the_call() -> None:
     app = app_with([tool_call("fixture.hang", {}), tool_call("fixture.crash", {}),  # Esc: no follow-up
                     "The server fell over; try again later."])
