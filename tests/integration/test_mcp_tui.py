@@ -138,6 +138,12 @@ async def test_an_http_server_image_result_is_an_attached_image_card_and_a_broke
                                       "be shown: web.picture.png could not be read as PNG")
         assert "It broke." in app.main.chat.views[-1].content, "the chat went on"
         assert len(await app.runtime.images(app.main.conversation_id)) == 1
+        await app.main.open_conversation(app.main.conversation_id)  # reopened: the card is kept
+        kids = list(app.main.chat.children)
+        reopened = [i for i, w in enumerate(kids) if isinstance(w, ImageCard)]
+        assert len(reopened) == 1 and kids[reopened[0]].alias == "web.picture.png"
+        after = kids[reopened[0] + 1]  # just before the results of the call that made it
+        assert getattr(after, "role", None) == "tool" and after.query(ToolCard)
 
 
 async def test_a_model_that_sees_gets_an_mcp_image_as_an_image_part(http_url) -> None:  # noqa: F811
