@@ -150,6 +150,11 @@ from core.tools import Sandbox
 
 async def main():
     sb = Sandbox(timeout_s=20, memory_mb=512)
+    first = await sb.run("c", "1")
+    if not sb.walls.get("pid_namespace"):  # without its PID namespace kill(-1) would end
+        print("no walls:", first.note, flush=True)  # every process of this user: refuse
+        await sb.close()
+        raise SystemExit(3)
     code = ("import os, signal\\n"
             "for target in (os.getppid(), {app}, -{app}, -1):\\n"
             "    try:\\n"

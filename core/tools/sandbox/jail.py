@@ -11,7 +11,9 @@ namespace. Hence:
 - the network namespace has only a loopback interface, down: no connection leaves;
 - every mount is read-only except a tmpfs on /tmp and the scratch folders the app names
   (the working folder, the figures folder); a second user namespace on top locks those
-  mounts, so code that is "root" inside cannot remount them writable.
+  mounts, so code that is "root" inside cannot remount them writable. What the sandbox
+  itself runs from (the interpreter, its environment, the worker script) stays visible,
+  read-only, even when it lives under /tmp (a checkout or a virtual environment there).
 What it does not do: hide files from reading (the code reads what the user can read),
 limit CPU share or disk I/O bandwidth.
 
@@ -133,11 +135,21 @@ def _set_read_only(path: str, read_only: bool, recursive: bool) -> None:
     _check(0 if result == 0 else -1, f"mount_setattr {path}")
 
 
-def build_walls(writable: list[str], tmp_bytes: int) -> Walls:
+def _under_tmp(path: str) -> bool:
+    return os.path.abspath(path).startswith("/tmp/")
+
+
+def build_walls(writable: list[str], tmp_bytes: int, needed: list[str] = ()) -> Walls:
     """In PID 1 of the new namespaces: a fresh /proc, everything read-only but `writable`
-    (and a tmpfs on /tmp), then a second user namespace to lock it. Returns what holds."""
+    (and a tmpfs on /tmp), then a second user namespace to lock it. Returns what holds.
+
+    `needed` are folders the sandbox runs from (interpreter, environment, worker script):
+    those under /tmp are bound back, read-only, over the fresh tmpfs, or the worker could
+    not even start (a checkout or a venv under /tmp, as a CI clone may be)."""
     uid, gid = os.geteuid(), os.getegid()  # 0 inside, as mapped
     # Keep handles on the scratch folders before /tmp is covered (they may live under it).
+    keep = sorted({os.path.abspath(p) for p in needed if _under_tmp(p) and os.path.isdir(p)})
+    kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in keep]
     handles = []
     for path in writable:
         os.makedirs(path, exist_ok=True)
@@ -158,6 +170,12 @@ def build_walls(writable: list[str], tmp_bytes: int) -> Walls:
     if read_only and own_proc:  # /proc/self/uid_map must stay writable for the lock below
         _set_read_only("/proc", False, recursive=False)
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={max(tmp_bytes, 1 << 20)},mode=1777")
+    for path, fd in kept:  # what the sandbox runs from, back under the tmpfs, read-only
+        os.makedirs(path, exist_ok=True)
+        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        if read_only:
+            _set_read_only(path, True, recursive=True)
+        os.close(fd)
     for path, fd in handles:
         os.makedirs(path, exist_ok=True)  # inside the new tmpfs when under /tmp
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)

@@ -103,6 +103,13 @@ def sandbox_main(conn: Connection, config: dict[str, Any]) -> None:
     os.execve(argv[0], argv, clean_env(workdir, tmp))
 
 
+def _runs_from() -> list[str]:
+    """The folders the worker needs to start and import: the interpreter's, its (virtual)
+    environment's and the worker script's."""
+    return [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+            os.path.dirname(sys.executable), os.path.dirname(_WORKER_SCRIPT)]
+
+
 def _user_processes() -> int:
     """How many processes the user runs now (all of them count against RLIMIT_NPROC)."""
     try:
@@ -123,7 +130,8 @@ def _run_jailed(conn: Connection, fd: int, workdir: str, writable: list[str],
         try:
             die_with_parent()  # the launcher's death (the app killed it) ends the namespace
             own_session()
-            walls = jail.build_walls(writable, tmp_bytes=max(limits.memory_bytes, 64 << 20))
+            walls = jail.build_walls(writable, tmp_bytes=max(limits.memory_bytes, 64 << 20),
+                                     needed=_runs_from())
             apply_limits(limits)
             os.chdir(workdir)
             argv = _worker_argv(fd, 0, workdir, walls)
