@@ -205,12 +205,15 @@ async def test_writes_outside_the_scratch_folder_are_refused(tmp_path: Path) -> 
     home = Path.home() / f".llmdeck-sandbox-escape-{_tag()}"
     sb = Sandbox(timeout_s=20, memory_mb=512)
     try:
-        for path in (home, ROOT / f"escape-{_tag()}.txt"):
+        # The home folder, and the environment the sandbox runs from (bound back read-only
+        # when it lives under /tmp, as in a CI clone).
+        for path in (home, Path(sys.prefix) / f"escape-{_tag()}.txt"):
             r = await sb.run("c", f"open({str(path)!r}, 'w').write('x')")
             assert not r.ok and "Read-only file system" in r.error, r
             assert not path.exists()
-        # /tmp inside is the sandbox's own tmpfs: a write there never reaches the host's.
-        for path in (target, paths.data_dir().parent / "escape.txt"):
+        # /tmp inside is the sandbox's own tmpfs: a write there never reaches the host's
+        # (nor does one into the checkout: read-only, or under that tmpfs when it is in /tmp).
+        for path in (target, paths.data_dir().parent / "escape.txt", ROOT / f"escape-{_tag()}.txt"):
             r = await sb.run("c", f"open({str(path)!r}, 'w').write('x')")
             assert not path.exists(), r
         scratch = await sb.run("c", "import tempfile\nwith tempfile.TemporaryFile() as f:\n"
@@ -316,7 +319,7 @@ results
 
 async def test_root_inside_cannot_undo_the_read_only_mounts() -> None:
     sb = Sandbox(timeout_s=20, memory_mb=512)
-    target = ROOT / f"escape-{_tag()}.txt"
+    target = Path(sys.prefix) / f"escape-{_tag()}.txt"  # read-only, even bound back under /tmp
     try:
         r = await sb.run("c", UNDO_READ_ONLY)
         assert r.ok and r.value == "[(-1, 1), (-1, 1)]", r  # both EPERM: the mounts are locked
