@@ -11,11 +11,13 @@ import json
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core import paths
 from core.tools.registry import ToolResult
-from core.vision import StoredImage, prepare_image
+
+if TYPE_CHECKING:
+    from core.vision import StoredImage
 
 MAX_RESULT_CHARS = 20_000  # what one tool result may put into the context
 IMAGE_EXTENSIONS = {"image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gif",
@@ -32,6 +34,8 @@ def files_dir(kind: str, server: str) -> Path:
 def save_image(server: str, tool: str, data: str, mime: str) -> StoredImage | str:
     """Store a base64 image as an attached image is stored (call off the UI loop); a
     sentence instead when it is not base64 or not a picture the app reads."""
+    from core.vision import StoredImage, prepare_image  # the vision layer: only for images
+
     shown = f"{server}.{tool}"
     try:
         raw = base64.b64decode(data, validate=True)
@@ -64,7 +68,7 @@ def to_tool_result(server: str, result: Any, tool: str = "tool") -> ToolResult:
             parts.append(block.text)
         elif kind == "image":
             saved = save_image(server, tool, block.data, block.mime_type)
-            if isinstance(saved, StoredImage):
+            if not isinstance(saved, str):
                 figures.append(saved.path)
                 parts.append(f"[image {saved.name}, {saved.width}×{saved.height}, "
                              "attached to the chat]")
