@@ -74,7 +74,10 @@ def test_search_download_load_and_chat_with_keys_only(
         tmux.send("Enter")  # the results have focus: list the repo's files
         screen = tmux.wait_for(lambda s: FILE in s and "Q4_K_M" in s, 20, "the file list")
         tmux.send("d")  # the cursor starts on the model file
-        tmux.wait_for(lambda s: "done" in s, 90, "the download to finish")
+        # The row says "done"; the toast that says "Download finished" can cover that end of
+        # the row when both land in one frame (a loaded box), so either one counts.
+        tmux.wait_for(lambda s: "done" in s or "Download finished" in s, 90,
+                      "the download to finish")
         tmux.send("C-t")
         tmux.wait_for(lambda s: f"{REPO}/{FILE}" in s and "hf-cache" in s, 20,
                       "the local tab with the download selected")
