@@ -8,6 +8,7 @@ The scripted engine answers; the worker process, SQLite store and UI are the rea
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 
 from textual import events
@@ -36,7 +37,7 @@ def burst(app, *parts: str | tuple[str, str | None]) -> None:
 
 async def settled(pilot) -> None:
     app = pilot.app
-    await wait_until(pilot, lambda: app.input_order.idle and not app.main.busy)
+    await wait_until(pilot, lambda: app.input_order.idle and app.main.at_rest)
 
 
 def stored(role: str = "user") -> list[tuple[str, dict | None]]:
@@ -79,6 +80,42 @@ async def test_keys_after_a_focus_or_screen_change_go_where_it_leads() -> None:
         assert app.screen is app.main
         assert composer.text == "draft kept and more"
         assert composer.has_focus
+
+
+async def test_enter_on_search_results_opens_the_result_of_the_query_typed() -> None:
+    # " france", Tab and Enter in one burst after "capital": Enter may reach the list while
+    # it still shows the results for "capital", where the colour chat comes first. It opens
+    # the France chat, the one the typed query finds, not the stale row. Each search takes
+    # 0.3 s here, as on a slow disk, so Enter always meets the stale rows.
+    france, colour = seed_conversations([("What is the capital of France?", "Paris."),
+                                         ("Name a colour", "Capital red, capital blue.")])
+    app = scripted_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_ready(pilot)
+        rows = app.main.query_one("#conversations")
+        real_search = app.runtime.search
+
+        async def slow_disk_search(query: str, limit: int = 50):  # a big history, a slow disk
+            await asyncio.sleep(0.3)
+            return await real_search(query, limit)
+
+        app.runtime.search = slow_disk_search
+
+        def ids() -> list[str]:
+            return [rows.get_option_at_index(i).id or "" for i in range(rows.option_count)]
+
+        for _ in range(3):
+            burst(app, ("ctrl+f", None), "capital")
+            await wait_until(pilot, lambda: [i[:2] for i in ids()] == ["h:", "h:"])
+            assert colour in ids()[0]  # the row Enter would have opened
+            burst(app, " france", ("tab", "\t"), ENTER)
+            await wait_until(pilot, lambda: app.main.conversation_id is not None)
+            await settled(pilot)
+            assert app.main.conversation_id == france
+            burst(app, ("ctrl+n", None))
+            await settled(pilot)
+            app.main.query_one("#search", Input).value = ""
+            await wait_until(pilot, lambda: ids()[0][:2] == "c:")
 
 
 async def test_esc_and_enter_never_leave_the_composer_dead() -> None:
@@ -125,6 +162,32 @@ async def test_messages_sent_while_a_reply_streams_queue_in_order() -> None:
         await settled(pilot)
         assert composer.text == "five"
         assert [text for text, _ in stored()] == ["one", "two", "three", "four"]
+
+
+def conversation_of_each_message() -> list[tuple[str, str]]:
+    with sqlite3.connect(paths.db_path()) as conn:
+        return list(conn.execute("SELECT content, conversation_id FROM messages "
+                                 "WHERE role = 'user' ORDER BY seq"))
+
+
+async def test_ctrl_n_while_a_reply_streams_starts_the_new_chat_after_it() -> None:
+    # Ctrl+N then a message in one burst while a reply streams: the message goes to a new
+    # chat once the reply is done (it was refused, and the message landed in the old chat).
+    app = scripted_app(replies=["Sure, " * 30, "New."], tokens_per_s=20, chunk_chars=4)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_ready(pilot)
+        burst(app, "first", ENTER)
+        await wait_until(pilot, lambda: app.main.turn is not None)
+        burst(app, ("ctrl+n", None), "second", ENTER)
+        await wait_until(pilot, lambda: app.input_order.idle)
+        assert app.main.queued_texts() == ["second"] and app.main.busy
+        await settled(pilot)
+        rows = conversation_of_each_message()
+        assert [text for text, _ in rows] == ["first", "second"]
+        assert rows[0][1] != rows[1][1]  # each in its own conversation
+        assert app.main.conversation_id == rows[1][1]
+        # The first reply was not cut short by the new chat.
+        assert stored("assistant")[0][0] == "Sure, " * 30
 
 
 async def test_the_context_meter_shows_the_conversations_tokens_after_each_reply() -> None:

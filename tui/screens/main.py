@@ -7,6 +7,7 @@ carries them out through the runtime.
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -45,6 +46,9 @@ from tui.widgets.status_bar import StatusBar
 from tui.widgets.worker_pane import WorkerPane
 
 BUSY = "A reply is still streaming; press Esc to stop it first."
+NEW_CHAT = object()
+"""In the outbox: Ctrl+N pressed while a reply streamed. The chats typed after it go to the
+new chat, as the keys said; nothing is refused and nothing lands in the old chat."""
 
 # Screen and app keys in the footer, most important first; a focused widget's own keys
 # come before all of them. Past the width, the least important go first.
@@ -139,14 +143,28 @@ class MainScreen(Screen):
         self.failed_run: tuple[str, RunResult] | None = None  # (code, result) for F9 "fix"
         # Messages sent while a reply streams wait here, in order, and go one after another
         # (Enter never drops or merges what was typed; Esc hands them back to the composer).
-        self.outbox: deque[str] = deque()
-        self._sending = False
+        self.outbox: deque[object] = deque()  # texts, and NEW_CHAT where Ctrl+N came
+        self._sending = False  # the outbox worker runs (it may still tidy up after a turn)
+        self._starting = False  # a message left the outbox; its turn is not streaming yet
+        self._no_turn = asyncio.Event()
+        self._no_turn.set()
 
     @property
     def busy(self) -> bool:
         """A reply streams, or sent messages are still on their way: nothing else may
         start a turn, switch conversations or models meanwhile."""
-        return self.turn is not None or self._sending
+        return self.turn is not None or self._starting or any(
+            isinstance(item, str) for item in self.outbox)
+
+    @property
+    def at_rest(self) -> bool:
+        """Not busy, and the tidying after the last reply (branch labels, the sidebar) is
+        done too; tests wait on this."""
+        return not self.busy and not self._sending
+
+    def queued_texts(self) -> list[str]:
+        """The messages waiting in the outbox, in order (a queued new chat is not one)."""
+        return [item for item in self.outbox if isinstance(item, str)]
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status-bar")
@@ -220,7 +238,7 @@ class MainScreen(Screen):
         sidebar = self.query_one(Sidebar)
         query = self.query_one("#search", Input).value
         if query.strip():
-            sidebar.show_hits(await self.runtime.search(query))
+            sidebar.show_hits(await self.runtime.search(query), query)
             self.history_listed = True
             return
         conversations = await self.runtime.list_conversations()
@@ -238,9 +256,15 @@ class MainScreen(Screen):
 
     # -- actions -------------------------------------------------------------------------
     async def action_new_chat(self) -> None:
-        if self.busy:
-            self.notify(BUSY)
+        if self.busy or self._sending:  # after the reply, in the order the keys came
+            if self.busy:
+                self.notify("A new chat starts when this reply is done.", timeout=3)
+            self.outbox.append(NEW_CHAT)
+            self._start_outbox()
             return
+        await self._new_chat()
+
+    async def _new_chat(self) -> None:
         self.conversation_id = None
         self.composer.stop_editing()
         self.composer.focus()  # first: removing a focused message would move focus elsewhere
@@ -299,8 +323,8 @@ class MainScreen(Screen):
     def action_stop(self) -> None:
         if cancel_attach(self):
             return  # Esc stops the files being read first; the next Esc stops a reply
-        if self.outbox:  # queued messages go back to the composer, ahead of any new text
-            queued = "\n\n".join(self.outbox)
+        if self.queued_texts():  # queued messages go back to the composer, ahead of new text
+            queued = "\n\n".join(self.queued_texts())
             self.outbox.clear()
             rest = self.composer.text
             self.composer.restore(queued + ("\n\n" + rest if rest.strip() else ""))
@@ -308,7 +332,7 @@ class MainScreen(Screen):
             self._show_composer_state()
         if self.turn is not None:
             self.turn.cancel()
-        elif self._sending:
+        elif self._starting:
             pass  # the message in flight is about to start: its reply can be stopped then
         elif self.composer.editing_id is not None:
             self.composer.stop_editing()
@@ -384,7 +408,7 @@ class MainScreen(Screen):
                 sidebar.show_conversations(await self.runtime.list_conversations(),
                                            self.conversation_id)
                 return
-            sidebar.show_hits(await self.runtime.search(query))
+            sidebar.show_hits(await self.runtime.search(query), query)
 
     def on_sidebar_requested(self, event: Sidebar.Requested) -> None:
         cid = event.conversation_id
@@ -637,21 +661,35 @@ class MainScreen(Screen):
         """Send a message now, or after the replies before it when some are on their way:
         messages typed ahead go in the order they were sent, each as its own turn."""
         self.outbox.append(text)
+        self._start_outbox()
+        self._show_composer_state()
+
+    def _start_outbox(self) -> None:
         if not self._sending:
             self._sending = True
             self._send_outbox()
-        self._show_composer_state()
 
     @work(group="send")
     async def _send_outbox(self) -> None:
         try:
             while self.outbox:
-                text = self.outbox.popleft()
-                self._show_composer_state()
-                if not await self._send_one(text):
+                await self._no_turn.wait()  # a regenerated or edited reply finishes first
+                if not self.outbox:  # Esc took the queue back meanwhile
                     break
+                item = self.outbox.popleft()
+                if item is NEW_CHAT:
+                    await self._new_chat()
+                    continue
+                self._starting = True
+                self._show_composer_state()
+                try:
+                    if not await self._send_one(str(item)):
+                        break
+                finally:
+                    self._starting = False
         finally:
             self._sending = False
+            self._starting = False
             self._show_composer_state()
             self.refresh_bindings()
 
@@ -663,7 +701,7 @@ class MainScreen(Screen):
             return
         composer = found.first()
         state = self.runtime.model.state
-        queued = len(self.outbox)
+        queued = len(self.queued_texts())
         if queued:
             note = f"{queued} queued: sent after this reply · esc stops and returns them"
         elif self.busy:
@@ -682,7 +720,7 @@ class MainScreen(Screen):
         try:
             turn = await self.runtime.start_turn(self.conversation_id, text)
         except Exception as exc:  # the store refused: give the text back, lose nothing
-            queued = [text, *self.outbox]
+            queued = [text, *self.queued_texts()]
             self.outbox.clear()
             rest = self.composer.text
             self.composer.restore("\n\n".join(queued) + ("\n\n" + rest if rest.strip() else ""))
@@ -717,6 +755,8 @@ class MainScreen(Screen):
         """Stream a turn into a new reply view; the shared tail of send/regenerate/edit.
         `branch` labels a regenerated reply while it streams (the store confirms at the end)."""
         self.turn = turn
+        self._no_turn.clear()
+        self._starting = False  # busy now because the turn streams
         turn.approve = self._approve_tool
         self.refresh_bindings()
         self._show_composer_state()
@@ -762,6 +802,7 @@ class MainScreen(Screen):
             if turn.sources:
                 await reply.mount(SourcesLine(turn.sources))
             self.turn = None
+            self._no_turn.set()
             self.refresh_bindings()
             self._show_composer_state()
             reply.message_id = turn.assistant_message_id

@@ -71,6 +71,11 @@ class Sidebar(Vertical):
         conversation_id: str
         action: str
 
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        super().__init__(*args, **kwargs)
+        self._shown_for: str | None = None  # the query whose results the list shows
+        self._open_when_fresh: int | None = None  # a row chosen in stale results
+
     def compose(self) -> ComposeResult:
         yield Input(placeholder="Search chats (ctrl+f)", id="search")
         yield ConversationList(id="conversations")
@@ -91,8 +96,9 @@ class Sidebar(Vertical):
             self.highlight(current)
         elif conversations:
             options.highlighted = 0
+        self._shown("")
 
-    def show_hits(self, hits: list[SearchHit]) -> None:
+    def show_hits(self, hits: list[SearchHit], query: str) -> None:
         options = self.options
         options.clear_options()
         seen: set[str] = set()
@@ -105,6 +111,29 @@ class Sidebar(Vertical):
             options.add_option(Option(Text("No matches", style="dim"), disabled=True))
         else:
             options.highlighted = 0
+        self._shown(query)
+
+    @property
+    def query_text(self) -> str:
+        return self.query_one("#search", Input).value.strip()
+
+    def _shown(self, query: str) -> None:
+        """The list now shows the results for `query`; a row chosen while it showed an
+        older query's results (Tab and Enter typed right after the query, before its
+        search came back) opens now, from the results the user was typing for."""
+        self._shown_for = query.strip()
+        index = self._open_when_fresh
+        if index is None or self._shown_for != self.query_text:
+            return
+        self._open_when_fresh = None
+        options = self.options
+        if not options.option_count:
+            return
+        index = min(index, options.option_count - 1)
+        option = options.get_option_at_index(index)
+        if not option.disabled:
+            options.highlighted = index
+            self._open(option.id or "")
 
     def highlight(self, conversation_id: str) -> None:
         try:
@@ -115,11 +144,17 @@ class Sidebar(Vertical):
 
     def on_input_changed(self, event: Input.Changed) -> None:
         event.stop()
+        self._open_when_fresh = None  # typed after choosing: the choice no longer stands
         self.post_message(self.SearchChanged(event.value))
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
-        oid = event.option.id or ""
+        if self._shown_for is not None and self._shown_for != self.query_text:
+            self._open_when_fresh = event.option_index  # its search is still on its way
+            return
+        self._open(event.option.id or "")
+
+    def _open(self, oid: str) -> None:
         kind, _, rest = oid.partition(":")
         if kind == "c":
             self.post_message(self.Opened(rest))
