@@ -44,7 +44,7 @@ async def test_kill_9_mid_stream_fails_fast_keeps_partial_and_respawns() -> None
             os.kill(rt.pool.pids()[0], signal.SIGKILL)
             killed_at = time.monotonic()
         if isinstance(event, Error):
-            assert time.monotonic() - killed_at < 1.0
+            assert time.monotonic() - killed_at < 2.0  # fast, with room for a loaded CI box
     errors = [e for e in seen if isinstance(e, Error)]
     assert errors and errors[0].code == "WORKER_CRASHED"
     assert seen[-1] == Done("error")
