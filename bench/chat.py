@@ -1,8 +1,8 @@
 """Chat-turn latency end to end: `llmdeck serve` against `mlx_lm.server`, same run.
 
 Both servers load the same model folder, are driven by the same streaming openai clients
-and are warmed up the same way first; every scenario runs on ours, then on the peer, so
-drift on a shared box hits both. Scenarios:
+and are warmed up the same way first; every scenario runs on ours, then on the peer (with
+--repeat, alternately first), so drift on a shared box hits both. Scenarios:
 
   lone  one-shot requests of about 20 words, one at a time, never cached
   a     one conversation of 8 turns, replies of varied length, a long system prompt
@@ -24,6 +24,7 @@ through the in-process Runtime too (the TUI's path: store, pool, worker), where 
 engine's own TTFT shows what the pool and HTTP add. `targets` checks issue 20's goals.
 
     python bench/chat.py --quick                          # tiny random qwen3 on the CPU
+    python bench/chat.py --quick --repeat 3               # alternate, pool: a noisy CPU
     python bench/chat.py --shape qwen3-0.6b               # GPU, bf16 (add --bits 4)
 """
 
@@ -289,10 +290,7 @@ async def scenario_c(send: Send, plan: Plan, n: int, salt: int) -> dict[str, Any
         wall = time.perf_counter() - start
         rounds.append(sum(x["completion_tokens"] for x in results) / wall)
         ttfts.extend(x["ttft_ms"] for x in results)
-    return {"tokens_per_s": round(statistics.median(rounds), 1),
-            "tokens_per_s_rounds": [round(x, 1) for x in rounds],
-            "ttft_p50_ms": round(statistics.median(ttfts), 1),
-            "ttft_p95_ms": round(pct(ttfts, 0.95), 1)}
+    return {"rounds": rounds, "ttfts": ttfts}
 
 
 async def scenario_d(send: Send, plan: Plan, salt: int) -> dict[str, list]:
@@ -488,15 +486,27 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         result["ours_ready_s"] = round(await ours.ready(900), 1)
         result["peer_ready_s"] = round(await peer.ready(900), 1)
         result["ours"], result["peer"] = {}, {}
-        # Warm both, then each scenario on ours then on the peer.
+        # Warm both, then each scenario on both, in turn. With --repeat the runs alternate
+        # (ours first, then the peer first, ...) and the samples are pooled, so a burst of
+        # load on a shared box lands on both sides; each repetition's ratios are kept too.
         await warm_up(http_sender(ours), plan)
         await warm_up(http_sender(peer), plan)
-        for name in which:
-            mine = await run_http_one(ours, plan, name)
-            theirs = await run_http_one(peer, plan, name)
-            result["ours"][name], result["peer"][name] = mine, theirs
+        raw: dict[str, dict[str, Any]] = {"ours": {}, "peer": {}}
+        per_rep: list[dict[str, Any]] = []
+        for rep in range(args.repeat):
+            this_rep: dict[str, dict[str, Any]] = {"ours": {}, "peer": {}}
+            for name in which:
+                sides = [("ours", ours), ("peer", peer)]
+                for side, server in sides if rep % 2 == 0 else sides[::-1]:
+                    got = await run_http_raw(server, plan, name, rep)
+                    this_rep[side][name] = got
+                    merge(raw[side], name, got)
+            per_rep.append(compare(finish(this_rep["ours"]), finish(this_rep["peer"])))
+            result["ours"], result["peer"] = finish(raw["ours"]), finish(raw["peer"])
             if args.out:  # what is done so far survives a run cut short
                 Path(args.out).write_text(json.dumps(result))
+        if args.repeat > 1:
+            result["vs_peer_each_repeat"] = per_rep
         result["http_seconds"] = round(time.perf_counter() - t0, 1)
     finally:
         for s in servers:
@@ -513,23 +523,51 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-async def run_http_one(server: Server, plan: Plan, name: str) -> dict[str, Any]:
+async def run_http_raw(server: Server, plan: Plan, name: str, rep: int) -> dict[str, Any]:
+    """One scenario's samples (TTFT rows per turn kind; tok/s rounds for c32/c64)."""
     send = http_sender(server)
     start = time.perf_counter()
-    salt = {"lone": 1, "a": 2, "b": 3, "c32": 4, "c64": 6, "d": 5}[name]
+    salt = {"lone": 1, "a": 2, "b": 3, "c32": 4, "c64": 6, "d": 5}[name] + 1000 * rep
     if name == "lone":
-        out = summarise(await scenario_lone(send, plan, salt))
+        out: dict[str, Any] = await scenario_lone(send, plan, salt)
     elif name == "a":
-        out = summarise(await scenario_a(send, plan, salt))
+        out = await scenario_a(send, plan, salt)
     elif name == "b":
-        out = summarise(await scenario_b(send, plan, salt))
+        out = await scenario_b(send, plan, salt)
     elif name in ("c32", "c64"):
         out = await scenario_c(send, plan, int(name[1:]), salt)
     elif name == "d":
-        out = summarise(await scenario_d(send, plan, salt))
+        out = await scenario_d(send, plan, salt)
     else:
         raise SystemExit(f"bench/chat.py: unknown scenario {name!r}")
-    out["seconds"] = round(time.perf_counter() - start, 1)
+    out["seconds"] = time.perf_counter() - start
+    return out
+
+
+def merge(into: dict[str, Any], name: str, got: dict[str, Any]) -> None:
+    """Pool a repetition's samples with the earlier ones of the same scenario."""
+    have = into.setdefault(name, {})
+    for key, value in got.items():
+        if isinstance(value, list):
+            have.setdefault(key, []).extend(value)
+        else:
+            have[key] = have.get(key, 0) + value
+
+
+def finish(raw: dict[str, Any]) -> dict[str, Any]:
+    """Pooled samples -> the per-scenario summary the report prints."""
+    out: dict[str, Any] = {}
+    for name, got in raw.items():
+        if "rounds" in got:
+            rounds, ttfts = got["rounds"], got["ttfts"]
+            summary = {"tokens_per_s": round(statistics.median(rounds), 1),
+                       "tokens_per_s_rounds": [round(x, 1) for x in rounds],
+                       "ttft_p50_ms": round(statistics.median(ttfts), 1),
+                       "ttft_p95_ms": round(pct(ttfts, 0.95), 1)}
+        else:
+            summary = summarise({k: v for k, v in got.items() if isinstance(v, list)})
+        summary["seconds"] = round(got["seconds"], 1)
+        out[name] = summary
     return out
 
 
@@ -542,6 +580,9 @@ def main() -> None:
     parser.add_argument("--scenarios", default="lone,a,b,c32,c64,d")
     parser.add_argument("--no-runtime", action="store_true", help="skip the in-process Runtime runs")
     parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run every scenario this many times, alternating which server goes "
+                             "first, and pool the samples (a noisy shared CPU: use 3)")
     args = parser.parse_args()
     args.shape = args.shape or ("tiny" if args.quick else "qwen3-0.6b")
     if args.quick:
