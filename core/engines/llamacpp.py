@@ -25,6 +25,16 @@ from core.engines.llama_sampling import (
     logprob_stream,
     penalty_window,
 )
+from core.engines.llama_vision import (
+    ContextOverflow,
+    ImageError,
+    Prefill,
+    Projector,
+    ProjectorError,
+    find_mmproj,
+    image_paths,
+    with_markers,
+)
 from core.engines.speculative import Acceptance, speculable
 from core.engines.templates import fallback_template, template_stops
 from core.events import Done, Error, Event, Logprobs, TextDelta, Usage
@@ -111,6 +121,17 @@ class LlamaCppEngine:
             stop_token_ids=[self._llm.token_eos()],
         )
         self._spec = spec
+        # A vision projector beside the model (or the mmproj option): images in the prompt
+        # (core.engines.llama_vision). One that does not fit is a load failure, said plainly.
+        self._vision: Projector | None = None
+        try:
+            mmproj = find_mmproj(path, spec.option("mmproj"))
+            if mmproj is not None and spec.option("vision", True):
+                self._vision = Projector(self._llm, mmproj, threads=threads,
+                                         use_gpu=int(spec.option("gpu_layers", -1)) != 0)
+        except ProjectorError as exc:
+            self._llm.close()
+            raise EngineLoadError("LOAD_FAILED", str(exc)) from exc
         # Prompt-lookup drafting for greedy requests; `acceptance` is the last one's record.
         # Recurrent and hybrid models cannot drop rejected drafts from their state.
         self.speculative = bool(spec.option("speculative", True)) and not (
@@ -136,6 +157,8 @@ class LlamaCppEngine:
             "chat_template": self._template,
             "base_model": self.base_model,
             "path": self._spec.path,
+            "vision": self._vision is not None,
+            "mmproj": str(self._vision.path) if self._vision else None,
         }
 
     def submit(self, request: GenerationRequest) -> None:
@@ -187,22 +210,38 @@ class LlamaCppEngine:
             return rid, [Error("BAD_REQUEST", str(exc)), Done("error")]
         # llama.cpp reads the penalties' window from here when it builds the sampler.
         self._llm.last_n_tokens_size = penalty_window(s, penalty)
+        messages, images = request.messages, image_paths(request.messages)
+        if images and self._vision is None:
+            return rid, [Error("UNSUPPORTED", "This model cannot see images: it has no vision "
+                               "projector (an mmproj GGUF beside the model file)."), Done("error")]
+        if images:
+            messages = tuple(with_markers(messages))
+        elif self._vision is not None:
+            self._vision.forget(self._llm)  # no image's positions reused by a text prompt
+        prefill: Prefill | None = None
         if self._base is not None:
             # special=False: a "<start_of_turn>" typed by the user stays text
-            tokens = self._tokenize(self._base.render(request.messages), add_bos=True,
-                                    special=False)
+            text, add_bos, special = self._base.render(messages), True, False
             stop: list[str] = list(self._base.stops)
         else:
             try:
-                rendered = self._formatter(messages=list(request.messages),
+                rendered = self._formatter(messages=list(messages),
                                            tools=list(request.tools) or None)
             except Exception as exc:
                 return rid, [Error("BAD_REQUEST", f"The chat template failed: {exc}"),
                              Done("error")]
-            tokens = self._tokenize(rendered.prompt, add_bos=not rendered.added_special,
-                                    special=True)
+            text, add_bos, special = rendered.prompt, not rendered.added_special, True
             stop = (rendered.stop if isinstance(rendered.stop, list)
                     else [rendered.stop] if rendered.stop else [])
+        if images:
+            try:
+                prefill = self._prefill(text, images, add_bos=add_bos, special=special)
+            except ImageError as exc:
+                code = "CONTEXT_OVERFLOW" if isinstance(exc, ContextOverflow) else "BAD_REQUEST"
+                return rid, [Error(code, str(exc)), Done("error")]
+            tokens = prefill.tokens
+        else:
+            tokens = self._tokenize(text, add_bos=add_bos, special=special)
         budget = self._llm.n_ctx() - len(tokens)
         if budget < 1:
             return rid, [
@@ -213,7 +252,8 @@ class LlamaCppEngine:
                 ),
                 Done("error"),
             ]
-        cached = _common_prefix(self._llm._input_ids[: self._llm.n_tokens].tolist(), tokens)
+        cached = prefill.cached if prefill else _common_prefix(
+            self._llm._input_ids[: self._llm.n_tokens].tolist(), tokens)
         s = request.sampling
         stop = [x for x in (*stop, *self._turn_stops) if x]
         if s.logprobs:
@@ -221,7 +261,8 @@ class LlamaCppEngine:
                 self._llm, tokens, top=s.top_logprobs, max_tokens=min(s.max_tokens, budget),
                 stop=stop, sampling=dict(options, temp=s.temperature, top_p=s.top_p,
                                          top_k=s.top_k, min_p=s.min_p, repeat_penalty=penalty))
-        elif self.speculative and speculable(s) and not s.logit_bias:  # core.engines.llama_lookup
+        elif (self.speculative and speculable(s) and not s.logit_bias
+              and prefill is None):  # core.engines.llama_lookup
             self.acceptance = Acceptance()
             stream = lookup_stream(
                 self._llm, tokens, max_tokens=min(s.max_tokens, budget), stop=stop,
@@ -242,8 +283,22 @@ class LlamaCppEngine:
                 **options,
             )
         self._active = _Active(request, iter(stream), len(tokens), min(cached, len(tokens)))
+        if prefill is not None:  # the images were encoded above: their time is the TTFT's
+            self._active.started = prefill.started
         self._active.trim_start = self._base is not None  # "Assistant:" leaves a space
         return None
+
+    def _prefill(self, text: str, images: list[str], *, add_bos: bool,
+                 special: bool) -> Prefill:
+        """A prompt with images, evaluated into the context by the projector (the length
+        check of _tokenize first: libmtmd tokenises the text too)."""
+        assert self._vision is not None
+        n_ctx = self._llm.n_ctx()
+        if len(text) > n_ctx * MAX_CHARS_PER_TOKEN:
+            raise ContextOverflow(
+                f"The conversation is {len(text):,} characters, more than this model's context "
+                f"of {n_ctx} tokens can hold. Start a new chat or raise the context size.")
+        return self._vision.prefill(self._llm, text, images, add_bos=add_bos, special=special)
 
     def _tokenize(self, text: str, *, add_bos: bool, special: bool) -> list[int]:
         """The prompt's tokens. Text longer than the context could hold however it
@@ -309,6 +364,9 @@ class LlamaCppEngine:
         return rid, events
 
     def close(self) -> None:
+        vision = getattr(self, "_vision", None)
+        if vision is not None:
+            vision.close()  # before the model it was loaded against
         llm = getattr(self, "_llm", None)
         if llm is not None:
             llm.close()

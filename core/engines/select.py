@@ -65,7 +65,7 @@ def select_engine(path: str | Path) -> Selection:
                 "GGUF file or a folder with config.json and safetensors weights.",
             )
         mmproj = _sibling_mmproj(p)
-        if p.name.lower().startswith("mmproj"):
+        if "mmproj" in p.name.lower():
             raise SelectionError(
                 "UNSUPPORTED",
                 f"{p.name} is a vision projector, not a language model; select the main "
@@ -169,10 +169,21 @@ def check_safetensors(path: Path) -> None:
 
 
 def _sibling_mmproj(p: Path) -> str | None:
-    if p.name.lower().startswith("mmproj"):
+    if "mmproj" in p.name.lower():
         return None
-    found = sorted(p.parent.glob("mmproj*.gguf"))
+    found = sibling_mmprojs(p)
     return str(found[0]) if found else None
+
+
+def sibling_mmprojs(p: Path) -> list[Path]:
+    """The vision projectors beside a GGUF model file (mmproj-*.gguf, *-mmproj-*.gguf: the
+    hub's rule), sorted by name; core.engines.llama_vision picks one when there are several."""
+    try:
+        return sorted(f for f in p.parent.iterdir()
+                      if f != p and f.suffix.lower() == ".gguf" and "mmproj" in f.name.lower()
+                      and f.is_file())
+    except OSError:
+        return []
 
 
 def default_model() -> Selection:

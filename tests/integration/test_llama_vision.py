@@ -1,0 +1,141 @@
+"""A GGUF chat model with its mmproj sees images through llama.cpp (issue 23): the bundled
+Gemma 3 270M with a tiny random-weight projector written by the `gguf` package, in real
+worker processes. An attached image goes into the prompt as its image tokens and a reply
+streams; the next turn reuses the image's positions; a corrupt image fails its request
+with a sentence and the chat goes on; a projector made for another model is a load
+failure that says so; `llmdeck serve` takes image_url parts for it."""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+
+import openai
+import pytest
+
+from core.config import Settings
+from core.engines.base import GenerationRequest, ModelSpec, SamplingParams
+from core.engines.base_prompt import base_format
+from core.engines.llama_vision import MARKER, with_markers
+from core.events import Done, Error, TextDelta, Usage
+from core.runtime import Runtime
+from tests.fixtures.gguf_vision import gguf_with_projector, image_tokens
+from tests.fixtures.images import make_corrupt, make_image, picture
+from tests.fixtures.serve import ServerThread
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def seeing_gemma(bundled_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return gguf_with_projector(tmp_path_factory.mktemp("gguf-vision"), bundled_gguf)
+
+
+def expected_prompt_tokens(model: Path, messages: tuple[dict, ...]) -> int:
+    """The prompt's length counted independently of the engine: the base transcript
+    tokenised around the image marker by llama.cpp's own tokenizer, plus the image's
+    tokens (one per patch of the tiny projector)."""
+    from llama_cpp import Llama
+
+    text = base_format(None).render(with_markers(messages))
+    before, after = text.split(MARKER)
+    vocab = Llama(model_path=str(model), vocab_only=True, verbose=False)
+    try:
+        return (len(vocab.tokenize(before.encode(), add_bos=True, special=False))
+                + image_tokens()
+                + len(vocab.tokenize(after.encode(), add_bos=False, special=False)))
+    finally:
+        vocab.close()
+
+
+async def test_an_attached_image_goes_into_the_prompt_and_a_corrupt_one_fails_alone(
+        seeing_gemma: Path, tmp_path: Path) -> None:
+    s = Settings(model=str(seeing_gemma), context_size=1024, replicas=1)
+    s.sampling.temperature = 0.0
+    s.sampling.max_tokens = 6
+    rt = Runtime(s)
+    await rt.start()
+    try:
+        assert await rt.ensure_model(), rt.model.error
+        assert rt.model.info["vision"] is True
+        assert rt.model.info["mmproj"].endswith("mmproj-gemma-3-270m-q4_k_m-f16.gguf")
+        [attached] = await rt.attach(None, [make_image(tmp_path / "flag.png")])
+        cid = attached.conversation_id
+        turn = await rt.start_turn(cid, "What is in the picture?")
+        assert turn.request.messages[-1]["content"][0] == {"type": "image",
+                                                           "path": attached.image.path}
+        events = [e async for e in turn.events()]
+        assert any(isinstance(e, TextDelta) and e.text for e in events), events
+        assert isinstance(events[-1], Done) and events[-1].finish_reason in ("stop", "length")
+        usage = next(e for e in events if isinstance(e, Usage))
+        assert usage.prompt_tokens == expected_prompt_tokens(seeing_gemma, turn.request.messages)
+        assert rt.chat.captioner.worker is None, "no caption is made for a model that sees"
+
+        # The next turn carries the image again (with the newest message), and the text
+        # before it comes from the cache.
+        again = await rt.start_turn(cid, "And its colours?")
+        events = [e async for e in again.events()]
+        usage2 = next(e for e in events if isinstance(e, Usage))
+        assert isinstance(events[-1], Done) and events[-1].finish_reason != "error", events
+        assert usage2.prompt_tokens == expected_prompt_tokens(seeing_gemma, again.request.messages)
+        assert usage2.cached_tokens > 0
+
+        # A corrupt picture (as a damaged stored file would be) fails that request alone,
+        # with a sentence; the worker and the chat go on.
+        broken = make_corrupt(tmp_path / "broken.png")
+        request = GenerationRequest("broken", ({"role": "user", "content": [
+            {"type": "image", "path": str(broken)}, {"type": "text", "text": "What is it?"}]},),
+            SamplingParams(temperature=0.0, max_tokens=4))
+        failed = [e async for e in rt.backend.generate(request)]
+        assert isinstance(failed[0], Error) and failed[0].code == "BAD_REQUEST", failed
+        assert "broken.png could not be read" in failed[0].message
+        assert isinstance(failed[-1], Done) and failed[-1].finish_reason == "error"
+        after = await rt.start_turn(cid, "Describe it once more.")
+        events = [e async for e in after.events()]
+        assert any(isinstance(e, TextDelta) and e.text for e in events), events
+        assert isinstance(events[-1], Done) and events[-1].finish_reason != "error"
+    finally:
+        await rt.close()
+
+
+async def test_a_projector_made_for_another_model_is_a_load_failure_that_says_so(
+        bundled_gguf: Path, tmp_path: Path) -> None:
+    model = gguf_with_projector(tmp_path / "wrong", bundled_gguf, text_embd=512)
+    rt = Runtime(Settings(model=str(model), context_size=512, replicas=1))
+    await rt.start()
+    try:
+        assert not await rt.ensure_model()
+        error = rt.model.error or ""
+        assert "mmproj-gemma-3-270m-q4_k_m-f16.gguf does not fit this model" in error, error
+        assert "n_embd = 640" in error and "n_embd = 512" in error, error
+        assert "move it out of the folder" in error
+    finally:
+        await rt.close()
+
+
+def test_serve_takes_image_url_parts_for_a_gguf_model_with_its_projector(
+        seeing_gemma: Path, tmp_path: Path) -> None:
+    buf = io.BytesIO()
+    picture(64, 48).save(buf, format="PNG")
+    url = f"data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}"
+    question = {"type": "text", "text": "What is in the picture?"}
+    srv = ServerThread(ModelSpec(str(seeing_gemma), "llamacpp", context_size=1024),
+                       served_name="gemma-sees")
+    try:
+        client = openai.OpenAI(base_url=srv.url, api_key="x")
+        plain = client.chat.completions.create(
+            model="gemma-sees", messages=[{"role": "user", "content": [question]}],
+            max_tokens=3, temperature=0.0)
+        stream = client.chat.completions.create(
+            model="gemma-sees", max_tokens=4, temperature=0.0, stream=True,
+            stream_options={"include_usage": True},
+            messages=[{"role": "user", "content": [
+                question, {"type": "image_url", "image_url": {"url": url}}]}])
+        chunks = list(stream)
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        usage = next(c.usage for c in chunks if c.usage)
+        assert text and usage.completion_tokens == 4
+        assert usage.prompt_tokens >= plain.usage.prompt_tokens + image_tokens()
+    finally:
+        srv.close()
