@@ -11,7 +11,14 @@ from core.vision.images import (
     load_stored,
     prepare_image,
 )
-from core.vision.preview import half_block_cells
+from core.vision.preview import (
+    half_block_cells,
+    iterm_sequence,
+    kitty_delete,
+    kitty_placeholder_rows,
+    kitty_sequences,
+    sixel_sequence,
+)
 
 __all__ = [
     "IMAGE_MIME",
@@ -20,6 +27,11 @@ __all__ = [
     "StoredImage",
     "half_block_cells",
     "is_image",
+    "iterm_sequence",
+    "kitty_delete",
+    "kitty_placeholder_rows",
+    "kitty_sequences",
     "load_stored",
     "prepare_image",
+    "sixel_sequence",
 ]

@@ -1,12 +1,17 @@
-"""An attached image in the chat: its name, size and dimensions, and a half-block preview.
+"""An attached image in the chat: its name, size and dimensions, and the picture.
 
-The preview is drawn with `▀` cells (two pixels a cell, colours from core.vision), which
-every colour terminal shows, tmux and SSH included. The picture is read in a thread when
-the card mounts, so a large chat opens without waiting on the disk.
+Where the terminal draws pictures (tui.terminal_graphics: Kitty, Sixel, iTerm2) the card
+shows the real picture (tui.widgets.terminal_picture); elsewhere, and until it is ready, a
+half-block preview drawn with `▀` cells (two pixels a cell, colours from core.vision),
+which every colour terminal shows, tmux and SSH included. Both fill the same box of cells.
+The picture is read, and the terminal's graphics decided, in a thread when the card
+mounts, so a large chat opens without waiting on the disk.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from rich.color import Color
@@ -56,17 +61,54 @@ class ImageCard(Vertical):
 
     def _cells(self, columns: int) -> None:
         from core.vision import half_block_cells
+        from tui import terminal_graphics
 
         try:
             cells = half_block_cells(self.image.path, columns, PREVIEW_ROWS)
         except OSError:
             self.app.call_from_thread(self._show, Text("(the stored picture is gone)"))
             return
-        self.app.call_from_thread(self._show, half_block_text(cells))
+        preview = half_block_text(cells)
+        self.app.call_from_thread(self._show, preview)  # at once; the picture follows
+        graphics = terminal_graphics.current(headless=self.app.is_headless)
+        if graphics.protocol == "halfblock" or not cells:
+            return
+        try:
+            picture = _picture(graphics, self.image.path, preview, len(cells[0]), len(cells))
+        except OSError:
+            return  # gone since the preview was read: the preview stays
+        self.app.call_from_thread(self._show_picture, picture)
 
     def _show(self, text: Text) -> None:
         if self.is_attached:
             self.query_one(".image-preview", Static).update(text)
+
+    async def _show_picture(self, make_picture: Callable[[], Static]) -> None:
+        if not self.is_attached:
+            return
+        old = self.query_one(".image-preview", Static)
+        await self.mount(make_picture(), after=old)
+        await old.remove()
+
+
+def _picture(graphics, path, preview: Text, columns: int, rows: int) -> Callable[[], Static]:
+    """What makes the widget that draws `path` with `graphics` in `columns` x `rows` cells.
+    Encoding (tens of milliseconds) happens here, in the card's thread; the widget itself
+    is made on the app's loop."""
+    from core import vision
+    from tui import terminal_graphics
+    from tui.widgets.terminal_picture import KittyPicture, PixelPicture, next_kitty_id
+
+    cell = terminal_graphics.cell_pixels()
+    if graphics.protocol == "kitty":
+        image_id = next_kitty_id()
+        sequences = vision.kitty_sequences(path, image_id, columns, rows, cell)
+        return partial(KittyPicture, graphics, image_id, sequences, columns, rows)
+    if graphics.protocol == "sixel":
+        sequence = vision.sixel_sequence(path, columns, rows, cell)
+    else:
+        sequence = vision.iterm_sequence(path, columns, rows, cell)
+    return partial(PixelPicture, graphics, sequence, preview, columns, rows)
 
 
 async def place_images(chat, images, messages, *, has_older: bool, has_newer: bool) -> None:

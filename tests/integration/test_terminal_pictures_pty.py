@@ -1,0 +1,106 @@
+"""The bytes the real app writes to a real terminal (a pty) when a picture is attached:
+with LLMDECK_GRAPHICS=kitty they carry Kitty graphics (`ESC _G`, then placeholder cells),
+with sixel a Sixel image (`ESC P ... q`), and with halfblock neither, only `▀` cells.
+Real Textual with its Linux driver, the scripted engine in a worker, a real PNG."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.images import make_image
+
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCH = "from tests.fixtures.tui import scripted_app; scripted_app().run()"
+PLACEHOLDER = "\U0010eeee".encode()
+
+
+class PtyApp:
+    """The app in a child process whose terminal is a pty we read every byte of."""
+
+    def __init__(self, graphics: str, columns: int = 120, rows: int = 40) -> None:
+        self.master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+        env = {**os.environ, "TERM": "xterm-256color", "LLMDECK_GRAPHICS": graphics}
+        env.pop("TMUX", None)
+        self.proc = subprocess.Popen([sys.executable, "-c", LAUNCH], cwd=ROOT, env=env,
+                                     stdin=slave, stdout=slave, stderr=slave,
+                                     start_new_session=True)
+        os.close(slave)
+        self.output = b""
+
+    def read_until(self, predicate, timeout: float, what: str) -> bytes:
+        deadline = time.monotonic() + timeout
+        while not predicate(self.output):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                tail = self.output[-1500:].decode(errors="replace")
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}: {tail!r}")
+            if select.select([self.master], [], [], min(left, 0.5))[0]:
+                try:
+                    self.output += os.read(self.master, 65536)
+                except OSError:  # the child closed the terminal
+                    raise AssertionError(f"the app exited waiting for {what}") from None
+        return self.output
+
+    def type_line(self, text: str) -> None:
+        os.write(self.master, text.encode() + b"\r")  # text and Enter in one write
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        os.close(self.master)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("graphics", ["kitty", "sixel", "halfblock"])
+def test_the_terminal_gets_the_picture_in_the_chosen_protocol(tmp_path: Path,
+                                                              graphics: str) -> None:
+    photo = make_image(tmp_path / "harbour.png", 96, 64)
+    app = PtyApp(graphics)
+    try:
+        app.read_until(lambda out: b"scripted-test" in out, 60, "the first frame")
+        app.type_line(f"/attach {photo}")
+        # The card's label; its half-block preview may be replaced by the picture before
+        # a frame shows it, so only the halfblock case waits for `▀`.
+        app.read_until(lambda out: b"Image: harbour.png" in out, 60, "the image card")
+        if graphics == "kitty":
+            out = app.read_until(lambda out: PLACEHOLDER in out, 60, "placeholder cells")
+            sent = out[out.index(b"\x1b_Ga=t,f=100,"):]
+            assert sent.index(b"\x1b_Ga=p,U=1,") < sent.index(PLACEHOLDER), (
+                "the picture reaches the terminal before the cells that show it")
+            assert b"\x1bP0;1;0q" not in out
+        elif graphics == "sixel":
+            start = b"\x1bP0;1;0q"
+            out = app.read_until(lambda out: start in out and b"\x1b\\" in out.split(start)[1],
+                                 60, "a whole Sixel image")
+            sixel = out[out.index(start):]
+            assert sixel.startswith(start + b'"1;1;')  # the raster size follows the intro
+            assert b"\x1b_G" not in out
+        else:
+            # A second attach round-trip gives the first card's thread (which would have
+            # sent its picture a few ms after the preview) ample time to have done so.
+            app.read_until(lambda out: "▀".encode() in out, 60, "the half-block preview")
+            second = make_image(tmp_path / "second.png", 64, 64)
+            app.type_line(f"/attach {second}")
+            app.read_until(lambda out: b"second.png" in out, 60, "the second card")
+            assert b"\x1b_G" not in app.output and b"\x1bP0;1;0q" not in app.output
+            assert PLACEHOLDER not in app.output
+    finally:
+        app.close()

@@ -1,0 +1,187 @@
+"""Which pictures the terminal draws (tui.terminal_graphics): from the environment, from a
+terminal's answers to queries (a pty whose far end is `terminal_fake`), and inside a real
+tmux, whose allow-passthrough decides whether any graphics sequence gets out."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import shutil
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tui import terminal_graphics as tg
+
+KITTY_OK = b"\x1b_Gi=31;OK\x1b\\"
+DA1_XTERM_SIXEL = b"\x1b[?63;1;2;4;6;9;15;22c"
+DA1_PLAIN = b"\x1b[?62;22c"
+
+
+@pytest.mark.parametrize(("env", "protocol"), [
+    ({"TERM": "xterm-kitty"}, "kitty"),  # kitty, also over SSH (TERM travels)
+    ({"TERM": "xterm-256color", "KITTY_WINDOW_ID": "3"}, "kitty"),
+    ({"TERM": "xterm-ghostty"}, "kitty"),
+    ({"TERM": "xterm-256color", "TERM_PROGRAM": "iTerm.app"}, "iterm"),
+    ({"TERM": "xterm-256color", "LC_TERMINAL": "iTerm2"}, "iterm"),  # iTerm2 over SSH
+    ({"TERM": "xterm-256color", "TERM_PROGRAM": "WezTerm"}, "iterm"),
+    ({"TERM": "foot"}, "sixel"),
+    ({"TERM": "xterm-256color", "KONSOLE_VERSION": "230804"}, "sixel"),
+    ({"TERM": "xterm-256color"}, "halfblock"),
+    ({"TERM": "linux"}, "halfblock"),
+])
+def test_the_environment_names_the_terminal(env: dict, protocol: str) -> None:
+    chosen = tg.choose(env, tmux_passthrough=None)
+    assert chosen.protocol == protocol and not chosen.tmux
+
+
+def test_llmdeck_graphics_overrides_and_a_bad_value_falls_back_with_a_reason() -> None:
+    assert tg.choose({"TERM": "xterm-kitty", "LLMDECK_GRAPHICS": "halfblock"},
+                     tmux_passthrough=None).protocol == "halfblock"
+    assert tg.choose({"TERM": "xterm", "LLMDECK_GRAPHICS": "Sixel"},
+                     tmux_passthrough=None).protocol == "sixel"
+    assert tg.choose({"TERM": "xterm", "LLMDECK_GRAPHICS": "auto"},
+                     tmux_passthrough=None).protocol == "halfblock"
+    bad = tg.choose({"TERM": "xterm-kitty", "LLMDECK_GRAPHICS": "kity"}, tmux_passthrough=None)
+    assert bad.protocol == "halfblock" and "'kity' is not understood" in bad.reason
+
+
+def test_inside_tmux_only_passthrough_lets_pictures_out_and_they_are_wrapped() -> None:
+    env = {"TERM": "tmux-256color", "TMUX": "/tmp/tmux-0/default,1,0", "KITTY_WINDOW_ID": "1"}
+    off = tg.choose(env, tmux_passthrough=False)
+    assert off.protocol == "halfblock" and "allow-passthrough" in off.reason
+    on = tg.choose(env, tmux_passthrough=True)
+    assert on.protocol == "kitty" and on.tmux
+    assert on.wrap("\x1b_Ga=d\x1b\\") == "\x1bPtmux;\x1b\x1b_Ga=d\x1b\x1b\\\x1b\\"
+    assert tg.choose({**env, "LLMDECK_GRAPHICS": "kitty"}, tmux_passthrough=False).tmux
+
+
+def test_the_terminals_answers_decide_when_the_environment_does_not() -> None:
+    assert tg.parse_answers(KITTY_OK + DA1_PLAIN) == {"kitty"}
+    assert tg.parse_answers(DA1_XTERM_SIXEL) == {"sixel"}
+    assert tg.parse_answers(b"\x1b_Gi=31;ENOTSUPPORTED:no\x1b\\" + DA1_PLAIN) == set()
+    assert tg.parse_answers(b"\x1b[?62;14;22c") == set()  # 14 is not 4
+    env = {"TERM": "xterm-256color"}
+    assert tg.choose(env, tmux_passthrough=None, answers={"sixel"}).protocol == "sixel"
+    assert tg.choose(env, tmux_passthrough=None, answers={"kitty", "sixel"}).protocol == "kitty"
+
+
+def terminal_fake(fd: int, answer: bytes, asked: list[bytes]) -> threading.Thread:
+    """The far end of a pty playing a terminal: reads the queries, sends `answer`."""
+    def run() -> None:
+        data = b""
+        while b"\x1b[c" not in data:
+            if select.select([fd], [], [], 5)[0]:
+                data += os.read(fd, 1024)
+            else:
+                return
+        asked.append(data)
+        if answer:
+            os.write(fd, answer)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize(("answer", "found"), [
+    (KITTY_OK + DA1_PLAIN, {"kitty"}),
+    (DA1_XTERM_SIXEL, {"sixel"}),
+    (DA1_PLAIN, set()),
+])
+def test_ask_terminal_over_a_pty(answer: bytes, found: set) -> None:
+    master, slave = pty.openpty()
+    try:
+        import tty
+        tty.setraw(slave)
+        asked: list[bytes] = []
+        fake = terminal_fake(master, answer, asked)
+        assert tg.ask_terminal(slave, slave, timeout=5) == found
+        fake.join(5)
+        assert asked and asked[0].startswith(b"\x1b_G") and asked[0].endswith(b"\x1b[c")
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_a_terminal_that_never_answers_costs_only_the_timeout() -> None:
+    master, slave = pty.openpty()
+    try:
+        import tty
+        tty.setraw(slave)
+        started = time.monotonic()
+        assert tg.ask_terminal(slave, slave, timeout=0.3) == set()
+        assert time.monotonic() - started < 3
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+class RealTmux:
+    """A tmux server of its own whose client runs in a pty: the outer terminal is us."""
+
+    def __init__(self, tmp: Path, passthrough: bool, inner: str) -> None:
+        self.socket = f"llmdeck-gfx-{uuid.uuid4().hex[:8]}"
+        conf = tmp / "tmux.conf"
+        conf.write_text(f"set -g allow-passthrough {'on' if passthrough else 'off'}\n")
+        self.master, slave = pty.openpty()
+        self.proc = subprocess.Popen(
+            ["tmux", "-L", self.socket, "-f", str(conf), "new-session", "-x", "80", "-y", "24",
+             inner], stdin=slave, stdout=slave, stderr=slave,
+            env={**os.environ, "TERM": "xterm-256color"}, start_new_session=True)
+        os.close(slave)
+        self.output = b""
+
+    def read_until(self, marker: bytes, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while marker not in self.output and time.monotonic() < deadline:
+            if select.select([self.master], [], [], 0.2)[0]:
+                try:
+                    self.output += os.read(self.master, 65536)
+                except OSError:
+                    break
+        return marker in self.output
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        os.close(self.master)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@pytest.mark.parametrize("passthrough", [True, False])
+def test_real_tmux_lets_a_wrapped_kitty_sequence_out_only_with_passthrough(
+        tmp_path: Path, passthrough: bool) -> None:
+    wrapped = tg.Graphics("kitty", tmux=True).wrap("\x1b_Ga=d,d=I,i=77,q=2\x1b\\")
+    script = tmp_path / "inner.sh"
+    probe = tmp_path / "probe.txt"
+    # Inside tmux: what our detection says, then the wrapped sequence, then a marker.
+    ask = tmp_path / "ask.py"
+    ask.write_text("import os\nfrom tui import terminal_graphics as t\n"
+                   f"open({str(probe)!r}, 'w').write(str(t.tmux_passthrough(os.environ)))\n")
+    script.write_text(f"{_python()} {ask}\nprintf '%s' {_sh(wrapped)}\n"
+                      "printf 'END''MARK'\nsleep 30\n")
+    tmux = RealTmux(tmp_path, passthrough, f"sh {script}")
+    try:
+        assert tmux.read_until(b"ENDMARK", 30), tmux.output[-500:]
+        assert probe.read_text() == str(passthrough)
+        assert (b"\x1b_Ga=d,d=I,i=77,q=2\x1b\\" in tmux.output) is passthrough
+    finally:
+        tmux.close()
+
+
+def _python() -> str:
+    import sys
+    return f"cd {Path(__file__).resolve().parents[2]} && {sys.executable}"
+
+
+def _sh(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
