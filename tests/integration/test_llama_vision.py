@@ -95,6 +95,18 @@ async def test_an_attached_image_goes_into_the_prompt_and_a_corrupt_one_fails_al
         events = [e async for e in after.events()]
         assert any(isinstance(e, TextDelta) and e.text for e in events), events
         assert isinstance(events[-1], Done) and events[-1].finish_reason != "error"
+
+        # The same image at the same place: its positions are reused, not encoded again.
+        def ask(rid: str) -> GenerationRequest:
+            return GenerationRequest(rid, ({"role": "user", "content": [
+                {"type": "image", "path": attached.image.path},
+                {"type": "text", "text": "Once more?"}]},), SamplingParams(temperature=0.0,
+                                                                           max_tokens=2))
+        first = [e async for e in rt.backend.generate(ask("same-1"))]
+        second = [e async for e in rt.backend.generate(ask("same-2"))]
+        u1, u2 = (next(e for e in evs if isinstance(e, Usage)) for evs in (first, second))
+        assert u1.prompt_tokens == u2.prompt_tokens
+        assert u2.cached_tokens == u2.prompt_tokens - 1  # all but the last text token
     finally:
         await rt.close()
 
@@ -120,8 +132,11 @@ def test_serve_takes_image_url_parts_for_a_gguf_model_with_its_projector(
     picture(64, 48).save(buf, format="PNG")
     url = f"data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}"
     question = {"type": "text", "text": "What is in the picture?"}
-    srv = ServerThread(ModelSpec(str(seeing_gemma), "llamacpp", context_size=1024),
-                       served_name="gemma-sees")
+    # Gemma's chat turns rendered by the Jinja formatter (the template path, where the
+    # runtime test above takes the base transcript's).
+    spec = ModelSpec(str(seeing_gemma), "llamacpp", context_size=1024,
+                     options=(("base_format", "turns"),))
+    srv = ServerThread(spec, served_name="gemma-sees")
     try:
         client = openai.OpenAI(base_url=srv.url, api_key="x")
         plain = client.chat.completions.create(
