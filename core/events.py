@@ -59,6 +59,18 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A tool call as it is being written, for clients that stream (the API's
+    `tool_calls` deltas). The first delta of a call carries its id and name, later ones
+    the next piece of its arguments' JSON text as decoded. The whole call still follows
+    as a ToolCall with the same id; the UI shows that and may ignore these."""
+
+    id: str
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Usage:
     """Token counts and timings of one generation."""
 
@@ -99,4 +111,4 @@ class Error:
             raise ValueError(f"unknown error code {self.code!r}")
 
 
-Event = TextDelta | ReasoningDelta | ToolCall | Usage | Logprobs | Done | Error
+Event = TextDelta | ReasoningDelta | ToolCall | ToolCallDelta | Usage | Logprobs | Done | Error

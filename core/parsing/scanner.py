@@ -17,8 +17,9 @@ import re
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-from core.events import ReasoningDelta, TextDelta, ToolCall
+from core.events import ReasoningDelta, TextDelta, ToolCall, ToolCallDelta
 
 TEXT = 0
 """Content is visible answer text."""
@@ -29,7 +30,7 @@ COLLECT = 2
 SNIFF = 3
 """Content is held until `State.sniff` decides which state the stream really starts in."""
 
-ParsedEvent = TextDelta | ReasoningDelta | ToolCall
+ParsedEvent = TextDelta | ReasoningDelta | ToolCall | ToolCallDelta
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class Ids:
         self._style = style
         self._base = secrets.token_hex(3 if style == "mistral" else 4)
         self._n = 0
-        self.memo: dict[str, str] = {}
+        self.memo: dict[str, Any] = {}
 
     def new(self) -> str:
         self._n += 1
@@ -75,6 +76,10 @@ class Ids:
 Collector = Callable[[Ids, str, str, str, "str | None"], "tuple[list[ParsedEvent], str | None]"]
 """(ids, state name, enter marker, body, exit marker or None at end of stream)
 -> (events, next state or None for the state's static exit target)."""
+
+Streamer = Callable[[Ids, str, str], "list[ParsedEvent]"]
+"""(ids, state name, a new piece of the COLLECT body) -> events while the body is written
+(ToolCallDelta for streaming clients); the collector still gets the whole body."""
 
 
 class _Compiled:
@@ -124,6 +129,7 @@ class Grammar:
         reasoning_state: str | None = None,
         uses_think: bool = False,
         id_style: str = "default",
+        stream: Streamer | None = None,
     ) -> None:
         self.name = name
         self.states = {s.name: _Compiled(s) for s in states}
@@ -145,6 +151,7 @@ class Grammar:
         self.reasoning_state = reasoning_state
         self.uses_think = uses_think
         self.id_style = id_style
+        self.stream = stream
 
     def markers(self) -> set[str]:
         """Every literal marker of the format (tests check none of them leaks)."""
@@ -208,6 +215,8 @@ class MarkerScanner:
                 if kind == COLLECT and (st.limit is None or self._body_len + len(text) <= st.limit):
                     self._body.append(text)
                     self._body_len += len(text)
+                    if self._g.stream is not None:
+                        return self._g.stream(self._ids, st.name, text)
                     return []
             buf = text
         if kind == TEXT or kind == REASONING:
@@ -249,6 +258,8 @@ class MarkerScanner:
         if st.kind == COLLECT:
             if buf:
                 self._body.append(buf)
+                if self._g.stream is not None:
+                    events.extend(self._g.stream(self._ids, st.name, buf))
             body = "".join(self._body)
             self._body, self._body_len = [], 0
             if self._g.collect is not None:
@@ -344,5 +355,7 @@ class MarkerScanner:
         if st.kind == COLLECT:
             self._body.append(text)
             self._body_len += len(text)
+            if self._g.stream is not None:
+                events.extend(self._g.stream(self._ids, st.name, text))
         else:
             self._emit(events, st.kind, text)

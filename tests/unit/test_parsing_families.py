@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import random
 import re
 
 import pytest
 
-from core.events import ReasoningDelta, TextDelta, ToolCall
+from core.events import ReasoningDelta, TextDelta, ToolCall, ToolCallDelta
 from core.parsing import FAMILIES, StreamParser, family_markers
 from tests.fixtures.parsing_samples import SAMPLES, Sample
 
@@ -40,8 +41,9 @@ def splits(text: str, seed: int) -> list[str]:
 
 
 def check(sample: Sample, events: list) -> None:
-    assert all(type(e) in (TextDelta, ReasoningDelta, ToolCall) for e in events)
-    assert all(e.text for e in events if type(e) is not ToolCall), "no empty deltas"
+    assert all(type(e) in (TextDelta, ReasoningDelta, ToolCall, ToolCallDelta) for e in events)
+    assert all(e.text for e in events if type(e) in (TextDelta, ReasoningDelta)), "no empty deltas"
+    check_streamed_arguments(sample, events)
     text, reasoning, calls = normalise(events)
     assert (text, reasoning, calls) == (sample.text, sample.reasoning, list(sample.calls))
     tool_calls = [e for e in events if type(e) is ToolCall]
@@ -51,6 +53,24 @@ def check(sample: Sample, events: list) -> None:
     assert len({c.id for c in tool_calls}) == len(tool_calls)
     if sample.ids:
         assert tuple(c.id for c in tool_calls) == sample.ids
+
+
+def check_streamed_arguments(sample: Sample, events: list) -> None:
+    """A call streamed as ToolCallDeltas opens once (id and name first), and its argument
+    pieces rebuild the arguments of the ToolCall that follows with the same id."""
+    pieces: dict[str, list[str]] = {}
+    for e in events:
+        if type(e) is ToolCallDelta:
+            if e.name is not None:
+                assert e.id not in pieces and e.arguments == ""
+                pieces[e.id] = []
+            else:
+                assert e.arguments and e.id in pieces
+                pieces[e.id].append(e.arguments)
+        elif type(e) is ToolCall and e.id in pieces and e.error is None:
+            got = pieces.pop(e.id)  # none when the arguments were not an object (sent whole)
+            assert not got or json.loads("".join(got)) == e.arguments
+    assert not pieces or sample.malformed, "a streamed call always ends in its ToolCall"
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda s: s.id)
@@ -88,10 +108,23 @@ def test_text_streams_before_the_stream_ends() -> None:
 
 
 def test_tool_call_is_emitted_when_its_block_closes() -> None:
+    """... and streams its name and arguments while it is written."""
     parser = StreamParser("hermes")
-    assert parser.feed('<tool_call>{"name": "f", "arguments": {}}') == []
+    assert parser.feed('<tool_call>{"name": "f", "arguments": {"x": [1, ') == [
+        ToolCallDelta(ANY_ID, "f", ""), ToolCallDelta(ANY_ID, None, '{"x": [1, ')]
+    assert parser.feed('"}"]}}') == [ToolCallDelta(ANY_ID, None, '"}"]}')]  # not the body's }
     (call,) = parser.feed("</tool_call>")
-    assert isinstance(call, ToolCall) and call.name == "f"
+    assert isinstance(call, ToolCall) and call.name == "f" and call.arguments == {"x": [1, "}"]}
+
+
+class _AnyId(str):
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and other.startswith("call_")
+
+    __hash__ = str.__hash__
+
+
+ANY_ID = _AnyId()
 
 
 def test_mistral_ids_fit_its_template() -> None:

@@ -1,0 +1,299 @@
+"""Tool calls constrained while decoding: once the model opens a call, its JSON must fit.
+
+A request that offers tools decodes its free text unconstrained. When the model writes its
+family's call opener (Qwen/Hermes `<tool_call>`), an llguidance matcher takes over: the
+body must be `{"name": <one of the offered names>, "arguments": <that tool's parameters
+schema>}` followed by the closer, and every token it does not allow is masked. When the
+call closes, the text is free again (a reply may hold several calls). With tool_choice
+"required" (or one named tool) the reply must start with a call: the opener is part of
+the grammar from the first token.
+
+Why drive the trigger from the decoded text rather than llguidance's lazy grammars (its
+StructTag): the opener is a special token in some vocabularies and plain text in others
+(the test models', Gemma's), and free text then costs nothing per token: no matcher runs,
+no mask is computed or applied until the call opens.
+
+`ToolCallGuide` is one request's state and knows no engine; the MLX engine wraps it as a
+row-wise logits processor (`ToolCallProcessor`, so a constrained row shares a batch with
+free ones), llama.cpp as a logits processor on numpy scores (`LlamaToolProcessor`). Both
+pair calls with tokens as core.engines.grammar does: each call samples the next token,
+and (after the first) the last token of the context it is given was sampled by the
+previous call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFormat:
+    """How a model family writes one call: opener, JSON body, closer."""
+
+    opener: str
+    closer: str
+
+
+# Families whose calls are a JSON object between literal markers. Others (pythonic,
+# XML-ish, sectioned formats) are parsed after the fact, unconstrained.
+FORMATS: dict[str, ToolFormat] = {
+    "hermes": ToolFormat("<tool_call>", "</tool_call>"),
+    "qwen3": ToolFormat("<tool_call>", "</tool_call>"),
+}
+
+_NO_SPACES = {"whitespace_flexible": False}
+
+
+def tool_format(family: str) -> ToolFormat | None:
+    """The constrained call format of a family, or None when its calls go unconstrained."""
+    return FORMATS.get(family)
+
+
+def calls_schema(tools: Sequence[dict[str, Any]], only: str | None = None) -> dict[str, Any]:
+    """The JSON schema of one call body: a name offered and that tool's arguments, in order.
+
+    `only` keeps the one tool a request named in tool_choice. ValueError names a tool
+    whose definition cannot be used.
+    """
+    options = []
+    for i, tool in enumerate(tools):
+        fn = tool.get("function", tool) if isinstance(tool, dict) else None
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"tools[{i}] has no function name")
+        if only is not None and name != only:
+            continue
+        params = fn.get("parameters")
+        if params is None:
+            params = {"type": "object"}
+        if not isinstance(params, dict):
+            raise ValueError(f"tools[{i}] ({name}): 'parameters' must be a JSON schema object")
+        options.append({"type": "object",
+                        "properties": {"name": {"const": name}, "arguments": params},
+                        "required": ["name", "arguments"], "additionalProperties": False})
+    if not options:
+        raise ValueError(f"tool_choice names {only!r}, which is not among the offered tools")
+    body = options[0] if len(options) == 1 else {"anyOf": options}
+    return {**body, "x-guidance": _NO_SPACES}
+
+
+def _lark_literal(text: str, token: int | None) -> str:
+    """A Lark item matching `text` as written out, or as its one special token."""
+    literal = json.dumps(text)
+    return f"({literal} | <[{token}]>)" if token is not None else literal
+
+
+def call_grammar(fmt: ToolFormat, schema: dict[str, Any], *, with_opener: bool,
+                 opener_token: int | None, closer_token: int | None) -> str:
+    """The Lark grammar of one call (after its opener, or including it when forced)."""
+    head = _lark_literal(fmt.opener, opener_token) + " " if with_opener else ""
+    return ("%llguidance {}\n"
+            f'start: {head}"\\n"? body "\\n"? {_lark_literal(fmt.closer, closer_token)}\n'
+            f"body: %json {json.dumps(schema)}\n")
+
+
+class ToolCallGuide:
+    """One request's tool-call constraint: free text, or a call being written."""
+
+    __slots__ = ("_compile", "_fmt", "_text", "_tokenize", "_tail", "matcher", "calls")
+
+    def __init__(self, fmt: ToolFormat, compile_call: Callable[[bool], Any],
+                 token_text: Callable[[int], str], tokenize: Callable[[str], list[int]],
+                 *, forced: bool) -> None:
+        self._fmt = fmt
+        self._compile = compile_call  # (with_opener) -> a fresh llguidance matcher
+        self._text = token_text
+        self._tokenize = tokenize
+        self._tail = ""  # the end of the free text, where an opener may be forming
+        self.calls = 0  # calls opened so far (for tests and status)
+        self.matcher: Any = compile_call(True) if forced else None
+        if forced:
+            self.calls = 1
+
+    @property
+    def constrained(self) -> bool:
+        return self.matcher is not None
+
+    def advance(self, token: int) -> None:
+        """Account a sampled token: feed the open call, or look for the opener."""
+        if self.matcher is not None:
+            if not self.matcher.consume_token(token) or self.matcher.is_accepting():
+                self.matcher = None  # the call closed (or, never expected, broke off)
+                self._tail = ""
+            return
+        opener = self._fmt.opener
+        text = self._tail + self._text(token)
+        at = text.find(opener)
+        if at < 0:
+            keep = len(opener) - 1
+            self._tail = text[-keep:] if keep else ""
+            return
+        self._tail = ""
+        self.calls += 1
+        matcher = self._compile(False)
+        rest = text[at + len(opener):]
+        if rest:  # the token that ended the opener carried the call's first characters
+            ids = self._tokenize(rest)
+            if matcher.try_consume_tokens(ids) < len(ids):
+                return  # they already break the format: this call goes unconstrained
+        self.matcher = matcher
+
+    def allowed(self) -> bytes | None:
+        """The matcher's bitmask of allowed next tokens, or None while the text is free."""
+        return None if self.matcher is None else self.matcher.compute_bitmask()
+
+
+def mask_of(bits: bytes, vocab_size: int) -> np.ndarray:
+    """A bool mask over `vocab_size` ids from llguidance's little-endian bitmask."""
+    allowed = np.unpackbits(np.frombuffer(bits, dtype=np.uint8), bitorder="little")
+    allowed = allowed[:vocab_size].astype(bool)
+    if allowed.shape[0] < vocab_size:
+        allowed = np.pad(allowed, (0, vocab_size - allowed.shape[0]))
+    return allowed
+
+
+class ToolGrammars:
+    """Builds ToolCallGuides for one model: its llguidance tokenizer made on first use,
+    token texts cached, compiled grammars reused (a chat sends the same tools each turn)."""
+
+    def __init__(self, family: str, make_tokenizer: Callable[[], Any],
+                 token_text: Callable[[int], str], single_token: Callable[[str], int | None],
+                 vocab_size: int) -> None:
+        self.format = tool_format(family)
+        self.vocab_size = vocab_size
+        self._make_tokenizer = make_tokenizer
+        self._token_text = token_text
+        self._single_token = single_token  # the id of the one token spelling a marker
+        self._texts: dict[int, str] = {}
+        self._ll: Any = None
+        self._grammars: OrderedDict[tuple[str, bool], str] = OrderedDict()
+
+    def _tokenizer(self) -> Any:
+        if self._ll is None:
+            self._ll = self._make_tokenizer()
+        return self._ll
+
+    def text(self, token: int) -> str:
+        known = self._texts.get(token)
+        if known is None:
+            known = self._texts[token] = self._token_text(token)
+        return known
+
+    def guide(self, tools: Sequence[dict[str, Any]], tool_choice: str = "auto",
+              tool_name: str | None = None) -> ToolCallGuide | None:
+        """A fresh guide for a request offering `tools`; None where nothing is constrained
+        (no tools, tool_choice "none", or a family whose calls are not JSON between
+        markers). tool_choice "required", or `tool_name` (the one tool a request named),
+        makes the reply start with a call. ValueError, with a sentence, for tools whose
+        schemas cannot be used or a call this model's format cannot be made to write."""
+        import llguidance
+
+        fmt = self.format
+        forced = tool_choice == "required" or tool_name is not None
+        if not tools or tool_choice == "none":
+            return None
+        if fmt is None:
+            if forced:
+                raise ValueError("tool_choice: this model's tool-call format cannot be forced "
+                                 "while decoding; send tool_choice \"auto\"")
+            return None
+        schema = calls_schema(tools, tool_name)
+        key = json.dumps(schema, sort_keys=True)
+        ll = self._tokenizer()
+
+        def compile_call(with_opener: bool) -> Any:
+            grammar = self._grammars.get((key, with_opener))
+            if grammar is None:
+                grammar = call_grammar(fmt, schema, with_opener=with_opener,
+                                       opener_token=self._single_token(fmt.opener),
+                                       closer_token=self._single_token(fmt.closer))
+                self._grammars[(key, with_opener)] = grammar
+                while len(self._grammars) > 16:
+                    self._grammars.popitem(last=False)
+            else:
+                self._grammars.move_to_end((key, with_opener))
+            matcher = llguidance.LLMatcher(ll, grammar, log_level=0)
+            if matcher.is_error():
+                raise ValueError(f"tools: these tool schemas cannot be enforced: "
+                                 f"{matcher.get_error()}")
+            return matcher
+
+        compile_call(True)  # a bad schema fails the request now, not mid-reply
+        return ToolCallGuide(fmt, compile_call, self.text, ll.tokenize_str, forced=forced)
+
+
+class ToolCallProcessor:
+    """An mlx_lm logits processor over one row: masks only while a call is open."""
+
+    def __init__(self, guide: ToolCallGuide, vocab_size: int) -> None:
+        self.guide = guide
+        self.vocab_size = vocab_size
+        self.started = False
+
+    def __call__(self, tokens: Any, logits: Any) -> Any:
+        import mlx.core as mx
+
+        if self.started:
+            self.guide.advance(int(tokens[-1].item()))
+        self.started = True
+        bits = self.guide.allowed()
+        if bits is None:
+            return logits
+        return mx.where(mx.array(mask_of(bits, self.vocab_size)), logits, -mx.inf)
+
+
+class LlamaToolProcessor:
+    """A llama-cpp-python logits processor (numpy scores in id order) doing the same."""
+
+    def __init__(self, guide: ToolCallGuide, vocab_size: int) -> None:
+        self.guide = guide
+        self.vocab_size = vocab_size
+        self.started = False
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        if self.started:
+            self.guide.advance(int(input_ids[-1]))
+        self.started = True
+        bits = self.guide.allowed()
+        if bits is None:
+            return scores
+        return np.where(mask_of(bits, scores.shape[-1]), scores, -np.inf).astype(scores.dtype)
+
+
+class LlamaProcessors(list):
+    """The logits processors of one llama.cpp request. llama-cpp-python's
+    create_completion adds a logit-bias processor with `processors = processors.extend(...)`,
+    which for a plain list leaves None (every processor dropped); extend returns the list."""
+
+    def extend(self, other: Any) -> LlamaProcessors:  # type: ignore[override]
+        super().extend(other)
+        return self
+
+
+def llama_tool_grammars(llm: Any, family: str) -> ToolGrammars:
+    """ToolGrammars over a llama_cpp.Llama's vocabulary (its llguidance tokenizer is built
+    on the first request that offers tools: about a second for a 262k vocabulary)."""
+
+    def make_tokenizer() -> Any:
+        import llama_cpp
+        import llguidance.llamacpp
+
+        vocab = llm._model.vocab
+        ends = {llama_cpp.llama_vocab_eos(vocab), llama_cpp.llama_vocab_eot(vocab)}
+        return llguidance.llamacpp.lltokenizer_from_vocab(
+            vocab, n_vocab=llm.n_vocab(), eos_token=sorted(t for t in ends if t >= 0))
+
+    def single_token(text: str) -> int | None:
+        ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        return ids[0] if len(ids) == 1 else None
+
+    def token_text(token: int) -> str:
+        return llm.detokenize([token], special=True).decode("utf-8", "replace")
+
+    return ToolGrammars(family, make_tokenizer, token_text, single_token, llm.n_vocab())
