@@ -107,6 +107,16 @@ async def test_an_attached_image_goes_into_the_prompt_and_a_corrupt_one_fails_al
         u1, u2 = (next(e for e in evs if isinstance(e, Usage)) for evs in (first, second))
         assert u1.prompt_tokens == u2.prompt_tokens
         assert u2.cached_tokens == u2.prompt_tokens - 1  # all but the last text token
+
+        # More images than the context holds: refused with a sentence before any is encoded.
+        many = GenerationRequest("many", ({"role": "user", "content": [
+            *[{"type": "image", "path": attached.image.path}] * 70,
+            {"type": "text", "text": "All of them?"}]},), SamplingParams(max_tokens=2))
+        refused = [e async for e in rt.backend.generate(many)]
+        assert isinstance(refused[0], Error) and refused[0].code == "CONTEXT_OVERFLOW", refused
+        assert "more than this model's context of 1024" in refused[0].message
+        last = [e async for e in rt.backend.generate(ask("same-3"))][-1]
+        assert isinstance(last, Done) and last.finish_reason in ("stop", "length")
     finally:
         await rt.close()
 
