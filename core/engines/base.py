@@ -106,6 +106,9 @@ class GenerationRequest:
     `messages` are OpenAI-style dicts ({"role": ..., "content": ...}); the engine renders
     them with the model's chat template. `session_id` lets a worker keep the
     conversation's KV cache (prefix reuse, affinity).
+
+    `tool_choice` "required", or `tool_name` (the one tool named by the API's
+    tool_choice), makes the reply start with a tool call (core.engines.tool_grammar).
     """
 
     request_id: str
@@ -113,6 +116,8 @@ class GenerationRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     tools: tuple[dict[str, Any], ...] = ()
     session_id: str | None = None
+    tool_choice: str = "auto"  # "auto" | "required"
+    tool_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -100,6 +100,7 @@ def logprob_stream(llm: Any, tokens: list[int], *, top: int, max_tokens: int,
     options = dict(sampling)
     seed = options.pop("seed")
     recorder = _LogprobRecorder(options.pop("logit_bias", None))
+    processors = [recorder, *(options.pop("logits_processor", None) or ())]  # tool calls
     llm.set_seed(seed)
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     stops = StopMatcher(tuple(stop))
@@ -113,7 +114,7 @@ def logprob_stream(llm: Any, tokens: list[int], *, top: int, max_tokens: int,
         return texts[token]
 
     generated = 0
-    for token in llm.generate(tokens, logits_processor=[recorder], **options):
+    for token in llm.generate(tokens, logits_processor=processors, **options):
         logprobs = recorder.logprobs
         if llama_cpp.llama_vocab_is_eog(vocab, token):
             break

@@ -37,7 +37,14 @@ from core.engines.llama_vision import (
 )
 from core.engines.speculative import Acceptance, speculable
 from core.engines.templates import fallback_template, template_stops
+from core.engines.tool_grammar import (
+    LlamaProcessors,
+    LlamaToolProcessor,
+    ToolGrammars,
+    llama_tool_grammars,
+)
 from core.events import Done, Error, Event, Logprobs, TextDelta, Usage
+from core.parsing.detect import detect_family
 from core.parsing.stops import StopMatcher
 
 # No tokenizer packs more characters into one token (core.server.limits uses the same bound).
@@ -137,6 +144,7 @@ class LlamaCppEngine:
         self.speculative = bool(spec.option("speculative", True)) and not (
             getattr(self._llm, "_is_recurrent", False) or getattr(self._llm, "_is_hybrid", False))
         self.acceptance: Acceptance | None = None
+        self._tool_grammars: ToolGrammars | None = None  # made on the first request with tools
         self._queue: deque[GenerationRequest] = deque()
         self._active: _Active | None = None
         self._out: list[tuple[str, list[Event]]] = []
@@ -204,6 +212,8 @@ class LlamaCppEngine:
         penalty = self._repetition_penalty(s)
         try:
             options = completion_options(s, self._llm.n_vocab(), penalty)
+            if request.tools:  # core.engines.tool_grammar
+                options.update(self._tool_options(request))
         except Unsupported as exc:
             return rid, [Error("UNSUPPORTED", str(exc)), Done("error")]
         except ValueError as exc:
@@ -262,7 +272,7 @@ class LlamaCppEngine:
                 stop=stop, sampling=dict(options, temp=s.temperature, top_p=s.top_p,
                                          top_k=s.top_k, min_p=s.min_p, repeat_penalty=penalty))
         elif (self.speculative and speculable(s) and not s.logit_bias
-              and prefill is None):  # core.engines.llama_lookup
+              and prefill is None and "logits_processor" not in options):  # core.engines.llama_lookup
             self.acceptance = Acceptance()
             stream = lookup_stream(
                 self._llm, tokens, max_tokens=min(s.max_tokens, budget), stop=stop,
@@ -299,6 +309,19 @@ class LlamaCppEngine:
                 f"The conversation is {len(text):,} characters, more than this model's context "
                 f"of {n_ctx} tokens can hold. Start a new chat or raise the context size.")
         return self._vision.prefill(self._llm, text, images, add_bos=add_bos, special=special)
+
+    def _tool_options(self, request: GenerationRequest) -> dict[str, Any]:
+        """A logits processor that holds an opened tool call to the offered tools'
+        schemas (none under a JSON response_format, which holds the whole reply)."""
+        if request.sampling.json_schema is not None:
+            return {}
+        if self._tool_grammars is None:
+            family = detect_family(self._template, self._model_type)
+            self._tool_grammars = llama_tool_grammars(self._llm, family)
+        guide = self._tool_grammars.guide(request.tools, request.tool_choice, request.tool_name)
+        if guide is None:
+            return {}
+        return {"logits_processor": LlamaProcessors([LlamaToolProcessor(guide, self._llm.n_vocab())])}
 
     def _tokenize(self, text: str, *, add_bos: bool, special: bool) -> list[int]:
         """The prompt's tokens. Text longer than the context could hold however it

@@ -64,7 +64,9 @@ from core.engines.speculative import (  # noqa: E402
     accepted,
     speculable,
 )
+from core.engines.tool_grammar import ToolCallProcessor, ToolGrammars  # noqa: E402
 from core.events import Done, Error, Event, Logprobs, TextDelta, Usage  # noqa: E402
+from core.parsing.detect import detect_family  # noqa: E402
 from core.parsing.stops import StopMatcher  # noqa: E402
 
 # Modules of mlx_lm.models that are building blocks, not architectures.
@@ -279,6 +281,7 @@ class MlxEngine:
         self._samplers = SamplerCache()
         self._vocab_size = vocab_size(self._config, self._tokenizer)
         self._grammars = Grammars(self._tokenizer, self._vocab_size, sorted(self._eos))
+        self._tool_grammars = self._new_tool_grammars()
         self._token_texts: dict[int, tuple[str, list[int]]] = {}  # for logprobs
         self._stream = generation_stream
         self._steps = 0
@@ -400,6 +403,7 @@ class MlxEngine:
         try:
             sp.validate()
             processors = self._logits_processors(sp)
+            processors += self._tool_processors(request)
             if prompt is None:
                 text = self.render_text(request)
                 prompt, marks = self._tokens_for(text)
@@ -441,6 +445,36 @@ class MlxEngine:
         if sp.json_schema is not None:  # last: nothing may lift its mask
             processors.append(self._grammars.processor(sp.json_schema))
         return processors
+
+    def _new_tool_grammars(self) -> ToolGrammars:
+        """Tool-call grammars for this model's call format (core.engines.tool_grammar)."""
+        tokenizer, eos, vocab = self._tokenizer, sorted(self._eos), self._vocab_size
+
+        def make_tokenizer() -> Any:
+            import llguidance.hf
+
+            hf = getattr(tokenizer, "_tokenizer", tokenizer)  # mlx_lm's wrapper
+            try:
+                return llguidance.hf.from_tokenizer(hf, n_vocab=vocab, eos_token=eos)
+            except ValueError as exc:  # a slow (Python) tokenizer
+                raise ValueError(f"tools: this model's tokenizer cannot drive a grammar "
+                                 f"({exc})") from None
+
+        def single_token(text: str) -> int | None:
+            ids = tokenizer.encode(text, add_special_tokens=False)
+            return ids[0] if len(ids) == 1 else None
+
+        family = detect_family(self._template, self.model_type)
+        return ToolGrammars(family, make_tokenizer, lambda t: tokenizer.decode([t]),
+                            single_token, vocab)
+
+    def _tool_processors(self, request: GenerationRequest) -> list[Any]:
+        """The row's tool-call constraint when it offers tools (none under a JSON
+        response_format, whose grammar already holds the whole reply)."""
+        if not request.tools or request.sampling.json_schema is not None or self._base:
+            return []
+        guide = self._tool_grammars.guide(request.tools, request.tool_choice, request.tool_name)
+        return [] if guide is None else [ToolCallProcessor(guide, self._vocab_size)]
 
     def _schedule(self, out: dict[str, list[Event]]) -> None:
         """Move pending requests into the single slot or the batch, up to capacity."""
@@ -576,7 +610,8 @@ class MlxEngine:
         if act.spec is None:
             act.spec = Acceptance()
             act.spec.on = (self.speculative and act.sampler is greedy
-                           and speculable(act.req.sampling))
+                           and speculable(act.req.sampling)
+                           and not any(type(p) is ToolCallProcessor for p in act.processors))
             if act.spec.on:
                 act.drafter = NgramDrafter(act.prompt)
                 self.acceptance = act.spec

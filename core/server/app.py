@@ -21,7 +21,17 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from core.events import Done, Error, Event, Logprobs, ReasoningDelta, TextDelta, ToolCall, Usage
+from core.events import (
+    Done,
+    Error,
+    Event,
+    Logprobs,
+    ReasoningDelta,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
 from core.openai_wire import tool_call_body
 from core.remote.backend import Backend, event_batches
 from core.server.connections import ServeLimits, busy_middleware
@@ -345,6 +355,7 @@ class ChatServer:
 
         out = bytearray(chunk({"role": "assistant", "content": ""}))
         n_calls = 0
+        streamed: dict[str, tuple[int, list[str]]] = {}  # call id -> index, arguments sent
         usage: Usage | None = None
 
         def encode(batch: list[Event]) -> bool:
@@ -365,10 +376,27 @@ class ChatServer:
                         i = j
                     out.extend(b"data: " + prefix + (_CONTENT if kind is TextDelta else _REASONING)
                                + _json_str(text).encode() + b"}" + tail)
+                elif kind is ToolCallDelta:  # a call being written (core.parsing.argstream)
+                    if event.name is not None:  # it opens: id, type, name, no arguments yet
+                        streamed[event.id] = (n_calls, [])
+                        out.extend(chunk({"tool_calls": [{"index": n_calls, "id": event.id,
+                                          "type": "function", "function": {
+                                              "name": event.name, "arguments": ""}}]}))
+                        n_calls += 1
+                    elif event.id in streamed:  # one chunk per decoded piece, even in a backlog
+                        index, sent = streamed[event.id]
+                        sent.append(event.arguments)
+                        out.extend(chunk({"tool_calls": [{"index": index, "function": {
+                            "arguments": event.arguments}}]}))
                 elif isinstance(event, ToolCall):
                     body = tool_call_body(event.id, event.name, event.arguments, event.raw)
-                    out.extend(chunk({"tool_calls": [{"index": n_calls, **body}]}))
-                    n_calls += 1
+                    opened = streamed.pop(event.id, None)
+                    if opened is None:  # not streamed (another format): the whole call at once
+                        out.extend(chunk({"tool_calls": [{"index": n_calls, **body}]}))
+                        n_calls += 1
+                    elif not opened[1]:  # opened, but no argument text followed: send it all
+                        out.extend(chunk({"tool_calls": [{"index": opened[0], "function": {
+                            "arguments": body["function"]["arguments"]}}]}))
                 elif isinstance(event, Usage):
                     usage = event
                 elif isinstance(event, Logprobs):  # a chunk of its own: no text is held for it

@@ -199,6 +199,27 @@ def _tools(raw: Any, choice: Any) -> tuple[dict[str, Any], ...]:
     return tuple(dict(t) for t in raw)
 
 
+def _tool_choice(choice: Any, tools: Any) -> dict[str, Any]:
+    """tool_choice as GenerationRequest fields: "auto" (the default) and "none" leave the
+    model free; "required" or {"type": "function", "function": {"name": ...}} make the
+    reply start with a call (to that tool), enforced while decoding."""
+    if choice is None or choice in ("auto", "none"):
+        return {}
+    if choice == "required":
+        if not tools:
+            raise _bad("tool_choice 'required' needs 'tools' to choose from.", "tool_choice")
+        return {"tool_choice": "required"}
+    fn = choice.get("function") if isinstance(choice, Mapping) else None
+    name = fn.get("name") if isinstance(fn, Mapping) else None
+    if not isinstance(name, str) or not name or choice.get("type", "function") != "function":
+        raise _bad("'tool_choice' must be \"auto\", \"none\", \"required\" or "
+                   "{\"type\": \"function\", \"function\": {\"name\": ...}}.", "tool_choice")
+    offered = [t.get("function", {}).get("name") for t in tools or () if isinstance(t, Mapping)]
+    if name not in offered:
+        raise _bad(f"tool_choice names {name!r}, which is not among the offered tools.", "tool_choice")
+    return {"tool_choice": "required", "tool_name": name}
+
+
 def _response_schema(body: Mapping[str, Any]) -> str | None:
     """response_format as the JSON schema (text) the engine enforces while decoding.
 
@@ -310,6 +331,7 @@ def parse_chat(body: Any, defaults: Sampling) -> ChatCall:
         messages=_messages(body.get("messages")),
         sampling=sampling,
         tools=_tools(body.get("tools"), body.get("tool_choice")),
+        **_tool_choice(body.get("tool_choice"), body.get("tools")),
         session_id=body.get("user") if isinstance(body.get("user"), str) else None,
     )
     return ChatCall(model, request, stream, bool(options.get("include_usage")))

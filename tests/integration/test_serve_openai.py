@@ -79,8 +79,12 @@ def test_streaming_chat_sends_deltas_and_usage_last(client: OpenAI) -> None:
     assert content == "I will look it up."
     assert reasoning == "The user wants the weather."
     assert len(chunks) > 5, "the reply must arrive in pieces, not at once"
-    assert [c.function.name for c in calls] == ["get_weather"]
-    assert json.loads(calls[0].function.arguments) == {"city": "Paris"}
+    # OpenAI's shape: the call opens with its id, type, name and no arguments, then the
+    # arguments follow as they are decoded, in deltas of the same index
+    assert calls[0].id and calls[0].type == "function" and calls[0].function.name == "get_weather"
+    assert calls[0].function.arguments == ""
+    assert {c.index for c in calls} == {0} and not any(c.id or c.function.name for c in calls[1:])
+    assert json.loads("".join(c.function.arguments for c in calls)) == {"city": "Paris"}
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert finishes == ["tool_calls"]
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
