@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import base64
 import io
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import openai
@@ -22,7 +25,7 @@ from core.events import Done, Error, TextDelta, Usage
 from core.runtime import Runtime
 from tests.fixtures.gguf_vision import gguf_with_projector, image_tokens
 from tests.fixtures.images import make_corrupt, make_image, picture
-from tests.fixtures.serve import ServerThread
+from tests.fixtures.serve import ROOT, ServerThread
 
 pytestmark = pytest.mark.slow
 
@@ -164,3 +167,31 @@ def test_serve_takes_image_url_parts_for_a_gguf_model_with_its_projector(
         assert usage.prompt_tokens >= plain.usage.prompt_tokens + image_tokens()
     finally:
         srv.close()
+
+
+def test_the_prompt_never_reaches_the_process_output(seeing_gemma: Path, tmp_path: Path) -> None:
+    """libmtmd logs every prompt piece it tokenises ("add_text: ..."); the engine keeps its
+    error lines only, so a conversation with an image never reaches stdout or stderr. Run
+    in a child process, as the worker runs it."""
+    photo = make_image(tmp_path / "secret.png")
+    script = textwrap.dedent(f"""
+        from core.engines.base import GenerationRequest, ModelSpec, SamplingParams
+        from core.engines.llamacpp import LlamaCppEngine
+        engine = LlamaCppEngine(ModelSpec({str(seeing_gemma)!r}, "llamacpp", 512))
+        engine.submit(GenerationRequest("r", ({{"role": "user", "content": [
+            {{"type": "image", "path": {str(photo)!r}}},
+            {{"type": "text", "text": "Whisper the launch code 7731"}}]}},),
+            SamplingParams(temperature=0.0, max_tokens=2)))
+        events = []
+        while engine.has_work():
+            for _, batch in engine.step():
+                events += batch
+        engine.close()
+        print("FINISH", events[-1].finish_reason)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          text=True, timeout=240)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-2000:]
+    assert "FINISH stop" in output or "FINISH length" in output, output[-2000:]
+    assert "7731" not in output and "launch code" not in output and "add_text" not in output
