@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from rich.color import ColorSystem
 from textual.geometry import Region
 from textual.widgets import Static
 
@@ -25,10 +26,15 @@ async def attach(pilot, photo: Path) -> ImageCard:
     return card
 
 
-@pytest.mark.parametrize(("graphics", "kind"), [
-    ("kitty", KittyPicture), ("sixel", PixelPicture), ("iterm", PixelPicture), (None, None)])
+@pytest.mark.parametrize(("graphics", "colours", "kind"), [
+    ("kitty", ColorSystem.TRUECOLOR, KittyPicture),
+    ("kitty", ColorSystem.EIGHT_BIT, KittyPicture),
+    ("kitty", ColorSystem.STANDARD, None),  # placeholders name the picture by colour
+    ("sixel", ColorSystem.STANDARD, PixelPicture),
+    ("iterm", ColorSystem.STANDARD, PixelPicture),
+    (None, ColorSystem.TRUECOLOR, None)])
 async def test_the_card_draws_with_the_chosen_protocol(tmp_path: Path, monkeypatch,
-                                                       graphics, kind) -> None:
+                                                       graphics, colours, kind) -> None:
     if graphics:
         monkeypatch.setenv("LLMDECK_GRAPHICS", graphics)
     else:
@@ -37,6 +43,8 @@ async def test_the_card_draws_with_the_chosen_protocol(tmp_path: Path, monkeypat
     app = docs_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
+        # A headless console draws 16 colours; a real terminal says what it draws.
+        app.console._color_system = colours
         card = await attach(pilot, photo)
         label = str(card.query_one(".image-label", Static).render())
         assert label.startswith("Image: harbour.png") and "96×64" in label
@@ -54,6 +62,8 @@ async def test_the_card_draws_with_the_chosen_protocol(tmp_path: Path, monkeypat
         if kind is KittyPicture:
             rows = str(picture.render()).split("\n")
             assert len(rows) == 12 and all(r.count("\U0010eeee") == 36 for r in rows)
+            # The id is the cells' colour: 24-bit in truecolor, a 256-colour index else.
+            assert (picture.image_id >= 256) is (colours == ColorSystem.TRUECOLOR)
         else:
             shown = picture.render_lines(Region(0, 0, 36, 12))
             raw = "".join(seg.text for seg in shown[-1])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
+import re
 import select
 import signal
 import struct
@@ -86,6 +87,9 @@ def test_the_terminal_gets_the_picture_in_the_chosen_protocol(tmp_path: Path,
             assert sent.index(b"\x1b_Ga=p,U=1,") < sent.index(PLACEHOLDER), (
                 "the picture reaches the terminal before the cells that show it")
             assert b"\x1bP0;1;0q" not in out
+            # TERM=xterm-256color: the app draws 256 colours, so the id is an index (38;5;N)
+            cells = out[:out.index(PLACEHOLDER)]
+            assert re.search(rb"\x1b\[38;5;\d+(;[\d;]*)?m$", cells[-30:]), cells[-30:]
         elif graphics == "sixel":
             start = b"\x1bP0;1;0q"
             out = app.read_until(lambda out: start in out and b"\x1b\\" in out.split(start)[1],

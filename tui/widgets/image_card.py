@@ -74,10 +74,12 @@ class ImageCard(Vertical):
         if graphics.protocol == "halfblock" or not cells:
             return
         try:
-            picture = _picture(graphics, self.image.path, preview, len(cells[0]), len(cells))
+            picture = _picture(graphics, self.image.path, preview, len(cells[0]), len(cells),
+                               self.app.console.color_system)
         except OSError:
             return  # gone since the preview was read: the preview stays
-        self.app.call_from_thread(self._show_picture, picture)
+        if picture is not None:
+            self.app.call_from_thread(self._show_picture, picture)
 
     def _show(self, text: Text) -> None:
         if self.is_attached:
@@ -91,17 +93,21 @@ class ImageCard(Vertical):
         await old.remove()
 
 
-def _picture(graphics, path, preview: Text, columns: int, rows: int) -> Callable[[], Static]:
-    """What makes the widget that draws `path` with `graphics` in `columns` x `rows` cells.
-    Encoding (tens of milliseconds) happens here, in the card's thread; the widget itself
-    is made on the app's loop."""
+def _picture(graphics, path, preview: Text, columns: int, rows: int,
+             colours: str | None) -> Callable[[], Static] | None:
+    """What makes the widget that draws `path` with `graphics` in `columns` x `rows` cells,
+    or None where it cannot (Kitty's placeholder cells name their picture by colour, which
+    a 16-colour terminal cannot carry). Encoding (tens of milliseconds) happens here, in
+    the card's thread; the widget itself is made on the app's loop."""
     from core import vision
     from tui import terminal_graphics
     from tui.widgets.terminal_picture import KittyPicture, PixelPicture, next_kitty_id
 
     cell = terminal_graphics.cell_pixels()
     if graphics.protocol == "kitty":
-        image_id = next_kitty_id()
+        if colours not in ("truecolor", "256"):
+            return None
+        image_id = next_kitty_id(small=graphics.tmux or colours != "truecolor")
         sequences = vision.kitty_sequences(path, image_id, columns, rows, cell)
         return partial(KittyPicture, graphics, image_id, sequences, columns, rows)
     if graphics.protocol == "sixel":

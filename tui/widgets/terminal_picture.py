@@ -28,7 +28,10 @@ if TYPE_CHECKING:
     from tui.terminal_graphics import Graphics
 
 # Ids under 2**24 fit the placeholder's colour alone (no third diacritic); a random start
-# keeps two apps in one terminal (tmux windows) from reusing each other's ids.
+# keeps two apps in one terminal from reusing each other's ids. Inside tmux, or where the
+# app draws in 256 colours (TERM=xterm-kitty without COLORTERM, as over SSH), the id is a
+# 256-colour index (16-255): a 24-bit colour would be turned into the nearest of 256 (by
+# Textual, or by tmux when the outer terminal is not known for RGB), changing the id.
 _kitty_ids = itertools.count(random.randint(1, 2**23))
 _NO_MOVE = ((ControlType.CURSOR_FORWARD, 0),)  # marks raw output as zero-width control
 
@@ -38,12 +41,24 @@ def write_to_terminal(app, data: str) -> None:
     Textual has no public call for this; its own OSC 52 copy uses the driver the same way.
     A headless app (tests) has no terminal and writes nothing."""
     driver = getattr(app, "_driver", None)
-    if driver is not None and not app.is_headless:
+    if driver is None or app.is_headless:
+        return
+    try:
         driver.write(data)
+    except AssertionError:  # the driver has already left application mode (quitting)
+        pass
 
 
-def next_kitty_id() -> int:
-    return next(_kitty_ids) % (2**24 - 1) + 1
+def next_kitty_id(small: bool = False) -> int:
+    n = next(_kitty_ids)
+    return 16 + n % 240 if small else n % (2**24 - 1) + 1
+
+
+def kitty_id_colour(image_id: int) -> Color:
+    """The placeholder's foreground that names `image_id` (256-colour under 256)."""
+    if image_id < 256:
+        return Color.from_ansi(image_id)
+    return Color.from_rgb((image_id >> 16) & 255, (image_id >> 8) & 255, image_id & 255)
 
 
 class KittyPicture(Static):
@@ -53,8 +68,8 @@ class KittyPicture(Static):
                  columns: int, rows: int) -> None:
         from core.vision import kitty_placeholder_rows
 
-        colour = Color.from_rgb((image_id >> 16) & 255, (image_id >> 8) & 255, image_id & 255)
-        text = Text("\n".join(kitty_placeholder_rows(columns, rows)), style=Style(color=colour),
+        text = Text("\n".join(kitty_placeholder_rows(columns, rows)),
+                    style=Style(color=kitty_id_colour(image_id)),
                     no_wrap=True, overflow="crop")
         super().__init__(text, classes="image-preview image-picture", markup=False)
         self.graphics = graphics
