@@ -48,7 +48,7 @@ from mlx_lm.models.cache import (  # noqa: E402
 
 from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, SamplingParams  # noqa: E402
 from core.engines.base_prompt import base_format, effective_repetition_penalty  # noqa: E402
-from core.engines.grammar import Grammars  # noqa: E402
+from core.engines.grammar import Grammars, MaskedProcessor, mask_rows  # noqa: E402
 from core.engines.prefix_cache import DEFAULT_MAX_BYTES, PrefixCache  # noqa: E402
 from core.engines.sampling import (  # noqa: E402
     LogprobRecorder,
@@ -218,18 +218,15 @@ class _LeanGenerationBatch(GenerationBatch):
         inputs = self._current_tokens
         logits = self.model(inputs[:, None], cache=self.prompt_cache)[:, -1, :]
         contexts = []
+        tokens: list[int] | None = None
         if any(self.logits_processors):
-            rows = []
-            for e in range(len(self.uids)):
-                row = logits[e : e + 1]
-                processors = self.logits_processors[e] or ()
-                if processors:
-                    context = self._token_context[e].update_and_fetch(inputs[e : e + 1])
-                    contexts.append(context)
-                    for processor in processors:
-                        row = processor(context, row)
-                rows.append(row)
-            logits = mx.concatenate(rows, axis=0)
+            logits, contexts, grammar_rows = self._process_rows(inputs, logits)
+            if grammar_rows:
+                # The forward pass runs while the host computes the masks, which need
+                # this step's input tokens (the previous step's, read back here).
+                mx.async_eval(logits)
+                tokens = inputs.tolist()
+                logits = mask_rows(logits, grammar_rows, tokens)
         samplers = self.samplers or [self.fallback_sampler] * len(self.uids)
         first = samplers[0] if samplers else self.fallback_sampler
         shared = all(s is first for s in samplers)
@@ -246,10 +243,41 @@ class _LeanGenerationBatch(GenerationBatch):
         self._next_tokens = sampled
         self._next_logprobs = [None] * len(self.uids)
         mx.async_eval(sampled, contexts)
-        tokens = inputs.tolist()
+        if tokens is None:
+            tokens = inputs.tolist()
         for seq, tok in zip(self.tokens, tokens, strict=True):
             seq.append(tok)
         return tokens, self._next_logprobs
+
+    def _process_rows(
+        self, inputs: mx.array, logits: mx.array
+    ) -> tuple[mx.array, list[mx.array], list[tuple[int, MaskedProcessor]]]:
+        """Run the per-row processors (penalties, bias) on the rows that have them, and
+        collect the rows whose last processor is a grammar: those are masked together
+        (core.engines.grammar.mask_rows), not row by row. Rows without processors are
+        not touched, and a batch with only grammars is neither split nor joined."""
+        contexts: list[mx.array] = []
+        grammar_rows: list[tuple[int, MaskedProcessor]] = []
+        rows: list[mx.array] | None = None
+        for e, processors in enumerate(self.logits_processors):
+            if not processors:
+                continue
+            if isinstance(processors[-1], MaskedProcessor):
+                grammar_rows.append((e, processors[-1]))
+                processors = processors[:-1]
+                if not processors:
+                    continue
+            if rows is None:
+                rows = [logits[i : i + 1] for i in range(logits.shape[0])]
+            context = self._token_context[e].update_and_fetch(inputs[e : e + 1])
+            contexts.append(context)
+            row = rows[e]
+            for processor in processors:
+                row = processor(context, row)
+            rows[e] = row
+        if rows is not None:
+            logits = mx.concatenate(rows, axis=0)
+        return logits, contexts, grammar_rows
 
 
 class MlxEngine:

@@ -164,3 +164,19 @@ def test_an_unusable_schema_is_a_bad_request(engine):
     evs = run(engine, ask("Hi", "bad", json_schema='{"type": "object", "minProperties": "x"}'))["bad"]
     assert isinstance(evs[0], Error) and evs[0].code == "BAD_REQUEST"
     assert "JSON schema" in evs[0].message
+
+
+def test_constrained_rows_decode_the_same_alone_and_masked_together_in_a_batch(engine):
+    # Alone, a row is masked by its own processor call; in a batch, every constrained row
+    # by one shared mask (core.engines.grammar.mask_rows), behind per-row penalties.
+    reqs = [ask("Describe a person", "greedy", json_schema=PERSON, max_tokens=60),
+            ask("Describe a person", "seeded", json_schema=PERSON, max_tokens=60,
+                temperature=1.0, seed=7),
+            ask("Describe a pet", "penalised", json_schema=PERSON, max_tokens=60,
+                frequency_penalty=0.8, logit_bias=((5, 3.0),))]
+    alone = {r.request_id: text_of(run(engine, r)[r.request_id]) for r in reqs}
+    together = run(engine, *strangers(3), *reqs)
+    for r in reqs:
+        assert together[r.request_id][-1] == Done("stop"), r.request_id
+        assert text_of(together[r.request_id]) == alone[r.request_id], r.request_id
+        assert set(json.loads(alone[r.request_id])) == {"name", "age", "pets"}
