@@ -195,3 +195,33 @@ def test_the_prompt_never_reaches_the_process_output(seeing_gemma: Path, tmp_pat
     assert done.returncode == 0, output[-2000:]
     assert "FINISH stop" in output or "FINISH length" in output, output[-2000:]
     assert "7731" not in output and "launch code" not in output and "add_text" not in output
+
+
+async def test_the_app_puts_an_attached_image_in_the_models_prompt(seeing_gemma: Path,
+                                                                  tmp_path: Path) -> None:
+    """The real app, driven by keys: /attach, then a question; the GGUF model with its
+    projector gets the picture itself (the stored reply's prompt holds its tokens)."""
+    from tests.fixtures.tui import wait_until
+    from tests.snapshots.test_docs_snapshots import command, send
+    from tui.app import LlmdeckApp
+    from tui.widgets.attachments import AttachmentBar
+
+    s = Settings(model=str(seeing_gemma), context_size=1024, replicas=1)
+    s.sampling.temperature = 0.0
+    s.sampling.max_tokens = 4
+    app = LlmdeckApp(Runtime(s))
+    photo = make_image(tmp_path / "flag.png")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: app.runtime.model.state == "ready", 120)
+        assert app.runtime.model.info["vision"] is True
+        await command(pilot, f"/attach {photo}")
+        bar = app.main.query_one(AttachmentBar)
+        await wait_until(pilot, lambda: bar.chips == ["flag.png"], 60)
+        await send(pilot, "What is in the picture?")
+        cid = app.main.conversation_id
+        reply = app.runtime.store_handle.messages(cid)[-1]
+        assert reply.role == "assistant" and reply.content, reply
+        sent = ({"role": "user", "content": [{"type": "image", "path": "stored.png"},
+                                              {"type": "text", "text": "What is in the picture?"}]},)
+        assert reply.usage["prompt_tokens"] == expected_prompt_tokens(seeing_gemma, sent)
+        assert app.runtime.chat.captioner.worker is None
