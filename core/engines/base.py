@@ -107,6 +107,10 @@ class GenerationRequest:
     them with the model's chat template. `session_id` lets a worker keep the
     conversation's KV cache (prefix reuse, affinity).
 
+    `prompt` set (the API's /v1/completions) means raw text instead: tokenised as is
+    (with the model's BOS), no chat template, no base-model transcript, and its output
+    is not parsed for reasoning or tool calls; `messages` is then empty.
+
     `tool_choice` "required", or `tool_name` (the one tool named by the API's
     tool_choice), makes the reply start with a tool call (core.engines.tool_grammar).
     """
@@ -118,6 +122,7 @@ class GenerationRequest:
     session_id: str | None = None
     tool_choice: str = "auto"  # "auto" | "required"
     tool_name: str | None = None
+    prompt: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -209,7 +209,8 @@ class LlamaCppEngine:
     def _start(self, request: GenerationRequest) -> tuple[str, list[Event]] | None:
         rid = request.request_id
         s = request.sampling
-        penalty = self._repetition_penalty(s)
+        raw = request.prompt is not None  # /v1/completions: text as is, no template
+        penalty = s.repetition_penalty if raw else self._repetition_penalty(s)
         try:
             options = completion_options(s, self._llm.n_vocab(), penalty)
             if request.tools:  # core.engines.tool_grammar
@@ -229,10 +230,15 @@ class LlamaCppEngine:
         elif self._vision is not None:
             self._vision.forget(self._llm)  # no image's positions reused by a text prompt
         prefill: Prefill | None = None
-        if self._base is not None:
+        if raw:  # (no messages, so no images)
+            # Markup in a raw prompt is meant (special=True); BOS unless it starts with it.
+            bos = self._token_text(self._llm.token_bos())
+            text, special, stop = request.prompt or "", True, []
+            add_bos = not (bos and text.startswith(bos))
+        elif self._base is not None:
             # special=False: a "<start_of_turn>" typed by the user stays text
             text, add_bos, special = self._base.render(messages), True, False
-            stop: list[str] = list(self._base.stops)
+            stop = list(self._base.stops)
         else:
             try:
                 rendered = self._formatter(messages=list(messages),
@@ -265,7 +271,7 @@ class LlamaCppEngine:
         cached = prefill.cached if prefill else _common_prefix(
             self._llm._input_ids[: self._llm.n_tokens].tolist(), tokens)
         s = request.sampling
-        stop = [x for x in (*stop, *self._turn_stops) if x]
+        stop = [x for x in (*stop, *(() if raw else self._turn_stops)) if x]
         if s.logprobs:
             stream = logprob_stream(
                 self._llm, tokens, top=s.top_logprobs, max_tokens=min(s.max_tokens, budget),
@@ -295,7 +301,7 @@ class LlamaCppEngine:
         self._active = _Active(request, iter(stream), len(tokens), min(cached, len(tokens)))
         if prefill is not None:  # the images were encoded above: their time is the TTFT's
             self._active.started = prefill.started
-        self._active.trim_start = self._base is not None  # "Assistant:" leaves a space
+        self._active.trim_start = self._base is not None and not raw  # "Assistant:" leaves a space
         return None
 
     def _prefill(self, text: str, images: list[str], *, add_bos: bool,

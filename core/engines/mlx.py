@@ -390,7 +390,10 @@ class MlxEngine:
     # -- Admission -------------------------------------------------------------------
 
     def render_text(self, request: GenerationRequest) -> str:
-        """The request's messages under the model's chat template (tools when it takes them)."""
+        """The request's messages under the model's chat template (tools when it takes them);
+        a raw prompt (/v1/completions) as it is."""
+        if request.prompt is not None:
+            return request.prompt
         messages = [dict(m) for m in request.messages]
         if self._base is not None:
             return self._base.render(messages)
@@ -410,14 +413,21 @@ class MlxEngine:
         only the new text is tokenised.
         """
         text = self.render_text(request)
-        return self._tokens_for(text)[0]
+        return self._tokens_for(text, raw=request.prompt is not None)[0]
 
-    def _tokens_for(self, text: str) -> tuple[list[int], tuple[tuple[int, int], ...]]:
+    def _tokens_for(self, text: str, raw: bool = False) -> tuple[list[int], tuple[tuple[int, int], ...]]:
         """The prompt's ids, and the exact (chars, tokens) boundaries they keep from the
-        cache (the ends of earlier prompts and replies), which its own entry inherits."""
+        cache (the ends of earlier prompts and replies), which its own entry inherits.
+
+        A chat template writes its own BOS; a base transcript and a raw prompt get the
+        tokenizer's, unless the raw text already starts with it (no doubled BOS)."""
         known = self._prefix.tokens_for(text)
         if known is None:
-            return list(self._tokenizer.encode(text, add_special_tokens=self._template is None)), ()
+            special = self._template is None or raw
+            bos = getattr(self._tokenizer, "bos_token", None)
+            if raw and isinstance(bos, str) and bos and text.startswith(bos):
+                special = False
+            return list(self._tokenizer.encode(text, add_special_tokens=special)), ()
         ids, chars, marks = known
         return ids + list(self._tokenizer.encode(text[chars:], add_special_tokens=False)), marks
 
@@ -428,13 +438,14 @@ class MlxEngine:
         text: str | None = None
         processors: list[Any] = []
         marks: tuple[tuple[int, int], ...] = ()
+        base = self._base if request.prompt is None else None  # raw text: no transcript stops
         try:
             sp.validate()
-            processors = self._logits_processors(sp)
+            processors = self._logits_processors(sp, raw=request.prompt is not None)
             processors += self._tool_processors(request)
             if prompt is None:
                 text = self.render_text(request)
-                prompt, marks = self._tokens_for(text)
+                prompt, marks = self._tokens_for(text, raw=request.prompt is not None)
         except (ValueError, TypeError) as exc:
             error = Error("BAD_REQUEST", str(exc))
             prompt = []
@@ -444,12 +455,12 @@ class MlxEngine:
             max_tokens=min(sp.max_tokens, max(self.context_size - len(prompt), 0)),
             sampler=self._sampler(sp),
             processors=processors,
-            detok=_fresh_detokenizer(self._tokenizer),
-            stops=StopMatcher((*sp.stop, *self._base.stops) if self._base else sp.stop),
+            detok=_fresh_detokenizer(self._tokenizer, keep_leading_space=request.prompt is not None),
+            stops=StopMatcher((*sp.stop, *self._base.stops) if base else sp.stop),
             submitted=submitted,
             text=text,
             marks=marks,
-            trim_start=self._base is not None,
+            trim_start=base is not None,
         )
         if error is None and not prompt:
             error = Error("BAD_REQUEST", "The request rendered to an empty prompt.")
@@ -467,8 +478,9 @@ class MlxEngine:
         # one call; seeded and logprobs requests get their own (core.engines.sampling).
         return self._samplers.sampler_for(sp)
 
-    def _logits_processors(self, sp: SamplingParams) -> list[Any]:
-        penalty = effective_repetition_penalty(sp, self.base_model)
+    def _logits_processors(self, sp: SamplingParams, raw: bool = False) -> list[Any]:
+        # A raw prompt gets only the penalties it asks for (no base-model default).
+        penalty = effective_repetition_penalty(sp, self.base_model and not raw)
         processors = logits_processors(sp, self._vocab_size, penalty)
         if sp.json_schema is not None:  # last: nothing may lift its mask
             processors.append(self._grammars.processor(sp.json_schema))
@@ -1178,10 +1190,16 @@ def _default_warmup_sizes(max_concurrency: int) -> tuple[int, ...]:
     return tuple(sorted(sizes))
 
 
-def _fresh_detokenizer(tokenizer: Any) -> Any:
+def _fresh_detokenizer(tokenizer: Any, keep_leading_space: bool = False) -> Any:
     # A shallow copy shares the (expensive) token map; reset gives it its own state.
     detok = copy.copy(tokenizer.detokenizer)
     detok.reset()
+    if keep_leading_space and not isinstance(getattr(type(detok), "text", None), property):
+        # mlx_lm's BPE and SPM detokenizers drop the first token's leading space while
+        # their text is empty: right for a chat reply, wrong for a raw prompt's
+        # continuation (" sat" after "The cat"). Text already begun (a placeholder the
+        # engine never reads: it takes only last_segment) keeps it.
+        detok.text, detok.offset = "\0", 1
     return detok
 
 

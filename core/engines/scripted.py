@@ -144,6 +144,7 @@ class ScriptedEngine:
 
     def _usage(self, run: _Run) -> Usage:
         prompt = sum(len(str(m.get("content", ""))) // 4 + 4 for m in run.request.messages)
+        prompt += len(run.request.prompt or "") // 4  # a raw prompt (/v1/completions)
         if self._spec.option("fixed_timing"):  # snapshot tests need identical stats lines
             return Usage(prompt, 0, run.count, 12.0, 100.0)
         now = time.perf_counter()

@@ -34,6 +34,7 @@ from core.events import (
 )
 from core.openai_wire import tool_call_body
 from core.remote.backend import Backend, event_batches
+from core.server.completions import CompletionsRoute
 from core.server.connections import ServeLimits, busy_middleware
 from core.server.embeddings import EMBEDDING_MODELS, MAX_INPUTS, EmbeddingService
 from core.server.images import has_images, resolve_images
@@ -89,6 +90,7 @@ class ChatServer:
         app = web.Application(middlewares=[busy_middleware, self._errors],
                               client_max_size=MAX_BODY_BYTES)
         app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/completions", CompletionsRoute(self).handle)
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/embeddings", self.embed)
         app.router.add_get("/health", self.health)

@@ -269,14 +269,21 @@ def _logit_bias(body: Mapping[str, Any]) -> tuple[tuple[int, float], ...]:
     return tuple(out)
 
 
-def parse_chat(body: Any, defaults: Sampling) -> ChatCall:
-    """Validate a chat completions body; raise ApiError(400) naming the bad parameter."""
+def parse_model(body: Any) -> str:
+    """The body's 'model' (it must be a JSON object naming one)."""
     if not isinstance(body, Mapping):
         raise _bad("The request body must be a JSON object.")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise _bad("'model' is required (see GET /v1/models for the names served here).", "model")
-    json_schema = _response_schema(body)
+    return model
+
+
+def parse_sampling(body: Mapping[str, Any], defaults: Sampling, *, logprobs: bool = False,
+                   top_logprobs: int = 0, json_schema: str | None = None) -> SamplingParams:
+    """The sampling parameters chat and completions share (n, stop, max_tokens, seed,
+    temperature, top_p/top_k/min_p, the penalties and their windows, logit_bias), checked;
+    each endpoint reads logprobs in its own shape and passes them in."""
     n = _number(body, "n", 1, integer=True)
     if n != 1:
         raise _bad("Only n=1 is supported; send several requests for several answers.", "n")
@@ -293,9 +300,6 @@ def parse_chat(body: Any, defaults: Sampling) -> ChatCall:
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise _bad("'seed' must be an integer.", "seed")
-    logprobs = body.get("logprobs")
-    if logprobs is not None and not isinstance(logprobs, bool):
-        raise _bad("'logprobs' must be true or false.", "logprobs")
     window = defaults.penalty_window
     sampling = SamplingParams(
         temperature=float(_number(body, "temperature", defaults.temperature)),
@@ -312,20 +316,39 @@ def parse_chat(body: Any, defaults: Sampling) -> ChatCall:
         presence_context_size=int(_number(body, "presence_context_size", window, integer=True)),
         frequency_context_size=int(_number(body, "frequency_context_size", window, integer=True)),
         logit_bias=_logit_bias(body),
-        logprobs=bool(logprobs),
-        top_logprobs=int(_number(body, "top_logprobs", 0, integer=True)),
+        logprobs=logprobs,
+        top_logprobs=top_logprobs,
         json_schema=json_schema,
     )
     try:
         sampling.validate()
     except ValueError as exc:
         raise _bad(f"{exc}.", str(exc).split(" ", 1)[0]) from None
+    return sampling
+
+
+def parse_stream(body: Mapping[str, Any]) -> tuple[bool, bool]:
+    """(stream, stream_options.include_usage)."""
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise _bad("'stream' must be true or false.", "stream")
     options = body.get("stream_options") or {}
     if not isinstance(options, Mapping):
         raise _bad("'stream_options' must be an object.", "stream_options")
+    return stream, bool(options.get("include_usage"))
+
+
+def parse_chat(body: Any, defaults: Sampling) -> ChatCall:
+    """Validate a chat completions body; raise ApiError(400) naming the bad parameter."""
+    model = parse_model(body)
+    json_schema = _response_schema(body)
+    logprobs = body.get("logprobs")
+    if logprobs is not None and not isinstance(logprobs, bool):
+        raise _bad("'logprobs' must be true or false.", "logprobs")
+    sampling = parse_sampling(body, defaults, logprobs=bool(logprobs),
+                              top_logprobs=int(_number(body, "top_logprobs", 0, integer=True)),
+                              json_schema=json_schema)
+    stream, include_usage = parse_stream(body)
     request = GenerationRequest(
         request_id=uuid.uuid4().hex,
         messages=_messages(body.get("messages")),
@@ -334,7 +357,7 @@ def parse_chat(body: Any, defaults: Sampling) -> ChatCall:
         **_tool_choice(body.get("tool_choice"), body.get("tools")),
         session_id=body.get("user") if isinstance(body.get("user"), str) else None,
     )
-    return ChatCall(model, request, stream, bool(options.get("include_usage")))
+    return ChatCall(model, request, stream, include_usage)
 
 
 # -- responses out -------------------------------------------------------------------

@@ -659,7 +659,7 @@ _REFUSE_AFTER = 2  # crashes pinned on one request before it is refused
 
 def _fingerprint(request: GenerationRequest) -> int:
     """Identifies a request's input (not its id): the same conversation sent again."""
-    return hash(repr((request.messages, request.tools)))
+    return hash(repr((request.messages, request.tools, request.prompt)))
 
 
 @atexit.register

@@ -59,9 +59,10 @@ class _Parsers:
             pass
         self._active: dict[str, Any] = {}
 
-    def start(self, request_id: str) -> None:
-        if self._factory is not None:
-            self._active[request_id] = self._factory(self.family)
+    def start(self, request: GenerationRequest) -> None:
+        # A raw prompt's completion (/v1/completions) is text as the model wrote it.
+        if self._factory is not None and request.prompt is None:
+            self._active[request.request_id] = self._factory(self.family)
 
     def process(self, request_id: str, events: list[Event]) -> list[Event]:
         parser = self._active.get(request_id)
@@ -154,7 +155,7 @@ def _handle(msg: tuple, conn: Connection, engine: Engine, parsers: _Parsers, tok
     kind = msg[0]
     if kind == p.GENERATE:
         request: GenerationRequest = msg[1]
-        parsers.start(request.request_id)
+        parsers.start(request)
         try:
             engine.submit(request)
         except Exception as exc:  # whatever admitting one request raises fails it alone

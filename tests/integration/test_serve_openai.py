@@ -208,7 +208,7 @@ def test_non_json_body_and_unknown_route_answer_in_openai_shape(server: ServerTh
     bad = httpx.post(f"{server.url}/chat/completions", content=b"{nope",
                      headers={"Content-Type": "application/json"})
     assert bad.status_code == 400 and "not valid JSON" in bad.json()["error"]["message"]
-    missing = httpx.get(f"{server.url}/completions")
+    missing = httpx.get(f"{server.url}/fine_tuning/jobs")
     assert missing.status_code == 404 and "not an endpoint" in missing.json()["error"]["message"]
 
 
