@@ -14,7 +14,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from core.config import Settings
+from core.config import RemoteEndpoint, Settings
 from core.engines.base import ModelSpec
 from tests.fixtures.mlx_models import QWEN3_SHAPE, build_model_dir
 from tests.fixtures.serve import PLAIN_REPLY, scripted_spec, served
@@ -24,7 +24,10 @@ PROMPT = "Once upon a time, a cat"
 
 @pytest.fixture(scope="module")
 def scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
-    for srv in served(scripted_spec(reply=PLAIN_REPLY), tmp_path_factory.mktemp("home")):
+    settings = Settings()  # a remote model is listed (never reached: chat only)
+    settings.remotes = [RemoteEndpoint(name="peer", url="http://127.0.0.1:9/v1", models=["big"])]
+    for srv in served(scripted_spec(reply=PLAIN_REPLY), tmp_path_factory.mktemp("home"),
+                      settings=settings):
         yield OpenAI(base_url=srv.url, api_key="x", max_retries=0, timeout=60)
 
 
@@ -111,11 +114,15 @@ def test_what_completions_do_not_take_is_a_clear_400(scripted: OpenAI, kwargs: d
     assert info.value.body["param"] == param and words in info.value.body["message"]
 
 
-def test_missing_prompt_and_unknown_model(scripted: OpenAI) -> None:
+def test_missing_prompt_unknown_model_and_a_remote_model(scripted: OpenAI) -> None:
     with pytest.raises(openai.BadRequestError, match="'prompt' is required"):
         scripted.post("/completions", body={"model": "scripted"}, cast_to=object)
     with pytest.raises(openai.NotFoundError, match="not served here"):
         scripted.completions.create(model="nope", prompt=PROMPT)
+    with pytest.raises(openai.BadRequestError, match="chat/completions only") as info:
+        scripted.completions.create(model="peer/big", prompt=PROMPT)
+    assert info.value.body["code"] == "unsupported_model"
+    assert scripted.completions.create(model="scripted", prompt=PROMPT).choices[0].text
 
 
 @pytest.mark.slow
@@ -144,6 +151,16 @@ def test_mlx_raw_prompt_with_logprobs_streamed_and_not(tiny: OpenAI, tiny_dir: P
     finishes = [c.choices[0].finish_reason for c in chunks]
     assert set(finishes[:-1]) == {None}
     assert finishes[-1] == ("length" if len(streamed.tokens) == 6 else "stop")
+    # Past the context (256 tokens) once tokenised, though short enough in characters to
+    # be tokenised at all: the engine's refusal, said about a prompt.
+    with pytest.raises(openai.BadRequestError) as info:
+        tiny.completions.create(model="tiny", prompt="cat sat on the mat " * 200, max_tokens=2)
+    assert info.value.body["code"] == "context_length_exceeded"
+    assert info.value.body["param"] == "prompt"
+    assert info.value.body["message"].startswith("The prompt is ")
+    assert "Send a shorter prompt" in info.value.body["message"]
+    after = tiny.completions.create(model="tiny", prompt=PROMPT, max_tokens=2, temperature=0)
+    assert after.usage.completion_tokens >= 1  # the worker goes on
 
 
 @pytest.fixture(scope="module")
