@@ -124,10 +124,11 @@ def _models(rest: list[str]) -> int:
 
 def build_app(model: str | None = None) -> LlmdeckApp:
     """The app `llmdeck` runs, built as it starts it (bench/ui.py times this same path)."""
-    from tui import gc_tuning, terminal_input
+    from tui import gc_tuning, terminal_answers, terminal_input
 
     gc_tuning.pause_full_collections()  # until the app is up (settle_after_start)
     terminal_input.install()  # a non-UTF-8 paste must not kill the input thread
+    terminal_answers.install()  # answers to "what do you draw?" must not become keys
     from core.config import Settings
     from core.runtime import Runtime
     from tui.app import LlmdeckApp

@@ -5,8 +5,9 @@ Decided from the environment (LLMDECK_GRAPHICS first, then what terminals set: T
 TERM_PROGRAM, LC_TERMINAL, KITTY_WINDOW_ID, ...) and, inside tmux, from tmux's own
 `allow-passthrough` option: tmux drops every graphics sequence unless it is on, and then
 each one must be wrapped in tmux's DCS passthrough. `parse_answers` reads a terminal's
-answers to the Kitty graphics query and DA1 (Sixel is attribute 4), for callers that can
-ask. Detection runs once, in a thread, when the first picture is shown: never on the
+answers to the Kitty graphics query and DA1 (Sixel is attribute 4), asked through
+tui.terminal_answers while the app runs, or by `ask_terminal` on a terminal nobody else
+reads. Detection runs once, in a thread, when the first picture is shown: never on the
 first frame. Half-block is the answer whenever anything is unsure: it works everywhere.
 """
 
@@ -20,7 +21,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
@@ -165,20 +166,30 @@ _lock = threading.Lock()
 _chosen: Graphics | None = None
 
 
-def current(*, headless: bool = False) -> Graphics:
+def current(*, headless: bool = False, ask: Callable[[], str] | None = None) -> Graphics:
     """The graphics of this process's terminal, decided once (call from a thread: inside
-    tmux it runs `tmux show-options`). A headless app (tests) draws half-blocks unless
-    LLMDECK_GRAPHICS names a protocol."""
+    tmux it runs `tmux show-options`, and `ask` may wait up to a second). Where the
+    environment names no terminal (and not inside tmux, which answers for itself), `ask`
+    sends the queries and returns the answers (tui.terminal_answers). A headless app
+    (tests) draws half-blocks unless LLMDECK_GRAPHICS names a protocol."""
     global _chosen
     env = os.environ
+    forced = env.get(GRAPHICS_ENV, "auto").strip().lower()
     if headless:  # not cached: each test sets its own environment
-        if env.get(GRAPHICS_ENV, "auto").strip().lower() not in PROTOCOLS:
+        if forced not in PROTOCOLS:
             return Graphics("halfblock", reason="headless")
         return choose(env, tmux_passthrough=None)
     with _lock:
         if _chosen is None:
             passthrough = tmux_passthrough(env) if env.get("TMUX") else None
-            _chosen = choose(env, tmux_passthrough=passthrough)
+            chosen = choose(env, tmux_passthrough=passthrough)
+            if (ask is not None and forced in ("", "auto") and not env.get("TMUX")
+                    and outer_terminal(env) is None):
+                answers = parse_answers(ask().encode())
+                chosen = choose(env, tmux_passthrough=None, answers=answers)
+                if answers:
+                    chosen = Graphics(chosen.protocol, reason="the terminal answered")
+            _chosen = chosen
             log.info("pictures: %s (%s)", _chosen.protocol, _chosen.reason)
         return _chosen
 

@@ -23,18 +23,23 @@ import pytest
 from tests.fixtures.images import make_image
 
 ROOT = Path(__file__).resolve().parents[2]
-LAUNCH = "from tests.fixtures.tui import scripted_app; scripted_app().run()"
+# As `llmdeck` starts it (tui/cli.py build_app): answers to our queries are not keys.
+LAUNCH = ("from tui import terminal_answers; terminal_answers.install(); "
+          "from tests.fixtures.tui import scripted_app; scripted_app().run()")
 PLACEHOLDER = "\U0010eeee".encode()
 
 
 class PtyApp:
     """The app in a child process whose terminal is a pty we read every byte of."""
 
-    def __init__(self, graphics: str, columns: int = 120, rows: int = 40) -> None:
+    def __init__(self, graphics: str | None, columns: int = 120, rows: int = 40) -> None:
         self.master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
-        env = {**os.environ, "TERM": "xterm-256color", "LLMDECK_GRAPHICS": graphics}
-        env.pop("TMUX", None)
+        env = {**os.environ, "TERM": "xterm-256color", "LLMDECK_GRAPHICS": graphics or "auto"}
+        for name in ("TMUX", "KITTY_WINDOW_ID", "TERM_PROGRAM", "LC_TERMINAL", "COLORTERM",
+                     "ITERM_SESSION_ID", "WEZTERM_PANE", "GHOSTTY_RESOURCES_DIR",
+                     "KONSOLE_VERSION"):
+            env.pop(name, None)  # a terminal the environment does not name
         self.proc = subprocess.Popen([sys.executable, "-c", LAUNCH], cwd=ROOT, env=env,
                                      stdin=slave, stdout=slave, stderr=slave,
                                      start_new_session=True)
@@ -106,5 +111,34 @@ def test_the_terminal_gets_the_picture_in_the_chosen_protocol(tmp_path: Path,
             app.read_until(lambda out: b"second.png" in out, 60, "the second card")
             assert b"\x1b_G" not in app.output and b"\x1bP0;1;0q" not in app.output
             assert PLACEHOLDER not in app.output
+    finally:
+        app.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("answer", "drawn"), [
+    (b"\x1b[?62;4;22c", b"\x1bP0;1;0q"),  # DA1 with attribute 4: Sixel
+    (b"\x1b_Gi=31;OK\x1b\\\x1b[?62;22c", "\U0010eeee".encode()),  # Kitty said OK
+])
+def test_the_terminals_answers_choose_the_protocol_and_never_become_keys(
+        tmp_path: Path, answer: bytes, drawn: bytes) -> None:
+    photo = make_image(tmp_path / "harbour.png", 96, 64)
+    app = PtyApp(None)
+    try:
+        app.read_until(lambda out: b"scripted-test" in out, 60, "the first frame")
+        assert b"\x1b[c" not in app.output  # nothing is asked at start
+        app.type_line(f"/attach {photo}")
+        app.read_until(lambda out: b"\x1b_Gi=31," in out and b"\x1b[c" in out, 60,
+                       "the Kitty query and DA1, when the first picture is shown")
+        half = len(answer) // 2  # split in two reads, mid-sequence, as a slow link does
+        os.write(app.master, answer[:half])
+        time.sleep(0.05)  # two reads, not a wait for a result (the app waits up to 1 s)
+        os.write(app.master, answer[half:] + b"zq")
+        app.read_until(lambda out: drawn in out, 60, "the picture in the answered protocol")
+        app.read_until(lambda out: b"zq" in out, 30, "the keys typed after the answer")
+        # What the app drew, less the pictures' own data: no answer may show as typed text.
+        shown = re.sub(rb"\x1b[P_].*?\x1b\\", b"", app.output, flags=re.S).decode(
+            errors="replace")
+        assert "?62;" not in shown and "31;OK" not in shown, "an answer was typed as keys"
     finally:
         app.close()

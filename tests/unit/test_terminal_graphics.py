@@ -185,3 +185,29 @@ def _python() -> str:
 
 def _sh(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
+
+
+def test_answers_are_lifted_out_of_input_only_while_a_question_is_out() -> None:
+    from tui.terminal_answers import AnswerCatcher
+
+    catcher = AnswerCatcher()
+    assert catcher.take("\x1b[?62;4c") == "\x1b[?62;4c"  # no question out: untouched
+    catcher.expect(5)
+    # Split anywhere, with keys around: the keys pass, the answers do not.
+    parts = ["a\x1b_Gi=3", "1;OK\x1b", "\\b\x1b[?6", "2;4;22", "cz"]
+    kept = "".join(catcher.take(p) for p in parts)
+    assert kept == "abz"
+    assert catcher.wait(0) == "\x1b_Gi=31;OK\x1b\\\x1b[?62;4;22c"
+    assert tg.parse_answers(catcher.wait(0).encode()) == {"kitty", "sixel"}
+    assert catcher.take("\x1b[A") == "\x1b[A"  # answered: an arrow key is a key again
+
+
+def test_a_question_nobody_answers_closes_and_holds_nothing_back() -> None:
+    from tui.terminal_answers import AnswerCatcher
+
+    catcher = AnswerCatcher()
+    catcher.expect(5)
+    assert catcher.take("x\x1b[") == "x"  # maybe the start of an answer: held a moment
+    assert catcher.take("B") == "\x1b[B"  # it was a key: given on at once, whole
+    assert catcher.wait(0.01) == ""
+    assert catcher.take("\x1b") == "\x1b"  # closed: Escape is not held

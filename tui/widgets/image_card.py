@@ -70,7 +70,8 @@ class ImageCard(Vertical):
             return
         preview = half_block_text(cells)
         self.app.call_from_thread(self._show, preview)  # at once; the picture follows
-        graphics = terminal_graphics.current(headless=self.app.is_headless)
+        graphics = terminal_graphics.current(headless=self.app.is_headless,
+                                             ask=self._asker())
         if graphics.protocol == "halfblock" or not cells:
             return
         try:
@@ -80,6 +81,15 @@ class ImageCard(Vertical):
             return  # gone since the preview was read: the preview stays
         if picture is not None:
             self.app.call_from_thread(self._show_picture, picture)
+
+    def _asker(self) -> Callable[[], str] | None:
+        """How to ask the terminal what it draws, where the app's input can take answers."""
+        from tui import terminal_answers
+        from tui.widgets.terminal_picture import write_to_terminal
+
+        if not terminal_answers.installed():
+            return None
+        return partial(terminal_answers.ask, partial(write_to_terminal, self.app))
 
     def _show(self, text: Text) -> None:
         if self.is_attached:
