@@ -34,6 +34,7 @@ from core.docs.retrieval import CONTEXT_HEADER, IngestResult, format_excerpt
 from core.docs.service import DocsService
 from core.docs.worker import UtilityWorker, UtilityWorkerError
 from core.engines.base import GenerationRequest
+from core.engines.select import sees_images
 from core.events import Done, Error, TextDelta, Usage
 from core.memory.persist import resume_from_messages, save_marker
 from core.memory.rollover import SUMMARY_SHARE, RolloverMarker
@@ -50,7 +51,6 @@ from core.vision.images import (
     load_stored,
     prepare_image,
 )
-from core.vision.vlm import is_vlm_dir
 
 if TYPE_CHECKING:
     from core.config import Settings
@@ -438,11 +438,12 @@ class ChatContext:
                             plan.projected_use)
 
     async def _model_sees(self) -> bool:
-        """Whether the chat model takes images itself (an mlx-vlm folder)."""
+        """Whether the chat model takes images itself (an mlx-vlm folder, a GGUF with its
+        mmproj): what the loaded model says, else what its files say."""
         if self.rt.model.info.get("vision"):
             return True
         path = self.rt.settings.model
-        return bool(path) and await asyncio.to_thread(is_vlm_dir, str(path))
+        return bool(path) and await asyncio.to_thread(sees_images, str(path))
 
     async def _with_images(self, conversation_id: str, docs: DocContext) -> DocContext:
         """Put the conversation's images (captioned by the vision worker) before the

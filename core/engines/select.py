@@ -175,6 +175,18 @@ def _sibling_mmproj(p: Path) -> str | None:
     return str(found[0]) if found else None
 
 
+def sees_images(path: str | Path) -> bool:
+    """Whether the artifact takes images itself, judged before it loads: an mlx-vlm folder,
+    or a GGUF with a vision projector beside it. Does disk I/O."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        return p.suffix.lower() == ".gguf" and "mmproj" not in p.name.lower() and bool(
+            sibling_mmprojs(p))
+    from core.vision.vlm import is_vlm_dir
+
+    return is_vlm_dir(p)
+
+
 def sibling_mmprojs(p: Path) -> list[Path]:
     """The vision projectors beside a GGUF model file (mmproj-*.gguf, *-mmproj-*.gguf: the
     hub's rule), sorted by name; core.engines.llama_vision picks one when there are several."""

@@ -14,7 +14,7 @@ from core.engines.llama_vision import (
     image_paths,
     with_markers,
 )
-from core.engines.select import SelectionError, select_engine
+from core.engines.select import SelectionError, sees_images, select_engine
 
 
 def touch(path: Path) -> Path:
@@ -41,9 +41,10 @@ def test_images_become_markers_in_order_and_a_typed_marker_is_defused() -> None:
 
 def test_the_projector_beside_a_model_is_found_by_the_hubs_naming_rule(tmp_path: Path) -> None:
     model = touch(tmp_path / "gemma-3-4b-it-Q4_K_M.gguf")
-    assert find_mmproj(model) is None
+    assert find_mmproj(model) is None and not sees_images(model)
     proj = touch(tmp_path / "gemma-3-4b-it-mmproj-f16.gguf")  # not "mmproj-" first
     assert find_mmproj(model) == proj
+    assert sees_images(model) and not sees_images(proj)  # what the chat asks before a load
     sel = select_engine(model)
     assert sel.engine == "llamacpp" and sel.mmproj == str(proj)
     assert "with vision projector gemma-3-4b-it-mmproj-f16.gguf" in sel.reason
