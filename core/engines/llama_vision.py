@@ -88,13 +88,28 @@ def find_mmproj(model: Path, explicit: str | None = None) -> Path | None:
         return path
     from core.engines.select import sibling_mmprojs
 
-    found = sibling_mmprojs(model)
+    found, root = sibling_mmprojs(model), model.parent
+    if not found and (snapshot := _hub_snapshot(model)) is not None:
+        # A hub download keeps the repo's folders: a quant in a subfolder, the projector
+        # at the top. Any projector of the same snapshot goes with it.
+        root = snapshot
+        found = sorted(p for p in snapshot.rglob("*.gguf") if "mmproj" in p.name.lower())
     if len(found) <= 1:
         return found[0] if found else None
     from core.hub.filenames import pair_mmproj  # only when there is a choice to make
 
-    chosen = pair_mmproj(model.name, [p.name for p in found])
-    return model.parent / chosen if chosen else found[0]
+    names = [p.relative_to(root).as_posix() for p in found]
+    chosen = pair_mmproj(model.relative_to(root).as_posix(), names)
+    return root / chosen if chosen else found[0]
+
+
+def _hub_snapshot(model: Path) -> Path | None:
+    """The snapshot folder of the Hugging Face cache a model file lies in
+    (models--owner--name/snapshots/<commit>/...), or None."""
+    for folder in model.parents:
+        if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
+            return folder
+    return None
 
 
 class _Log:

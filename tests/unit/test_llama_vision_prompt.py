@@ -67,3 +67,17 @@ def test_an_explicit_projector_wins_and_a_missing_one_is_a_sentence(tmp_path: Pa
     assert find_mmproj(model, str(chosen)) == chosen
     with pytest.raises(ProjectorError, match="does not exist; fix the mmproj option"):
         find_mmproj(model, str(tmp_path / "gone.gguf"))
+
+
+def test_a_hub_download_pairs_a_quant_in_a_subfolder_with_the_projector_at_the_top(
+        tmp_path: Path) -> None:
+    snapshot = tmp_path / "models--org--Vision-GGUF" / "snapshots" / "0123abc"
+    (snapshot / "Q4_K_M").mkdir(parents=True)
+    model = touch(snapshot / "Q4_K_M" / "Vision-Q4_K_M.gguf")
+    touch(snapshot / "mmproj-Vision-Q8_0.gguf")
+    best = touch(snapshot / "mmproj-Vision-F16.gguf")
+    assert find_mmproj(model) == best
+    elsewhere = tmp_path / "plain" / "sub"
+    elsewhere.mkdir(parents=True)
+    touch(tmp_path / "plain" / "mmproj-other.gguf")
+    assert find_mmproj(touch(elsewhere / "m.gguf")) is None  # outside the hub cache: beside only
