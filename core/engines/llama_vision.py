@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 MARKER = "<__media__>"  # libmtmd's default media marker
+_DEFUSED = "<_media_>"  # what a marker typed in the conversation becomes
 _PLACEHOLDER_ID = 0  # what an image position holds in Llama.input_ids (any valid id)
 _GGML_LOG_ERROR = 4
 _GGML_LOG_CONT = 5
@@ -61,6 +62,9 @@ def with_markers(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for message in messages:
         content = message.get("content")
+        if isinstance(content, str):
+            out.append({**message, "content": content.replace(MARKER, _DEFUSED)})
+            continue
         if not isinstance(content, list):
             out.append(dict(message))
             continue
@@ -71,7 +75,7 @@ def with_markers(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             if part.get("type") == "image":
                 pieces.append(MARKER)
             elif part.get("type") == "text":
-                pieces.append(str(part.get("text") or "").replace(MARKER, "<_media_>"))
+                pieces.append(str(part.get("text") or "").replace(MARKER, _DEFUSED))
         out.append({**message, "content": "\n".join(pieces)})
     return out
 

@@ -24,7 +24,7 @@ def touch(path: Path) -> Path:
 
 def test_images_become_markers_in_order_and_a_typed_marker_is_defused() -> None:
     messages = (
-        {"role": "system", "content": "Be brief."},
+        {"role": "system", "content": f"Be brief. {MARKER}"},
         {"role": "user", "content": [
             {"type": "image", "path": "/a.png"},
             {"type": "text", "text": f"Compare {MARKER} these"},
@@ -33,7 +33,7 @@ def test_images_become_markers_in_order_and_a_typed_marker_is_defused() -> None:
     )
     assert image_paths(messages) == ["/a.png", "/b.png"]
     out = with_markers(messages)
-    assert out[0] == {"role": "system", "content": "Be brief."}
+    assert out[0] == {"role": "system", "content": "Be brief. <_media_>"}
     assert out[1]["content"] == f"{MARKER}\nCompare <_media_> these\n{MARKER}"
     assert out[1]["content"].count(MARKER) == 2  # one per image, whatever the user typed
     assert image_paths([{"role": "user", "content": "no parts"}]) == []
