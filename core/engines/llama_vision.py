@@ -184,9 +184,10 @@ class Projector:
         if not self._ctx:
             detail = log.take() or "libmtmd could not read it"
             raise ProjectorError(
-                f"The vision projector {path.name} does not fit this model ({detail}). Use "
-                "the mmproj file published with this model, or move it out of the folder "
-                "to use the model without images.")
+                f"The vision projector {path.name} could not be loaded for this model "
+                f"({detail}). Download it again if it is damaged, use the mmproj file "
+                "published with this model if it belongs to another, or move it out of the "
+                "folder to use the model without images.")
         if not mtmd.mtmd_support_vision(self._ctx):
             self.close()
             raise ProjectorError(f"{path.name} is not a vision projector (it has no image "

@@ -115,17 +115,24 @@ async def test_an_attached_image_goes_into_the_prompt_and_a_corrupt_one_fails_al
         await rt.close()
 
 
-async def test_a_projector_made_for_another_model_is_a_load_failure_that_says_so(
-        bundled_gguf: Path, tmp_path: Path) -> None:
-    model = gguf_with_projector(tmp_path / "wrong", bundled_gguf, text_embd=512)
+@pytest.mark.parametrize(("damage", "reason"), [
+    ("width", "mismatch between text model (n_embd = 640) and mmproj (n_embd = 512)"),
+    ("truncated", "failed to seek for tensor"),
+])
+async def test_a_projector_that_cannot_serve_the_model_is_a_load_failure_that_says_why(
+        bundled_gguf: Path, tmp_path: Path, damage: str, reason: str) -> None:
+    width = 512 if damage == "width" else 640
+    model = gguf_with_projector(tmp_path / damage, bundled_gguf, text_embd=width)
+    if damage == "truncated":
+        projector = next(model.parent.glob("mmproj-*.gguf"))
+        projector.write_bytes(projector.read_bytes()[:-4096])
     rt = Runtime(Settings(model=str(model), context_size=512, replicas=1))
     await rt.start()
     try:
         assert not await rt.ensure_model()
         error = rt.model.error or ""
-        assert "mmproj-gemma-3-270m-q4_k_m-f16.gguf does not fit this model" in error, error
-        assert "n_embd = 640" in error and "n_embd = 512" in error, error
-        assert "move it out of the folder" in error
+        assert "mmproj-gemma-3-270m-q4_k_m-f16.gguf could not be loaded" in error, error
+        assert reason in error and "move it out of the folder" in error, error
     finally:
         await rt.close()
 
