@@ -163,6 +163,27 @@ def test_mlx_raw_prompt_with_logprobs_streamed_and_not(tiny: OpenAI, tiny_dir: P
     assert after.usage.completion_tokens >= 1  # the worker goes on
 
 
+@pytest.mark.slow
+def test_mlx_completions_honour_seed_bias_penalties_and_top_k(tiny: OpenAI) -> None:
+    def ask(**kw: Any) -> Any:
+        return tiny.completions.create(model="tiny", prompt=PROMPT, **{"max_tokens": 8, **kw})
+
+    hot = {"temperature": 1.5}
+    assert ask(seed=5, **hot).choices[0].text == ask(seed=5, **hot).choices[0].text
+    forced = ask(temperature=0, logit_bias={"300": 100}, max_tokens=4, logprobs=0)
+    assert len(set(forced.choices[0].logprobs.tokens)) == 1  # one token, four times
+    first = forced.choices[0].logprobs
+    assert first.top_logprobs[0] == {first.tokens[0]: pytest.approx(0, abs=1e-3)}  # logprobs=0
+    # top_k=1 keeps only the most likely token, however hot: every sampled token is the
+    # best of its alternatives (within this one request, so no cache effects).
+    top1 = ask(seed=3, logprobs=3, frequency_penalty=1.0, presence_penalty=0.5, **hot,
+               extra_body={"top_k": 1, "min_p": 0.0, "frequency_context_size": 16}).choices[0].logprobs
+    for logprob, top in zip(top1.token_logprobs, top1.top_logprobs, strict=True):
+        assert logprob == pytest.approx(max(top.values()), abs=1e-5)
+    with pytest.raises(openai.BadRequestError, match="vocabulary has 512 tokens"):
+        ask(logit_bias={"999999": 5})
+
+
 @pytest.fixture(scope="module")
 def gemma(bundled_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
     spec = ModelSpec(path=str(bundled_gguf), engine="llamacpp", context_size=512)
