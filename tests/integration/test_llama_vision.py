@@ -1,9 +1,10 @@
 """A GGUF chat model with its mmproj sees images through llama.cpp (issue 23): the bundled
 Gemma 3 270M with a tiny random-weight projector written by the `gguf` package, in real
 worker processes. An attached image goes into the prompt as its image tokens and a reply
-streams; the next turn reuses the image's positions; a corrupt image fails its request
-with a sentence and the chat goes on; a projector made for another model is a load
-failure that says so; `llmdeck serve` takes image_url parts for it."""
+streams (runtime and the real app); the same image at the same place is reused from the
+cache; a corrupt image or too many images fail their request with a sentence and the chat
+goes on; a projector made for another model, or damaged, is a load failure that says why;
+`llmdeck serve` takes image_url parts for it; the prompt never reaches the output."""
 
 from __future__ import annotations
 
