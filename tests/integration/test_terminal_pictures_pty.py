@@ -10,6 +10,8 @@ import os
 import pty
 import re
 import select
+import shlex
+import shutil
 import signal
 import struct
 import subprocess
@@ -21,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.images import make_image
+from tests.helpers.tmux_client import RealTmux
 
 ROOT = Path(__file__).resolve().parents[2]
 # As `llmdeck` starts it (tui/cli.py build_app): answers to our queries are not keys.
@@ -142,3 +145,34 @@ def test_the_terminals_answers_choose_the_protocol_and_never_become_keys(
         assert "?62;" not in shown and "31;OK" not in shown, "an answer was typed as keys"
     finally:
         app.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@pytest.mark.parametrize("passthrough", [True, False])
+def test_through_real_tmux_kitty_pictures_pass_only_with_allow_passthrough(
+        tmp_path: Path, passthrough: bool) -> None:
+    """kitty outside, tmux between (its own server, client in our pty): with passthrough on
+    the picture, its placement and the placeholder cells (id as a 256-colour index) reach
+    the outer terminal; with it off the app draws half-blocks and sends no graphics."""
+    photo = make_image(tmp_path / "harbour.png", 96, 64)
+    script = tmp_path / "run.sh"
+    script.write_text(f"cd {ROOT} && KITTY_WINDOW_ID=1 LLMDECK_GRAPHICS=auto "
+                      f"{shlex.quote(sys.executable)} -c {shlex.quote(LAUNCH)}\nsleep 30\n")
+    tmux = RealTmux(tmp_path, passthrough, f"sh {script}")
+    try:
+        assert tmux.read_until(b"scripted-test", 60), "the app's first frame"
+        tmux.type_line(f"/attach {photo}")
+        assert tmux.read_until(b"harbour.png", 60), "the image card"
+        if passthrough:
+            assert tmux.read_until(PLACEHOLDER, 60), "placeholder cells"
+            placed = re.search(rb"\x1b_Ga=p,U=1,i=(\d+),c=36,r=12", tmux.output)
+            assert placed and b"\x1b_Ga=t,f=100," in tmux.output  # unwrapped by tmux
+            assert b"\x1b[38;5;" + placed.group(1) + b"m" + PLACEHOLDER in tmux.output
+        else:
+            assert tmux.read_until("▀".encode(), 60), "the half-block preview"
+            tmux.type_line(f"/attach {make_image(tmp_path / 'second.png', 64, 64)}")
+            assert tmux.read_until(b"second.png", 60), "a second card"
+            assert b"\x1b_G" not in tmux.output and PLACEHOLDER not in tmux.output
+    finally:
+        tmux.close()

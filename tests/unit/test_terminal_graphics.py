@@ -8,14 +8,13 @@ import os
 import pty
 import select
 import shutil
-import subprocess
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.tmux_client import RealTmux
 from tui import terminal_graphics as tg
 
 KITTY_OK = b"\x1b_Gi=31;OK\x1b\\"
@@ -120,40 +119,6 @@ def test_a_terminal_that_never_answers_costs_only_the_timeout() -> None:
     finally:
         os.close(master)
         os.close(slave)
-
-
-class RealTmux:
-    """A tmux server of its own whose client runs in a pty: the outer terminal is us."""
-
-    def __init__(self, tmp: Path, passthrough: bool, inner: str) -> None:
-        self.socket = f"llmdeck-gfx-{uuid.uuid4().hex[:8]}"
-        conf = tmp / "tmux.conf"
-        conf.write_text(f"set -g allow-passthrough {'on' if passthrough else 'off'}\n")
-        self.master, slave = pty.openpty()
-        self.proc = subprocess.Popen(
-            ["tmux", "-L", self.socket, "-f", str(conf), "new-session", "-x", "80", "-y", "24",
-             inner], stdin=slave, stdout=slave, stderr=slave,
-            env={**os.environ, "TERM": "xterm-256color"}, start_new_session=True)
-        os.close(slave)
-        self.output = b""
-
-    def read_until(self, marker: bytes, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while marker not in self.output and time.monotonic() < deadline:
-            if select.select([self.master], [], [], 0.2)[0]:
-                try:
-                    self.output += os.read(self.master, 65536)
-                except OSError:
-                    break
-        return marker in self.output
-
-    def close(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        os.close(self.master)
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
