@@ -192,10 +192,3 @@ def current(*, headless: bool = False, ask: Callable[[], str] | None = None) -> 
             _chosen = chosen
             log.info("pictures: %s (%s)", _chosen.protocol, _chosen.reason)
         return _chosen
-
-
-def forget() -> None:
-    """Decide again on the next call (tests, or after the environment changed)."""
-    global _chosen
-    with _lock:
-        _chosen = None
