@@ -5,7 +5,10 @@ scripted engine; and the clear 400s for what it does not take."""
 
 from __future__ import annotations
 
+import json
+import random
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -16,19 +19,25 @@ from openai import OpenAI
 
 from core.config import RemoteEndpoint, Settings
 from core.engines.base import ModelSpec
+from tests.fixtures.hostile_text import hostile_strings
 from tests.fixtures.mlx_models import QWEN3_SHAPE, build_model_dir
-from tests.fixtures.serve import PLAIN_REPLY, scripted_spec, served
+from tests.fixtures.serve import PLAIN_REPLY, ServerThread, scripted_spec, served
+from tests.helpers.http_raw import exchange, post_bytes
 
 PROMPT = "Once upon a time, a cat"
 
 
 @pytest.fixture(scope="module")
-def scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
+def scripted_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
     settings = Settings()  # a remote model is listed (never reached: chat only)
     settings.remotes = [RemoteEndpoint(name="peer", url="http://127.0.0.1:9/v1", models=["big"])]
-    for srv in served(scripted_spec(reply=PLAIN_REPLY), tmp_path_factory.mktemp("home"),
-                      settings=settings):
-        yield OpenAI(base_url=srv.url, api_key="x", max_retries=0, timeout=60)
+    yield from served(scripted_spec(reply=PLAIN_REPLY), tmp_path_factory.mktemp("home"),
+                      settings=settings)
+
+
+@pytest.fixture(scope="module")
+def scripted(scripted_server: ServerThread) -> OpenAI:
+    return OpenAI(base_url=scripted_server.url, api_key="x", max_retries=0, timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +132,52 @@ def test_missing_prompt_unknown_model_and_a_remote_model(scripted: OpenAI) -> No
         scripted.completions.create(model="peer/big", prompt=PROMPT)
     assert info.value.body["code"] == "unsupported_model"
     assert scripted.completions.create(model="scripted", prompt=PROMPT).choices[0].text
+
+
+FIELDS = ["model", "prompt", "echo", "logprobs", "suffix", "best_of", "n", "stop", "stream",
+          "stream_options", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
+          "logit_bias", "presence_penalty", "frequency_penalty", "user"]
+
+
+def hostile_bodies(n: int, seed: int) -> Iterator[bytes]:
+    """Completion bodies with hostile values in 1-4 fields (hostile text, huge and
+    non-finite numbers, wrong types, nested lists and objects)."""
+    rng = random.Random(seed)
+    texts = [text for _, text in hostile_strings(200, seed) if len(text) < 4000]
+
+    def value(depth: int = 0) -> Any:
+        pool = [lambda: None, lambda: rng.choice([True, False]), lambda: rng.randint(-3, 25),
+                lambda: rng.choice([2**31, 2**63, 10**40, -(2**70)]),
+                lambda: rng.choice([float("nan"), float("inf"), 1e308, -0.0]),
+                lambda: rng.uniform(-100, 100), lambda: rng.choice(texts), lambda: ""]
+        if depth < 2:
+            pool += [lambda: [value(depth + 1) for _ in range(rng.randint(0, 3))],
+                     lambda: {rng.choice(FIELDS + ["0", "300"]): value(depth + 1)}]
+        return rng.choice(pool)()
+
+    for _ in range(n):
+        body: dict[str, Any] = {"model": "scripted", "prompt": "hi", "max_tokens": 4}
+        for _ in range(rng.randint(1, 4)):
+            body[rng.choice(FIELDS)] = value()
+        yield post_bytes("/v1/completions", json.dumps(body).encode())
+
+
+def test_300_hostile_completion_bodies_get_no_5xx_and_the_worker_stays(
+        scripted_server: ServerThread, scripted: OpenAI) -> None:
+    [pid] = scripted_server.runtime.pool.pids()
+    host, port = scripted_server.handle.host, scripted_server.handle.port
+    bodies = list(hostile_bodies(300, seed=22))  # seeds 1-3 x 3,000 by hand: no 5xx either
+    with ThreadPoolExecutor(8) as pool:
+        replies = list(pool.map(lambda data: exchange(host, port, data, timeout=30), bodies))
+    statuses = [reply.status for reply in replies]
+    bad = [(status, data[-200:], reply.body[:200]) for status, data, reply
+           in zip(statuses, bodies, replies, strict=True)
+           if status >= 500 or status == 0 or (status >= 400 and "error" not in reply.json())]
+    assert not bad, bad[:5]
+    assert statuses.count(200) > 20 and statuses.count(400) > 100  # both kinds were reached
+    assert scripted_server.runtime.pool.pids() == [pid]
+    assert scripted_server.runtime.pool.status()[0].restarts == 0
+    assert scripted.completions.create(model="scripted", prompt=PROMPT).choices[0].text == PLAIN_REPLY
 
 
 @pytest.mark.slow
