@@ -73,6 +73,18 @@ async def test_the_card_draws_with_the_chosen_protocol(tmp_path: Path, monkeypat
             cut = picture.render_lines(Region(0, 0, 36, 5))
             assert intro not in "".join(seg.text for line in cut for seg in line)
             assert "▀" in "".join(seg.text for seg in cut[0])
+            # Scrolled so the chat's edge cuts the box: not drawn, whatever crop is asked.
+            await pilot.resize_terminal(120, 16)
+            await pilot.pause(0.2)
+            chat = pilot.app.main.chat
+            chat.scroll_to(y=chat.scroll_y + picture.region.y - chat.region.y + 4, animate=False)
+            await wait_until(pilot, lambda: 0 < chat.scroll_y)
+            await pilot.pause(0.1)
+            shown = pilot.app.screen.find_widget(picture).visible_region
+            assert 0 < shown.height < 12, shown  # partly on screen
+            assert picture.whole_box_shown(Region(0, 0, 36, 12)) is None
+            assert intro not in "".join(
+                seg.text for line in picture.render_lines(Region(0, 0, 36, 12)) for seg in line)
         await pilot.resize_terminal(70, 30)
         await pilot.pause(0.2)
         assert card.query_one(kind).size.width <= 70  # never wider than the chat
