@@ -77,9 +77,10 @@ def outer_terminal(env: Mapping[str, str]) -> str | None:
 
 
 def choose(env: Mapping[str, str], *, tmux_passthrough: bool | None,
-           answers: set[str] | None = None) -> Graphics:
+           answers: set[str] | None = None, client_term: str = "") -> Graphics:
     """The graphics to use, given the environment, whether tmux lets sequences through
-    (None: not asked / not in tmux) and what the terminal answered to queries, if asked."""
+    (None: not asked / not in tmux), what the terminal answered to queries, if asked, and
+    inside tmux the TERM of the terminal tmux's client runs in (`client_term`)."""
     in_tmux = bool(env.get("TMUX"))
     forced = env.get(GRAPHICS_ENV, "auto").strip().lower() or "auto"
     if forced in PROTOCOLS:
@@ -92,6 +93,8 @@ def choose(env: Mapping[str, str], *, tmux_passthrough: bool | None,
     if in_tmux and not tmux_passthrough:
         return Graphics("halfblock", reason="tmux without allow-passthrough")
     found = outer_terminal(env)
+    if found is None and client_term:
+        found = outer_terminal({"TERM": client_term})
     if found is None and answers:
         found = "kitty" if "kitty" in answers else "sixel" if "sixel" in answers else None
     if found is None:
@@ -99,17 +102,24 @@ def choose(env: Mapping[str, str], *, tmux_passthrough: bool | None,
     return Graphics(found, tmux=in_tmux, reason="tmux passthrough" if in_tmux else "terminal")
 
 
-def tmux_passthrough(env: Mapping[str, str], timeout: float = 2.0) -> bool:
-    """Whether the tmux this process runs in has `allow-passthrough` on (or `all`)."""
+def tmux_facts(env: Mapping[str, str], timeout: float = 2.0) -> tuple[bool, str]:
+    """Whether the tmux pane this process runs in lets sequences through
+    (`allow-passthrough` on or `all`, the pane's own value if set), and the TERM of the
+    terminal its client runs in ("" when none is attached)."""
     tmux = shutil.which("tmux")
     if tmux is None or not env.get("TMUX"):
-        return False
+        return False, ""
+    target = ["-t", env["TMUX_PANE"]] if env.get("TMUX_PANE") else []
     try:
-        out = subprocess.run([tmux, "show-options", "-gv", "allow-passthrough"],
-                             capture_output=True, text=True, timeout=timeout, env=dict(env))
+        out = subprocess.run(
+            [tmux, "display-message", "-p", *target, "#{allow-passthrough}|#{client_termname}"],
+            capture_output=True, text=True, timeout=timeout, env=dict(env))
     except (OSError, subprocess.SubprocessError):
-        return False
-    return out.returncode == 0 and out.stdout.strip() in ("on", "all")
+        return False, ""
+    if out.returncode != 0:
+        return False, ""
+    passthrough, _, client_term = out.stdout.strip().partition("|")
+    return passthrough in ("1", "on", "all"), client_term
 
 
 def parse_answers(data: bytes) -> set[str]:
@@ -181,8 +191,8 @@ def current(*, headless: bool = False, ask: Callable[[], str] | None = None) -> 
         return choose(env, tmux_passthrough=None)
     with _lock:
         if _chosen is None:
-            passthrough = tmux_passthrough(env) if env.get("TMUX") else None
-            chosen = choose(env, tmux_passthrough=passthrough)
+            passthrough, client_term = tmux_facts(env) if env.get("TMUX") else (None, "")
+            chosen = choose(env, tmux_passthrough=passthrough, client_term=client_term)
             if (ask is not None and forced in ("", "auto") and not env.get("TMUX")
                     and outer_terminal(env) is None):
                 answers = parse_answers(ask().encode())

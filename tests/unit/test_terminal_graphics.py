@@ -58,6 +58,11 @@ def test_inside_tmux_only_passthrough_lets_pictures_out_and_they_are_wrapped() -
     assert on.protocol == "kitty" and on.tmux
     assert on.wrap("\x1b_Ga=d\x1b\\") == "\x1bPtmux;\x1b\x1b_Ga=d\x1b\x1b\\\x1b\\"
     assert tg.choose({**env, "LLMDECK_GRAPHICS": "kitty"}, tmux_passthrough=False).tmux
+    # tmux hides TERM_PROGRAM; the client's terminal (tmux's client_termname) still tells.
+    bare = {"TERM": "tmux-256color", "TMUX": "/tmp/tmux-0/default,1,0", "TERM_PROGRAM": "tmux"}
+    assert tg.choose(bare, tmux_passthrough=True).protocol == "halfblock"
+    assert tg.choose(bare, tmux_passthrough=True, client_term="xterm-kitty").protocol == "kitty"
+    assert tg.choose(bare, tmux_passthrough=True, client_term="foot").protocol == "sixel"
 
 
 def test_the_terminals_answers_decide_when_the_environment_does_not() -> None:
@@ -131,13 +136,14 @@ def test_real_tmux_lets_a_wrapped_kitty_sequence_out_only_with_passthrough(
     # Inside tmux: what our detection says, then the wrapped sequence, then a marker.
     ask = tmp_path / "ask.py"
     ask.write_text("import os\nfrom tui import terminal_graphics as t\n"
-                   f"open({str(probe)!r}, 'w').write(str(t.tmux_passthrough(os.environ)))\n")
+                   f"open({str(probe)!r}, 'w').write(str(t.tmux_facts(os.environ)))\n")
     script.write_text(f"{_python()} {ask}\nprintf '%s' {_sh(wrapped)}\n"
                       "printf 'END''MARK'\nsleep 30\n")
     tmux = RealTmux(tmp_path, passthrough, f"sh {script}")
     try:
         assert tmux.read_until(b"ENDMARK", 30), tmux.output[-500:]
-        assert probe.read_text() == str(passthrough)
+        # The pane's setting, and the terminal tmux's client runs in (this pty).
+        assert probe.read_text() == str((passthrough, "xterm-256color"))
         assert (b"\x1b_Ga=d,d=I,i=77,q=2\x1b\\" in tmux.output) is passthrough
     finally:
         tmux.close()
