@@ -21,6 +21,7 @@ def llmdeck_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("LLMDECK_HOME", str(home))
     monkeypatch.setenv("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "1"))
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    monkeypatch.delenv("LLMDECK_GRAPHICS", raising=False)  # pictures as the test says
     return home
 
 
