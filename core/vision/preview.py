@@ -8,6 +8,7 @@ set). The result is plain data (rows of colour pairs); the UI turns it into styl
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 RGB = tuple[int, int, int]
@@ -116,16 +117,17 @@ def iterm_sequence(path: str | Path, columns: int, rows: int,
 
 
 def sixel_sequence(path: str | Path, columns: int, rows: int,
-                   cell_px: tuple[int, int] | None = None, colours: int = 64) -> str:
-    """Sixel: the picture in at most `colours` colours, fitting `columns` x `rows` cells of
-    `cell_px` pixels (Sixel draws pixels, so a wrong cell size draws it smaller or larger:
-    the caller passes the size the terminal reports)."""
+                   cell_px: tuple[int, int] | None = None, colours: int = 256) -> str:
+    """Sixel: the picture in at most `colours` colours (the registers most Sixel terminals
+    have; a fast octree, as median cut took 0.4 s on a photo), fitting `columns` x `rows`
+    cells of `cell_px` pixels (Sixel draws pixels, so a wrong cell size draws it smaller or
+    larger: the caller passes the size the terminal reports)."""
     import numpy as np
     from PIL import Image
 
     cell_px = cell_px or CELL_PX
     img = _scaled(path, columns * cell_px[0], rows * cell_px[1])
-    indexed = img.quantize(colors=colours, method=Image.Quantize.MEDIANCUT)
+    indexed = img.quantize(colors=colours, method=Image.Quantize.FASTOCTREE)
     palette = indexed.getpalette() or []
     pixels = np.asarray(indexed, dtype=np.int32)
     height, width = pixels.shape
@@ -134,28 +136,28 @@ def sixel_sequence(path: str | Path, columns: int, rows: int,
     for index in used:
         r, g, b = palette[3 * index:3 * index + 3]
         out.append(f"#{index};2;{r * 100 // 255};{g * 100 // 255};{b * 100 // 255}")
+    weights = np.broadcast_to((1 << np.arange(6, dtype=np.int64))[:, None], (6, width))
+    columns_at = np.broadcast_to(np.arange(width, dtype=np.int64), (6, width))
+    count = len(palette) // 3 or 256
     for top in range(0, height, 6):
         band = pixels[top:top + 6]
+        n = band.shape[0]
+        # One pass per band: each (colour, column) sums the bits of its rows.
+        bits = np.bincount((band * width + columns_at[:n]).ravel(),
+                           weights=weights[:n].ravel(), minlength=count * width)
+        bits = bits.reshape(-1, width).astype(np.uint8)
         lines = []
-        for index in np.unique(band).tolist():
-            bits = np.zeros(width, dtype=np.int32)
-            for row in range(band.shape[0]):
-                bits |= (band[row] == index).astype(np.int32) << row
-            lines.append(f"#{index}" + _run_length(bytes((bits + 63).astype(np.uint8)).decode()))
+        for index in np.flatnonzero(bits.any(axis=1)).tolist():
+            sixels = (bits[index] + 63).tobytes().decode("ascii").rstrip("?")
+            lines.append(f"#{index}" + _run_length(sixels))
         out.append("$".join(lines) + "-")
     out.append("\x1b\\")
     return "".join(out)
 
 
+_RUN = re.compile(r"(.)\1{3,}")
+
+
 def _run_length(sixels: str) -> str:
     """Sixel's repeat introducer for runs longer than three (`!<n><char>`)."""
-    parts = []
-    i = 0
-    while i < len(sixels):
-        j = i
-        while j < len(sixels) and sixels[j] == sixels[i]:
-            j += 1
-        run = j - i
-        parts.append(f"!{run}{sixels[i]}" if run > 3 else sixels[i] * run)
-        i = j
-    return "".join(parts)
+    return _RUN.sub(lambda m: f"!{len(m.group())}{m.group(1)}", sixels)
