@@ -100,7 +100,6 @@ def main() -> None:
     from textual_image._sixel import image_to_sixels
 
     from core import vision
-    from core.vision.preview import _scaled
 
     out: dict[str, object] = {}
     for name, mods in (("ours", OURS), ("textual_image", THEIRS)):
@@ -114,8 +113,14 @@ def main() -> None:
         cell = (10, 20)
         ours = _timed(lambda: vision.sixel_sequence(photo, 36, 12, cell), runs)
 
-        def theirs() -> str:
-            return image_to_sixels(_scaled(photo, 360, 240))
+        def theirs() -> str:  # the same work: open, fit 360x240 (aspect kept), encode
+            from PIL import Image
+
+            with Image.open(photo) as img:
+                rgb = img.convert("RGB")
+            scale = min(360 / rgb.width, 240 / rgb.height)
+            size = (round(rgb.width * scale), round(rgb.height * scale))
+            return image_to_sixels(rgb.resize(size, Image.Resampling.LANCZOS))
 
         theirs_ms = _timed(theirs, runs)
         out.update({
