@@ -48,6 +48,7 @@ FORMATS: dict[str, ToolFormat] = {
 }
 
 _NO_SPACES = {"whitespace_flexible": False}
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
 def tool_format(family: str) -> ToolFormat | None:
@@ -101,7 +102,8 @@ def call_grammar(fmt: ToolFormat, schema: dict[str, Any], *, with_opener: bool,
 class ToolCallGuide:
     """One request's tool-call constraint: free text, or a call being written."""
 
-    __slots__ = ("_compile", "_fmt", "_text", "_tokenize", "_tail", "matcher", "calls")
+    __slots__ = ("_compile", "_fmt", "_text", "_tokenize", "_tail", "_thinking", "matcher",
+                 "calls")
 
     def __init__(self, fmt: ToolFormat, compile_call: Callable[[bool], Any],
                  token_text: Callable[[int], str], tokenize: Callable[[str], list[int]],
@@ -111,6 +113,7 @@ class ToolCallGuide:
         self._text = token_text
         self._tokenize = tokenize
         self._tail = ""  # the end of the free text, where an opener may be forming
+        self._thinking = False  # inside <think>: a call written there is only thought about
         self.calls = 0  # calls opened so far (for tests and status)
         self.matcher: Any = compile_call(True) if forced else None
         if forced:
@@ -129,10 +132,24 @@ class ToolCallGuide:
             return
         opener = self._fmt.opener
         text = self._tail + self._text(token)
-        at = text.find(opener)
+        while True:  # the parser's view: <tool_call> inside <think>...</think> is reasoning
+            if self._thinking:
+                end = text.find(THINK_CLOSE)
+                if end < 0:
+                    self._tail = text[-(len(THINK_CLOSE) - 1):]
+                    return
+                self._thinking = False
+                text = text[end + len(THINK_CLOSE):]
+                continue
+            at, think = text.find(opener), text.find(THINK_OPEN)
+            if think >= 0 and (at < 0 or think < at):
+                self._thinking = True
+                text = text[think + len(THINK_OPEN):]
+                continue
+            break
         if at < 0:
-            keep = len(opener) - 1
-            self._tail = text[-keep:] if keep else ""
+            keep = max(len(opener), len(THINK_OPEN)) - 1
+            self._tail = text[-keep:]
             return
         self._tail = ""
         self.calls += 1

@@ -133,6 +133,8 @@ def test_a_call_opened_mid_reply_is_constrained_until_it_closes(engine):
             guide.advance(token)
         return engine._tokenizer.decode(out)
 
+    write("<think>Should I write <tool_call> now? No.</think>")
+    assert not guide.constrained  # a call thought about is not a call
     write("Let me look that up. <tool_")
     assert not guide.constrained
     write("call>")
