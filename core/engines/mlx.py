@@ -64,7 +64,8 @@ from core.engines.speculative import (  # noqa: E402
     accepted,
     speculable,
 )
-from core.engines.tool_grammar import ToolCallProcessor, ToolGrammars  # noqa: E402
+from core.engines.tool_grammar import ToolGrammars  # noqa: E402
+from core.engines.tool_rows import ToolCallProcessor  # noqa: E402
 from core.events import Done, Error, Event, Logprobs, TextDelta, Usage  # noqa: E402
 from core.parsing.detect import detect_family  # noqa: E402
 from core.parsing.stops import StopMatcher  # noqa: E402

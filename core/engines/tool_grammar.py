@@ -14,7 +14,7 @@ StructTag): the opener is a special token in some vocabularies and plain text in
 no mask is computed or applied until the call opens.
 
 `ToolCallGuide` is one request's state and knows no engine; the MLX engine wraps it as a
-row-wise logits processor (`ToolCallProcessor`, so a constrained row shares a batch with
+row's MaskedProcessor (core.engines.tool_rows, so a constrained row shares a batch with
 free ones), llama.cpp as a logits processor on numpy scores (`LlamaToolProcessor`). Both
 pair calls with tokens as core.engines.grammar does: each call samples the next token,
 and (after the first) the last token of the context it is given was sampled by the
@@ -243,26 +243,6 @@ class ToolGrammars:
 
         compile_call(True)  # a bad schema fails the request now, not mid-reply
         return ToolCallGuide(fmt, compile_call, self.text, ll.tokenize_str, forced=forced)
-
-
-class ToolCallProcessor:
-    """An mlx_lm logits processor over one row: masks only while a call is open."""
-
-    def __init__(self, guide: ToolCallGuide, vocab_size: int) -> None:
-        self.guide = guide
-        self.vocab_size = vocab_size
-        self.started = False
-
-    def __call__(self, tokens: Any, logits: Any) -> Any:
-        import mlx.core as mx
-
-        if self.started:
-            self.guide.advance(int(tokens[-1].item()))
-        self.started = True
-        bits = self.guide.allowed()
-        if bits is None:
-            return logits
-        return mx.where(mx.array(mask_of(bits, self.vocab_size)), logits, -mx.inf)
 
 
 class LlamaToolProcessor:
