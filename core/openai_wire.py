@@ -86,6 +86,10 @@ def request_body(request: GenerationRequest, model: str, *, stream: bool = True)
             "name": "reply", "schema": json.loads(s.json_schema), "strict": True}}
     if request.tools:
         body["tools"] = list(request.tools)
+        if request.tool_name is not None:
+            body["tool_choice"] = {"type": "function", "function": {"name": request.tool_name}}
+        elif request.tool_choice == "required":
+            body["tool_choice"] = "required"
     return body
 
 

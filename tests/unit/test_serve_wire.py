@@ -133,6 +133,31 @@ def test_request_body_sends_history_tool_calls_as_json_strings() -> None:
     assert body["stream_options"] == {"include_usage": True} and body["model"] == "remote-model"
 
 
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "f"}}])
+def test_tool_choice_is_read_and_sent_on_to_a_remote(choice: object) -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    request = parse_chat({"model": "m", "messages": HI, "tools": tools, "tool_choice": choice},
+                         Sampling()).request
+    assert request.tool_choice == "required"
+    assert request.tool_name == (None if choice == "required" else "f")
+    assert request_body(request, "remote")["tool_choice"] == choice
+    free = parse_chat({"model": "m", "messages": HI, "tools": tools, "tool_choice": "auto"},
+                      Sampling()).request
+    assert free.tool_choice == "auto" and "tool_choice" not in request_body(free, "remote")
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    ({"tool_choice": "required"}, "needs 'tools'"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}],
+      "tool_choice": {"type": "function", "function": {"name": "g"}}}, "not among the offered"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": 3}, "must be"),
+])
+def test_bad_tool_choices_are_400s_naming_it(body: dict, words: str) -> None:
+    with pytest.raises(ApiError) as err:
+        parse_chat({"model": "m", "messages": HI, **body}, Sampling())
+    assert words in str(err.value.body()) and err.value.body()["error"]["param"] == "tool_choice"
+
+
 @pytest.mark.parametrize(("status", "body", "code", "words"), [
     (400, {"error": {"message": "bad temperature", "code": None}}, "BAD_REQUEST", "bad temperature"),
     (400, {"error": {"message": "too long", "code": "context_length_exceeded"}}, "CONTEXT_OVERFLOW", "too long"),
