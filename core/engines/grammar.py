@@ -94,7 +94,11 @@ def mask_rows(logits: mx.array, rows: list[tuple[int, MaskedProcessor]],
     masks of those that constrain this token are written into one shared bitmask (rows
     without one keep all bits set) and a single fused op applies it. This replaced a loop
     of per-row calls (a host sync for the token, a mask unpacked on the host and a where
-    per row, then a concatenate of the rows).
+    per row, then a concatenate of the rows): bench/grammar.py --quick (32 rows, tiny
+    model, 2 loaded CPU cores, old and new run back to back) went from 0.48-0.56 of a
+    plain decode step to 0.11-0.13 (0.09 on a quiet machine). On Gemma's 262k vocabulary
+    the masks cost ~33 us a row on one core (llguidance), spread over cores by its pool
+    and computed while the forward pass runs.
     """
     batch, vocab = logits.shape
     live: list[tuple[Any, int]] = []
