@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from mlx_lm.utils import load_tokenizer
 
+from core.engines import grammar
 from core.engines.grammar import Grammars, _masked, mask_rows
 from tests.fixtures.mlx_models import write_tokenizer
 
@@ -46,7 +47,13 @@ def test_the_fused_mask_reads_llguidances_packed_bits(dtype):
         assert np.array_equal(np.array(out.astype(mx.float32)), want)
 
 
-def test_batched_masks_equal_the_per_row_processor_and_leave_free_rows_alone(tokenizer):
+@pytest.mark.parametrize("pool", [False, True], ids=["here", "llguidance-pool"])
+def test_batched_masks_equal_the_per_row_processor_and_leave_free_rows_alone(
+        tokenizer, monkeypatch, pool):
+    # The pool fills the masks on a machine of 4+ cores, the caller's thread on fewer.
+    import llguidance
+
+    monkeypatch.setattr(grammar, "_EXECUTOR", [llguidance.LLExecutor(2) if pool else None])
     grammars = Grammars(tokenizer, VOCAB, [tokenizer.eos_token_id])
     ids = tokenizer.encode(REPLY, add_special_tokens=False) + [tokenizer.eos_token_id]
     batched = {0: grammars.processor(SCHEMA), 2: grammars.processor(SCHEMA)}
