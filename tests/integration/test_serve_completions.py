@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import random
+import socket
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -178,6 +180,35 @@ def test_300_hostile_completion_bodies_get_no_5xx_and_the_worker_stays(
     assert scripted_server.runtime.pool.pids() == [pid]
     assert scripted_server.runtime.pool.status()[0].restarts == 0
     assert scripted.completions.create(model="scripted", prompt=PROMPT).choices[0].text == PLAIN_REPLY
+
+
+def _poll(predicate: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_a_client_that_hangs_up_cancels_its_completion() -> None:
+    # 500 pieces at 20 a second: 25 s of generation if nobody stopped it
+    srv = ServerThread(scripted_spec(tokens_per_s=20, reply="slow " * 400))
+    try:
+        active = lambda: srv.runtime.worker_status()[0].active  # noqa: E731
+        for stream in (False, True):
+            body = json.dumps({"model": "scripted", "prompt": PROMPT, "max_tokens": 1000,
+                               "stream": stream}).encode()
+            sock = socket.create_connection((srv.handle.host, srv.handle.port))
+            sock.sendall(post_bytes("/v1/completions", body))
+            assert _poll(lambda: active() == 1, 30)
+            if stream:  # the stream has begun: its first chunk arrived
+                sock.settimeout(30)
+                assert b"text_completion" in sock.recv(65536)
+            sock.close()
+            assert _poll(lambda: active() == 0, 15), f"stream={stream}: still generating"
+    finally:
+        srv.close()
 
 
 @pytest.mark.slow
