@@ -207,10 +207,9 @@ class ToolGrammars:
         """A fresh guide for a request offering `tools`; None where nothing is constrained
         (no tools, tool_choice "none", or a family whose calls are not JSON between
         markers). tool_choice "required", or `tool_name` (the one tool a request named),
-        makes the reply start with a call. ValueError, with a sentence, for tools whose
-        schemas cannot be used or a call this model's format cannot be made to write."""
-        import llguidance
-
+        makes the reply start with a call. ValueError, with a sentence, for a forced call
+        whose tools' schemas cannot be enforced or that this model's format cannot write
+        (left free, a tool whose schema cannot be enforced takes any JSON object)."""
         fmt = self.format
         forced = tool_choice == "required" or tool_name is not None
         if not tools or tool_choice == "none":
@@ -220,29 +219,54 @@ class ToolGrammars:
                 raise ValueError("tool_choice: this model's tool-call format cannot be forced "
                                  "while decoding; send tool_choice \"auto\"")
             return None
-        schema = calls_schema(tools, tool_name)
-        key = json.dumps(schema, sort_keys=True)
-        ll = self._tokenizer()
+        try:
+            schema = calls_schema(tools, tool_name)
+            self._matcher(schema, True)  # a bad schema is found now, not mid-reply
+        except ValueError:
+            if forced:
+                raise
+            # Left free to call or not, the model still gets well-formed calls: a tool whose
+            # parameters cannot be enforced (an MCP server's, say) takes any JSON object.
+            schema = calls_schema(self._relaxed(tools))
+            self._matcher(schema, True)
+        return ToolCallGuide(fmt, lambda with_opener: self._matcher(schema, with_opener),
+                             self.text, self._tokenizer().tokenize_str, forced=forced)
 
-        def compile_call(with_opener: bool) -> Any:
-            grammar = self._grammars.get((key, with_opener))
-            if grammar is None:
-                grammar = call_grammar(fmt, schema, with_opener=with_opener,
-                                       opener_token=self._single_token(fmt.opener),
-                                       closer_token=self._single_token(fmt.closer))
-                self._grammars[(key, with_opener)] = grammar
-                while len(self._grammars) > 16:
-                    self._grammars.popitem(last=False)
-            else:
-                self._grammars.move_to_end((key, with_opener))
-            matcher = llguidance.LLMatcher(ll, grammar, log_level=0)
-            if matcher.is_error():
-                raise ValueError(f"tools: these tool schemas cannot be enforced: "
-                                 f"{matcher.get_error()}")
-            return matcher
+    def _matcher(self, schema: dict[str, Any], with_opener: bool) -> Any:
+        """A fresh matcher for one call under `schema` (its Lark text cached); ValueError
+        with llguidance's reason when the schema cannot be enforced."""
+        import llguidance
 
-        compile_call(True)  # a bad schema fails the request now, not mid-reply
-        return ToolCallGuide(fmt, compile_call, self.text, ll.tokenize_str, forced=forced)
+        fmt = self.format
+        assert fmt is not None
+        key = (json.dumps(schema, sort_keys=True), with_opener)
+        grammar = self._grammars.get(key)
+        if grammar is None:
+            grammar = call_grammar(fmt, schema, with_opener=with_opener,
+                                   opener_token=self._single_token(fmt.opener),
+                                   closer_token=self._single_token(fmt.closer))
+            self._grammars[key] = grammar
+            while len(self._grammars) > 16:
+                self._grammars.popitem(last=False)
+        else:
+            self._grammars.move_to_end(key)
+        matcher = llguidance.LLMatcher(self._tokenizer(), grammar, log_level=0)
+        if matcher.is_error():
+            raise ValueError(f"tools: these tool schemas cannot be enforced: {matcher.get_error()}")
+        return matcher
+
+    def _relaxed(self, tools: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`tools` with each unenforceable `parameters` replaced by any JSON object."""
+        out = []
+        for tool in tools:
+            try:
+                self._matcher(calls_schema([tool]), False)
+                out.append(tool)
+            except ValueError:
+                fn = tool.get("function", tool) if isinstance(tool, dict) else {}
+                fn = {**fn, "parameters": {"type": "object"}} if isinstance(fn, dict) else fn
+                out.append({**tool, "function": fn} if "function" in tool else fn)
+        return out
 
 
 class LlamaToolProcessor:

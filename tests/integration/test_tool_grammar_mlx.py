@@ -148,14 +148,16 @@ def test_a_call_opened_mid_reply_is_constrained_until_it_closes(engine):
         assert call.error is None and valid_arguments(call.name, call.arguments), body
 
 
-def test_unusable_tool_schemas_and_choices_are_bad_requests(engine):
-    broken = {"type": "function", "function": {"name": "broken", "parameters": {
-        "type": "object", "properties": {"x": {"type": "string", "minLength": "two"}}}}}
-    evs = run(engine, ask("bad", tools=[broken]))["bad"]
+BROKEN = {"type": "function", "function": {"name": "broken", "parameters": {
+    "type": "object", "properties": {"x": {"type": "string", "minLength": "two"}}}}}
+
+
+def test_a_forced_call_to_unusable_schemas_or_tools_is_a_bad_request(engine):
+    evs = run(engine, ask("bad", tools=[BROKEN], tool_choice="required"))["bad"]
     assert isinstance(evs[0], Error) and evs[0].code == "BAD_REQUEST", evs
     assert "tool schemas cannot be enforced" in evs[0].message
-    evs = run(engine, ask("nameless", tools=[{"type": "function", "function": {"name": "x",
-                                                                              "parameters": 3}}]))
+    evs = run(engine, ask("nameless", tool_choice="required",
+                          tools=[{"type": "function", "function": {"name": "x", "parameters": 3}}]))
     assert "'parameters' must be a JSON schema object" in evs["nameless"][0].message
     evs = run(engine, ask("who", tool_choice="required", tool_name="nope"))["who"]
     assert isinstance(evs[0], Error) and "not among the offered tools" in evs[0].message
@@ -163,6 +165,28 @@ def test_unusable_tool_schemas_and_choices_are_bad_requests(engine):
     [call, *_] = calls_in(text_of(run(engine, ask("ok", tools=[ALARM], seed=1,
                                                   tool_choice="required"))["ok"]))
     assert call.name == "set_alarm" and valid_arguments("set_alarm", call.arguments)
+
+
+def test_left_free_a_tool_whose_schema_cannot_be_enforced_takes_any_object(engine):
+    """An MCP server's odd schema must not fail every chat turn that offers its tools."""
+    encode = engine._tokenizer.encode
+
+    def accepted(body: str) -> bool:
+        """Whether the call's matcher takes every token of `body` after the opener."""
+        guide = engine._tool_grammars.guide([BROKEN, ALARM])
+        for token in encode("<tool_call>", add_special_tokens=False):
+            guide.advance(token)
+        assert guide.constrained
+        for token in encode(body, add_special_tokens=False):
+            guide.advance(token)
+            if not guide.constrained:
+                return False
+        return True
+
+    assert accepted('{"name":"broken","arguments":{"y":[1,{"z":null}]}')
+    assert not accepted('{"name":"nope"')  # the names are still held to the offered ones
+    assert not accepted('{"name":"set_alarm","arguments":{"hour":"seven"')  # and ALARM's schema
+    assert run(engine, ask("auto", tools=[BROKEN, ALARM]))["auto"][-1].finish_reason == "length"
 
 
 def test_the_parser_streams_argument_deltas_that_rebuild_the_call(engine):
