@@ -9,6 +9,13 @@ the last token plus the drafted ones asks llama.cpp for those rows' logits only,
 greedy argmax of each row checks the drafts, and rejected drafts leave the KV cache
 (the next pass removes everything past `n_tokens`, as Llama.eval does).
 
+Exactness: greedy output is identical to plain decoding only if a verifying pass gives
+each row the logits a one-token pass gives it. llama.cpp's CPU kernels do that only with
+flash attention on (without it a 2-token pass already differs by up to ~0.8 in a logit,
+and the KV it writes carries the difference on) and for passes of at most EXACT_ROWS
+tokens (8 or more take other kernels); the engine turns flash attention on for
+speculation (core.engines.llamacpp) and drafts fit in EXACT_ROWS here.
+
 The stream yields chunks in create_completion's shape, one token each, and keeps
 `llm.n_tokens` at "every yielded token but the last is in the context", which the
 engine's token count and prefix reuse read.
@@ -21,6 +28,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from core.engines.speculative import Acceptance, NgramDrafter, accepted
+
+# Most tokens one verifying pass may hold (the last token + its drafts) and still give
+# each row bit-for-bit the logits of a one-token pass: measured on llama.cpp 0.3.36's CPU
+# kernels with flash attention over the bundled Gemma, 2..7 exact, 8+ not.
+EXACT_ROWS = 7
 
 
 def _decode(llm: Any, tokens: list[int], all_rows: bool) -> Any:
@@ -118,7 +130,7 @@ def lookup_stream(llm: Any, tokens: list[int], *, max_tokens: int, stop: list[st
         draft: list[int] = []
         if drafter is not None and acceptance.on:
             drafter.extend([token])
-            draft = drafter.draft(min(acceptance.k, max_tokens - generated))
+            draft = drafter.draft(min(acceptance.k, EXACT_ROWS - 1, max_tokens - generated))
             if not draft:
                 acceptance.miss()
         if not draft:

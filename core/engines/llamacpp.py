@@ -100,6 +100,9 @@ class LlamaCppEngine:
                 n_gpu_layers=int(spec.option("gpu_layers", -1)),
                 verbose=False,
                 logits_all=False,
+                # Speculation's verifying passes match one-token passes bit for bit only
+                # with flash attention (core.engines.llama_lookup); "flash_attn" overrides.
+                flash_attn=bool(spec.option("flash_attn", spec.option("speculative", True))),
             )
         except (ValueError, RuntimeError) as exc:
             raise EngineLoadError(

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from core.config import Settings
+from core.engines import llama_lookup
 from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, SamplingParams
 from core.engines.llamacpp import LlamaCppEngine
 from core.engines.mlx import MlxEngine
@@ -154,10 +155,7 @@ def test_the_speculative_setting_turns_drafting_off(mlx_dir, tmp_path) -> None:
 
 def test_llamacpp_drafts_change_no_token_and_are_accepted_on_a_copy_prompt(bundled_gguf) -> None:
     # The base model's transcript format with its default repetition penalty (replayed per
-    # drafted position by llama_lookup.Penalties). Not exact in general: llama.cpp's CPU
-    # kernels give a many-token pass logits that differ in the last bits from one-token
-    # passes, so a near-tied position can flip (seen at token ~25 of this paragraph in
-    # Gemma's own turns format); the README says so.
+    # drafted position by llama_lookup.Penalties).
     engine = LlamaCppEngine(ModelSpec(str(bundled_gguf), "llamacpp", context_size=1024))
     try:
         text = ("Fix the typos in this paragraph: Teh quick brwon fox jumpd over teh lazy dgo. "
@@ -170,6 +168,36 @@ def test_llamacpp_drafts_change_no_token_and_are_accepted_on_a_copy_prompt(bundl
         # a stop string met inside an accepted draft ends the reply at the same place
         plain, drafted = both_ways(engine, ask(text, "a", max_tokens=28, stop=("den",)))
         assert drafted == plain and plain["a"][2] == "stop" and "den" not in plain["a"][0]
+    finally:
+        engine.close()
+
+
+# Replies that drafts used to change (flash attention off, 9-token verifying passes):
+# the drafted reply took the other token of a near-tie (top-2 margin 0.003 to 0.15 of a
+# logit) at its 7th to 14th token, in Gemma's own turns with the base model's penalty.
+FLIPPED = ("Explain how a bicycle works.", "List ten fruits and their colours.",
+           "Write a short story about a cat who learns to fly.")
+
+
+def test_llamacpp_replies_that_drafts_used_to_flip_are_identical(bundled_gguf, monkeypatch):
+    rows: list[int] = []  # tokens per verifying pass
+    decode = llama_lookup._decode
+
+    def counting_decode(llm, tokens, all_rows):
+        if all_rows:
+            rows.append(len(tokens))
+        return decode(llm, tokens, all_rows)
+
+    monkeypatch.setattr(llama_lookup, "_decode", counting_decode)
+    engine = LlamaCppEngine(ModelSpec(str(bundled_gguf), "llamacpp", context_size=1024,
+                                      options=(("base_format", "turns"),)))
+    try:
+        assert engine._llm.context_params.flash_attn_type == 1  # on, for speculation
+        for i, text in enumerate(FLIPPED):
+            plain, drafted = both_ways(engine, ask(text, f"r{i}", max_tokens=24))
+            assert drafted == plain, text
+            assert engine.acceptance is not None and engine.acceptance.drafted > 0
+        assert rows and max(rows) <= llama_lookup.EXACT_ROWS
     finally:
         engine.close()
 
