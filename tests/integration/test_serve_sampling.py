@@ -140,7 +140,8 @@ def test_llamacpp_native_penalties_bias_and_seed(gemma: OpenAI) -> None:
 
     assert seeded(11) == seeded(11)
     # llama.cpp counts the reply's own tokens: a list repeats its commas.
-    count = [{"role": "user", "content": "Count from 1 to 20, separated by commas."}]
+    # (this prompt gives a list with flash attention on or off; "Count from 1 to 20" flipped)
+    count = [{"role": "user", "content": "List the numbers from 1 to 20, separated by commas."}]
     greedy = ask(temperature=0, max_tokens=20, messages=count)
     assert greedy.count(",") >= 3
     penalised = ask(temperature=0, max_tokens=20, messages=count, frequency_penalty=2.0)
