@@ -8,7 +8,8 @@ in this paragraph", "repeat this code with one change", free writing):
   the bench's own clock), best of the repeats, runs alternating so load on the machine
   hits both alike; `_speedup_ratio` is with / without (higher is better; the issue's
   targets: >= 1.5 on the two copy prompts, >= 0.95 on free writing);
-- `_identical`: the reply's text is the same both ways; `_accepted` / `_drafted`:
+- `_identical`: the reply's text is the same both ways (llama.cpp: exact since
+  speculation turns flash attention on and verifies at most 7 tokens a pass); `_accepted` / `_drafted`:
   drafted tokens the model confirmed, over all drafted (the last run);
 - `_tokens`: reply length; `_reply_head`: its first characters, to see what was timed.
 
@@ -21,6 +22,7 @@ into its tokenizer_config.json, so it is prompted alike, without a penalty).
 
     python bench/speculative.py --quick     # llama.cpp 64 tokens x 2 runs, MLX (CPU) 32 x 1
     python bench/speculative.py             # 160 tokens a reply, 3 runs each
+    python bench/speculative.py --quick --skip-mlx --threads 1   # llama.cpp alone, one thread
 """
 
 from __future__ import annotations
@@ -131,6 +133,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short replies, 2 runs (< 3 min)")
     parser.add_argument("--skip-mlx", action="store_true")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="llama.cpp threads (0: all cores); 1 keeps a loaded machine's "
+                             "thread barriers from swamping the timings")
     args = parser.parse_args()
     max_tokens, repeats = (64, 2) if args.quick else (160, 3)
     mlx_tokens, mlx_repeats = (32, 1) if args.quick else (max_tokens, repeats)
@@ -143,12 +148,18 @@ def main() -> None:
         assemble(gguf)
     started = time.perf_counter()
     result: dict[str, Any] = {"bench": "speculative", "quick": args.quick,
-                              "max_tokens": max_tokens, "repeats": repeats}
+                              "max_tokens": max_tokens, "repeats": repeats,
+                              "llamacpp_threads": args.threads or "all"}
 
     from core.engines.llamacpp import LlamaCppEngine
 
     llama = LlamaCppEngine(ModelSpec(str(gguf), "llamacpp", context_size=2048,
-                                     options=(("base_format", "turns"),)))
+                                     options=(("base_format", "turns"),
+                                              ("threads", args.threads or None))))
+    if args.threads:  # the engine's option sets one-token passes' threads; batches' too
+        import llama_cpp
+
+        llama_cpp.llama_set_n_threads(llama._llm._ctx.ctx, args.threads, args.threads)
     result.update(measure(llama, "llamacpp", llama._llm.reset, max_tokens, repeats))
     llama.close()
     if not args.skip_mlx:
