@@ -202,9 +202,13 @@ def test_a_client_that_hangs_up_cancels_its_completion() -> None:
             sock = socket.create_connection((srv.handle.host, srv.handle.port))
             sock.sendall(post_bytes("/v1/completions", body))
             assert _poll(lambda: active() == 1, 30)
-            if stream:  # the stream has begun: its first chunk arrived
-                sock.settimeout(30)
-                assert b"text_completion" in sock.recv(65536)
+            if stream:  # the stream has begun: its first chunk arrived (the headers may
+                sock.settimeout(30)  # come in a read of their own)
+                got = b""
+                while b"text_completion" not in got:
+                    piece = sock.recv(65536)
+                    assert piece, f"the stream closed before its first chunk: {got!r}"
+                    got += piece
             sock.close()
             assert _poll(lambda: active() == 0, 15), f"stream={stream}: still generating"
     finally:
