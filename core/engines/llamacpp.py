@@ -92,18 +92,20 @@ class LlamaCppEngine:
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         threads = spec.option("threads") or max(1, (os.cpu_count() or 2))
+        # Speculation's verifying passes match one-token passes bit for bit only with flash
+        # attention (core.engines.llama_lookup); "flash_attn" overrides.
+        flash = bool(spec.option("flash_attn", spec.option("speculative", True)))
+        self._flash_fallback = False
         try:
-            self._llm = load_llama(
-                model_path=str(path),
-                n_ctx=spec.context_size,
-                n_threads=threads,
-                n_gpu_layers=int(spec.option("gpu_layers", -1)),
-                verbose=False,
-                logits_all=False,
-                # Speculation's verifying passes match one-token passes bit for bit only
-                # with flash attention (core.engines.llama_lookup); "flash_attn" overrides.
-                flash_attn=bool(spec.option("flash_attn", spec.option("speculative", True))),
-            )
+            try:
+                self._llm = self._load(spec, path, threads, flash)
+            except (ValueError, RuntimeError):
+                if not flash or spec.option("flash_attn") is not None:
+                    raise
+                # A model whose attention flash attention cannot run here: load it without,
+                # and without drafts (they would no longer be exact).
+                self._llm = self._load(spec, path, threads, False)
+                self._flash_fallback = True
         except (ValueError, RuntimeError) as exc:
             raise EngineLoadError(
                 "MODEL_CORRUPT",
@@ -144,13 +146,26 @@ class LlamaCppEngine:
             raise EngineLoadError("LOAD_FAILED", str(exc)) from exc
         # Prompt-lookup drafting for greedy requests; `acceptance` is the last one's record.
         # Recurrent and hybrid models cannot drop rejected drafts from their state.
-        self.speculative = bool(spec.option("speculative", True)) and not (
-            getattr(self._llm, "_is_recurrent", False) or getattr(self._llm, "_is_hybrid", False))
+        self.speculative = bool(spec.option("speculative", True)) and not self._flash_fallback \
+            and not (getattr(self._llm, "_is_recurrent", False)
+                     or getattr(self._llm, "_is_hybrid", False))
         self.acceptance: Acceptance | None = None
         self._tool_grammars: ToolGrammars | None = None  # made on the first request with tools
         self._queue: deque[GenerationRequest] = deque()
         self._active: _Active | None = None
         self._out: list[tuple[str, list[Event]]] = []
+
+    @staticmethod
+    def _load(spec: ModelSpec, path: Path, threads: int, flash: bool) -> Any:
+        return load_llama(
+            model_path=str(path),
+            n_ctx=spec.context_size,
+            n_threads=threads,
+            n_gpu_layers=int(spec.option("gpu_layers", -1)),
+            verbose=False,
+            logits_all=False,
+            flash_attn=flash,
+        )
 
     def _token_text(self, token: int) -> str:
         if token < 0:

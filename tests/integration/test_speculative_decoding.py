@@ -202,6 +202,31 @@ def test_llamacpp_replies_that_drafts_used_to_flip_are_identical(bundled_gguf, m
         engine.close()
 
 
+def test_llamacpp_a_model_that_refuses_flash_attention_loads_without_drafts(bundled_gguf,
+                                                                          monkeypatch):
+    from core.engines import llamacpp
+
+    real_load = llamacpp.load_llama
+
+    def load_refusing_flash_attention_mock(**kwargs):  # a build or model without it
+        if kwargs.get("flash_attn"):
+            raise ValueError("Failed to create llama_context")
+        return real_load(**kwargs)
+
+    monkeypatch.setattr(llamacpp, "load_llama", load_refusing_flash_attention_mock)
+    engine = LlamaCppEngine(ModelSpec(str(bundled_gguf), "llamacpp", context_size=512))
+    try:
+        assert not engine.speculative  # drafts would no longer be exact
+        text, _, finish = reply(run(engine, ask("Say hi.", "r", max_tokens=4))["r"])
+        assert finish in ("stop", "length")
+    finally:
+        engine.close()
+    # Asked for by name, flash attention that fails is the load's error, not a fallback.
+    with pytest.raises(EngineLoadError):
+        LlamaCppEngine(ModelSpec(str(bundled_gguf), "llamacpp", context_size=512,
+                                 options=(("flash_attn", True),)))
+
+
 def test_mlx_a_draft_model_guesses_where_lookup_finds_nothing(mlx_dir, tmp_path) -> None:
     # The model as its own draft: every guess is right, so its reply must be unchanged and
     # every drafted token accepted (a draft model whose cache drifted would miss).
