@@ -1,10 +1,13 @@
 """Tool calls constrained while decoding: once the model opens a call, its JSON must fit.
 
 A request that offers tools decodes its free text unconstrained. When the model writes its
-family's call opener (Qwen/Hermes `<tool_call>`), an llguidance matcher takes over: the
-body must be `{"name": <one of the offered names>, "arguments": <that tool's parameters
-schema>}` followed by the closer, and every token it does not allow is masked. When the
-call closes, the text is free again (a reply may hold several calls). With tool_choice
+family's call opener (Qwen/Hermes `<tool_call>`, Llama 3.1 `<|python_tag|>`, Mistral
+`[TOOL_CALLS]`), an llguidance matcher takes over: the body must be `{"name": <one of the
+offered names>, "arguments": <that tool's parameters schema>}` (Llama: "parameters"; Mistral
+v3: an array of those; v11+: `name[ARGS]{..}`) followed by the closer, or by the end token
+where the call ends the message, and every token it does not allow is masked. When the
+call closes, the text is free again (a reply may hold several calls). XML-ish and pythonic
+formats (qwen3_coder, glm, gemma's tool_code, ...) are parsed after the fact, unconstrained. With tool_choice
 "required" (or one named tool) the reply must start with a call: the opener is part of
 the grammar from the first token.
 
@@ -34,18 +37,32 @@ import numpy as np
 
 @dataclass(frozen=True, slots=True)
 class ToolFormat:
-    """How a model family writes one call: opener, JSON body, closer."""
+    """How a model family writes one call: opener, JSON body, closer.
+
+    An empty closer means the call ends the message: after the body the grammar allows only
+    the end-of-message token (Llama's <|eom_id|>/<|eot_id|>, Mistral's </s>), so the matcher
+    stays on until it is sampled. `args_key` names the arguments member ("parameters" for
+    Llama). `array` makes the body a JSON array of calls (Mistral v3/v7); `named` writes each
+    call as `name[ARGS]{arguments}` after the opener (Mistral v11+).
+    """
 
     opener: str
     closer: str
+    args_key: str = "arguments"
+    array: bool = False
+    named: str = ""
 
 
-# Families whose calls are a JSON object between literal markers. Others (pythonic,
-# XML-ish, sectioned formats) are parsed after the fact, unconstrained.
+# Families whose calls are JSON after a literal opener (closed by a marker or by the end of
+# the message). Others (pythonic, XML-ish, sectioned formats) are parsed after the fact.
 FORMATS: dict[str, ToolFormat] = {
     "hermes": ToolFormat("<tool_call>", "</tool_call>"),
     "qwen3": ToolFormat("<tool_call>", "</tool_call>"),
+    "llama3": ToolFormat("<|python_tag|>", "", args_key="parameters"),
+    "mistral": ToolFormat("[TOOL_CALLS]", "", array=True),
 }
+# Mistral v11+ tokenizers (those with an [ARGS] token) write `[TOOL_CALLS]name[ARGS]{..}`.
+MISTRAL_NAMED = ToolFormat("[TOOL_CALLS]", "", named="[ARGS]")
 
 _NO_SPACES = {"whitespace_flexible": False}
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -56,11 +73,12 @@ def tool_format(family: str) -> ToolFormat | None:
     return FORMATS.get(family)
 
 
-def calls_schema(tools: Sequence[dict[str, Any]], only: str | None = None) -> dict[str, Any]:
+def calls_schema(tools: Sequence[dict[str, Any]], only: str | None = None,
+                 args_key: str = "arguments") -> dict[str, Any]:
     """The JSON schema of one call body: a name offered and that tool's arguments, in order.
 
-    `only` keeps the one tool a request named in tool_choice. ValueError names a tool
-    whose definition cannot be used.
+    `only` keeps the one tool a request named in tool_choice; `args_key` is the member the
+    family writes the arguments in. ValueError names a tool whose definition cannot be used.
     """
     options = []
     for i, tool in enumerate(tools):
@@ -76,8 +94,8 @@ def calls_schema(tools: Sequence[dict[str, Any]], only: str | None = None) -> di
         if not isinstance(params, dict):
             raise ValueError(f"tools[{i}] ({name}): 'parameters' must be a JSON schema object")
         options.append({"type": "object",
-                        "properties": {"name": {"const": name}, "arguments": params},
-                        "required": ["name", "arguments"], "additionalProperties": False})
+                        "properties": {"name": {"const": name}, args_key: params},
+                        "required": ["name", args_key], "additionalProperties": False})
     if not options:
         raise ValueError(f"tool_choice names {only!r}, which is not among the offered tools")
     body = options[0] if len(options) == 1 else {"anyOf": options}
@@ -91,11 +109,26 @@ def _lark_literal(text: str, token: int | None) -> str:
 
 
 def call_grammar(fmt: ToolFormat, schema: dict[str, Any], *, with_opener: bool,
-                 opener_token: int | None, closer_token: int | None) -> str:
-    """The Lark grammar of one call (after its opener, or including it when forced)."""
+                 opener_token: int | None, closer_token: int | None,
+                 args_token: int | None = None) -> str:
+    """The Lark grammar of one call (after its opener, or including it when forced). With
+    no closer the grammar ends at the body: the matcher then allows only an end token."""
     head = _lark_literal(fmt.opener, opener_token) + " " if with_opener else ""
+    if fmt.named:  # Mistral v11+: name[ARGS]{arguments}, one rule per offered tool
+        options = schema.get("anyOf", [schema])
+        calls = " | ".join(f"call{i}" for i in range(len(options)))
+        rules = "".join(
+            f'call{i}: {json.dumps(o["properties"]["name"]["const"])} '
+            f'{_lark_literal(fmt.named, args_token)} args{i}\n'
+            f'args{i}: %json {json.dumps({**o["properties"][fmt.args_key], "x-guidance": _NO_SPACES})}\n'
+            for i, o in enumerate(options))
+        return f"%llguidance {{}}\nstart: {head}({calls})\n{rules}"
+    if fmt.array:
+        schema = {"type": "array", "items": {k: v for k, v in schema.items() if k != "x-guidance"},
+                  "minItems": 1, "x-guidance": _NO_SPACES}
+    end = f' "\\n"? {_lark_literal(fmt.closer, closer_token)}' if fmt.closer else ""
     return ("%llguidance {}\n"
-            f'start: {head}"\\n"? body "\\n"? {_lark_literal(fmt.closer, closer_token)}\n'
+            f'start: {head}"\\n"? body{end}\n'
             f"body: %json {json.dumps(schema)}\n")
 
 
@@ -126,8 +159,13 @@ class ToolCallGuide:
     def advance(self, token: int) -> None:
         """Account a sampled token: feed the open call, or look for the opener."""
         if self.matcher is not None:
-            if not self.matcher.consume_token(token) or self.matcher.is_accepting():
-                self.matcher = None  # the call closed (or, never expected, broke off)
+            # Without a closer llguidance stops as the body closes (nothing else may follow);
+            # its mask then allows only the end tokens, so the call ends with the next token.
+            ended = self.matcher.is_stopped()
+            ok = self.matcher.consume_token(token)
+            done = self.matcher.is_accepting() if self._fmt.closer else ended
+            if not ok or done:  # the call closed (or, never expected, broke off)
+                self.matcher = None
                 self._tail = ""
             return
         opener = self._fmt.opener
@@ -183,6 +221,8 @@ class ToolGrammars:
                  token_text: Callable[[int], str], single_token: Callable[[str], int | None],
                  vocab_size: int) -> None:
         self.format = tool_format(family)
+        if family == "mistral" and single_token(MISTRAL_NAMED.named) is not None:
+            self.format = MISTRAL_NAMED  # a v11+ tokenizer: the parser reads name[ARGS]{..}
         self.vocab_size = vocab_size
         self._make_tokenizer = make_tokenizer
         self._token_text = token_text
@@ -220,14 +260,14 @@ class ToolGrammars:
                                  "while decoding; send tool_choice \"auto\"")
             return None
         try:
-            schema = calls_schema(tools, tool_name)
+            schema = calls_schema(tools, tool_name, fmt.args_key)
             self._matcher(schema, True)  # a bad schema is found now, not mid-reply
         except ValueError:
             if forced:
                 raise
             # Left free to call or not, the model still gets well-formed calls: a tool whose
             # parameters cannot be enforced (an MCP server's, say) takes any JSON object.
-            schema = calls_schema(self._relaxed(tools))
+            schema = calls_schema(self._relaxed(tools), args_key=fmt.args_key)
             self._matcher(schema, True)
         return ToolCallGuide(fmt, lambda with_opener: self._matcher(schema, with_opener),
                              self.text, self._tokenizer().tokenize_str, forced=forced)
@@ -244,7 +284,10 @@ class ToolGrammars:
         if grammar is None:
             grammar = call_grammar(fmt, schema, with_opener=with_opener,
                                    opener_token=self._single_token(fmt.opener),
-                                   closer_token=self._single_token(fmt.closer))
+                                   closer_token=self._single_token(fmt.closer) if fmt.closer
+                                   else None,
+                                   args_token=self._single_token(fmt.named) if fmt.named
+                                   else None)
             self._grammars[key] = grammar
             while len(self._grammars) > 16:
                 self._grammars.popitem(last=False)
@@ -260,7 +303,7 @@ class ToolGrammars:
         out = []
         for tool in tools:
             try:
-                self._matcher(calls_schema([tool]), False)
+                self._matcher(calls_schema([tool], args_key=self.format.args_key), False)
                 out.append(tool)
             except ValueError:
                 fn = tool.get("function", tool) if isinstance(tool, dict) else {}

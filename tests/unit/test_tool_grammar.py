@@ -19,7 +19,8 @@ def grammars(family: str) -> ToolGrammars:
 
 def test_only_json_between_markers_families_are_constrained() -> None:
     assert tool_format("qwen3") == tool_format("hermes") is not None
-    assert tool_format("gemma") is None and tool_format("mistral") is None
+    assert tool_format("gemma") is None and tool_format("qwen3_coder") is None
+    assert tool_format("llama3").args_key == "parameters" and tool_format("mistral").array
 
 
 def test_an_unconstrained_family_runs_free_but_cannot_be_forced() -> None:
@@ -46,3 +47,47 @@ def test_the_call_schema_pairs_each_name_with_its_own_parameters() -> None:
         calls_schema(TOOLS, only="nope")
     with pytest.raises(ValueError, match=r"tools\[0\] has no function name"):
         calls_schema([{"type": "function", "function": {}}])
+
+
+def byte_grammars(family: str) -> tuple[ToolGrammars, object]:
+    """ToolGrammars over llguidance's byte tokenizer (no model: one token a character)."""
+    import llguidance
+
+    tok = llguidance.LLTokenizer("byte")
+    return ToolGrammars(family, lambda: tok, lambda t: chr(t) if t < 256 else "",
+                        lambda _text: None, tok.vocab_size), tok
+
+
+GOOD = '{"hour":7,"loud":true}'
+CALLS = {  # family: (a valid forced call, the same with a bad name, with a bad argument)
+    "llama3": ('<|python_tag|>{"name":"set_alarm","parameters":' + GOOD + "}",
+               '<|python_tag|>{"name":"set_clock","parameters":' + GOOD + "}",
+               '<|python_tag|>{"name":"set_alarm","parameters":{"hour":77,'),
+    "mistral": ('[TOOL_CALLS][{"name":"set_alarm","arguments":' + GOOD + '},{"name":"get_weather",'
+                '"arguments":{"city":"Oslo","unit":"celsius","days":2}}]',
+                '[TOOL_CALLS][{"name":"set_clock",',
+                '[TOOL_CALLS][{"name":"set_alarm","arguments":{"hour":7,"loud":1'),
+    "mistral-v11": ("[TOOL_CALLS]set_alarm[ARGS]" + GOOD, "[TOOL_CALLS]set_clock[ARGS]" + GOOD,
+                    '[TOOL_CALLS]get_weather[ARGS]{"city":"Oslo","unit":"kelvin"'),
+}
+
+
+@pytest.mark.parametrize("family", sorted(CALLS))
+def test_end_of_message_formats_accept_a_valid_call_then_only_the_end_token(family) -> None:
+    from core.engines.tool_grammar import MISTRAL_NAMED, mask_of
+
+    gr, tok = byte_grammars(family.removesuffix("-v11"))
+    if family == "mistral-v11":  # chosen by an [ARGS] token, which bytes lack
+        gr.format = MISTRAL_NAMED
+    good, bad_name, bad_arg = CALLS[family]
+    for text, fits in ((good, True), (bad_name, False), (bad_arg, False)):
+        guide = gr.guide(TOOLS, "required")
+        ids = tok.tokenize_str(text)
+        assert (guide.matcher.try_consume_tokens(ids) == len(ids)) is fits, text
+    guide = gr.guide(TOOLS, "required")
+    for t in tok.tokenize_str(good):
+        guide.advance(t)
+    assert guide.constrained  # no closer: the call ends only with the end-of-message token
+    assert mask_of(guide.allowed(), tok.vocab_size).nonzero()[0].tolist() == [tok.eos_token]
+    guide.advance(tok.eos_token)
+    assert not guide.constrained
