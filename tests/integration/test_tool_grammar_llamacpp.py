@@ -62,3 +62,32 @@ def test_a_streamed_call_sends_its_arguments_as_deltas(client: OpenAI) -> None:
     pieces = [d.function.arguments for d in rest if d.index == first.index]
     assert len(pieces) > 1
     assert valid_arguments("get_weather", json.loads("".join(pieces)))
+
+
+LLAMA3_TEMPLATE = (GEMMA_TOOLS_TEMPLATE.replace("</tool_call>", "")
+                   .replace("<tool_call>", "<|python_tag|>")
+                   .replace('"arguments"', '"parameters"').replace("'arguments'", "'parameters'"))
+
+
+def test_a_llama3_call_ends_at_the_end_token_and_fits(bundled_gguf: Path,
+                                                      tmp_path_factory: pytest.TempPathFactory,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Llama 3.1 format, which has no closer: the grammar ends the reply after the body."""
+    model = tmp_path_factory.mktemp("llama3-gguf") / "gemma-llama3-tools.gguf"
+    gguf_with_template(str(bundled_gguf), str(model), LLAMA3_TEMPLATE)
+    monkeypatch.setenv("LLMDECK_HOME", str(tmp_path_factory.mktemp("home3")))
+    srv = ServerThread(ModelSpec(str(model), "llamacpp", context_size=2048), served_name="gemma")
+    try:
+        assert srv.runtime.model.info.get("family") == "llama3"
+        client = OpenAI(base_url=srv.url, api_key="x", max_retries=0, timeout=120)
+        for seed in range(2):
+            reply = client.chat.completions.create(
+                model="gemma", messages=ASK, tools=list(TOOLS), tool_choice="required",
+                max_tokens=80, temperature=1.0, seed=seed)
+            [call] = reply.choices[0].message.tool_calls
+            arguments = json.loads(call.function.arguments)
+            assert valid_arguments(call.function.name, arguments), (seed, arguments)
+            assert reply.choices[0].finish_reason == "tool_calls"
+            assert reply.usage.completion_tokens < 80  # the end token came right after the body
+    finally:
+        srv.close()
