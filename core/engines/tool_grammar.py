@@ -51,21 +51,24 @@ class ToolFormat:
     args_key: str = "arguments"
     array: bool = False
     named: str = ""
+    # Reasoning blocks (open, close) as the family's parser reads them: a call opened inside
+    # one is only thought about and stays free (constrained, its end token would end the reply).
+    thinks: tuple[tuple[str, str], ...] = (("<think>", "</think>"),)
 
 
+_MISTRAL_THINKS = (("<think>", "</think>"), ("[THINK]", "[/THINK]"))  # Magistral's too
 # Families whose calls are JSON after a literal opener (closed by a marker or by the end of
 # the message). Others (pythonic, XML-ish, sectioned formats) are parsed after the fact.
 FORMATS: dict[str, ToolFormat] = {
     "hermes": ToolFormat("<tool_call>", "</tool_call>"),
     "qwen3": ToolFormat("<tool_call>", "</tool_call>"),
     "llama3": ToolFormat("<|python_tag|>", "", args_key="parameters"),
-    "mistral": ToolFormat("[TOOL_CALLS]", "", array=True),
+    "mistral": ToolFormat("[TOOL_CALLS]", "", array=True, thinks=_MISTRAL_THINKS),
 }
 # Mistral v11+ tokenizers (those with an [ARGS] token) write `[TOOL_CALLS]name[ARGS]{..}`.
-MISTRAL_NAMED = ToolFormat("[TOOL_CALLS]", "", named="[ARGS]")
+MISTRAL_NAMED = ToolFormat("[TOOL_CALLS]", "", named="[ARGS]", thinks=_MISTRAL_THINKS)
 
 _NO_SPACES = {"whitespace_flexible": False}
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
 def tool_format(family: str) -> ToolFormat | None:
@@ -146,7 +149,7 @@ class ToolCallGuide:
         self._text = token_text
         self._tokenize = tokenize
         self._tail = ""  # the end of the free text, where an opener may be forming
-        self._thinking = False  # inside <think>: a call written there is only thought about
+        self._thinking = ""  # the close marker of the reasoning block the text is inside
         self.calls = 0  # calls opened so far (for tests and status)
         self.matcher: Any = compile_call(True) if forced else None
         if forced:
@@ -170,23 +173,30 @@ class ToolCallGuide:
             return
         opener = self._fmt.opener
         text = self._tail + self._text(token)
+        thinks = self._fmt.thinks
         while True:  # the parser's view: <tool_call> inside <think>...</think> is reasoning
             if self._thinking:
-                end = text.find(THINK_CLOSE)
+                close = self._thinking
+                end = text.find(close)
                 if end < 0:
-                    self._tail = text[-(len(THINK_CLOSE) - 1):]
+                    self._tail = text[-(len(close) - 1):]
                     return
-                self._thinking = False
-                text = text[end + len(THINK_CLOSE):]
+                self._thinking = ""
+                text = text[end + len(close):]
                 continue
-            at, think = text.find(opener), text.find(THINK_OPEN)
-            if think >= 0 and (at < 0 or think < at):
-                self._thinking = True
-                text = text[think + len(THINK_OPEN):]
+            at = text.find(opener)
+            first: tuple[int, str, str] | None = None
+            for think_open, think_close in thinks:
+                i = text.find(think_open)
+                if i >= 0 and (at < 0 or i < at) and (first is None or i < first[0]):
+                    first = (i, think_open, think_close)
+            if first is not None:
+                self._thinking = first[2]
+                text = text[first[0] + len(first[1]):]
                 continue
             break
         if at < 0:
-            keep = max(len(opener), len(THINK_OPEN)) - 1
+            keep = max(len(opener), *(len(o) for o, _ in thinks)) - 1
             self._tail = text[-keep:]
             return
         self._tail = ""

@@ -91,3 +91,17 @@ def test_end_of_message_formats_accept_a_valid_call_then_only_the_end_token(fami
     assert mask_of(guide.allowed(), tok.vocab_size).nonzero()[0].tolist() == [tok.eos_token]
     guide.advance(tok.eos_token)
     assert not guide.constrained
+
+
+def test_a_mistral_call_drafted_in_a_think_block_stays_free() -> None:
+    """Magistral's [THINK] (and <think>) hold reasoning: a [TOOL_CALLS] there is not a call,
+    and constrained it would end the reply at its end token."""
+    gr, tok = byte_grammars("mistral")
+    for draft in ("[THINK]maybe [TOOL_CALLS][{ no[/THINK]", "<think>[TOOL_CALLS]?</think>"):
+        guide = gr.guide(TOOLS)
+        for t in tok.tokenize_str(draft):
+            guide.advance(t)
+        assert not guide.constrained and guide.calls == 0, draft
+        for t in tok.tokenize_str("ok [TOOL_CALLS]"):
+            guide.advance(t)
+        assert guide.constrained and guide.calls == 1, draft
