@@ -2,9 +2,10 @@
 
 A request that offers tools decodes its free text unconstrained. When the model writes its
 family's call opener (Qwen/Hermes `<tool_call>`, Llama 3.1 `<|python_tag|>`, Mistral
-`[TOOL_CALLS]`), an llguidance matcher takes over: the body must be `{"name": <one of the
-offered names>, "arguments": <that tool's parameters schema>}` (Llama: "parameters"; Mistral
-v3: an array of those; v11+: `name[ARGS]{..}`) followed by the closer, or by the end token
+`[TOOL_CALLS]`, Kimi `<|tool_call_begin|>`), an llguidance matcher takes over: the body
+must be `{"name": <one of the offered names>, "arguments": <that tool's parameters schema>}`
+(Llama: "parameters"; Mistral v3: an array of those; v11+: `name[ARGS]{..}`; Kimi:
+`functions.name:N<|tool_call_argument_begin|>{..}`) followed by the closer, or by the end token
 where the call ends the message, and every token it does not allow is masked. When the
 call closes, the text is free again (a reply may hold several calls). XML-ish and pythonic
 formats (qwen3_coder, glm, gemma's tool_code, ...) are parsed after the fact, unconstrained. With tool_choice
@@ -51,6 +52,9 @@ class ToolFormat:
     args_key: str = "arguments"
     array: bool = False
     named: str = ""
+    name_prefix: str = ""  # Kimi writes functions.<name>
+    indexed: bool = False  # Kimi follows the name with :<call index>
+    section: str = ""  # a marker a forced reply writes before the opener (Kimi's section)
     # Reasoning blocks (open, close) as the family's parser reads them: a call opened inside
     # one is only thought about and stays free (constrained, its end token would end the reply).
     thinks: tuple[tuple[str, str], ...] = (("<think>", "</think>"),)
@@ -64,6 +68,9 @@ FORMATS: dict[str, ToolFormat] = {
     "qwen3": ToolFormat("<tool_call>", "</tool_call>"),
     "llama3": ToolFormat("<|python_tag|>", "", args_key="parameters"),
     "mistral": ToolFormat("[TOOL_CALLS]", "", array=True, thinks=_MISTRAL_THINKS),
+    "kimi": ToolFormat("<|tool_call_begin|>", "<|tool_call_end|>",
+                       named="<|tool_call_argument_begin|>", name_prefix="functions.",
+                       indexed=True, section="<|tool_calls_section_begin|>"),
 }
 # Mistral v11+ tokenizers (those with an [ARGS] token) write `[TOOL_CALLS]name[ARGS]{..}`.
 MISTRAL_NAMED = ToolFormat("[TOOL_CALLS]", "", named="[ARGS]", thinks=_MISTRAL_THINKS)
@@ -112,24 +119,30 @@ def _lark_literal(text: str, token: int | None) -> str:
 
 
 def call_grammar(fmt: ToolFormat, schema: dict[str, Any], *, with_opener: bool,
-                 opener_token: int | None, closer_token: int | None,
-                 args_token: int | None = None) -> str:
+                 token_of: Callable[[str], int | None]) -> str:
     """The Lark grammar of one call (after its opener, or including it when forced). With
-    no closer the grammar ends at the body: the matcher then allows only an end token."""
-    head = _lark_literal(fmt.opener, opener_token) + " " if with_opener else ""
-    if fmt.named:  # Mistral v11+: name[ARGS]{arguments}, one rule per offered tool
+    no closer the grammar ends at the body: the matcher then allows only an end token.
+    `token_of` gives the one special token spelling a marker, if the vocabulary has it."""
+    def lit(text: str) -> str:
+        return _lark_literal(text, token_of(text))
+
+    head = ""
+    if with_opener:
+        head = (lit(fmt.section) + " " if fmt.section else "") + lit(fmt.opener) + " "
+    end = f' "\\n"? {lit(fmt.closer)}' if fmt.closer else ""
+    if fmt.named:  # name[ARGS]{arguments} (Kimi: functions.name:0<|..argument_begin|>{..})
         options = schema.get("anyOf", [schema])
         calls = " | ".join(f"call{i}" for i in range(len(options)))
+        suffix = ' ":" /[0-9]{1,4}/' if fmt.indexed else ""  # bounded: a call's index
         rules = "".join(
-            f'call{i}: {json.dumps(o["properties"]["name"]["const"])} '
-            f'{_lark_literal(fmt.named, args_token)} args{i}\n'
+            f'call{i}: {json.dumps(fmt.name_prefix + o["properties"]["name"]["const"])}'
+            f'{suffix} {lit(fmt.named)} args{i}\n'
             f'args{i}: %json {json.dumps({**o["properties"][fmt.args_key], "x-guidance": _NO_SPACES})}\n'
             for i, o in enumerate(options))
-        return f"%llguidance {{}}\nstart: {head}({calls})\n{rules}"
+        return f"%llguidance {{}}\nstart: {head}({calls}){end}\n{rules}"
     if fmt.array:
         schema = {"type": "array", "items": {k: v for k, v in schema.items() if k != "x-guidance"},
                   "minItems": 1, "x-guidance": _NO_SPACES}
-    end = f' "\\n"? {_lark_literal(fmt.closer, closer_token)}' if fmt.closer else ""
     return ("%llguidance {}\n"
             f'start: {head}"\\n"? body{end}\n'
             f"body: %json {json.dumps(schema)}\n")
@@ -293,11 +306,7 @@ class ToolGrammars:
         grammar = self._grammars.get(key)
         if grammar is None:
             grammar = call_grammar(fmt, schema, with_opener=with_opener,
-                                   opener_token=self._single_token(fmt.opener),
-                                   closer_token=self._single_token(fmt.closer) if fmt.closer
-                                   else None,
-                                   args_token=self._single_token(fmt.named) if fmt.named
-                                   else None)
+                                   token_of=self._single_token)
             self._grammars[key] = grammar
             while len(self._grammars) > 16:
                 self._grammars.popitem(last=False)

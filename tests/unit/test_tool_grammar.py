@@ -19,7 +19,8 @@ def grammars(family: str) -> ToolGrammars:
 
 def test_only_json_between_markers_families_are_constrained() -> None:
     assert tool_format("qwen3") == tool_format("hermes") is not None
-    assert tool_format("gemma") is None and tool_format("qwen3_coder") is None
+    assert tool_format("gemma") is None and tool_format("qwen3-coder") is None
+    assert tool_format("glm") is None and tool_format("deepseek") is None
     assert tool_format("llama3").args_key == "parameters" and tool_format("mistral").array
 
 
@@ -69,11 +70,16 @@ CALLS = {  # family: (a valid forced call, the same with a bad name, with a bad 
                 '[TOOL_CALLS][{"name":"set_alarm","arguments":{"hour":7,"loud":1'),
     "mistral-v11": ("[TOOL_CALLS]set_alarm[ARGS]" + GOOD, "[TOOL_CALLS]set_clock[ARGS]" + GOOD,
                     '[TOOL_CALLS]get_weather[ARGS]{"city":"Oslo","unit":"kelvin"'),
+    "kimi": ("<|tool_calls_section_begin|><|tool_call_begin|>functions.set_alarm:0"
+             "<|tool_call_argument_begin|>" + GOOD + "<|tool_call_end|>",
+             "<|tool_calls_section_begin|><|tool_call_begin|>functions.set_clock:0",
+             "<|tool_calls_section_begin|><|tool_call_begin|>functions.set_alarm:0"
+             '<|tool_call_argument_begin|>{"hour":7}<|tool_call_end|>'),
 }
 
 
 @pytest.mark.parametrize("family", sorted(CALLS))
-def test_end_of_message_formats_accept_a_valid_call_then_only_the_end_token(family) -> None:
+def test_json_after_an_opener_formats_accept_a_valid_call_and_no_other(family) -> None:
     from core.engines.tool_grammar import MISTRAL_NAMED, mask_of
 
     gr, tok = byte_grammars(family.removesuffix("-v11"))
@@ -87,6 +93,9 @@ def test_end_of_message_formats_accept_a_valid_call_then_only_the_end_token(fami
     guide = gr.guide(TOOLS, "required")
     for t in tok.tokenize_str(good):
         guide.advance(t)
+    if gr.format.closer:  # closed by its marker: the text is free again
+        assert not guide.constrained and guide.calls == 1
+        return
     assert guide.constrained  # no closer: the call ends only with the end-of-message token
     assert mask_of(guide.allowed(), tok.vocab_size).nonzero()[0].tolist() == [tok.eos_token]
     guide.advance(tok.eos_token)
