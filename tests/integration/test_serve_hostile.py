@@ -22,7 +22,7 @@ from openai import OpenAI
 
 from core.server import ServerHandle
 from core.server.connections import ServeLimits
-from tests.fixtures.serve import ServerThread, scripted_spec
+from tests.fixtures.serve import ServerThread, scripted_spec, served
 from tests.helpers.http_raw import closed_within, exchange, post_bytes, read_reply
 
 HI = [{"role": "user", "content": "hi"}]
@@ -32,18 +32,11 @@ CHAT = "/v1/chat/completions"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
     home = tmp_path_factory.mktemp("serve-hostile-home")
-    old = os.environ.get("LLMDECK_HOME")
-    os.environ["LLMDECK_HOME"] = str(home)
     runs = home / "runs.jsonl"  # one line per generation the worker ran
-    srv = ServerThread(scripted_spec(reply="Fine.", emit_log=str(runs)),
-                       limits=ServeLimits(idle_timeout_s=1.0, body_timeout_s=1.0))
-    srv.runs = runs  # type: ignore[attr-defined]
-    yield srv
-    srv.close()
-    if old is None:
-        os.environ.pop("LLMDECK_HOME", None)
-    else:
-        os.environ["LLMDECK_HOME"] = old
+    for srv in served(scripted_spec(reply="Fine.", emit_log=str(runs)), home,
+                      limits=ServeLimits(idle_timeout_s=1.0, body_timeout_s=1.0)):
+        srv.runs = runs  # type: ignore[attr-defined]
+        yield srv
 
 
 def post(server: ServerThread, body: bytes | str, **kw: object) -> object:

@@ -4,7 +4,6 @@ chat window sends) and through `llmdeck serve` with the openai client."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +14,7 @@ from openai import OpenAI
 from core.config import Settings
 from core.engines.base import GenerationRequest, ModelSpec, SamplingParams
 from core.events import Done, Error, TextDelta, Usage
-from tests.fixtures.serve import ServerThread
+from tests.fixtures.serve import ServerThread, served
 
 pytestmark = pytest.mark.slow
 
@@ -31,16 +30,8 @@ def request(rid: str, content: str, max_tokens: int = 3) -> GenerationRequest:
 
 @pytest.fixture(scope="module")
 def gemma_server(bundled_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
-    home = tmp_path_factory.mktemp("serve-gemma-home")
-    old = os.environ.get("LLMDECK_HOME")
-    os.environ["LLMDECK_HOME"] = str(home)
-    srv = ServerThread(gemma(bundled_gguf), settings=Settings(replicas=1), served_name="gemma")
-    yield srv
-    srv.close()
-    if old is None:
-        os.environ.pop("LLMDECK_HOME", None)
-    else:
-        os.environ["LLMDECK_HOME"] = old
+    yield from served(gemma(bundled_gguf), tmp_path_factory.mktemp("serve-gemma-home"),
+                      settings=Settings(replicas=1), served_name="gemma")
 
 
 def run(srv: ServerThread, req: GenerationRequest) -> list:

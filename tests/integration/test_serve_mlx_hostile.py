@@ -3,7 +3,6 @@ text or tool calls its tokenizer or template cannot take fail that request only.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,26 +12,17 @@ from openai import OpenAI
 from core.engines.base import GenerationRequest, ModelSpec, SamplingParams
 from core.events import Done, Error
 from tests.fixtures.mlx_models import QWEN3_SHAPE, build_model_dir
-from tests.fixtures.serve import ServerThread
+from tests.fixtures.serve import ServerThread, served
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def mlx_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
-    home = tmp_path_factory.mktemp("serve-mlx-hostile-home")
-    old = os.environ.get("LLMDECK_HOME")
-    os.environ["LLMDECK_HOME"] = str(home)
     model = build_model_dir(Path(tmp_path_factory.mktemp("tiny")) / "tiny-qwen3", QWEN3_SHAPE)
     spec = ModelSpec(str(model), "mlx", context_size=512,
                      options=(("max_concurrency", 4), ("warmup_batch_sizes", (1,)), ("label", "tiny")))
-    srv = ServerThread(spec, served_name="tiny")
-    yield srv
-    srv.close()
-    if old is None:
-        os.environ.pop("LLMDECK_HOME", None)
-    else:
-        os.environ["LLMDECK_HOME"] = old
+    yield from served(spec, tmp_path_factory.mktemp("serve-mlx-hostile-home"), served_name="tiny")
 
 
 def run(srv: ServerThread, req: GenerationRequest) -> list:

@@ -8,7 +8,6 @@ worker's parser must turn them into reasoning_content and tool_calls.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import time
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from openai import OpenAI
 
 from core.events import TextDelta
 from core.server import ServeError, ServerHandle
-from tests.fixtures.serve import ServerThread, scripted_spec
+from tests.fixtures.serve import ServerThread, scripted_spec, served
 
 WEATHER_TOOL = {
     "type": "function",
@@ -38,16 +37,7 @@ HI = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
-    home = tmp_path_factory.mktemp("serve-home")
-    old = os.environ.get("LLMDECK_HOME")
-    os.environ["LLMDECK_HOME"] = str(home)  # module scope runs before the per-test home
-    srv = ServerThread(scripted_spec())
-    yield srv
-    srv.close()
-    if old is None:
-        os.environ.pop("LLMDECK_HOME", None)
-    else:
-        os.environ["LLMDECK_HOME"] = old
+    yield from served(scripted_spec(), tmp_path_factory.mktemp("serve-home"))
 
 
 @pytest.fixture

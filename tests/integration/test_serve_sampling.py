@@ -5,7 +5,6 @@ the bundled Gemma on llama.cpp (its native penalties, bias, seed and grammar; lo
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,21 +15,9 @@ from openai import OpenAI
 from core.config import Settings
 from core.engines.base import ModelSpec
 from tests.fixtures.mlx_models import QWEN3_SHAPE, build_model_dir
-from tests.fixtures.serve import ServerThread
+from tests.fixtures.serve import served
 
 HI = [{"role": "user", "content": "Tell me a story about a cat."}]
-
-
-def _served(spec: ModelSpec, name: str, home: Path, **kwargs) -> Iterator[ServerThread]:
-    old = os.environ.get("LLMDECK_HOME")
-    os.environ["LLMDECK_HOME"] = str(home)
-    srv = ServerThread(spec, served_name=name, **kwargs)
-    yield srv
-    srv.close()
-    if old is None:
-        os.environ.pop("LLMDECK_HOME", None)
-    else:
-        os.environ["LLMDECK_HOME"] = old
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +25,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
     model = build_model_dir(tmp_path_factory.mktemp("tiny-sampling"), QWEN3_SHAPE)
     spec = ModelSpec(str(model), "mlx", context_size=512,
                      options=(("max_concurrency", 8), ("warmup_batch_sizes", (1, 2))))
-    for srv in _served(spec, "tiny", tmp_path_factory.mktemp("home")):
+    for srv in served(spec, tmp_path_factory.mktemp("home"), served_name="tiny"):
         yield OpenAI(base_url=srv.url, api_key="x", max_retries=0, timeout=60)
 
 
@@ -121,7 +108,8 @@ def test_mlx_structured_output_streamed_and_not(tiny: OpenAI) -> None:
 @pytest.fixture(scope="module")
 def gemma(bundled_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
     spec = ModelSpec(path=str(bundled_gguf), engine="llamacpp", context_size=1024)
-    for srv in _served(spec, "gemma", tmp_path_factory.mktemp("home"), settings=Settings(replicas=1)):
+    for srv in served(spec, tmp_path_factory.mktemp("home"), served_name="gemma",
+                      settings=Settings(replicas=1)):
         yield OpenAI(base_url=srv.url, api_key="x", max_retries=0, timeout=120)
 
 

@@ -5,7 +5,6 @@ makes it valid, and a streamed call arrives as OpenAI-shaped argument deltas."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 
 import openai
@@ -13,7 +12,7 @@ import pytest
 from openai import OpenAI
 
 from core.engines.base import ModelSpec
-from tests.fixtures.serve import ServerThread
+from tests.fixtures.serve import served
 from tests.fixtures.tool_models import ALARM, TOOLS, build_tool_model_dir, valid_arguments
 
 ASK = [{"role": "user", "content": "Wake me at seven, loudly."}]
@@ -24,17 +23,8 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
     model = build_tool_model_dir(tmp_path_factory.mktemp("tiny-tools"))
     spec = ModelSpec(str(model), "mlx", context_size=1024,
                      options=(("max_concurrency", 4), ("warmup_batch_sizes", (1, 2))))
-    old = os.environ.get("LLMDECK_HOME")
-    os.environ["LLMDECK_HOME"] = str(tmp_path_factory.mktemp("home"))
-    srv = ServerThread(spec, served_name="tiny")
-    try:
+    for srv in served(spec, tmp_path_factory.mktemp("home"), served_name="tiny"):
         yield OpenAI(base_url=srv.url, api_key="x", max_retries=0, timeout=60)
-    finally:
-        srv.close()
-        if old is None:
-            os.environ.pop("LLMDECK_HOME", None)
-        else:
-            os.environ["LLMDECK_HOME"] = old
 
 
 def test_a_streamed_call_sends_its_arguments_as_deltas(client: OpenAI) -> None:

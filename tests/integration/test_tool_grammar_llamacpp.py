@@ -6,7 +6,6 @@ tool_choice forces the opener and the grammar holds the rest to the offered sche
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 from openai import OpenAI
 
 from core.engines.base import ModelSpec
-from tests.fixtures.serve import ServerThread
+from tests.fixtures.serve import ServerThread, served
 from tests.fixtures.tool_models import TOOLS, valid_arguments
 from tests.fixtures.tools import GEMMA_TOOLS_TEMPLATE, gguf_with_template
 
@@ -26,18 +25,10 @@ ASK = [{"role": "user", "content": "What's the weather in Paris for the next thr
 def client(bundled_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
     model = tmp_path_factory.mktemp("tools-gguf") / "gemma-tools.gguf"
     gguf_with_template(str(bundled_gguf), str(model), GEMMA_TOOLS_TEMPLATE)
-    old = os.environ.get("LLMDECK_HOME")
-    os.environ["LLMDECK_HOME"] = str(tmp_path_factory.mktemp("home"))
-    srv = ServerThread(ModelSpec(str(model), "llamacpp", context_size=2048), served_name="gemma")
-    try:
+    for srv in served(ModelSpec(str(model), "llamacpp", context_size=2048),
+                      tmp_path_factory.mktemp("home"), served_name="gemma"):
         assert srv.runtime.model.info.get("family") == "hermes"
         yield OpenAI(base_url=srv.url, api_key="x", max_retries=0, timeout=120)
-    finally:
-        srv.close()
-        if old is None:
-            os.environ.pop("LLMDECK_HOME", None)
-        else:
-            os.environ["LLMDECK_HOME"] = old
 
 
 def test_a_forced_call_fits_the_offered_schemas_on_every_seed(client: OpenAI) -> None:
