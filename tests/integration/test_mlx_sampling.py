@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from core.engines.base import GenerationRequest, ModelSpec, SamplingParams
 from core.engines.mlx import MlxEngine
 from core.events import Done, Error, Logprobs, TextDelta, Usage
+from tests.fixtures.engines import run_requests
 from tests.fixtures.mlx_models import QWEN3_SHAPE, build_model_dir
 
 
@@ -34,13 +34,7 @@ def ask(text: str, rid: str, **sampling) -> GenerationRequest:
 
 def run(engine: MlxEngine, *requests: GenerationRequest) -> dict[str, list]:
     engine._prefix.clear()  # every request prefills: nothing rides on an earlier test
-    for r in requests:
-        engine.submit(r)
-    events: dict[str, list] = defaultdict(list)
-    while engine.has_work():
-        for rid, evs in engine.step():
-            events[rid].extend(evs)
-    return events
+    return run_requests(engine, *requests)
 
 
 def text_of(evs: list) -> str:

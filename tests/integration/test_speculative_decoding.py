@@ -15,6 +15,7 @@ from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, Sam
 from core.engines.llamacpp import LlamaCppEngine
 from core.engines.mlx import MlxEngine
 from core.events import Done, TextDelta, Usage
+from tests.fixtures.engines import run_requests as run
 from tests.fixtures.mlx_models import QWEN3_SHAPE, build_model_dir
 
 COPY = "def main(): return sum(x * x for x in range(10))"  # the random model loops on it
@@ -23,16 +24,6 @@ COPY = "def main(): return sum(x * x for x in range(10))"  # the random model lo
 def ask(text: str, rid: str, **sampling) -> GenerationRequest:
     sp = SamplingParams(**{"temperature": 0.0, "max_tokens": 64, **sampling})
     return GenerationRequest(rid, ({"role": "user", "content": text},), sp)
-
-
-def run(engine, *requests: GenerationRequest) -> dict[str, list]:
-    for r in requests:
-        engine.submit(r)
-    events: dict[str, list] = defaultdict(list)
-    while engine.has_work():
-        for rid, evs in engine.step():
-            events[rid].extend(evs)
-    return events
 
 
 def reply(evs: list) -> tuple[str, int, str]:

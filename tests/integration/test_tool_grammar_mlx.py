@@ -5,7 +5,6 @@ sensible by itself, so a well-formed call can only come from the grammar."""
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 
 import pytest
 
@@ -13,6 +12,7 @@ from core.engines.base import GenerationRequest, ModelSpec, SamplingParams
 from core.engines.mlx import MlxEngine
 from core.events import Error, TextDelta, ToolCall, ToolCallDelta
 from core.parsing import StreamParser
+from tests.fixtures.engines import drain
 from tests.fixtures.tool_models import ALARM, TOOLS, build_tool_model_dir, valid_arguments
 
 WEATHER_Q = ({"role": "user", "content": "What is the weather in Paris this week?"},)
@@ -40,11 +40,7 @@ def run(engine: MlxEngine, *acts) -> dict[str, list]:
             engine.submit(act)
         else:
             engine._pending.append(act)
-    events: dict[str, list] = defaultdict(list)
-    while engine.has_work():
-        for rid, evs in engine.step():
-            events[rid].extend(evs)
-    return events
+    return drain(engine)
 
 
 def text_of(evs: list) -> str:
