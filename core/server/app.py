@@ -46,6 +46,7 @@ from core.server.limits import (
     load_body,
     too_large,
 )
+from core.server.sse import SSE_HEADERS, Sink, SseResponse, json_response
 from core.server.wire import (
     ApiError,
     ChatCall,
@@ -61,12 +62,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("llmdeck.serve")
 
 DEFAULT_MAX_QUEUE = 256
-_DIRECT_LIMIT = 64 * 1024  # bytes queued in the transport before writes wait for it to drain
 _CONTENT = b'{"content":'
 _REASONING = b'{"reasoning_content":'
 _json_str = encode_basestring  # json.dumps(text, ensure_ascii=False) without building an encoder
-_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                "X-Accel-Buffering": "no"}
 
 
 class ChatServer:
@@ -110,12 +108,12 @@ class ChatServer:
                 self._check_key(request)
             return await handler(request)
         except ApiError as exc:
-            response = _json(exc.body(), status=exc.status)
+            response = json_response(exc.body(), status=exc.status)
             if exc.status in (408, 413):  # the rest of the body is not wanted: close after this
                 response.force_close()
             return response
         except web.HTTPRequestEntityTooLarge as exc:  # aiohttp's own read limit
-            response = _json(too_large(getattr(exc, "actual_size", None)).body(), status=413)
+            response = json_response(too_large(getattr(exc, "actual_size", None)).body(), status=413)
             response.force_close()
             return response
         except web.HTTPException as exc:  # unknown route, wrong method
@@ -125,13 +123,13 @@ class ChatServer:
                 message = f"{request.path} does not accept {request.method}."
             elif status != 404:
                 message = exc.reason or message
-            return _json(ApiError(status, message).body(), status=status)
+            return json_response(ApiError(status, message).body(), status=status)
         except (asyncio.CancelledError, ConnectionError):
             raise  # the client went away: nobody to answer
         except Exception as exc:  # a bug: still JSON, and one line in the log (no request text)
             log.warning("serve: internal error on %s %s: %s", request.method, request.path,
                         type(exc).__name__)
-            return _json(ApiError(500, "The server hit an internal error handling this request "
+            return json_response(ApiError(500, "The server hit an internal error handling this request "
                                   f"({type(exc).__name__}); retry it.").body(), status=500)
 
     def _check_key(self, request: web.Request) -> None:
@@ -232,7 +230,7 @@ class ChatServer:
                  for name, (ep, _) in self._remote_names().items()]
         data += [{"id": name, "object": "model", "created": now, "owned_by": "llmdeck-embeddings"}
                  for name in EMBEDDING_MODELS[:1]]
-        return _json({"object": "list", "data": data})
+        return json_response({"object": "list", "data": data})
 
     async def health(self, request: web.Request) -> web.Response:
         """200 when a chat request would be served now, 503 (same body) when not."""
@@ -240,7 +238,7 @@ class ChatServer:
         workers = [{"id": w.worker_id, "state": w.state, "restarts": w.restarts}
                    for w in self.runtime.pool.status()]
         body = {"status": state, "model": self.local_name(), "error": error, "workers": workers}
-        return _json(body, status=200 if state == "ready" else 503)
+        return json_response(body, status=200 if state == "ready" else 503)
 
     # -- chat ------------------------------------------------------------------------
     async def _body(self, request: web.Request) -> Any:
@@ -329,7 +327,7 @@ class ChatServer:
                          "finish_reason": finish_for(finish, bool(calls))}],
             "usage": usage_body(usage),
         }
-        return _json(body)
+        return json_response(body)
 
     async def _stream(self, request: web.Request, call: ChatCall, first: list[Event],
                       batches: AsyncIterator[list[Event]]) -> web.StreamResponse:
@@ -341,12 +339,12 @@ class ChatServer:
         tokens, clients concatenate. Nothing is reordered and nothing is merged across a
         tool call, usage, error or the end; usage counts tokens, not chunks.
         """
-        response = _SseResponse(headers=_SSE_HEADERS)
+        response = SseResponse(headers=SSE_HEADERS)
         chunked = request.version >= (1, 1)
         if chunked:
             response.enable_chunked_encoding()
         await response.prepare(request)
-        sink = _Sink(response, request.transport if chunked else None, self.limits.write_timeout_s)
+        sink = Sink(response, request.transport if chunked else None, self.limits.write_timeout_s)
         head = json.dumps({"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion.chunk",
                            "created": int(time.time()), "model": call.model})[:-1]
         prefix = (head + ',"choices":[{"index":0,"delta":').encode()
@@ -464,58 +462,5 @@ class ChatServer:
 
                 value = base64.b64encode(vec.astype("<f4").tobytes()).decode()
             data.append({"object": "embedding", "index": i, "embedding": value})
-        return _json({"object": "list", "data": data, "model": model,
+        return json_response({"object": "list", "data": data, "model": model,
                       "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
-
-
-class _SseResponse(web.StreamResponse):
-    """A stream whose headers leave with its first chunk: one write instead of two (the
-    first events are already in hand when the response is prepared)."""
-
-    _send_headers_immediately = False
-
-
-class _Sink:
-    """Writes a stream's SSE bytes; False once the client has gone, so the handler ends
-    quietly (its generator is then closed, which cancels the request in the worker).
-
-    The first write goes through aiohttp, which sends the headers with it. After that,
-    while the socket keeps up, a chunk is framed here and handed to the transport in one
-    call: aiohttp's writer costs a few coroutine layers per write, and this runs once per
-    token for every stream. A client that stops reading fills the transport's buffer,
-    and writes go back through aiohttp, which waits for it to drain.
-    """
-
-    __slots__ = ("response", "transport", "started", "timeout")
-
-    def __init__(self, response: web.StreamResponse, transport: asyncio.Transport | None,
-                 timeout: float = 60.0) -> None:
-        self.response = response
-        self.transport = transport  # None: not HTTP/1.1 chunked, always write through aiohttp
-        self.started = False
-        self.timeout = timeout  # a client that takes nothing for this long has gone
-
-    async def send(self, data: bytearray) -> bool:
-        transport = self.transport
-        if self.started and transport is not None and transport.get_write_buffer_size() < _DIRECT_LIMIT:
-            if transport.is_closing():
-                return False
-            transport.write(b"%x\r\n%b\r\n" % (len(data), data))  # one HTTP/1.1 chunk
-            return True
-        try:
-            async with asyncio.timeout(self.timeout):
-                await self.response.write(bytes(data))
-        except (ConnectionError, TimeoutError):  # reset, closing transport, or stopped reading
-            if transport is not None:
-                transport.abort()
-            return False
-        self.started = True
-        return True
-
-
-def _json(body: Any, status: int = 200) -> web.Response:
-    try:
-        data = json.dumps(body, ensure_ascii=False).encode()
-    except UnicodeEncodeError:  # a lone surrogate echoed from a request: send it escaped
-        data = json.dumps(body).encode()
-    return web.Response(body=data, status=status, content_type="application/json")

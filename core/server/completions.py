@@ -33,6 +33,7 @@ from core.engines.base import MAX_TOP_LOGPROBS, GenerationRequest
 from core.events import Done, Error, Event, Logprobs, TextDelta, Usage
 from core.remote.backend import event_batches
 from core.server.limits import MAX_CHARS_PER_TOKEN
+from core.server.sse import SSE_HEADERS, Sink, SseResponse, json_response
 from core.server.wire import (
     ApiError,
     api_error_for,
@@ -46,8 +47,6 @@ from core.server.wire import (
 # Engines that take a raw prompt (the vision engine renders its own chat; a remote
 # backend speaks chat only).
 RAW_ENGINES = ("mlx", "llamacpp", "scripted")
-_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                "X-Accel-Buffering": "no"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,18 +221,20 @@ class CompletionsRoute:
                 "choices": [{"index": 0, "text": "".join(text), "logprobs": logprobs,
                              "finish_reason": finish_for(finish, False)}],
                 "usage": usage_body(usage)}
-        return _json(body)
+        return json_response(body)
 
     async def _stream(self, request: web.Request, call: CompletionCall, first: list[Event],
                       batches: AsyncIterator[list[Event]]) -> web.StreamResponse:
         """SSE `text_completion` chunks: one per batch of events (one token when the client
         keeps up), carrying that batch's text and its tokens' logprobs; then the finish,
         usage when stream_options asks, and [DONE]."""
-        response = web.StreamResponse(headers=_SSE_HEADERS)
-        if request.version >= (1, 1):
+        response = SseResponse(headers=SSE_HEADERS)
+        chunked = request.version >= (1, 1)
+        if chunked:
             response.enable_chunked_encoding()
         await response.prepare(request)
         timeout = self.server.limits.write_timeout_s
+        sink = Sink(response, request.transport if chunked else None, timeout)
         head = {"id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion",
                 "created": int(time.time()), "model": call.model}
         prompt = call.request.prompt or ""
@@ -279,31 +280,15 @@ class CompletionsRoute:
             return False
 
         batch: list[Event] | None = first
-        while batch is not None:
-            ended = encode(batch)
+        while batch is not None and not encode(batch):
             if out:
-                try:
-                    async with asyncio.timeout(timeout):
-                        await response.write(bytes(out))
-                except (ConnectionError, TimeoutError):  # the client went or stopped reading
-                    if request.transport is not None:
-                        request.transport.abort()
+                if not await sink.send(out):  # the client went or stopped reading
                     return response
                 out.clear()
-            if ended:
-                break
             batch = await anext(batches, None)
-        try:
+        try:  # the end leaves with the last chunks, in one write
             async with asyncio.timeout(timeout):
-                await response.write_eof()
+                await response.write_eof(bytes(out))
         except (ConnectionError, TimeoutError):
             pass
         return response
-
-
-def _json(body: Any, status: int = 200) -> web.Response:
-    try:
-        data = json.dumps(body, ensure_ascii=False).encode()
-    except UnicodeEncodeError:  # a lone surrogate from the model's bytes: send it escaped
-        data = json.dumps(body).encode()
-    return web.Response(body=data, status=status, content_type="application/json")
