@@ -172,25 +172,33 @@ class Grammars:
         self._eos = eos_ids
         self._ll: Any = None
 
-    def processor(self, schema: str) -> GrammarProcessor:
-        """A fresh processor for `schema` (JSON text); ValueError for a schema it cannot use."""
-        import llguidance
-        import llguidance.hf
-
+    def ll_tokenizer(self, purpose: str) -> Any:
+        """The model's llguidance tokenizer, made on first use and shared by every grammar
+        of this model (response formats and tool calls); ValueError naming `purpose` for
+        a tokenizer that cannot drive one."""
         if self._ll is None:
+            import llguidance.hf
+
             hf = getattr(self._tokenizer, "_tokenizer", self._tokenizer)  # mlx_lm's wrapper
             try:
                 self._ll = llguidance.hf.from_tokenizer(hf, n_vocab=self._vocab_size,
                                                         eos_token=self._eos)
             except ValueError as exc:  # a slow (Python) tokenizer
-                raise ValueError(f"response_format: this model's tokenizer cannot drive a "
+                raise ValueError(f"{purpose}: this model's tokenizer cannot drive a "
                                  f"grammar ({exc})") from None
+        return self._ll
+
+    def processor(self, schema: str) -> GrammarProcessor:
+        """A fresh processor for `schema` (JSON text); ValueError for a schema it cannot use."""
+        import llguidance
+
+        ll = self.ll_tokenizer("response_format")
         try:
             grammar = llguidance.LLMatcher.grammar_from_json_schema(
                 schema, defaults={"whitespace_flexible": False})
         except ValueError as exc:
             raise ValueError(f"response_format: the JSON schema is not valid JSON ({exc})") from None
-        matcher = llguidance.LLMatcher(self._ll, grammar, log_level=0)
+        matcher = llguidance.LLMatcher(ll, grammar, log_level=0)
         if matcher.is_error():
             raise ValueError(f"response_format: this JSON schema cannot be enforced: "
                              f"{matcher.get_error()}")

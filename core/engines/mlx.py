@@ -489,17 +489,10 @@ class MlxEngine:
 
     def _new_tool_grammars(self) -> ToolGrammars:
         """Tool-call grammars for this model's call format (core.engines.tool_grammar)."""
-        tokenizer, eos, vocab = self._tokenizer, sorted(self._eos), self._vocab_size
+        tokenizer, vocab = self._tokenizer, self._vocab_size
 
-        def make_tokenizer() -> Any:
-            import llguidance.hf
-
-            hf = getattr(tokenizer, "_tokenizer", tokenizer)  # mlx_lm's wrapper
-            try:
-                return llguidance.hf.from_tokenizer(hf, n_vocab=vocab, eos_token=eos)
-            except ValueError as exc:  # a slow (Python) tokenizer
-                raise ValueError(f"tools: this model's tokenizer cannot drive a grammar "
-                                 f"({exc})") from None
+        def make_tokenizer() -> Any:  # the one response formats use too
+            return self._grammars.ll_tokenizer("tools")
 
         def single_token(text: str) -> int | None:
             ids = tokenizer.encode(text, add_special_tokens=False)
