@@ -43,8 +43,10 @@ def test_a_keyboard_only_session(tmp_path: Path) -> None:
         tmux.wait_for(lambda s: "tok/s" in s, 20, "the second reply to stop")
         # Search the older conversation and open it from the results.
         tmux.send("C-f")
-        tmux.type("capital")
-        tmux.wait_for(lambda s: "capital" in s.split("\n", 3)[-1], 10, "search results")
+        # "What" is in the question, which both branches share, and not in the short
+        # stopped replies: a hit on a reply ("The capital") opens that reply's branch, 1/2.
+        tmux.type("What")
+        tmux.wait_for(lambda s: "What is the capital" in s.split("\n", 3)[-1], 10, "search results")
         tmux.send("Tab")
         tmux.send("Enter")
         screen = tmux.wait_for(lambda s: "What is the capital of France?" in s and "2/2" in s, 15,
