@@ -49,6 +49,13 @@ from mlx_lm.models.cache import (  # noqa: E402
 from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, SamplingParams  # noqa: E402
 from core.engines.base_prompt import base_format, effective_repetition_penalty  # noqa: E402
 from core.engines.grammar import Grammars, MaskedProcessor, mask_rows  # noqa: E402
+from core.engines.prefill_order import (  # noqa: E402
+    FREE_PADDED_TOKENS,
+    PADDING_SLACK,
+    Waiting,
+    next_group,
+    padded_tokens,
+)
 from core.engines.prefix_cache import DEFAULT_MAX_BYTES, PrefixCache  # noqa: E402
 from core.engines.sampling import (  # noqa: E402
     LogprobRecorder,
@@ -132,6 +139,7 @@ class _Request:
     last_token_at: float | None = None
     uid: int | None = None
     error: Error | None = None
+    new_tokens: int | None = None  # uncached prompt tokens when first queued for prefill
     text: str | None = None  # the rendered prompt (None for raw-token requests)
     raw: str = ""  # everything generated, stop strings and end-of-turn included
     marks: tuple[tuple[int, int], ...] = ()  # exact text/token boundaries in the prompt
@@ -291,6 +299,14 @@ class MlxEngine:
         self.max_concurrency = int(spec.option("max_concurrency", 32))
         self.context_size = int(spec.context_size)
         self._prefill_step = int(spec.option("prefill_step_size", 2048))
+        # "shortest": waiting prompts prefill shortest first in groups of near-equal
+        # length (core.engines.prefill_order); "fifo": all at once in arrival order.
+        self._prefill_order = str(spec.option("prefill_order", "shortest"))
+        if self._prefill_order not in ("shortest", "fifo"):
+            raise EngineLoadError(
+                "UNSUPPORTED",
+                f"prefill_order must be 'shortest' or 'fifo', not {self._prefill_order!r}.",
+            )
         path = Path(spec.path)
         self._model, self._tokenizer, self._config = _load(path)
         self.model_type = str(self._config.get("model_type"))
@@ -324,6 +340,9 @@ class MlxEngine:
         self._warmup_prefill = bool(spec.option("warmup_prefill", on_gpu))
         # On a GPU a prompt is prefilled in a few fixed shapes (see _prefill_in_buckets).
         self._bucketed = bool(spec.option("bucketed_prefill", on_gpu))
+        device = "gpu" if on_gpu else "cpu"  # how prompts share prefill passes
+        self._group_tokens = int(spec.option("prefill_group_tokens", FREE_PADDED_TOKENS[device]))
+        self._group_slack = float(spec.option("prefill_group_slack", PADDING_SLACK[device]))
         sizes = spec.option("warmup_batch_sizes")
         if sizes is None:
             sizes = _default_warmup_sizes(self.max_concurrency)
@@ -511,25 +530,56 @@ class MlxEngine:
         return [] if guide is None else [ToolCallProcessor(guide, self._vocab_size)]
 
     def _schedule(self, out: dict[str, list[Event]]) -> None:
-        """Move pending requests into the single slot or the batch, up to capacity."""
-        free = self.max_concurrency - len(self._batch) - (1 if self._single else 0)
-        ready: list[_Request] = []
-        while self._pending and len(ready) < free:
-            act = self._pending.popleft()
-            if act.error is not None:
+        """Move pending requests into the single slot or the batch, up to capacity.
+
+        A lone request on an idle engine takes the single path. Otherwise pending
+        requests join the batch a prefill group at a time, shortest first
+        (core.engines.prefill_order): a big group waits until the rows before it have
+        their first token, since BatchGenerator hands a step's tokens back only after
+        that step's prefill, and the short prompts would otherwise wait for the long.
+        """
+        if any(act.error is not None for act in self._pending):
+            for act in [a for a in self._pending if a.error is not None]:
+                self._pending.remove(act)
                 out.setdefault(act.req.request_id, []).extend([act.error, Done("error")])
-                continue
-            ready.append(act)
-        if not ready:
+        free = self.max_concurrency - len(self._batch) - (1 if self._single else 0)
+        if not self._pending or free <= 0:
             return
-        if self._single is None and not self._batch and len(ready) == 1:
-            self._start_single(ready[0])
+        if self._single is None and not self._batch and len(self._pending) == 1:
+            self._start_single(self._pending.popleft())
+            return
+        ready = self._next_group(free)
+        if not ready:
             return
         self._compact(force=True)
         if self._single is not None:
             self._single_to_batch(out)
         for act in ready:
             self._insert_batch(act)
+
+    def _next_group(self, free: int) -> list[_Request]:
+        """Take the next prefill group off the pending queue (empty: not yet)."""
+        pending = list(self._pending)
+        if self._prefill_order == "fifo":  # every pending request at once, in order
+            group = pending[:free]
+        else:
+            bg = self._bg
+            if bg._unprocessed_sequences or len(bg._prompt_batch):
+                return []  # one group prefilling at a time
+            for act in pending:
+                if act.new_tokens is None:
+                    act.new_tokens = len(act.prompt) - self._prefix.match(act.prompt)
+            waiting = [Waiting(act.new_tokens or 0, act.submitted) for act in pending]
+            chosen = next_group(waiting, min(free, bg.prefill_batch_size), time.perf_counter(),
+                                self._group_tokens, self._group_slack)
+            if padded_tokens(waiting, chosen) > self._group_tokens and any(
+                not act.generated for act in self._batch.values()
+            ):
+                return []
+            group = [pending[i] for i in chosen]
+        taken = {id(act) for act in group}
+        self._pending = deque(act for act in pending if id(act) not in taken)
+        return group
 
     # -- Single-stream path ----------------------------------------------------------
 

@@ -175,16 +175,7 @@ class PrefixCache:
         At least one prompt token is always left uncached, because the engine must feed
         one token to get the logits of the next.
         """
-        self.settle()
-        if not self._entries or len(prompt) < 2:
-            return None, 0
-        arr = np.asarray(prompt, dtype=np.int64)
-        limit = len(arr) - 1
-        best_key, best_len = None, 0
-        for key, entry in self._entries.items():
-            n = min(_common_prefix(entry.tokens, arr), limit)
-            if n > best_len and (n == len(entry.tokens) or _trimmable(entry.cache)):
-                best_key, best_len = key, n
+        best_key, best_len = self._best(prompt)
         if best_key is None:
             return None, 0
         entry = self._entries[best_key]
@@ -199,6 +190,24 @@ class PrefixCache:
         if cache is None:
             return None, 0
         return cache, best_len
+
+    def match(self, prompt: Sequence[int]) -> int:
+        """How many of the prompt's tokens `fetch` would cover now, without taking them
+        (the engine orders waiting prompts by what is left to prefill)."""
+        return self._best(prompt)[1]
+
+    def _best(self, prompt: Sequence[int]) -> tuple[int | None, int]:
+        self.settle()
+        if not self._entries or len(prompt) < 2:
+            return None, 0
+        arr = np.asarray(prompt, dtype=np.int64)
+        limit = len(arr) - 1
+        best_key, best_len = None, 0
+        for key, entry in self._entries.items():
+            n = min(_common_prefix(entry.tokens, arr), limit)
+            if n > best_len and (n == len(entry.tokens) or _trimmable(entry.cache)):
+                best_key, best_len = key, n
+        return best_key, best_len
 
     def _drop(self, key: int) -> None:
         entry = self._entries.pop(key)

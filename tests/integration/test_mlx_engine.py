@@ -295,3 +295,36 @@ def test_first_token_is_handed_out_on_the_step_that_prefills(engine):
     evs = drain(engine)["again"]
     assert evs[-2].cached_tokens == len(ids) - 1
     assert text_of(evs) == generate(engine._model, engine._tokenizer, prompt=ids, max_tokens=4)
+
+
+def test_cold_prompts_arriving_together_prefill_shortest_first(engine):
+    """Prompts that arrive together are prefilled shortest first, in small groups, not in
+    one pass padded to the longest: the short ones get their first token sooner, and
+    every reply is still what it is alone."""
+    sizes = [120, 70, 35, 10]  # words, submitted longest first
+    prompts = [" ".join(["local models count to ten"] * (n // 5)) + f" take {n}." for n in sizes]
+    alone = []
+    for i, p in enumerate(prompts):
+        engine.submit(ask(p, f"solo{i}", max_tokens=6))
+        alone.append(text_of(drain(engine)[f"solo{i}"]))
+    engine._prefix.clear()
+    first_step: dict[str, int] = {}  # the engine step that produced each first token
+    take = engine._take_token
+
+    def spy(act, token, events, now=None):
+        first_step.setdefault(act.req.request_id, engine._steps)
+        return take(act, token, events, now)
+
+    engine._take_token = spy
+    try:
+        for i, p in enumerate(prompts):
+            engine.submit(ask(p, f"cold{i}", max_tokens=6))
+        events = drain(engine)
+    finally:
+        del engine._take_token
+    lengths = [events[f"cold{i}"][-2].prompt_tokens for i in range(len(sizes))]
+    assert lengths == sorted(lengths, reverse=True)
+    steps = [first_step[f"cold{i}"] for i in range(len(sizes))]
+    assert steps == sorted(steps, reverse=True), (lengths, steps)
+    assert steps[-1] < steps[0]
+    assert [text_of(events[f"cold{i}"]) for i in range(len(sizes))] == alone

@@ -1,0 +1,73 @@
+"""Which waiting prompts to prefill together next: shortest first, little padding.
+
+When several conversations start at once, mlx_lm's BatchGenerator prefills up to eight
+prompts in one pass, right-padded to the longest, and every one of them gets its first
+token only when the whole pass is done. Eight cold prompts of 300 to 1,140 tokens then
+all wait for 8 x 1,140 padded tokens; on a CPU, where a 300-token prompt already fills
+the matrix units, batching buys nothing and the padding is pure waste. Prefilled
+shortest first, in groups of near-equal length, the short ones answer after their own
+prefill and the median wait falls by half or more (bench/chat.py, scenario b).
+
+How much batching is worth depends on the device. On a CPU a pass costs in proportion
+to its tokens, so only short prompts share one (a budget of padded tokens that costs
+about one decode step, so a burst of one-line questions still goes eight at a time) and
+longer ones go one by one: the same total work, but each answers after its own prefill.
+On a GPU a pass of a few hundred tokens leaves most of the chip idle, so the budget is
+larger and near-equal lengths may share a pass past it (some padding for one pass fewer).
+A prompt that has waited too long goes next whatever its length, so a long one is never
+starved by a stream of short ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# A group may always hold this many padded tokens (CPU, GPU): about one decode step of a
+# full batch on a CPU; on a GPU, about where a pass stops being cheap per token.
+FREE_PADDED_TOKENS = {"cpu": 512, "gpu": 2048}
+# Past that, a group's padded size may exceed its real tokens by this factor at most
+# (never on a CPU: nothing is gained by sharing a pass there).
+PADDING_SLACK = {"cpu": 0.0, "gpu": 1.15}
+# A prompt that has waited this long is taken next, in arrival order.
+OVERDUE_S = 2.0
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """One prompt waiting for prefill: its uncached tokens and when it arrived."""
+
+    new_tokens: int
+    arrived: float
+
+
+def next_group(waiting: Sequence[Waiting], limit: int, now: float, free_tokens: int,
+               slack: float, overdue_s: float = OVERDUE_S) -> list[int]:
+    """Indices into `waiting` of the next group to prefill (at most `limit`, never empty
+    when `waiting` is not). Overdue prompts lead in arrival order; then shortest first,
+    adding the next shortest while the group's padded size stays within budget."""
+    if not waiting or limit <= 0:
+        return []
+    order = sorted(range(len(waiting)), key=lambda i: (
+        now - waiting[i].arrived < overdue_s,  # overdue first ...
+        waiting[i].arrived if now - waiting[i].arrived >= overdue_s else 0.0,  # ... FIFO
+        waiting[i].new_tokens,
+        waiting[i].arrived,
+    ))
+    group = [order[0]]
+    longest = total = waiting[order[0]].new_tokens
+    for i in order[1:]:
+        if len(group) >= limit:
+            break
+        n = waiting[i].new_tokens
+        padded = (len(group) + 1) * max(longest, n)
+        if padded > free_tokens and padded > slack * (total + n):
+            break
+        group.append(i)
+        longest, total = max(longest, n), total + n
+    return group
+
+
+def padded_tokens(waiting: Sequence[Waiting], group: Sequence[int]) -> int:
+    """What prefilling `group` together costs, in tokens (right-padded to the longest)."""
+    return len(group) * max((waiting[i].new_tokens for i in group), default=0)
