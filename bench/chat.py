@@ -165,7 +165,8 @@ class Server:
                 self.proc.wait()
 
 
-def start_ours(model_dir: Path, work: Path, context: int, concurrency: int) -> Server:
+def start_ours(model_dir: Path, work: Path, context: int, concurrency: int,
+               options: tuple[str, ...] = ()) -> Server:
     from core.config import Settings
 
     home = work / "home-serve"
@@ -176,6 +177,8 @@ def start_ours(model_dir: Path, work: Path, context: int, concurrency: int) -> S
     argv = [sys.executable, "-m", "core.server.cli", "--host", "127.0.0.1", "--port", str(port),
             "--engine", "mlx", "--model", str(model_dir), "--served-model-name", "bench",
             "--option", f"max_concurrency={concurrency}", "--option", "label=bench"]
+    for option in options:  # engine options to compare (e.g. prefill_order=fifo)
+        argv += ["--option", option]
     return Server("llmdeck", argv, port, "bench", env, work / "serve.log")
 
 
@@ -479,7 +482,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     servers: list[Server] = []
     try:
         t0 = time.perf_counter()
-        ours = start_ours(model_dir, work, context, concurrency)
+        ours = start_ours(model_dir, work, context, concurrency, tuple(args.option))
+        if args.option:
+            result["ours_options"] = list(args.option)
         servers.append(ours)
         peer = start_peer(model_dir, work, concurrency)
         servers.append(peer)
@@ -580,6 +585,8 @@ def main() -> None:
     parser.add_argument("--scenarios", default="lone,a,b,c32,c64,d")
     parser.add_argument("--no-runtime", action="store_true", help="skip the in-process Runtime runs")
     parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="an engine option for our server (repeatable), e.g. prefill_order=fifo")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run every scenario this many times, alternating which server goes "
                              "first, and pool the samples (a noisy shared CPU: use 3)")
