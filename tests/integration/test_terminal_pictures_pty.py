@@ -5,76 +5,33 @@ Real Textual with its Linux driver, the scripted engine in a worker, a real PNG.
 
 from __future__ import annotations
 
-import fcntl
 import os
-import pty
 import re
-import select
 import shlex
 import shutil
-import signal
-import struct
-import subprocess
 import sys
-import termios
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.fixtures.images import make_image
+from tests.helpers import pty_app
+from tests.helpers.pty_app import LAUNCH, ROOT
 from tests.helpers.tmux_client import RealTmux
 
-ROOT = Path(__file__).resolve().parents[2]
-# As `llmdeck` starts it (tui/cli.py build_app): answers to our queries are not keys.
-LAUNCH = ("from tui import terminal_answers; terminal_answers.install(); "
-          "from tests.fixtures.tui import scripted_app; scripted_app().run()")
 PLACEHOLDER = "\U0010eeee".encode()
+# A terminal the environment does not name.
+UNNAMED = ("TMUX", "KITTY_WINDOW_ID", "TERM_PROGRAM", "LC_TERMINAL", "COLORTERM",
+           "ITERM_SESSION_ID", "WEZTERM_PANE", "GHOSTTY_RESOURCES_DIR", "KONSOLE_VERSION")
 
 
-class PtyApp:
-    """The app in a child process whose terminal is a pty we read every byte of."""
+class PtyApp(pty_app.PtyApp):
+    """The app on a pty, drawing pictures in `graphics` (auto: as the terminal answers)."""
 
     def __init__(self, graphics: str | None, columns: int = 120, rows: int = 40) -> None:
-        self.master, slave = pty.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
-        env = {**os.environ, "TERM": "xterm-256color", "LLMDECK_GRAPHICS": graphics or "auto"}
-        for name in ("TMUX", "KITTY_WINDOW_ID", "TERM_PROGRAM", "LC_TERMINAL", "COLORTERM",
-                     "ITERM_SESSION_ID", "WEZTERM_PANE", "GHOSTTY_RESOURCES_DIR",
-                     "KONSOLE_VERSION"):
-            env.pop(name, None)  # a terminal the environment does not name
-        self.proc = subprocess.Popen([sys.executable, "-c", LAUNCH], cwd=ROOT, env=env,
-                                     stdin=slave, stdout=slave, stderr=slave,
-                                     start_new_session=True)
-        os.close(slave)
-        self.output = b""
-
-    def read_until(self, predicate, timeout: float, what: str) -> bytes:
-        deadline = time.monotonic() + timeout
-        while not predicate(self.output):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                tail = self.output[-1500:].decode(errors="replace")
-                raise AssertionError(f"timed out after {timeout}s waiting for {what}: {tail!r}")
-            if select.select([self.master], [], [], min(left, 0.5))[0]:
-                try:
-                    self.output += os.read(self.master, 65536)
-                except OSError:  # the child closed the terminal
-                    raise AssertionError(f"the app exited waiting for {what}") from None
-        return self.output
-
-    def type_line(self, text: str) -> None:
-        os.write(self.master, text.encode() + b"\r")  # text and Enter in one write
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
-        os.close(self.master)
+        env: dict[str, str | None] = {name: None for name in UNNAMED}
+        super().__init__({**env, "LLMDECK_GRAPHICS": graphics or "auto"}, columns, rows)
 
 
 @pytest.mark.slow
