@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -297,6 +298,23 @@ def test_first_token_is_handed_out_on_the_step_that_prefills(engine):
     assert text_of(evs) == generate(engine._model, engine._tokenizer, prompt=ids, max_tokens=4)
 
 
+@contextmanager
+def first_token_steps(engine):
+    """Record the engine step on which each request's first token was taken."""
+    steps: dict[str, int] = {}
+    take = engine._take_token
+
+    def spy(act, token, events, now=None):
+        steps.setdefault(act.req.request_id, engine._steps)
+        return take(act, token, events, now)
+
+    engine._take_token = spy
+    try:
+        yield steps
+    finally:
+        del engine._take_token
+
+
 def test_cold_prompts_arriving_together_prefill_shortest_first(engine):
     """Prompts that arrive together are prefilled shortest first, in small groups, not in
     one pass padded to the longest: the short ones get their first token sooner, and
@@ -308,23 +326,35 @@ def test_cold_prompts_arriving_together_prefill_shortest_first(engine):
         engine.submit(ask(p, f"solo{i}", max_tokens=6))
         alone.append(text_of(drain(engine)[f"solo{i}"]))
     engine._prefix.clear()
-    first_step: dict[str, int] = {}  # the engine step that produced each first token
-    take = engine._take_token
-
-    def spy(act, token, events, now=None):
-        first_step.setdefault(act.req.request_id, engine._steps)
-        return take(act, token, events, now)
-
-    engine._take_token = spy
-    try:
+    with first_token_steps(engine) as first_step:
         for i, p in enumerate(prompts):
             engine.submit(ask(p, f"cold{i}", max_tokens=6))
         events = drain(engine)
-    finally:
-        del engine._take_token
     lengths = [events[f"cold{i}"][-2].prompt_tokens for i in range(len(sizes))]
     assert lengths == sorted(lengths, reverse=True)
     steps = [first_step[f"cold{i}"] for i in range(len(sizes))]
     assert steps == sorted(steps, reverse=True), (lengths, steps)
     assert steps[-1] < steps[0]
     assert [text_of(events[f"cold{i}"]) for i in range(len(sizes))] == alone
+
+
+def test_a_short_prompt_joins_a_long_prefill_instead_of_waiting_for_all_of_it(model_dir):
+    """A long prompt that arrives while another request decodes is prefilled in chunks;
+    a short prompt arriving meanwhile gets its first token long before the long one."""
+    spec = ModelSpec(str(model_dir), "mlx", context_size=2048, options=(
+        ("max_concurrency", 8), ("warmup_batch_sizes", (1, 2)), ("prefill_step_size", 32)))
+    eng = MlxEngine(spec)
+    try:
+        long_text = " ".join(["local models count to ten"] * 80)  # ~400 tokens: 13 chunks
+        eng.submit(ask("Count to ten.", "decoding", max_tokens=40))
+        with first_token_steps(eng) as first_step:
+            eng.step()  # "decoding" runs alone
+            eng.submit(ask(long_text, "long", max_tokens=4))
+            eng.step()
+            eng.step()  # the long prompt is a few chunks in
+            eng.submit(ask("Say hi.", "short", max_tokens=4))
+            events = drain(eng)
+        assert first_step["short"] < first_step["long"] - 4, first_step
+        assert all(done_of(events[rid]) == "length" for rid in ("decoding", "long", "short"))
+    finally:
+        eng.close()
