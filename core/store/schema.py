@@ -165,11 +165,13 @@ def rebuild_fts(conn: sqlite3.Connection, table: str) -> None:
     FTS5's own 'rebuild' needs the table's structure record to be readable; when that
     record is what got damaged, the index's shadow tables are first put back to the state
     of a new, empty index (the records an in-memory copy of the same table starts with).
+    A damaged count in that record can make FTS5 ask for an impossible allocation, which
+    sqlite3 raises as MemoryError (SQLITE_NOMEM): damage all the same.
     """
     try:
         conn.execute(f"INSERT INTO {table}({table}) VALUES ('rebuild')")
         return
-    except sqlite3.DatabaseError:
+    except (sqlite3.DatabaseError, MemoryError):  # a damaged size can ask for 2^31 of a thing
         pass
     sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
     scratch = sqlite3.connect(":memory:")

@@ -634,6 +634,8 @@ class Store(AttachmentRows):
         with self._lock:
             try:
                 return search.search(self.conn, query, limit)
+            except MemoryError:  # SQLITE_NOMEM: a damaged count in the index (rebuild_fts)
+                pass
             except sqlite3.DatabaseError as exc:  # a damaged index, never the query
                 if not _corrupt(exc):
                     if _user_facing(exc):

@@ -111,12 +111,32 @@ def test_a_damaged_search_index_is_rebuilt_from_the_messages(store_path: Path) -
     for table in ("messages_fts_data", "titles_fts_data"):
         conn.execute(f"UPDATE {table} SET block = randomblob(length(block)) WHERE id > 1")
     conn.commit()
-    with pytest.raises(sqlite3.DatabaseError):  # what reached the search box before
+    with pytest.raises((sqlite3.DatabaseError, MemoryError)):  # what reached the search box
         conn.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'sourdough'")
     conn.close()
     store = check_store(open_store(store_path))
     try:
         assert store.recovery is None  # the file itself is sound
+        assert len(store.search("sourdough")) == 5
+        assert len(store.search("crumb")) == 5
+    finally:
+        store.close()
+
+
+def test_an_index_whose_damage_asks_for_impossible_memory_is_rebuilt_too(store_path: Path) -> None:
+    """A structure record claiming a level of 2^31 segments makes FTS5 fail with
+    SQLITE_NOMEM, which sqlite3 raises as MemoryError, on a search and on 'rebuild' alike
+    (random damage met it in CI): the search still rebuilds the index and answers."""
+    _history(store_path, conversations=5)
+    conn = sqlite3.connect(store_path)
+    for table in ("messages_fts_data", "titles_fts_data"):  # cookie, 1 level, 5 segments, ...
+        conn.execute(f"UPDATE {table} SET block = X'000000000105050087FFFFFF7F' WHERE id = 10")
+    conn.commit()
+    with pytest.raises(MemoryError):
+        conn.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'sourdough'")
+    conn.close()
+    store = check_store(open_store(store_path))
+    try:
         assert len(store.search("sourdough")) == 5
         assert len(store.search("crumb")) == 5
     finally:
