@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable
@@ -40,19 +41,24 @@ class LocalTable(DataTable):
         self.models: list[LocalModel] = []
 
     def on_mount(self) -> None:
-        self.add_columns(*COLUMNS)
+        self.show([])
 
     def show(self, models: list[LocalModel], select: str | None = None) -> None:
-        """Fill the table, keeping the cursor on `select` (a model id) when given."""
+        """Fill the table, keeping the cursor on `select` (a model id) when given.
+
+        Column widths are measured here, not left to DataTable's auto width: that is
+        worked out on the table's next Idle, which a table filled while its tab was hidden
+        may not get before it is shown, and a row added then (a download just finished)
+        was drawn cut to the old widths ("acme/gemma-3-270m-it-GGU", "hf-cach")."""
         previous = self.current.id if self.current else None
         self.models = list(models)
-        self.clear()
-        for m in self.models:
-            name = m.repo_id + "/" + m.name if m.repo_id and m.format == "gguf" else (
-                m.repo_id or m.name)
-            self.add_row(name, m.format, m.engine or "none", m.quant or "", m.role,
-                         fmt.size(m.size_bytes), m.source,
-                         "ok" if m.valid else f"✗ {m.problem}", key=m.id)
+        rows = [_cells(m) for m in self.models]
+        self.clear(columns=True)
+        for i, label in enumerate(COLUMNS):
+            width = max([cell_len(label), *(cell_len(row[i]) for row in rows)])
+            self.add_column(label, width=width, key=label)
+        for m, row in zip(self.models, rows, strict=True):
+            self.add_row(*row, key=m.id)
         want = select or previous
         for i, m in enumerate(self.models):
             if m.id == want:
@@ -75,3 +81,10 @@ class LocalTable(DataTable):
 
     def action_refresh_list(self) -> None:
         self.post_message(self.RefreshRequested())
+
+
+def _cells(m: LocalModel) -> tuple[str, ...]:
+    """A model's row, one string per column of COLUMNS."""
+    name = m.repo_id + "/" + m.name if m.repo_id and m.format == "gguf" else (m.repo_id or m.name)
+    return (name, m.format, m.engine or "none", m.quant or "", m.role, fmt.size(m.size_bytes),
+            m.source, "ok" if m.valid else f"✗ {m.problem}")
