@@ -46,7 +46,7 @@ from core.server.limits import (
     load_body,
     too_large,
 )
-from core.server.sse import SSE_HEADERS, Sink, SseResponse, json_response
+from core.server.sse import json_response, write_stream
 from core.server.wire import (
     ApiError,
     ChatCall,
@@ -129,8 +129,9 @@ class ChatServer:
         except Exception as exc:  # a bug: still JSON, and one line in the log (no request text)
             log.warning("serve: internal error on %s %s: %s", request.method, request.path,
                         type(exc).__name__)
-            return json_response(ApiError(500, "The server hit an internal error handling this request "
-                                  f"({type(exc).__name__}); retry it.").body(), status=500)
+            return json_response(ApiError(500, "The server hit an internal error handling this "
+                                          f"request ({type(exc).__name__}); retry it.").body(),
+                                 status=500)
 
     def _check_key(self, request: web.Request) -> None:
         given = request.headers.get("Authorization", "")
@@ -339,12 +340,6 @@ class ChatServer:
         tokens, clients concatenate. Nothing is reordered and nothing is merged across a
         tool call, usage, error or the end; usage counts tokens, not chunks.
         """
-        response = SseResponse(headers=SSE_HEADERS)
-        chunked = request.version >= (1, 1)
-        if chunked:
-            response.enable_chunked_encoding()
-        await response.prepare(request)
-        sink = Sink(response, request.transport if chunked else None, self.limits.write_timeout_s)
         head = json.dumps({"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion.chunk",
                            "created": int(time.time()), "model": call.model})[:-1]
         prefix = (head + ',"choices":[{"index":0,"delta":').encode()
@@ -417,20 +412,8 @@ class ChatServer:
                     return True
             return False
 
-        batch: list[Event] | None = first
-        while batch is not None and not encode(batch):
-            if out:
-                if not await sink.send(out):
-                    return response
-                out.clear()
-            batch = await anext(batches, None)
-        if out:  # the end leaves with the last chunks, in one write
-            try:
-                async with asyncio.timeout(self.limits.write_timeout_s):
-                    await response.write_eof(bytes(out))
-            except (ConnectionError, TimeoutError):
-                pass
-        return response
+        return await write_stream(request, self.limits.write_timeout_s, out, encode, first,
+                                  batches)
 
     # -- embeddings ----------------------------------------------------------------------
     async def embed(self, request: web.Request) -> web.Response:
@@ -463,4 +446,4 @@ class ChatServer:
                 value = base64.b64encode(vec.astype("<f4").tobytes()).decode()
             data.append({"object": "embedding", "index": i, "embedding": value})
         return json_response({"object": "list", "data": data, "model": model,
-                      "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+                              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})

@@ -18,7 +18,6 @@ apart; it takes the server as a parameter, never by import (no import circle).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
@@ -33,7 +32,7 @@ from core.engines.base import MAX_TOP_LOGPROBS, GenerationRequest
 from core.events import Done, Error, Event, Logprobs, TextDelta, Usage
 from core.remote.backend import event_batches
 from core.server.limits import MAX_CHARS_PER_TOKEN
-from core.server.sse import SSE_HEADERS, Sink, SseResponse, json_response
+from core.server.sse import json_response, write_stream
 from core.server.wire import (
     ApiError,
     api_error_for,
@@ -228,13 +227,6 @@ class CompletionsRoute:
         """SSE `text_completion` chunks: one per batch of events (one token when the client
         keeps up), carrying that batch's text and its tokens' logprobs; then the finish,
         usage when stream_options asks, and [DONE]."""
-        response = SseResponse(headers=SSE_HEADERS)
-        chunked = request.version >= (1, 1)
-        if chunked:
-            response.enable_chunked_encoding()
-        await response.prepare(request)
-        timeout = self.server.limits.write_timeout_s
-        sink = Sink(response, request.transport if chunked else None, timeout)
         head = {"id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion",
                 "created": int(time.time()), "model": call.model}
         prompt = call.request.prompt or ""
@@ -279,16 +271,5 @@ class CompletionsRoute:
                 out.extend(chunk("".join(text), legacy.convert(entries) if legacy else None, None))
             return False
 
-        batch: list[Event] | None = first
-        while batch is not None and not encode(batch):
-            if out:
-                if not await sink.send(out):  # the client went or stopped reading
-                    return response
-                out.clear()
-            batch = await anext(batches, None)
-        try:  # the end leaves with the last chunks, in one write
-            async with asyncio.timeout(timeout):
-                await response.write_eof(bytes(out))
-        except (ConnectionError, TimeoutError):
-            pass
-        return response
+        return await write_stream(request, self.server.limits.write_timeout_s, out, encode,
+                                  first, batches)

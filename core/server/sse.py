@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiohttp import web
+
+from core.events import Event
 
 DIRECT_LIMIT = 64 * 1024  # bytes queued in the transport before writes wait for it to drain
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
@@ -57,6 +60,37 @@ class Sink:
             return False
         self.started = True
         return True
+
+
+async def write_stream(request: web.Request, timeout: float, out: bytearray,
+                       encode: Callable[[list[Event]], bool], first: list[Event],
+                       batches: AsyncIterator[list[Event]]) -> web.StreamResponse:
+    """Answer `request` with an SSE stream of a generation's event batches.
+
+    `encode` appends a batch's chunks to `out` (which may already hold the route's opening
+    chunk) and says whether that batch ended the stream. Chunks go out as each batch is
+    encoded; the end leaves with the last of them, in one write. A client that goes away
+    ends it quietly (see Sink).
+    """
+    response = SseResponse(headers=SSE_HEADERS)
+    chunked = request.version >= (1, 1)
+    if chunked:
+        response.enable_chunked_encoding()
+    await response.prepare(request)
+    sink = Sink(response, request.transport if chunked else None, timeout)
+    batch: list[Event] | None = first
+    while batch is not None and not encode(batch):
+        if out:
+            if not await sink.send(out):
+                return response
+            out.clear()
+        batch = await anext(batches, None)
+    try:
+        async with asyncio.timeout(timeout):
+            await response.write_eof(bytes(out))
+    except (ConnectionError, TimeoutError):
+        pass
+    return response
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:
