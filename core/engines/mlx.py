@@ -538,10 +538,9 @@ class MlxEngine:
         their first token, since BatchGenerator hands a step's tokens back only after
         that step's prefill, and the short prompts would otherwise wait for the long.
         """
-        if any(act.error is not None for act in self._pending):
-            for act in [a for a in self._pending if a.error is not None]:
-                self._pending.remove(act)
-                out.setdefault(act.req.request_id, []).extend([act.error, Done("error")])
+        for act in [a for a in self._pending if a.error is not None]:
+            self._pending.remove(act)
+            out.setdefault(act.req.request_id, []).extend([act.error, Done("error")])
         free = self.max_concurrency - len(self._batch) - (1 if self._single else 0)
         if not self._pending or free <= 0:
             return
