@@ -5,8 +5,10 @@ keys, and the real sandbox process running the code."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 from core.config import Settings
+from core.tools.builtins import now as now_tool
 from tests.fixtures.tui import scripted_app, wait_until
 from tui.widgets.message_view import MessageView
 from tui.widgets.tool_card import ToolCard
@@ -110,7 +112,12 @@ def test_card_denied(snap_compare) -> None:
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
-def test_always_allow_for_a_read_only_tool_skips_the_next_question(snap_compare) -> None:
+def test_always_allow_for_a_read_only_tool_skips_the_next_question(snap_compare, monkeypatch) -> None:
+    # The clock's answer goes into the prompt, so the header's token count would follow the
+    # weekday's length (CI met 'ctx 64' on a Tuesday): hold the clock on a Monday.
+    monday = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
+    monkeypatch.setattr(now_tool, "current_time", lambda: monday)
+
     async def run_before(pilot) -> None:
         app = pilot.app
         await _ask(pilot, "What day is it?")

@@ -8,8 +8,13 @@ from typing import Any
 from core.tools.registry import Tool, ToolContext, ToolResult
 
 
+def current_time() -> datetime:
+    """The aware local time; one seam, so a test can hold the clock still."""
+    return datetime.now().astimezone()
+
+
 async def _run(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    stamp = datetime.now().astimezone()
+    stamp = current_time()
     text = f"{stamp.strftime('%A')} {stamp.isoformat(timespec='seconds')} ({stamp.tzname()})"
     return ToolResult(text, data={"iso": stamp.isoformat()})
 
