@@ -67,6 +67,32 @@ def test_whole_entry_match_is_handed_over_without_a_copy():
     assert n == 3 and cache is stored and len(pc) == 0
 
 
+def test_a_fork_of_its_own_conversation_takes_the_entry_trimmed():
+    # Entry: a first prompt of 4 tokens ("SSUU": system, user) and a 2-token reply. An
+    # edit of the reply's turn shares all of that first prompt: the same conversation.
+    pc = PrefixCache()
+    stored = filled_cache([1, 2, 3, 4, 5, 6])
+    pc.store([1, 2, 3, 4, 5, 6], stored, text="abcdef", marks=((4, 4), (6, 6)))
+    cache, n = pc.fetch([1, 2, 3, 4, 9, 9])
+    assert n == 4 and cache is stored and len(pc) == 0, "no copy, the old branch gives way"
+    assert positions(cache) == [1, 2, 3, 4]
+    # A regenerate of the first turn shares its prompt but the one token left to feed.
+    pc.store([1, 2, 3, 4, 5, 6], filled_cache([1, 2, 3, 4, 5, 6]), text="abcdef",
+             marks=((4, 4), (6, 6)))
+    cache, n = pc.fetch([1, 2, 3, 4])
+    assert n == 3 and positions(cache) == [1, 2, 3] and len(pc) == 0
+
+
+def test_another_conversation_sharing_only_the_system_prompt_copies():
+    pc = PrefixCache()
+    stored = filled_cache([1, 2, 3, 4, 5, 6])
+    pc.store([1, 2, 3, 4, 5, 6], stored, text="abcdef", marks=((4, 4), (6, 6)))
+    cache, n = pc.fetch([1, 2, 7, 7, 7])  # shares "SS", then its own first message
+    assert n == 2 and cache is not stored and len(pc) == 1
+    again, m = pc.fetch([1, 2, 3, 4, 5, 6, 7])  # the first conversation's next turn
+    assert m == 6 and again is stored and positions(again) == [1, 2, 3, 4, 5, 6]
+
+
 def test_entry_covered_by_a_longer_one_is_replaced():
     pc = PrefixCache()
     pc.store([1, 2], filled_cache([1, 2]))
