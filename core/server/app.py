@@ -34,6 +34,7 @@ from core.events import (
 )
 from core.openai_wire import tool_call_body
 from core.remote.backend import Backend, event_batches
+from core.server.collect import collect
 from core.server.completions import CompletionsRoute
 from core.server.connections import ServeLimits, busy_middleware
 from core.server.embeddings import EMBEDDING_MODELS, MAX_INPUTS, EmbeddingService
@@ -287,35 +288,14 @@ class ChatServer:
 
     async def _complete(self, call: ChatCall, first: list[Event],
                         batches: AsyncIterator[list[Event]]) -> web.Response:
-        text: list[str] = []
-        reasoning: list[str] = []
-        calls: list[dict[str, Any]] = []
-        logprobs: list[dict[str, Any]] = []
-        usage: Usage | None = None
-        finish = "stop"
-        batch: list[Event] | None = first
-        while batch is not None:
-            for event in batch:
-                if isinstance(event, TextDelta):
-                    text.append(event.text)
-                elif isinstance(event, Logprobs):
-                    logprobs.extend(event.content)
-                elif isinstance(event, ReasoningDelta):
-                    reasoning.append(event.text)
-                elif isinstance(event, ToolCall):
-                    calls.append(tool_call_body(event.id, event.name, event.arguments, event.raw))
-                elif isinstance(event, Usage):
-                    usage = event
-                elif isinstance(event, Error):
-                    raise api_error_for(event)
-                elif isinstance(event, Done):
-                    finish = event.finish_reason
-            if isinstance(batch[-1], Done):
-                break
-            batch = await anext(batches, None)
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text or not calls else None}
-        if reasoning:
-            message["reasoning_content"] = "".join(reasoning)
+        got = await collect(first, batches)
+        if got.error is not None:
+            raise api_error_for(got.error)
+        calls = [tool_call_body(c.id, c.name, c.arguments, c.raw) for c in got.calls]
+        message: dict[str, Any] = {"role": "assistant",
+                                   "content": "".join(got.text) if got.text or not calls else None}
+        if got.reasoning:
+            message["reasoning_content"] = "".join(got.reasoning)
         if calls:
             message["tool_calls"] = calls
         body = {
@@ -324,9 +304,9 @@ class ChatServer:
             "created": int(time.time()),
             "model": call.model,
             "choices": [{"index": 0, "message": message,
-                         "logprobs": {"content": logprobs} if call.request.sampling.logprobs else None,
-                         "finish_reason": finish_for(finish, bool(calls))}],
-            "usage": usage_body(usage),
+                         "logprobs": {"content": got.logprobs} if call.request.sampling.logprobs else None,
+                         "finish_reason": finish_for(got.finish, bool(calls))}],
+            "usage": usage_body(got.usage),
         }
         return json_response(body)
 

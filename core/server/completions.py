@@ -31,6 +31,7 @@ from core.config import Sampling
 from core.engines.base import MAX_TOP_LOGPROBS, GenerationRequest
 from core.events import Done, Error, Event, Logprobs, TextDelta, Usage
 from core.remote.backend import event_batches
+from core.server.collect import collect
 from core.server.limits import MAX_CHARS_PER_TOKEN
 from core.server.sse import json_response, write_stream
 from core.server.wire import (
@@ -193,33 +194,17 @@ class CompletionsRoute:
     async def _complete(self, call: CompletionCall, first: list[Event],
                         batches: AsyncIterator[list[Event]]) -> web.Response:
         prompt = call.request.prompt or ""
-        text: list[str] = [prompt] if call.echo else []
-        entries: list[dict[str, Any]] = []
-        usage: Usage | None = None
-        finish = "stop"
-        batch: list[Event] | None = first
-        while batch is not None:
-            for event in batch:
-                if isinstance(event, TextDelta):
-                    text.append(event.text)
-                elif isinstance(event, Logprobs):
-                    entries.extend(event.content)
-                elif isinstance(event, Usage):
-                    usage = event
-                elif isinstance(event, Error):
-                    raise _prompt_terms(api_error_for(event))
-                elif isinstance(event, Done):
-                    finish = event.finish_reason
-            if isinstance(batch[-1], Done):
-                break
-            batch = await anext(batches, None)
-        logprobs = (_LegacyLogprobs(len(prompt)).convert(entries)
+        got = await collect(first, batches)
+        if got.error is not None:
+            raise _prompt_terms(api_error_for(got.error))
+        text = (prompt if call.echo else "") + "".join(got.text)
+        logprobs = (_LegacyLogprobs(len(prompt)).convert(got.logprobs)
                     if call.logprobs is not None else None)
         body = {"id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion",
                 "created": int(time.time()), "model": call.model,
-                "choices": [{"index": 0, "text": "".join(text), "logprobs": logprobs,
-                             "finish_reason": finish_for(finish, False)}],
-                "usage": usage_body(usage)}
+                "choices": [{"index": 0, "text": text, "logprobs": logprobs,
+                             "finish_reason": finish_for(got.finish, False)}],
+                "usage": usage_body(got.usage)}
         return json_response(body)
 
     async def _stream(self, request: web.Request, call: CompletionCall, first: list[Event],
