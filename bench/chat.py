@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.stats import pct  # noqa: E402
 
 _WORDS = (
     "the quick brown fox jumps over a lazy dog while local models count to ten and "
@@ -66,11 +67,6 @@ def untied(shape: dict[str, Any]) -> dict[str, Any]:
     echo its last prompt token: Qwen3-0.6B's shape then writes nothing but newlines, which
     a chat view (and our stream) never shows, so no turn would ever show text."""
     return dict(shape, tie_word_embeddings=False)
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def free_port() -> int:

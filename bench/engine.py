@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import mlx.core as mx  # noqa: E402
 from mlx_lm.generate import BatchGenerator, generate_step  # noqa: E402
 
+from bench.stats import pct  # noqa: E402
 from core.engines.base import GenerationRequest, ModelSpec, SamplingParams  # noqa: E402
 from core.engines.mlx import MlxEngine  # noqa: E402
 from core.events import Usage  # noqa: E402
@@ -44,13 +44,6 @@ _WORDS = "the quick brown fox jumps over a lazy dog while local models count to 
 
 def _text(n_words: int, salt: int) -> str:
     return " ".join(_WORDS[(i * 7 + salt) % len(_WORDS)] for i in range(n_words))
-
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def _requests(batch: int, words: int, max_tokens: int, tag: str) -> list[GenerationRequest]:
@@ -106,11 +99,11 @@ def run_ours(eng: MlxEngine, reqs: list[GenerationRequest]) -> dict:
     return {
         "tokens": tokens,
         "tokens_per_s": tokens / total,
-        "ttft_p50_ms": _pct([u.ttft_ms for u in usages], 0.5),
-        "ttft_p95_ms": _pct([u.ttft_ms for u in usages], 0.95),
+        "ttft_p50_ms": pct([u.ttft_ms for u in usages], 0.5),
+        "ttft_p95_ms": pct([u.ttft_ms for u in usages], 0.95),
         "max_step_over_median": max(decode_steps or steps) / med if med else 0.0,
         "max_step_over_median_with_admission": max(steps) / med if med else 0.0,
-        "decode_tps_p50": _pct([u.decode_tps for u in usages], 0.5),
+        "decode_tps_p50": pct([u.decode_tps for u in usages], 0.5),
         "median_step_ms": med * 1000,
         "max_step_ms": worst[0] * 1000,
         "max_step_index": worst[1],
@@ -151,8 +144,8 @@ def run_raw(model, tokenizer, eos: set[int], reqs: list[GenerationRequest],
     return {
         "tokens": tokens,
         "tokens_per_s": tokens / total,
-        "ttft_p50_ms": _pct(ttfts, 0.5),
-        "ttft_p95_ms": _pct(ttfts, 0.95),
+        "ttft_p50_ms": pct(ttfts, 0.5),
+        "ttft_p95_ms": pct(ttfts, 0.95),
     }
 
 

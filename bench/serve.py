@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from bench.stats import pct  # noqa: E402
 from core.engines.base import GenerationRequest, ModelSpec, SamplingParams  # noqa: E402
 from core.events import ReasoningDelta, TextDelta, Usage  # noqa: E402
 
@@ -40,11 +40,6 @@ _WORDS = "the quick brown fox jumps over a lazy dog while local models count to 
 
 def _prompt(salt: int, words: int = 24) -> str:
     return " ".join(_WORDS[(i * 7 + salt) % len(_WORDS)] for i in range(words)) + f" #{salt}"
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 # -- HTTP clients (run in their own process) -----------------------------------------------
@@ -217,9 +212,9 @@ async def main_async(args: argparse.Namespace) -> dict:
         "inprocess_tokens_per_s": round(inproc_tps, 1),
         "http_vs_inprocess_ratio": round(http_tps / inproc_tps, 3),
         "ttft_p50_ms": round(statistics.median(http_ttft), 1),
-        "ttft_p95_ms": round(_pct(http_ttft, 0.95), 1),
+        "ttft_p95_ms": round(pct(http_ttft, 0.95), 1),
         "inprocess_ttft_p50_ms": round(statistics.median(inproc_ttft), 1),
-        "inprocess_ttft_p95_ms": round(_pct(inproc_ttft, 0.95), 1),
+        "inprocess_ttft_p95_ms": round(pct(inproc_ttft, 0.95), 1),
         # Where HTTP costs CPU (app process and client process), per streamed token: on a
         # box with few cores this is what the model's worker loses to the HTTP path.
         "app_cpu_us_per_token_inprocess": round(statistics.median(cpu_us["server_inprocess"]), 1),

@@ -32,7 +32,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
+from bench.stats import pct  # noqa: E402
 from core.store import MessageStream, Store, fts_query  # noqa: E402
 from core.store.store import _CONVERSATION_SELECT  # noqa: E402
 
@@ -134,9 +134,7 @@ def _time_ms(fn: Callable[[], Any], repeat: int) -> list[float]:
 
 
 def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
-
+    return round(pct(values, q), 3)
 
 def run(quick: bool, keep: Path | None) -> dict[str, Any]:
     conversations, messages = (1_000, 20_000) if quick else (10_000, 200_000)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.stats import pct  # noqa: E402
 
 CODE = "total = sum(range(1000))\ntotal * 2"
 
@@ -39,11 +40,6 @@ def _raw_worker(conn) -> None:  # theirs: the least a separate Python process ca
             return
         exec(compile(code, "<raw>", "exec"), namespace)
         conn.send(repr(namespace.get("total", 0) * 2))
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def bench_raw(n: int) -> list[float]:
@@ -101,9 +97,9 @@ def main() -> None:
         "bench": "tools",
         "runs": n,
         "sandbox_run_p50_ms": round(statistics.median(times), 3),
-        "sandbox_run_p95_ms": round(_pct(times, 0.95), 3),
+        "sandbox_run_p95_ms": round(pct(times, 0.95), 3),
         "raw_pipe_exec_p50_ms": round(statistics.median(raw), 3),
-        "raw_pipe_exec_p95_ms": round(_pct(raw, 0.95), 3),
+        "raw_pipe_exec_p95_ms": round(pct(raw, 0.95), 3),
         "run_throughput_ratio": round(statistics.median(raw) / statistics.median(times), 3),
         "sandbox_cold_start_ms": round(float(ours["cold_ms"]), 1),
         "respawn_after_timeout_wait_ms": round(float(ours["respawn_wait_ms"]), 1),
