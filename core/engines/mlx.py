@@ -595,7 +595,7 @@ class MlxEngine:
     # -- Single-stream path ----------------------------------------------------------
 
     def _start_single(self, act: _Request) -> None:
-        cache, cached = self._prefix.fetch(act.prompt)
+        cache, cached = self._prefix.fetch(act.prompt, take_forks=True)
         if cache is None:
             cache = make_prompt_cache(self._model)
         act.cached = cached

@@ -10,8 +10,8 @@ Saving must never stall decoding: when many requests of a batch finish on one st
 `store` only queues a reference, and `settle` indexes queued entries a few at a time
 (the engine calls it once per step) or all at once before a lookup needs them. Copies
 are lazy too: a partial match hands out slices of the stored arrays, which MLX copies
-only when the new request first writes past them. A regenerated or edited turn of the
-same conversation takes the entry itself, trimmed (no copy at all).
+only when the new request first writes past them. A lone regenerated or edited turn
+of the same conversation takes the entry itself, trimmed (no copy at all).
 
 Entries also remember which text their tokens spell, at a few exact boundaries ("marks":
 the end of every earlier prompt and reply in the conversation). A new prompt is
@@ -170,17 +170,22 @@ class PrefixCache:
         chars, count = entry.marks[i]
         return entry.tokens[:count].tolist(), chars, entry.marks[: i + 1]
 
-    def fetch(self, prompt: Sequence[int]) -> tuple[list[Any] | None, int]:
+    def fetch(self, prompt: Sequence[int], *, take_forks: bool = False,
+              ) -> tuple[list[Any] | None, int]:
         """Return (a private copy of the best cache, tokens it covers) or (None, 0).
 
         At least one prompt token is always left uncached, because the engine must feed
-        one token to get the logits of the next.
+        one token to get the logits of the next. `take_forks`: a regenerated or edited
+        turn takes the entry itself rather than a copy of its head; for a caller that
+        writes into the cache as it is (one stream), not one that copies it into a
+        batch anyway, where taking it would only lose the other branch.
         """
         best_key, best_len = self._best(prompt)
         if best_key is None:
             return None, 0
         entry = self._entries[best_key]
-        if best_len == len(entry.tokens) or _forks_its_own_conversation(entry, best_len):
+        if best_len == len(entry.tokens) or (
+                take_forks and _forks_its_own_conversation(entry, best_len)):
             # The usual next turn: the whole entry is a prefix of the prompt. Hand the
             # cache over without copying (a copy of a long history costs more than the
             # prefill it saves); the request stores its longer cache when it finishes.
@@ -253,7 +258,8 @@ def _forks_its_own_conversation(entry: _Entry, n: int) -> bool:
     without). What it gives up: the branch left behind loses its cached tail, so
     going back to it and going on re-prefills from the fork, one turn's tokens.
     """
-    return bool(entry.marks) and n >= entry.marks[0][1] - 1
+    first_prompt = entry.marks[0][1] if entry.marks else 0
+    return first_prompt > 1 and n >= first_prompt - 1
 
 
 def _prefix_copy(cache: list[Any], n: int, held: int) -> list[Any] | None:

@@ -190,6 +190,39 @@ def test_second_turn_reuses_the_first_turns_cache(engine):
     assert u2.cached_tokens < u2.prompt_tokens
 
 
+def test_a_lone_regenerate_and_edit_take_the_cache_and_stay_exact(engine):
+    """A lone regenerate or edit takes the stored cache itself, trimmed to the fork, and
+    writes over the old branch's tail: each reply must still be what a cold run gives,
+    and going back to continue the old branch must be exact too."""
+    from mlx_lm import generate
+
+    def run(rid: str, messages: list[dict], max_tokens: int = 8) -> tuple[str, Usage, str]:
+        req = GenerationRequest(rid, tuple(messages), SamplingParams(temperature=0.0, max_tokens=max_tokens))
+        ids = engine.render_prompt(req)
+        expected = generate(engine._model, engine._tokenizer, prompt=ids, max_tokens=max_tokens)
+        engine.submit(req)
+        evs = drain(engine)[rid]
+        return text_of(evs), evs[-2], expected
+
+    turn1 = [{"role": "system", "content": "You answer briefly about foxes and dogs."},
+             {"role": "user", "content": "Tell me about the quick brown fox"}]
+    reply1, _, _ = run("f1", turn1)
+    turn2 = turn1 + [{"role": "assistant", "content": reply1},
+                     {"role": "user", "content": "And the lazy dog?"}]
+    reply2, u2, expected = run("f2", turn2)
+    assert reply2 == expected and u2.cached_tokens > 0
+    again, ur, expected = run("regen", turn2)
+    assert again == expected == reply2
+    assert ur.cached_tokens == ur.prompt_tokens - 1, "all but the one token left to feed"
+    edited = turn2[:-1] + [{"role": "user", "content": "What do foxes eat in winter?"}]
+    text, ue, expected = run("edit", edited)
+    assert text == expected
+    assert ue.cached_tokens >= u2.cached_tokens - 2, "the history before the edited turn"
+    back = turn2 + [{"role": "assistant", "content": reply2}, {"role": "user", "content": "Why?"}]
+    text, ub, expected = run("back", back)
+    assert text == expected and 0 < ub.cached_tokens < ub.prompt_tokens
+
+
 def test_prompt_over_context_is_refused_with_a_sentence(model_dir):
     spec = ModelSpec(str(model_dir), "mlx", context_size=16, options=(("warmup_batch_sizes", ()),))
     eng = MlxEngine(spec)

@@ -73,13 +73,15 @@ def test_a_fork_of_its_own_conversation_takes_the_entry_trimmed():
     pc = PrefixCache()
     stored = filled_cache([1, 2, 3, 4, 5, 6])
     pc.store([1, 2, 3, 4, 5, 6], stored, text="abcdef", marks=((4, 4), (6, 6)))
-    cache, n = pc.fetch([1, 2, 3, 4, 9, 9])
-    assert n == 4 and cache is stored and len(pc) == 0, "no copy, the old branch gives way"
+    cache, n = pc.fetch([1, 2, 3, 4, 9, 9])  # a batch row: it copies the head anyway
+    assert n == 4 and cache is not stored and len(pc) == 1, "the other branch stays"
+    cache, n = pc.fetch([1, 2, 3, 4, 9, 9], take_forks=True)  # one stream: no copy
+    assert n == 4 and cache is stored and len(pc) == 0, "the old branch gives way"
     assert positions(cache) == [1, 2, 3, 4]
     # A regenerate of the first turn shares its prompt but the one token left to feed.
     pc.store([1, 2, 3, 4, 5, 6], filled_cache([1, 2, 3, 4, 5, 6]), text="abcdef",
              marks=((4, 4), (6, 6)))
-    cache, n = pc.fetch([1, 2, 3, 4])
+    cache, n = pc.fetch([1, 2, 3, 4], take_forks=True)
     assert n == 3 and positions(cache) == [1, 2, 3] and len(pc) == 0
 
 
@@ -87,7 +89,7 @@ def test_another_conversation_sharing_only_the_system_prompt_copies():
     pc = PrefixCache()
     stored = filled_cache([1, 2, 3, 4, 5, 6])
     pc.store([1, 2, 3, 4, 5, 6], stored, text="abcdef", marks=((4, 4), (6, 6)))
-    cache, n = pc.fetch([1, 2, 7, 7, 7])  # shares "SS", then its own first message
+    cache, n = pc.fetch([1, 2, 7, 7, 7], take_forks=True)  # shares "SS", then its own message
     assert n == 2 and cache is not stored and len(pc) == 1
     again, m = pc.fetch([1, 2, 3, 4, 5, 6, 7])  # the first conversation's next turn
     assert m == 6 and again is stored and positions(again) == [1, 2, 3, 4, 5, 6]
