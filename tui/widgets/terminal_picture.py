@@ -14,7 +14,7 @@ import itertools
 import random
 from typing import TYPE_CHECKING
 
-from rich.color import Color
+from rich.color import Color, ColorSystem
 from rich.control import Control
 from rich.segment import ControlType, Segment
 from rich.style import Style
@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 # Ids under 2**24 fit the placeholder's colour alone (no third diacritic); a random start
 # keeps two apps in one terminal from reusing each other's ids. Inside tmux, or where the
 # app draws in 256 colours (TERM=xterm-kitty without COLORTERM, as over SSH), the id is a
-# 256-colour index (16-255): a 24-bit colour would be turned into the nearest of 256 (by
-# Textual, or by tmux when the outer terminal is not known for RGB), changing the id.
+# 256-colour index (16-255, less those that do not survive Textual's colour path): a 24-bit
+# colour would be turned into the nearest of 256 (by Textual, or by tmux when the outer
+# terminal is not known for RGB), changing the id.
 _kitty_ids = itertools.count(random.randint(1, 2**23))
 _NO_MOVE = ((ControlType.CURSOR_FORWARD, 0),)  # marks raw output as zero-width control
 
@@ -49,9 +50,21 @@ def write_to_terminal(app, data: str) -> None:
         pass
 
 
+def _survives_256_colours(index: int) -> bool:
+    """Whether a 256-colour index reaches the terminal as itself. Textual turns every
+    colour into RGB (its ANSI-to-truecolor filter) and Rich turns RGB back into the
+    nearest of 256 for such a terminal; for 13 of the greys that is a neighbour (254
+    comes out as 253), and the placeholder cells would name another picture."""
+    rgb = Color.from_ansi(index).get_truecolor(foreground=True)
+    return Color.from_triplet(rgb).downgrade(ColorSystem.EIGHT_BIT).number == index
+
+
+_SMALL_IDS = tuple(i for i in range(16, 256) if _survives_256_colours(i))
+
+
 def next_kitty_id(small: bool = False) -> int:
     n = next(_kitty_ids)
-    return 16 + n % 240 if small else n % (2**24 - 1) + 1
+    return _SMALL_IDS[n % len(_SMALL_IDS)] if small else n % (2**24 - 1) + 1
 
 
 def kitty_id_colour(image_id: int) -> Color:
