@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from rich.cells import cell_len
 from textual.binding import Binding
 from textual.message import Message
-from textual.widgets import DataTable
 
 from core.hub import LocalModel
 from tui.widgets import hub_format as fmt
+from tui.widgets.measured_table import MeasuredTable
 
 COLUMNS = ("Model", "Format", "Engine", "Quant", "Role", "Size", "Source", "Valid")
 
 
-class LocalTable(DataTable):
+class LocalTable(MeasuredTable):
     """The local registry; posts LoadRequested / DeleteRequested for the row under the cursor."""
 
     BINDINGS = [
@@ -44,21 +43,10 @@ class LocalTable(DataTable):
         self.show([])
 
     def show(self, models: list[LocalModel], select: str | None = None) -> None:
-        """Fill the table, keeping the cursor on `select` (a model id) when given.
-
-        Column widths are measured here, not left to DataTable's auto width: that is
-        worked out on the table's next Idle, which a table filled while its tab was hidden
-        may not get before it is shown, and a row added then (a download just finished)
-        was drawn cut to the old widths ("acme/gemma-3-270m-it-GGU", "hf-cach")."""
+        """Fill the table, keeping the cursor on `select` (a model id) when given."""
         previous = self.current.id if self.current else None
         self.models = list(models)
-        rows = [_cells(m) for m in self.models]
-        self.clear(columns=True)
-        for i, label in enumerate(COLUMNS):
-            width = max([cell_len(label), *(cell_len(row[i]) for row in rows)])
-            self.add_column(label, width=width, key=label)
-        for m, row in zip(self.models, rows, strict=True):
-            self.add_row(*row, key=m.id)
+        self.fill(COLUMNS, [_cells(m) for m in self.models], [m.id for m in self.models])
         want = select or previous
         for i, m in enumerate(self.models):
             if m.id == want:

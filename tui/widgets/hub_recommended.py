@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from textual.binding import Binding
 from textual.message import Message
-from textual.widgets import DataTable
 
 from core.hub import Fit, Recommendation
 from tui.widgets import hub_format as fmt
+from tui.widgets.measured_table import MeasuredTable
 
 # The licence and the repo are on the detail line under the table, to keep rows in 100 columns.
 COLUMNS = ("Model", "Good at", "Size", "Fits here", "Where")
@@ -33,7 +33,7 @@ def where_text(on_disk: bool) -> str:
     return "on disk" if on_disk else "needs the network"
 
 
-class RecommendedTable(DataTable):
+class RecommendedTable(MeasuredTable):
     """Recommended models; posts GetRequested for the row under the cursor."""
 
     BINDINGS = [
@@ -51,14 +51,14 @@ class RecommendedTable(DataTable):
         self.recs: list[Recommendation] = []
 
     def on_mount(self) -> None:
-        self.add_columns(*COLUMNS)
+        self.show([], [], set())
 
     def show(self, recs: list[Recommendation], fits: list[Fit], on_disk: set[str]) -> None:
         self.recs = list(recs)
-        self.clear()
-        for rec, f in zip(self.recs, fits, strict=True):
-            self.add_row(rec.name, _clip(rec.good_at, GOOD_AT_WIDTH), fmt.size(rec.size_bytes),
-                         fit_text(f), where_text(rec.local_id in on_disk), key=rec.local_id)
+        rows = [(rec.name, _clip(rec.good_at, GOOD_AT_WIDTH), fmt.size(rec.size_bytes),
+                 fit_text(f), where_text(rec.local_id in on_disk))
+                for rec, f in zip(self.recs, fits, strict=True)]
+        self.fill(COLUMNS, rows, [rec.local_id for rec in self.recs])
 
     @property
     def current(self) -> Recommendation | None:
