@@ -154,6 +154,8 @@ async def test_delete_asks_first_and_the_bundled_model_stays(fake_hub: FakeHub) 
         assert not any(m.repo_id == VISION_REPO for m in list_local_models())
 
         assert local.current.source == "bundled"  # the only model left
+        await wait_until(pilot, lambda: text_of(screen, "#hub-local-status").startswith(
+            "1 model on this machine"))
         await pilot.press("delete")
         await wait_until(pilot, lambda: pilot.app.screen is not screen)
         await pilot.press("y")

@@ -343,7 +343,8 @@ class HubScreen(Screen):
             self._status("#hub-local-status", f"Cannot read the models folders: {exc}", True)
             return
         self.query_one(LocalTable).show(models, select=select)
-        self._status("#hub-local-status", f"{len(models)} models on this machine · l loads "
+        count = f"{len(models)} model" + ("" if len(models) == 1 else "s")
+        self._status("#hub-local-status", f"{count} on this machine · l loads "
                      "one into the chat · Delete removes its files")
 
     def on_local_table_refresh_requested(self, _: LocalTable.RefreshRequested) -> None:
