@@ -254,8 +254,9 @@ def _forks_its_own_conversation(entry: _Entry, n: int) -> bool:
     its own entry. A fork takes the entry whole instead of a copy of its head, because
     on a GPU the copy (two arrays per layer) costs a regenerate or an edit a few
     milliseconds that a later turn does not pay (H100, 4-bit Qwen3-0.6B shape, 1.5k-token
-    history: an edit at 1.20-1.39x a later turn with the copy, 0.99-1.06x without). What it gives up: the branch left behind loses its cached tail, so
-    going back to it and going on re-prefills from the fork, one turn's tokens.
+    history: an edit at 1.20-1.39x a later turn with the copy, 0.99-1.06x without).
+    What it gives up: the branch left behind loses its cached tail, so going back to it
+    and going on re-prefills from the fork, one turn's tokens.
     """
     first_prompt = entry.marks[0][1] if entry.marks else 0
     return first_prompt > 1 and n >= first_prompt - 1
