@@ -1,22 +1,29 @@
 """User settings, typed, read from and written to a TOML file in the config dir.
 
-The file is written only on a deliberate save; a missing file means defaults. An
-invalid file is reported (with the path) and defaults are used, so a typo never stops
-the app from starting.
+The file is written only on a deliberate save; a missing file means defaults. A file
+that does not parse, or a value of the wrong type or out of range, is reported as a
+sentence in `Settings.problems` (the app shows them at start, `llmdeck doctor` and
+`llmdeck serve` print them) and the default stands in, so a typo never stops the app
+from starting. A save that would drop what the file holds and llmdeck could not read
+keeps the old file beside the new one first: a hand-written entry is never lost.
 """
 
 from __future__ import annotations
 
 import os
+import time
 import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin, get_type_hints
 
 import tomli_w
 
 from core import paths
+from core import settings_rules as rules
 from core.engines.base import DEFAULT_PENALTY_WINDOW, SamplingParams
+from core.settings_rules import Refused
 
 
 @dataclass
@@ -62,6 +69,12 @@ class RemoteEndpoint:
 
     def key(self) -> str:
         return os.environ.get(self.api_key_env, "") if self.api_key_env else self.api_key
+
+    def problem(self) -> str | None:
+        """Why this entry cannot be used, as a sentence, or None."""
+        if not self.name or not self.url.startswith(("http://", "https://")):
+            return "needs a name and an http(s) url"
+        return None
 
 
 MCP_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
@@ -135,46 +148,78 @@ class Settings:
             return settings
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            settings.problems.append(f"{path}: {exc}; using defaults")
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            settings.problems.append(f"{path} could not be read ({exc}); using the defaults")
             return settings
         settings._apply(data)
         return settings
 
     def _apply(self, data: dict[str, Any]) -> None:
-        names = {f.name for f in fields(self)} - {"sampling", "problems", "remotes", "mcp_servers"}
+        """Take every value that passes its rule; each one refused (or unknown) becomes a
+        sentence in self.problems and leaves the default in place."""
         for key, value in data.items():
-            if key in names:
-                setattr(self, key, value)
-        samp = data.get("sampling", {})
-        snames = {f.name for f in fields(Sampling)}
-        for key, value in samp.items() if isinstance(samp, dict) else ():
-            if key in snames:
-                setattr(self.sampling, key, value)
-        self.remotes = []
-        for entry in data.get("remotes", []) if isinstance(data.get("remotes"), list) else ():
-            try:
-                remote = RemoteEndpoint(**entry)
-                if not remote.name or not remote.url.startswith(("http://", "https://")):
-                    raise TypeError("needs a name and an http(s) url")
-            except TypeError as exc:
-                self.problems.append(f"remote endpoint {entry!r} ignored: {exc}")
+            if key in _SECTIONS:
                 continue
-            self.remotes.append(remote)
-        self.mcp_servers = []
-        entries = data.get("mcp_servers", [])
-        for entry in entries if isinstance(entries, list) else ():
-            try:
-                server = McpServerConfig(**entry)
-                problem = server.problem()
-                if problem is None and self.mcp_server(server.name) is not None:
-                    problem = f"a second MCP server is named {server.name!r}"
-                if problem:
-                    raise TypeError(problem)
-            except TypeError as exc:
-                self.problems.append(f"MCP server {entry!r} ignored: {exc}")
+            check = _TOP_LEVEL.get(key)
+            if check is None:
+                self.problems.append(f"unknown setting {key!r} ignored")
                 continue
-            self.mcp_servers.append(server)
+            try:
+                setattr(self, key, check(value))
+            except Refused as exc:
+                self.problems.append(f"{key} = {_shown(value)} ignored: {exc} "
+                                     f"Using {_shown(getattr(self, key))}.")
+        self._apply_sampling(data.get("sampling", {}))
+        self.remotes = self._entries(data, "remotes", RemoteEndpoint, "remote endpoint",
+                                     lambda remote, kept: remote.problem())
+        self.mcp_servers = self._entries(data, "mcp_servers", McpServerConfig, "MCP server",
+                                         _mcp_problem)
+
+    def _apply_sampling(self, samp: Any) -> None:
+        if not isinstance(samp, dict):
+            self.problems.append(f"sampling = {_shown(samp)} ignored: it must be a [sampling] "
+                                 "table. Using the default sampling.")
+            return
+        for key, value in samp.items():
+            if key not in _SAMPLING:
+                self.problems.append(f"unknown setting sampling.{key} ignored")
+                continue
+            check = _SAMPLING[key]
+            try:
+                if check is None:  # max_tokens: below this file's own context size
+                    checked = rules.max_tokens(_as_text(value), self.context_size)
+                else:
+                    checked = check(value)
+                setattr(self.sampling, key, checked)
+            except Refused as exc:
+                self.problems.append(f"sampling.{key} = {_shown(value)} ignored: {exc} "
+                                     f"Using {_shown(getattr(self.sampling, key))}.")
+
+    def _entries(self, data: dict[str, Any], key: str, cls: type, what: str,
+                 problem: Callable[[Any, list[Any]], str | None]) -> list[Any]:
+        """The [[key]] tables that make a usable `cls`; each other one is a problem."""
+        entries = data.get(key, [])
+        if not isinstance(entries, list):
+            self.problems.append(f"{key} = {_shown(entries)} ignored: it must be a list of "
+                                 f"[[{key}]] tables")
+            return []
+        kept: list[Any] = []
+        for entry in entries:
+            try:
+                if not isinstance(entry, dict):
+                    raise TypeError(f"it must be a [[{key}]] table")
+                wrong = _wrong_type(cls, entry)
+                if wrong:
+                    raise TypeError(wrong)
+                made = cls(**entry)
+                why = problem(made, kept)
+                if why:
+                    raise TypeError(why)
+            except TypeError as exc:
+                self.problems.append(f"{what} {entry!r} ignored: {exc}")
+                continue
+            kept.append(made)
+        return kept
 
     def remote(self, name: str) -> RemoteEndpoint | None:
         """The configured endpoint called `name` (None when there is none)."""
@@ -183,11 +228,168 @@ class Settings:
     def mcp_server(self, name: str) -> McpServerConfig | None:
         return next((m for m in self.mcp_servers if m.name == name), None)
 
-    def save(self, path: Path | None = None) -> None:
+    def save(self, path: Path | None = None) -> Path | None:
+        """Write the settings (atomically). Returns where the old file was kept: it is
+        copied aside first when it holds something llmdeck could not read (a syntax error,
+        a refused value, an unknown key), which this save would otherwise drop."""
         path = path or paths.config_path()
         data = asdict(self)
         data.pop("problems", None)
         data = {k: v for k, v in data.items() if v is not None}
+        kept = _keep_unreadable(path)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(tomli_w.dumps(data), encoding="utf-8")
         tmp.replace(path)
+        self.problems.clear()  # they described the old file; the new one has none
+        return kept
+
+
+def _mcp_problem(server: McpServerConfig, kept: list[Any]) -> str | None:
+    if (why := server.problem()) is not None:
+        return why
+    if any(m.name == server.name for m in kept):
+        return f"a second MCP server is named {server.name!r}"
+    return None
+
+
+def _keep_unreadable(path: Path) -> Path | None:
+    """Copy the config file aside when a save would lose some of it; None when it is
+    absent or llmdeck read all of it."""
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return None  # absent (or a folder: the write that follows says so)
+    try:
+        probe = Settings()
+        probe._apply(tomllib.loads(raw.decode("utf-8")))
+        if not probe.problems:
+            return None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        pass
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    kept = path.with_name(f"{path.stem}.kept-{stamp}{path.suffix}")
+    n = 1
+    while kept.exists():
+        n += 1
+        kept = path.with_name(f"{path.stem}.kept-{stamp}-{n}{path.suffix}")
+    kept.write_bytes(raw)  # a copy: the real file stays whole until the atomic replace
+    return kept
+
+
+def kept_notice(kept: Path) -> str:
+    """What to tell the person after a save that kept the old file aside."""
+    return (f"The settings file held entries llmdeck could not read; the old file is kept "
+            f"as {kept.name}, beside the new one.")
+
+
+# -- reading values from the file -------------------------------------------------------------
+
+def _shown(value: Any) -> str:
+    """A value as the person wrote it, cut short."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _as_text(value: Any) -> str:
+    """A TOML value as the text a rule of core.settings_rules reads: a bool or a table is
+    no number, so it goes through as something no number parses from."""
+    return str(value) if isinstance(value, (int, float, str)) and not isinstance(value, bool) \
+        else "(not a number)"
+
+
+def _ruled(rule: Callable[[str], Any]) -> Callable[[Any], Any]:
+    return lambda value: rule(_as_text(value))
+
+
+def _flag(label: str) -> Callable[[Any], bool]:
+    def check(value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise Refused(f"{label} must be true or false.")
+        return value
+    return check
+
+
+def _words(label: str, *, optional: bool = False) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if not isinstance(value, str):
+            raise Refused(f"{label} must be text in quotes.")
+        return (value or None) if optional else value
+    return check
+
+
+def _seed(value: Any) -> int:
+    """-1 (a fresh random seed a reply) as stored, or a seed the rule takes."""
+    return -1 if value == -1 and not isinstance(value, bool) else rules.seed(_as_text(value))
+
+
+# Every top-level setting's check (sections are read on their own).
+_TOP_LEVEL: dict[str, Callable[[Any], Any]] = {
+    "model": _words("The model", optional=True),
+    "engine": _words("The engine", optional=True),
+    "context_size": _ruled(rules.context_size),
+    "system_prompt": _words("The system prompt"),
+    "theme": _words("The theme"),
+    "replicas": _ruled(rules.replicas),
+    "idle_unload_minutes": _ruled(rules.idle_unload_minutes),
+    "speculative": _flag("speculative"),
+    "draft_model": _words("The draft model", optional=True),
+    "tools_enabled": _flag("tools_enabled"),
+    "python_asks": _flag("python_asks"),
+    "python_timeout_s": _ruled(rules.python_timeout),
+    "python_memory_mb": _ruled(rules.python_memory),
+    "attach_max_mb": _ruled(rules.attach_max_mb),
+    "vision_model": _words("The vision model", optional=True),
+    "vision_idle_unload_s": _ruled(rules.vision_idle_unload_s),
+    "serve_allow_file_urls": _flag("serve_allow_file_urls"),
+    "mcp_share_conversations": _flag("mcp_share_conversations"),
+    "mcp_share_documents": _flag("mcp_share_documents"),
+}
+_SECTIONS = frozenset({"sampling", "remotes", "mcp_servers"})
+
+_SAMPLING: dict[str, Callable[[Any], Any] | None] = {
+    "temperature": _ruled(rules.temperature),
+    "top_p": _ruled(rules.top_p),
+    "top_k": _ruled(rules.top_k),
+    "min_p": _ruled(rules.min_p),
+    "repetition_penalty": _ruled(rules.repetition_penalty),
+    "max_tokens": None,  # needs the context size (Settings._apply_sampling)
+    "presence_penalty": _ruled(rules.presence_penalty),
+    "frequency_penalty": _ruled(rules.frequency_penalty),
+    "penalty_window": _ruled(rules.penalty_window),
+    "seed": _seed,
+}
+
+
+def _wrong_type(cls: type, entry: dict[str, Any]) -> str | None:
+    """Which known key of a [[remotes]] or [[mcp_servers]] table has a value of the wrong
+    type, as a sentence (unknown keys are left to the constructor, which names them)."""
+    hints = get_type_hints(cls)
+    for key, value in entry.items():
+        want = hints.get(key)
+        if want is not None and not _is_a(value, want):
+            return f"{key} must be {_TYPE_WORDS.get(want, 'something else')}"
+    missing = [f.name for f in fields(cls) if f.name not in entry
+               and f.default is MISSING and f.default_factory is MISSING]
+    return f"it needs {' and '.join(missing)}" if missing else None
+
+
+def _is_a(value: Any, want: Any) -> bool:
+    if want is bool:
+        return isinstance(value, bool)
+    if want is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if want is str:
+        return isinstance(value, str)
+    origin, args = get_origin(want), get_args(want)
+    if origin is list:
+        return isinstance(value, list) and all(isinstance(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(
+            isinstance(k, args[0]) and isinstance(v, args[1]) for k, v in value.items())
+    return True
+
+
+_TYPE_WORDS: dict[Any, str] = {
+    str: "text in quotes", bool: "true or false", float: "a number",
+    list[str]: "a list of texts in quotes", dict[str, str]: "a table of texts in quotes",
+}

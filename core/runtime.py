@@ -817,9 +817,10 @@ class Runtime:
         return await self.store_call(_export)
 
     # -- settings ------------------------------------------------------------------------------
-    async def save_settings(self) -> None:
-        """Write settings to the TOML config file off the loop."""
-        await asyncio.to_thread(self.settings.save)
+    async def save_settings(self) -> Path | None:
+        """Write settings to the TOML config file off the loop; returns where the old file
+        was kept aside, when it held entries llmdeck could not read (Settings.save)."""
+        return await asyncio.to_thread(self.settings.save)
 
 
 def context_use(messages: list[Message]) -> int:

@@ -9,6 +9,8 @@ from textual import events
 from textual.app import App
 from textual.binding import Binding
 
+from core import paths
+from core.config import kept_notice
 from core.runtime import ModelState, Runtime
 from core.store import StoreError
 from themes import stylesheets
@@ -85,6 +87,7 @@ class LlmdeckApp(App):
         self.main.on_model_state(state)
 
     async def start_runtime(self) -> None:
+        self._tell_settings_problems()
         # A damaged database takes seconds to recover on a long history: say so meanwhile.
         watch = self.set_interval(0.2, self._tell_if_recovering)
         try:
@@ -182,10 +185,23 @@ class LlmdeckApp(App):
     async def save_settings_or_warn(self) -> None:
         """Save settings; a full or read-only disk is a notice, not a crash."""
         try:
-            await self.runtime.save_settings()
+            kept = await self.runtime.save_settings()
         except OSError as exc:
             self.notify(f"Could not save the settings ({exc.strerror or exc}); they apply until "
                         "llmdeck quits.", title="Settings", severity="warning", timeout=10)
+            return
+        if kept is not None:
+            self.notify(kept_notice(kept), title="Settings", severity="warning", timeout=20)
+
+    def _tell_settings_problems(self) -> None:
+        """What the config file held that llmdeck could not use (defaults stand in)."""
+        problems = self.runtime.settings.problems
+        if not problems:
+            return
+        shown = "\n".join(f"• {p}" for p in problems[:4])
+        more = f"\n…and {len(problems) - 4} more (llmdeck doctor lists them)" if len(problems) > 4 else ""
+        self.notify(f"{shown}{more}\nFix {paths.config_path()}, or save from Settings (F3): "
+                    "the old file is kept.", title="Settings", severity="warning", timeout=30)
 
     def use_conversation_model(self, conversation_id: str) -> None:
         """Opening a conversation selects the model it was having (see core.model_refs)."""

@@ -69,6 +69,8 @@ async def serve(args: argparse.Namespace) -> int:
     from core.runtime import Runtime
 
     settings = Settings.load()
+    for problem in settings.problems:  # the defaults stand in; say what was not taken
+        print(f"llmdeck serve: settings: {problem}", file=sys.stderr)
     if args.replicas:
         settings.replicas = args.replicas
     spec = None

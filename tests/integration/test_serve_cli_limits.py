@@ -53,6 +53,8 @@ def test_a_flood_of_idle_connections_stays_under_the_cap_and_the_server_keeps_se
 
 
 def test_stopping_during_the_load_says_so_and_health_said_loading(tmp_path: Path) -> None:
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.toml").write_text("contxt_size = 8192\n", encoding="utf-8")
     proc, url = spawn_serve(tmp_path, *scripted_args(hang_load_s=60), ready=False)
     try:
         health = httpx.get(url.removesuffix("/v1") + "/health", timeout=10)
@@ -63,3 +65,4 @@ def test_stopping_during_the_load_says_so_and_health_said_loading(tmp_path: Path
         out, err = proc.communicate(timeout=30)
     assert "stopped while model 'scripted' was still loading" in out, out
     assert "failed: None" not in out and "failed" not in out
+    assert "llmdeck serve: settings: unknown setting 'contxt_size' ignored" in err, err

@@ -188,3 +188,24 @@ async def test_a_database_from_a_newer_llmdeck_is_reported_at_start() -> None:
         assert app.main.history_listed is False
         assert gc.get_threshold()[2] == before[2]  # full collections run again
     assert gc.get_threshold() == before
+
+
+async def test_a_config_file_with_errors_is_reported_at_start_and_kept_when_saved() -> None:
+    config = paths.config_path()
+    config.parent.mkdir(parents=True, exist_ok=True)
+    text = 'context_size = "big"\n[[mcp_servers]]\nname = "notes"\ncomand = "notes-server"\n'
+    config.write_text(text, encoding="utf-8")
+    app = LlmdeckApp(Runtime(Settings.load()), preload=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: any(n.title == "Settings" for n in app._notifications))
+        told = next(str(n.message) for n in app._notifications if n.title == "Settings")
+        assert "context_size = 'big' ignored" in told and "'comand'" in told
+        assert str(config) in told
+        await pilot.press("f2")  # a theme change saves the settings: the hand-written MCP
+        await wait_until(pilot, lambda: any("kept as" in str(n.message)  # entry must survive
+                                            for n in app._notifications))
+        theme = app.theme
+    kept = list(config.parent.glob("config.kept-*.toml"))
+    assert len(kept) == 1 and kept[0].read_text(encoding="utf-8") == text
+    saved = Settings.load()
+    assert saved.problems == [] and saved.theme == theme != "llmdeck-dark"

@@ -14,6 +14,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Select, Static, Switch, TextArea
 
+from core.config import kept_notice
 from themes.palettes import THEME_NAMES
 from tui import settings_form as form
 from tui.widgets.mcp_settings import McpSettings
@@ -185,7 +186,7 @@ class SettingsScreen(ModalScreen[bool]):
         runtime.tools.sync()  # the next tool call follows the new policy and limits
         self.app.theme = values.theme
         try:
-            await runtime.save_settings()
+            kept = await runtime.save_settings()
         except OSError as exc:
             self.notify(f"Could not write the config file: {exc}. Check the folder is writable.",
                         title="Not saved", severity="error")
@@ -194,5 +195,7 @@ class SettingsScreen(ModalScreen[bool]):
                 else " Reloading the model." if speculative_changed else "")
         if memory_changed and runtime.tools.sandbox.pid is not None:
             note += " The Python memory limit applies when the sandbox next starts."
-        self.notify("Settings saved." + note, timeout=4)
+        if kept is not None:
+            note += " " + kept_notice(kept)
+        self.notify("Settings saved." + note, timeout=20 if kept else 4)
         self.dismiss(context_changed or speculative_changed)
