@@ -14,6 +14,7 @@ import json
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer.tiktoken")
 
@@ -94,10 +95,10 @@ def check_mlx_dir(p: Path) -> list[Path]:
             "files and safetensors weights.",
         )
     try:
-        json.loads((p / "config.json").read_text())
+        json_object(p / "config.json")
     except (OSError, ValueError) as exc:
         raise SelectionError(
-            "MODEL_CORRUPT", f"{p / 'config.json'} is not valid JSON ({exc}); re-download it."
+            "MODEL_CORRUPT", f"{p / 'config.json'} is not a model config ({exc}); re-download it."
         ) from exc
     if not any((p / name).is_file() for name in TOKENIZER_FILES):
         raise SelectionError(
@@ -109,12 +110,11 @@ def check_mlx_dir(p: Path) -> list[Path]:
     shards = sorted(p.glob("*.safetensors"))
     if indexes:
         try:
-            weight_map = json.loads(indexes[0].read_text())["weight_map"]
-        except (OSError, ValueError, KeyError) as exc:
+            needed = index_shards(indexes[0])
+        except (OSError, ValueError) as exc:
             raise SelectionError(
                 "MODEL_CORRUPT", f"{indexes[0].name} is not a valid safetensors index ({exc})."
             ) from exc
-        needed = sorted(set(weight_map.values()))
         missing = [n for n in needed if not (p / n).is_file()]
         if missing:
             raise SelectionError(
@@ -142,31 +142,60 @@ def check_safetensors(path: Path) -> None:
 
     Reads only the header, so a 10 GB file is checked in microseconds.
     """
-    size = path.stat().st_size
     bad = f"Weights file {path.name} is corrupt or incomplete"
-    if size < 8:
-        raise SelectionError("MODEL_CORRUPT", f"{bad} ({size} bytes); re-download it.")
-    with path.open("rb") as f:
-        (header_len,) = struct.unpack("<Q", f.read(8))
-        if header_len > size - 8:
-            raise SelectionError("MODEL_CORRUPT", f"{bad} (header cut short); re-download it.")
-        try:
-            header = json.loads(f.read(header_len))
-        except ValueError as exc:
-            raise SelectionError(
-                "MODEL_CORRUPT", f"{bad} (unreadable header); re-download it."
-            ) from exc
-    end = max(
-        (int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"),
-        default=0,
-    )
+    try:
+        header_len, end = safetensors_extent(path)
+    except ValueError as exc:
+        raise SelectionError("MODEL_CORRUPT", f"{bad} ({exc}); re-download it.") from exc
     expected = 8 + header_len + end
+    size = path.stat().st_size
     if size < expected:
         raise SelectionError(
             "MODEL_CORRUPT",
             f"{bad}: expected {expected} bytes, found {size}; re-download it.",
         )
 
+
+# -- reading a model folder's files, which may be anything -----------------------------------
+
+def json_object(path: Path) -> dict[str, Any]:
+    """The JSON object a model file (config.json, an index) holds; raises ValueError saying
+    why not (bad JSON, bad UTF-8, or JSON of another kind) or OSError."""
+    data = json.loads(path.read_bytes())
+    if not isinstance(data, dict):
+        raise ValueError(f"it holds a JSON {type(data).__name__}, not an object")
+    return data
+
+
+def index_shards(index: Path) -> list[str]:
+    """The weight files a *.safetensors.index.json names; ValueError when its weight_map is
+    not a table of plain file names (a name with a folder in it could reach outside)."""
+    weight_map = json_object(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not all(
+            isinstance(v, str) and v and Path(v).name == v and v not in (".", "..")
+            for v in weight_map.values()):
+        raise ValueError("its weight_map is not a table of file names")
+    return sorted(set(weight_map.values()))
+
+
+def safetensors_extent(path: Path) -> tuple[int, int]:
+    """(header length, bytes its tensors need after the header) from the header alone;
+    ValueError saying what is wrong with a cut or garbled one (OSError: unreadable)."""
+    size = path.stat().st_size
+    if size < 8:
+        raise ValueError(f"{size} bytes")
+    with path.open("rb") as f:
+        (header_len,) = struct.unpack("<Q", f.read(8))
+        if header_len > size - 8:
+            raise ValueError("header cut short")
+        raw = f.read(header_len)
+    try:
+        header = json.loads(raw)
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"),
+                  default=0)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        raise ValueError("unreadable header") from None
+    return header_len, end
 
 def _sibling_mmproj(p: Path) -> str | None:
     if "mmproj" in p.name.lower():

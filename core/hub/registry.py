@@ -8,13 +8,13 @@ reason instead of failing later at load time.
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from core import paths
 from core.bundled import bundled_chat_target, provision_bundled_chat
+from core.engines.select import json_object
 from core.hub import cache_layout as layout
 from core.hub.base_model import is_base_model
 from core.hub.errors import HubError
@@ -175,10 +175,11 @@ def _local_id(path: Path) -> str:
 
 def _mlx_bits(root: Path) -> str | None:
     try:
-        bits = (json.loads((root / "config.json").read_text()).get("quantization") or {}).get("bits")
+        quantization = json_object(root / "config.json").get("quantization")
     except (OSError, ValueError):
         return None
-    return f"{bits}bit" if bits else None
+    bits = quantization.get("bits") if isinstance(quantization, dict) else None
+    return f"{bits}bit" if isinstance(bits, int) and not isinstance(bits, bool) else None
 
 
 def _size(path: Path) -> int:

@@ -8,9 +8,10 @@ parse and its tensors must fit the file, which catches truncated copies.
 
 from __future__ import annotations
 
-import json
 import struct
 from pathlib import Path
+
+from core.engines.select import index_shards, json_object, safetensors_extent
 
 GGUF_MAGIC = b"GGUF"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
@@ -36,20 +37,14 @@ def check_gguf(path: Path) -> str | None:
 def check_safetensors(path: Path) -> str | None:
     """None when the header parses and every tensor lies inside the file."""
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            (n,) = struct.unpack("<Q", f.read(8))
-            if n > size - 8:
-                return f"{path.name}: header longer than the file (truncated?)"
-            header = json.loads(f.read(n))
-    except (OSError, struct.error, ValueError) as exc:
-        return f"{path.name}: unreadable safetensors header ({type(exc).__name__})"
-    end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"),
-              default=0)
-    if 8 + n + end > size:
+        header_len, end = safetensors_extent(path)
+    except OSError as exc:
+        return f"{path.name}: unreadable ({exc.strerror or exc})"
+    except ValueError as exc:
+        return f"{path.name}: {exc} (truncated or garbled?)"
+    if 8 + header_len + end > path.stat().st_size:
         return f"{path.name}: tensors run past the end of the file (truncated?)"
     return None
-
 
 def check_mlx_dir(path: Path) -> str | None:
     """None when the directory is a loadable MLX model by the engine rules."""
@@ -57,7 +52,7 @@ def check_mlx_dir(path: Path) -> str | None:
     if not config.is_file():
         return "no config.json"
     try:
-        json.loads(config.read_text())
+        json_object(config)
     except (OSError, ValueError):
         return "config.json does not parse"
     if not any((path / t).is_file() for t in TOKENIZER_FILES):
@@ -68,8 +63,8 @@ def check_mlx_dir(path: Path) -> str | None:
         return "no .safetensors weights"
     if index.is_file():
         try:
-            names = set(json.loads(index.read_text())["weight_map"].values())
-        except (OSError, ValueError, KeyError):
+            names = index_shards(index)
+        except (OSError, ValueError):
             return "model.safetensors.index.json does not parse"
         missing = [n for n in sorted(names) if not (path / n).is_file()]
         if missing:
