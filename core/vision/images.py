@@ -96,9 +96,9 @@ def load_stored(path: str | Path) -> StoredImage | None:
     try:
         data = json.loads(sidecar.read_text(encoding="utf-8"))
         image = StoredImage(**data)
+        return image if Path(image.path).is_file() else None
     except (OSError, ValueError, TypeError):
-        return None
-    return image if Path(image.path).is_file() else None
+        return None  # a damaged sidecar: the picture is shown as gone, not a crash
 
 
 def prepare_image(path: str | Path, *, max_bytes: int, max_side: int = MAX_SIDE,

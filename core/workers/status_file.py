@@ -87,10 +87,13 @@ def read_status(path: Path | None = None) -> tuple[list[WorkerStatus], str | Non
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return [], "llmdeck is not running (no worker status found)."
-    pid = int(data.get("pid", 0))
-    if pid <= 0 or not _alive(pid):
-        return [], "llmdeck is not running (the last status is from an app that has exited)."
-    return [WorkerStatus(**w) for w in data.get("workers", [])], None
+    try:
+        pid = int(data.get("pid", 0))
+        if pid > 0 and _alive(pid):
+            return [WorkerStatus(**w) for w in data.get("workers", [])], None
+    except (AttributeError, TypeError, ValueError, OverflowError):
+        return [], f"The worker status file {path} is damaged; it is rewritten while llmdeck runs."
+    return [], "llmdeck is not running (the last status is from an app that has exited)."
 
 
 def format_table(statuses: list[WorkerStatus]) -> str:

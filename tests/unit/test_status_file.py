@@ -59,3 +59,13 @@ def test_temporaries_of_dead_processes_are_swept_on_the_first_write(
     assert not any(p.exists() for p in stale)
     assert live.exists() and other.exists()
     assert sweep_temporary_files(tmp_path) == []
+
+
+@pytest.mark.parametrize("text", ['[1, 2]', '{"pid": "me"}', '{"pid": 1e400}',
+                                  '{"pid": %d, "workers": [{"worker": 1}]}' % os.getpid(),
+                                  '{"pid": %d, "workers": 7}' % os.getpid()])
+def test_a_damaged_status_file_is_a_sentence_not_a_crash(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "status.json"
+    path.write_text(text, encoding="utf-8")
+    statuses, problem = read_status(path)
+    assert statuses == [] and problem is not None and "damaged" in problem and str(path) in problem

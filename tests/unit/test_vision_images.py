@@ -3,6 +3,7 @@ refused with a sentence; pasted (dragged-in) paths recognised; half-block previe
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from PIL import Image
@@ -28,6 +29,11 @@ def test_png_is_stored_as_a_file_with_name_size_and_dimensions(tmp_path: Path) -
     with Image.open(image.path) as stored:
         assert stored.size == (64, 48) and stored.format == "PNG"
     assert load_stored(image.path) == image  # the sidecar brings it back as it was
+    sidecar = Path(image.path).with_suffix(".json")
+    for damaged in ("[1]", "{", '{"path": 5}', json.dumps({**json.loads(sidecar.read_text()),
+                                                           "path": 5})):
+        sidecar.write_text(damaged, encoding="utf-8")
+        assert load_stored(image.path) is None  # shown as gone, never a crash
 
 
 def test_exif_rotation_is_applied_and_large_images_scaled(tmp_path: Path) -> None:
