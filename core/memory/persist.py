@@ -53,21 +53,25 @@ def save_marker(store: Any, marker: RolloverMarker, parent_id: str | None = None
 
 
 def is_marker(message: Any) -> bool:
-    return message.role == "system" and bool(message.usage) and USAGE_KEY in message.usage
+    return (message.role == "system" and bool(message.usage)
+            and isinstance(message.usage.get(USAGE_KEY), dict))
 
 
 def marker_of(message: Any) -> RolloverMarker | None:
-    """The rollover marker a stored message carries (None for ordinary messages)."""
-    return RolloverMarker.from_dict(message.usage[USAGE_KEY]) if is_marker(message) else None
+    """The rollover marker a stored message carries (None for ordinary messages, and for
+    a marker garbled on disk: the conversation then reads as if it had not rolled over)."""
+    if not is_marker(message):
+        return None
+    try:
+        return RolloverMarker.from_dict(message.usage[USAGE_KEY])
+    except (TypeError, ValueError):
+        return None
 
 
 def load_markers(store: Any, conversation_id: str, limit: int = 10_000) -> list[RolloverMarker]:
     """Every marker on the active branch, oldest first."""
-    return [
-        RolloverMarker.from_dict(m.usage[USAGE_KEY])
-        for m in store.messages(conversation_id, limit=limit)
-        if is_marker(m)
-    ]
+    found = (marker_of(m) for m in store.messages(conversation_id, limit=limit))
+    return [m for m in found if m is not None]
 
 
 def plain_messages(messages: Sequence[Any]) -> list[dict[str, Any]]:
@@ -103,8 +107,9 @@ def resume_from_messages(
     after: list[Any] = []
     for m in messages:
         if is_marker(m):
-            markers.append(RolloverMarker.from_dict(m.usage[USAGE_KEY]))
-            after = []
+            if (marker := marker_of(m)) is not None:
+                markers.append(marker)
+                after = []
         else:
             spoken.append(m)
             after.append(m)

@@ -117,21 +117,69 @@ def loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
+# -- rows as another program (or a flipped bit) may have left them --------------------------
+# SQLite's integrity check vouches for pages, not for what a column holds: a row edited by
+# hand or by another tool can hold a blob where text goes or JSON of another shape. Such a
+# message still opens (its garbled part reads as absent) instead of raising out of the UI.
+
+# The usage counters the UI and the context gauge read as numbers.
+_USAGE_NUMBERS = ("prompt_tokens", "cached_tokens", "completion_tokens", "ttft_ms", "decode_tps")
+
+
+def text_column(value: Any) -> str:
+    """A TEXT column's value as text (a blob decodes with replacement characters)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def _json_column(value: Any, kind: type) -> Any:
+    """A JSON column's value when it parses to `kind`, else None."""
+    if value is None:
+        return None
+    try:
+        parsed = json.loads(value)
+    except (TypeError, ValueError):
+        return None
+    return parsed if isinstance(parsed, kind) else None
+
+
+def _usage(value: Any) -> dict[str, Any] | None:
+    usage = _json_column(value, dict)
+    if usage is None:
+        return None
+    return {k: v for k, v in usage.items() if k not in _USAGE_NUMBERS
+            or (isinstance(v, int | float) and not isinstance(v, bool))}
+
+
+def _entries(value: Any) -> list[Any] | None:
+    """Tool calls or results: a list of JSON objects (anything else in it is dropped)."""
+    items = _json_column(value, list)
+    return None if items is None else [i for i in items if isinstance(i, dict)]
+
+
+def _optional_text(value: Any) -> str | None:
+    return None if value is None else text_column(value)
+
+
 def message_from_row(row: tuple[Any, ...]) -> Message:
+    created = row[10]
     return Message(
         id=row[0],
         conversation_id=row[1],
-        role=row[2],
-        content=row[3],
-        reasoning=row[4],
-        tool_calls=loads(row[5]),
-        tool_results=loads(row[6]),
-        usage=loads(row[7]),
-        model=row[8],
-        status=row[9],
-        created_at=row[10],
+        role=text_column(row[2]),
+        content=text_column(row[3]),
+        reasoning=text_column(row[4]),
+        tool_calls=_entries(row[5]),
+        tool_results=_entries(row[6]),
+        usage=_usage(row[7]),
+        model=_optional_text(row[8]),
+        status=text_column(row[9]),
+        created_at=float(created) if isinstance(created, int | float) else 0.0,
         parent_id=row[11],
-        error=row[12],
+        error=_optional_text(row[12]),
     )
 
 
@@ -144,3 +192,12 @@ class Recovery:
     conversations: int
     messages: int
     message: str
+
+
+def conversation_from_row(row: tuple[Any, ...]) -> Conversation:
+    """A sidebar row, its text columns as text (see text_column)."""
+    cid, title, model, created, updated, count = row
+    return Conversation(cid, _optional_text(title), _optional_text(model),
+                        float(created) if isinstance(created, int | float) else 0.0,
+                        float(updated) if isinstance(updated, int | float) else 0.0,
+                        int(count or 0))

@@ -24,7 +24,7 @@ import sqlite3
 import unicodedata
 from dataclasses import dataclass
 
-from .models import SearchHit, storable
+from .models import SearchHit, storable, text_column
 
 HIGHLIGHT_START = "«"
 HIGHLIGHT_END = "»"
@@ -262,8 +262,10 @@ def _search(conn: sqlite3.Connection, query: str, matcher: _Matcher, limit: int)
     hits = []
     for conv_id, (rank, msg_id, seq, title) in ranked:
         if seq is not None:
-            snippet = make_snippet(contents.get(seq, ""), matcher)
+            snippet = make_snippet(text_column(contents.get(seq, "")), matcher)
         else:
-            snippet = highlight(title, matcher)
-        hits.append(SearchHit(conv_id, titles.get(conv_id), msg_id, snippet, rank))
+            snippet = highlight(text_column(title), matcher)
+        shown = titles.get(conv_id)
+        hits.append(SearchHit(conv_id, None if shown is None else text_column(shown), msg_id,
+                              snippet, rank))
     return hits

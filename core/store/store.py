@@ -44,6 +44,7 @@ from .models import (
     Message,
     Recovery,
     SearchHit,
+    conversation_from_row,
     dumps,
     message_from_row,
     new_id,
@@ -75,13 +76,17 @@ FROM chain CROSS JOIN messages m ON m.id = chain.id
 ORDER BY chain.depth DESC
 """
 
+# Steps any walk of the branch tree takes at most: the tree has no cycles unless another
+# program edited the file, and then a walk must still end.
+_MAX_DEPTH = 1_000_000
+
 # Whether :target lies on the path from :leaf up to the root.
-_ON_PATH = """
-WITH RECURSIVE up(id) AS (
-    SELECT :leaf
+_ON_PATH = f"""
+WITH RECURSIVE up(id, depth) AS (
+    SELECT :leaf, 0
     UNION ALL
-    SELECT (SELECT m.parent_id FROM messages m WHERE m.id = up.id) FROM up
-    WHERE up.id IS NOT NULL AND up.id != :target
+    SELECT (SELECT m.parent_id FROM messages m WHERE m.id = up.id), up.depth + 1 FROM up
+    WHERE up.id IS NOT NULL AND up.id != :target AND up.depth < {_MAX_DEPTH}
 )
 SELECT 1 FROM up WHERE id = :target
 """
@@ -92,7 +97,7 @@ WITH RECURSIVE up(id, depth) AS (
     SELECT :leaf, 0
     UNION ALL
     SELECT (SELECT m.parent_id FROM messages m WHERE m.id = up.id), up.depth + 1 FROM up
-    WHERE up.id IS NOT NULL AND up.id != :target
+    WHERE up.id IS NOT NULL AND up.id != :target AND up.depth < {_MAX_DEPTH}
 )
 SELECT {", ".join("m." + c.strip() for c in MESSAGE_COLUMNS.split(","))}
 FROM up CROSS JOIN messages m ON m.id = up.id
@@ -100,24 +105,25 @@ ORDER BY up.depth DESC
 """
 
 # Walk down from a message along the newest child at each step; the deepest row is the leaf.
-_NEWEST_LEAF = """
+_NEWEST_LEAF = f"""
 WITH RECURSIVE down(id, depth) AS (
     SELECT :start, 0
     UNION ALL
     SELECT (SELECT c.id FROM messages c WHERE c.parent_id = down.id ORDER BY c.seq DESC LIMIT 1),
            down.depth + 1
-    FROM down WHERE down.id IS NOT NULL
+    FROM down WHERE down.id IS NOT NULL AND down.depth < {_MAX_DEPTH}
 )
 SELECT id FROM down WHERE id IS NOT NULL ORDER BY depth DESC LIMIT 1
 """
 
 
 # A message and everything below it, parents before children (breadth by depth).
-_SUBTREE = """
+_SUBTREE = f"""
 WITH RECURSIVE below(id, depth) AS (
     SELECT :start, 0
     UNION ALL
     SELECT m.id, below.depth + 1 FROM messages m JOIN below ON m.parent_id = below.id
+    WHERE below.depth < {_MAX_DEPTH}
 )
 SELECT id FROM below ORDER BY depth
 """
@@ -309,11 +315,11 @@ class Store(AttachmentRows):
             _CONVERSATION_SELECT + " ORDER BY c.updated_at DESC, c.seq DESC LIMIT ? OFFSET ?",
             (limit, offset),
         )
-        return [Conversation(*row) for row in rows]
+        return [conversation_from_row(row) for row in rows]
 
     def get_conversation(self, conversation_id: str) -> Conversation | None:
         rows = self._read(_CONVERSATION_SELECT + " WHERE c.id = ?", (conversation_id,))
-        return Conversation(*rows[0]) if rows else None
+        return conversation_from_row(rows[0]) if rows else None
 
     def rename_conversation(self, conversation_id: str, title: str) -> None:
         with self._write() as conn:
@@ -380,7 +386,7 @@ class Store(AttachmentRows):
                 raise _conversation_gone(conversation_id)
             title, leaf = row
             if parent_id is None:
-                parent_id = leaf if leaf is not None else _latest_message(conn, conversation_id)
+                parent_id = _leaf_or_latest(conn, conversation_id, leaf)
             else:
                 _check_parent(conn, conversation_id, parent_id)
             conn.execute(
@@ -483,9 +489,7 @@ class Store(AttachmentRows):
         row = self.conn.execute(
             "SELECT active_leaf_id FROM conversations WHERE id = ?", (conversation_id,)
         ).fetchone()
-        if row is None:
-            return None
-        return row[0] if row[0] is not None else _latest_message(self.conn, conversation_id)
+        return None if row is None else _leaf_or_latest(self.conn, conversation_id, row[0])
 
     def active_leaf(self, conversation_id: str) -> str | None:
         """Id of the last message on the active branch (None for an empty conversation)."""
@@ -699,6 +703,17 @@ def _import_sqlite_utils():  # noqa: ANN202  (the module)
         if sys.modules.get("pandas", 0) is None:
             del sys.modules["pandas"]
     return sqlite_utils
+
+
+def _leaf_or_latest(conn: sqlite3.Connection, conversation_id: str, leaf: str | None) -> str | None:
+    """The stored active leaf when it is a message of this conversation; otherwise (None,
+    or a pointer left dangling by another program's edit) the newest message, so the
+    history still shows and the next message appends under it."""
+    if leaf is not None and conn.execute(
+            "SELECT 1 FROM messages WHERE id = ? AND conversation_id = ?",
+            (leaf, conversation_id)).fetchone():
+        return leaf
+    return _latest_message(conn, conversation_id)
 
 
 def _latest_message(conn: sqlite3.Connection, conversation_id: str) -> str | None:

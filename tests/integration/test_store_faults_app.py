@@ -73,3 +73,40 @@ async def test_esc_mid_reply_is_shown_and_stored_as_stopped() -> None:
         await pilot.pause()
         reopened = list(app.main.query(MessageView))[-1]
         assert "(stopped)" in str(reopened.query_one(".role").render())
+
+
+async def test_a_database_edited_by_another_program_opens_and_chats_on() -> None:
+    """Garbled JSON, a blob for text, counters that are words and a dangling active-leaf
+    pointer: each used to crash the app on opening the conversation or to drop the next
+    message silently."""
+    import sqlite3
+
+    ids = seed_conversations([("bad json", "a"), ("usage words", "b"), ("blob text", "c"),
+                              ("dangling leaf", "d")])
+    conn = sqlite3.connect(paths.db_path())
+    conn.execute("PRAGMA foreign_keys = OFF")
+    conn.execute("UPDATE messages SET tool_calls = 'not json', usage = '[1]' "
+                 "WHERE conversation_id = ?", (ids[0],))
+    conn.execute("UPDATE messages SET usage = '{\"prompt_tokens\": \"many\"}' "
+                 "WHERE conversation_id = ?", (ids[1],))
+    conn.execute("UPDATE messages SET content = x'fffe00' WHERE conversation_id = ?", (ids[2],))
+    conn.execute("UPDATE conversations SET title = x'ff00' WHERE id = ?", (ids[2],))
+    conn.execute("UPDATE conversations SET active_leaf_id = 'gone' WHERE id = ?", (ids[3],))
+    conn.commit()
+    conn.close()
+    app = scripted_app()
+    async with app.run_test(size=(110, 32)) as pilot:
+        await wait_ready(pilot)
+        sidebar = app.main.query_one(Sidebar)
+        for cid in ids:
+            sidebar.post_message(Sidebar.Opened(cid))
+            await wait_until(pilot, lambda cid=cid: app.main.conversation_id == cid
+                             and len(app.main.query(MessageView)) == 2)
+        await send(pilot, "Still here?")  # in the conversation whose leaf pointer dangled
+        roles = [v.role for v in app.main.query(MessageView)]
+        assert roles == ["user", "assistant", "user", "assistant"] and app.is_running
+    from core.store import Store
+
+    with Store.open(paths.db_path()) as store:
+        assert [m.content for m in store.messages(ids[3])][:3] == ["dangling leaf", "d",
+                                                                   "Still here?"]

@@ -62,8 +62,8 @@ def test_temporaries_of_dead_processes_are_swept_on_the_first_write(
 
 
 @pytest.mark.parametrize("text", ['[1, 2]', '{"pid": "me"}', '{"pid": 1e400}',
-                                  '{"pid": %d, "workers": [{"worker": 1}]}' % os.getpid(),
-                                  '{"pid": %d, "workers": 7}' % os.getpid()])
+                                  f'{{"pid": {os.getpid()}, "workers": [{{"worker": 1}}]}}',
+                                  f'{{"pid": {os.getpid()}, "workers": 7}}'])
 def test_a_damaged_status_file_is_a_sentence_not_a_crash(tmp_path: Path, text: str) -> None:
     path = tmp_path / "status.json"
     path.write_text(text, encoding="utf-8")
