@@ -79,6 +79,8 @@ def _parse(text: str) -> dict[str, Any]:
         document = json.loads(text)
     except (json.JSONDecodeError, TypeError) as exc:
         raise _bad(f"invalid JSON: {exc}") from exc
+    except RecursionError:  # arrays nested thousands deep: no export looks like that
+        raise _bad("JSON nested too deeply") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise _bad("missing format marker")
     if document.get("version") != FORMAT_VERSION:

@@ -93,6 +93,7 @@ def test_markdown_includes_reasoning_when_present(store: Store) -> None:
                     "messages": [{"id": "m", "role": "user", "parent_id": "later"}]}),
         json.dumps({"format": "llmdeck.conversation", "version": 1, "conversation": {"id": "x"},
                     "messages": [{"id": "m", "role": "user"}, {"id": "m", "role": "user"}]}),
+        "[" * 100_000 + "]" * 100_000,  # raised RecursionError out of the import
     ],
 )
 def test_bad_import_files_are_refused_and_change_nothing(store: Store, payload: str) -> None:
