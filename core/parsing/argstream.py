@@ -14,9 +14,9 @@ argument costs no more than its length.
 
 from __future__ import annotations
 
-import json
 import re
 
+from core import json_text
 from core.events import ToolCallDelta
 
 _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"(?:arguments|parameters)"\s*:\s*')
@@ -52,7 +52,7 @@ class ArgumentStream:
                     self._done = True  # arguments came first, or the head is malformed
                 return out
             try:
-                name = json.loads(m.group(1))
+                name = json_text.loads(m.group(1))
             except ValueError:
                 self._done = True
                 return out

@@ -9,10 +9,10 @@ or text, never an exception, because a model's mistake must not end the stream.
 from __future__ import annotations
 
 import ast
-import json
 import re
 from typing import Any
 
+from core import json_text
 from core.events import TextDelta, ToolCall
 
 from .scanner import Ids, ParsedEvent
@@ -53,7 +53,7 @@ def arguments_dict(value: Any) -> tuple[dict[str, Any] | None, str | None]:
         if not text:
             return {}, None
         try:
-            value = json.loads(text)
+            value = json_text.loads(text)
         except ValueError as exc:
             return None, f"tool arguments are not valid JSON: {exc}"
     if isinstance(value, dict):
@@ -67,7 +67,7 @@ def json_calls(
     """`{"name": .., "arguments": {..}}`, or a JSON list of those, into calls."""
     raw = body.strip()
     try:
-        obj = json.loads(raw)
+        obj = json_text.loads(raw)
     except ValueError as exc:
         return [bad_call(ids, guess_name(raw), raw, f"tool call is not valid JSON: {exc}")]
     items = obj if isinstance(obj, list) else [obj]
@@ -120,7 +120,7 @@ def xml_value(value: str) -> Any:
     text = value.strip()
     if text and (text[0] in _JSON_START or text in _JSON_WORDS):
         try:
-            return json.loads(text)
+            return json_text.loads(text)
         except ValueError:
             return value
     return value
@@ -151,8 +151,8 @@ def pythonic_calls(ids: Ids, body: str) -> list[ToolCall] | None:
         return None
     try:
         tree = ast.parse(raw, mode="eval").body
-    except (SyntaxError, ValueError):
-        return None
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None  # MemoryError: the parser's own stack, for "-" or "not" nested 10^5 deep
     nodes = tree.elts if isinstance(tree, ast.List | ast.Tuple) else [tree]
     calls: list[ToolCall] = []
     for node in nodes:

@@ -11,7 +11,6 @@ worker's would be).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import Any
 
 import aiohttp
 
+from core import json_text
 from core.config import RemoteEndpoint
 from core.engines.base import GenerationRequest
 from core.events import Done, Error, Event, ReasoningDelta, TextDelta, ToolCall, Usage
@@ -138,7 +138,7 @@ class RemoteBackend:
                 data = line[5:].strip()
                 if data == b"[DONE]":
                     break
-                chunk = json.loads(data)
+                chunk = json_text.loads(data)
                 if chunk.get("error"):
                     for event in self._flush_tools(drafts):
                         yield event
@@ -198,7 +198,7 @@ class RemoteBackend:
             d = drafts[index]
             raw = "".join(d.arguments)
             try:
-                args = json.loads(raw) if raw.strip() else {}
+                args = json_text.loads(raw) if raw.strip() else {}
                 if not isinstance(args, dict):
                     raise ValueError("arguments are not a JSON object")
                 out.append(ToolCall(d.id or f"call_{index}", d.name, args))

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from core import json_text
 from core.config import Sampling
 from core.engines.base import GenerationRequest, SamplingParams
 from core.events import Error, Usage
@@ -178,8 +179,8 @@ def _tool_call_in(tc: Any, where: str) -> dict[str, Any]:
                    f"{where}.function.arguments")
     if isinstance(args, str):
         try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
+            args = json_text.loads(args) if args.strip() else {}
+        except ValueError:
             pass  # keep the string; the template renders it as is
     return {"id": str(tc.get("id") or ""), "type": "function",
             "function": {"name": fn["name"], "arguments": args}}

@@ -90,6 +90,18 @@ def test_nesting_within_the_bound_is_accepted(server: ServerThread) -> None:
     assert reply.choices[0].message.content == "Fine."
 
 
+def test_tool_call_arguments_nested_deep_inside_their_string_are_served(server: ServerThread) -> None:
+    """The body's nesting bound cannot see into a string: history arguments of 5,000
+    brackets raised RecursionError in the request parser."""
+    args = "[" * 5000 + "]" * 5000
+    history = [*HI, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "done"}]
+    reply = OpenAI(base_url=server.url, api_key="x", max_retries=0).chat.completions.create(
+        model="scripted", messages=history)
+    assert reply.choices[0].message.content == "Fine."
+
+
 @pytest.mark.parametrize(("raw", "words"), [
     (b'{"model": "scripted", "messages": [{"role": "user", "content": "\xff\xfe"}]}', "not UTF-8"),
     (b'{"model": "scripted", "messages": [', "not valid JSON"),

@@ -77,3 +77,19 @@ def test_unknown_family_is_an_error_a_person_can_act_on() -> None:
         StreamParser("qwen4")
     assert info.value.code == "BAD_REQUEST"
     assert "qwen4" in str(info.value) and "qwen3-coder" in str(info.value)
+
+
+# Nesting a model can write within its token budget, deeper than json.loads (about 1,000)
+# or Python's parser (200) can follow: each raised RecursionError or MemoryError out of the
+# tool-call parsers instead of becoming a call with an error.
+DEEP = ("[" * 5000 + "]" * 5000, '{"name": "f", "arguments": ' + "[" * 5000 + "]" * 5000 + "}",
+        "f(a=" + "-" * 100_000 + "1)", "[f(a=" + "not " * 50_000 + "1)]")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_tool_calls_nested_too_deep_become_errors_not_crashes(family: str) -> None:
+    markers = sorted(family_markers(family))
+    for body in DEEP:
+        text = "".join(m + body for m in markers) + body
+        shown, thought, calls = parse(family, [text])
+        assert len(shown) + len(thought) + sum(len(raw or "") for _, _, raw in calls) > 0

@@ -38,7 +38,7 @@ def _split_json(body: str) -> list[dict] | None:
             break
         try:
             obj, pos = decoder.raw_decode(body, pos)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested ~1,000 deep
             return None
         if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
             return None
