@@ -87,7 +87,7 @@ class LlmdeckApp(App):
         self.main.on_model_state(state)
 
     async def start_runtime(self) -> None:
-        self._tell_settings_problems()
+        await self._tell_settings_problems()
         # A damaged database takes seconds to recover on a long history: say so meanwhile.
         watch = self.set_interval(0.2, self._tell_if_recovering)
         try:
@@ -193,14 +193,15 @@ class LlmdeckApp(App):
         if kept is not None:
             self.notify(kept_notice(kept), title="Settings", severity="warning", timeout=20)
 
-    def _tell_settings_problems(self) -> None:
+    async def _tell_settings_problems(self) -> None:
         """What the config file held that llmdeck could not use (defaults stand in)."""
         problems = self.runtime.settings.problems
         if not problems:
             return
+        where = await asyncio.to_thread(paths.config_path)  # it makes the folder: off the loop
         shown = "\n".join(f"• {p}" for p in problems[:4])
         more = f"\n…and {len(problems) - 4} more (llmdeck doctor lists them)" if len(problems) > 4 else ""
-        self.notify(f"{shown}{more}\nFix {paths.config_path()}, or save from Settings (F3): "
+        self.notify(f"{shown}{more}\nFix {where}, or save from Settings (F3): "
                     "the old file is kept.", title="Settings", severity="warning", timeout=30)
 
     def use_conversation_model(self, conversation_id: str) -> None:
