@@ -21,11 +21,39 @@ from core.server.connections import ServeLimits
 from core.server.handle import DEFAULT_HOST, DEFAULT_PORT, ServeError, ServerHandle
 
 
+def _whole(low: int, high: int | None = None) -> Any:
+    """An argparse type: a whole number in [low, high], refused with the range otherwise."""
+    def read(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low or (high is not None and value > high):
+            span = f"between {low} and {high}" if high is not None else f"{low} or more"
+            raise argparse.ArgumentTypeError(f"must be {span} (got {value})")
+        return value
+    return read
+
+
+def _seconds(*, zero: bool) -> Any:
+    """An argparse type: a finite number of seconds, above 0 (or 0 too, when `zero`)."""
+    def read(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if not (0 <= value if zero else 0 < value) or value == float("inf"):
+            floor = "0 or more" if zero else "above 0"
+            raise argparse.ArgumentTypeError(f"must be a number of seconds, {floor} (got {text})")
+        return value
+    return read
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llmdeck serve",
                                 description="Serve the model over an OpenAI-compatible HTTP API.")
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 = any free)")
+    p.add_argument("--port", type=_whole(0, 65535), default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 = any free)")
     p.add_argument("--api-key", default=os.environ.get("LLMDECK_API_KEY"),
                    help="require this bearer key (default $LLMDECK_API_KEY); needed off loopback")
     p.add_argument("--model", help="a .gguf file, an MLX model folder, or remote:<endpoint>/<model>")
@@ -33,17 +61,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="engine option (value read as JSON when it parses), repeatable")
     p.add_argument("--served-model-name", help="the model id clients use (default: the model's name)")
-    p.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
+    p.add_argument("--max-queue", type=_whole(1), default=DEFAULT_MAX_QUEUE,
                    help=f"requests allowed to wait before answering 429 (default {DEFAULT_MAX_QUEUE})")
-    p.add_argument("--replicas", type=int, help="worker processes for the model")
+    p.add_argument("--replicas", type=_whole(1, 64), help="worker processes for the model")
     limits = ServeLimits()
-    p.add_argument("--max-connections", type=int, default=limits.max_connections,
+    p.add_argument("--max-connections", type=_whole(1), default=limits.max_connections,
                    help=f"open connections allowed (default {limits.max_connections}; lowered to "
                    "fit the descriptor limit)")
-    p.add_argument("--idle-timeout", type=float, default=limits.idle_timeout_s, metavar="S",
+    p.add_argument("--idle-timeout", type=_seconds(zero=False), default=limits.idle_timeout_s, metavar="S",
                    help=f"close a connection that sends no request for S seconds "
                    f"(default {limits.idle_timeout_s:.0f})")
-    p.add_argument("--load-wait", type=float, default=limits.load_wait_s, metavar="S",
+    p.add_argument("--load-wait", type=_seconds(zero=True), default=limits.load_wait_s, metavar="S",
                    help="how long a request waits for a loading model before 503 "
                    f"(default {limits.load_wait_s:.0f})")
     return p

@@ -1,0 +1,35 @@
+"""`llmdeck serve`'s numbers are checked where they are typed: a port past 65535 raised
+OverflowError from bind(), and a queue of 0 or a negative timeout started a server that
+refused or dropped everything."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.server.cli import parser
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--port", "99999"], "--port: must be between 0 and 65535"),
+    (["--port", "-1"], "--port: must be between 0 and 65535"),
+    (["--port", "http"], "--port: 'http' is not a whole number"),
+    (["--max-queue", "0"], "--max-queue: must be 1 or more"),
+    (["--max-connections", "0"], "--max-connections: must be 1 or more"),
+    (["--replicas", "-2"], "--replicas: must be between 1 and 64"),
+    (["--idle-timeout", "0"], "--idle-timeout: must be a number of seconds, above 0"),
+    (["--idle-timeout", "inf"], "--idle-timeout: must be a number of seconds, above 0"),
+    (["--load-wait", "nan"], "--load-wait: must be a number of seconds, 0 or more"),
+    (["--load-wait", "soon"], "--load-wait: 'soon' is not a number of seconds"),
+])
+def test_a_number_out_of_range_is_refused_naming_the_flag(capsys, args: list[str],
+                                                         words: str) -> None:
+    with pytest.raises(SystemExit) as stop:
+        parser().parse_args(args)
+    assert stop.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_numbers_in_range_are_taken() -> None:
+    args = parser().parse_args(["--port", "0", "--max-queue", "1", "--replicas", "64",
+                                "--idle-timeout", "0.5", "--load-wait", "0"])
+    assert (args.port, args.max_queue, args.replicas, args.idle_timeout, args.load_wait) == \
+        (0, 1, 64, 0.5, 0.0)
