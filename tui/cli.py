@@ -87,9 +87,9 @@ def _dispatch(argv: list[str]) -> int:
         from core.doctor import main as doctor_main
 
         return doctor_main(argv[1:])
+    if argv[:1] == ["models"]:  # likewise: `models --help`
+        return _models(argv[1:])
     args = _parser().parse_args(argv)
-    if args.command == "models":
-        return _models(args.rest)
     if args.command == "mcp":
         from core.tools import mcp_share_main as mcp_main
 

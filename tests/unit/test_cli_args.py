@@ -1,6 +1,7 @@
-"""`llmdeck serve`'s numbers are checked where they are typed: a port past 65535 raised
-OverflowError from bind(), and a queue of 0 or a negative timeout started a server that
-refused or dropped everything."""
+"""The command line: `llmdeck serve`'s numbers are checked where they are typed (a port
+past 65535 raised OverflowError from bind(), and a queue of 0 or a negative timeout
+started a server that refused or dropped everything), and `--help` after a command shows
+that command's help."""
 
 from __future__ import annotations
 
@@ -33,3 +34,16 @@ def test_numbers_in_range_are_taken() -> None:
                                 "--idle-timeout", "0.5", "--load-wait", "0"])
     assert (args.port, args.max_queue, args.replicas, args.idle_timeout, args.load_wait) == \
         (0, 1, 64, 0.5, 0.0)
+
+
+@pytest.mark.parametrize("command", ["serve", "models", "doctor"])
+def test_help_after_a_command_is_that_commands_help(capsys, command: str) -> None:
+    """`llmdeck models --help` used to fail with 'unrecognized arguments: --help'."""
+    from tui.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main([command, "--help"])
+    out = capsys.readouterr().out
+    assert stop.value.code == 0 and f"usage: llmdeck {command}" in out
+    if command == "models":
+        assert "models import" in out and "restore-default" in out
