@@ -57,7 +57,7 @@ def classify(exc: BaseException, repo_id: str = "", filename: str = "") -> HubEr
     import httpx2
     from huggingface_hub import errors as hf
 
-    what = f"{repo_id}/{filename}" if filename else repo_id
+    what = f"{repo_id}/{filename}" if filename else (repo_id or "the search")
     web = f"{endpoint()}/{repo_id}" if repo_id else endpoint()
     if isinstance(exc, hf.HFValidationError):
         return HubError("BAD_REQUEST", f"{repo_id!r} is not a valid repo id; use owner/name.")
@@ -109,5 +109,12 @@ def classify(exc: BaseException, repo_id: str = "", filename: str = "") -> HubEr
             "DISK_FULL",
             f"The disk filled up while writing {what}; free some space (or point "
             "LLMDECK_HOME / HF_HOME elsewhere) and pull again: it resumes where it stopped.",
+        )
+    if isinstance(exc, ValueError | TypeError | KeyError | AttributeError):
+        # A reply that is not the Hub's JSON: most often a proxy's or captive portal's page.
+        return HubError(
+            "HTTP",
+            f"{endpoint()} did not answer {what} the way the Hub does (its reply was not the "
+            "Hub's JSON: a proxy or login page?); check HF_ENDPOINT and your proxy settings.",
         )
     return HubError("HTTP", f"{type(exc).__name__} while talking to the Hub about {what}.")

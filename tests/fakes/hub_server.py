@@ -187,6 +187,8 @@ class FakeHub:
         self._drops: dict[str, list[int]] = {}
         self._grants: dict[str, set[str]] = {}
         self.users: dict[str, str] = {}  # token -> user name, for /api/whoami-v2
+        # When set, every API call gets this HTML page with 200, as behind a captive portal.
+        self.proxy_page: bytes | None = None
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._cdn: ThreadingHTTPServer | None = None
@@ -374,6 +376,13 @@ class _Handler(BaseHTTPRequestHandler):
         if auth := self.headers.get("Authorization"):
             on_cdn = self.server is self.hub._cdn
             (self.hub.cdn_auth_headers_seen if on_cdn else self.hub.auth_headers_seen).append(auth)
+        if self.hub.proxy_page is not None and path.startswith("/api/"):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(self.hub.proxy_page)))
+            self.end_headers()
+            self.wfile.write(self.hub.proxy_page)
+            return
         try:
             if path == "/api/models":
                 return self._list_models(query)

@@ -108,6 +108,18 @@ def test_unreachable_hub_is_offline(fake_hub: FakeHub, monkeypatch: pytest.Monke
     assert err.value.code == "OFFLINE" and endpoint in err.value.message
 
 
+def test_a_proxy_page_instead_of_the_hub_says_so(fake_hub: FakeHub) -> None:
+    """A captive portal answers 200 with HTML: it was 'JSONDecodeError while talking to the
+    Hub about .'."""
+    fake_hub.proxy_page = b"<html><body>Sign in to the guest network</body></html>"
+    for call, what in ((lambda: search_models("tiny"), "the search"),
+                       (lambda: list_files(GGUF_REPO), GGUF_REPO)):
+        with pytest.raises(HubError) as err:
+            call()
+        message = err.value.message
+        assert fake_hub.endpoint in message and what in message and "proxy" in message
+
+
 def test_offline_mode_is_reported_as_such(fake_hub: FakeHub,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from huggingface_hub import constants
