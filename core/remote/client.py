@@ -139,36 +139,48 @@ class RemoteBackend:
                 if data == b"[DONE]":
                     break
                 chunk = json_text.loads(data)
+                if not isinstance(chunk, dict):
+                    raise _NotAStream(f"a chunk that is {type(chunk).__name__}, not an object")
                 if chunk.get("error"):
                     for event in self._flush_tools(drafts):
                         yield event
                     yield error_event_for(500, chunk, self.where)
                     yield Done("error")
                     return
-                if chunk.get("usage"):
+                if isinstance(chunk.get("usage"), dict):
                     usage = chunk["usage"]
-                for choice in chunk.get("choices") or ():
-                    delta = choice.get("delta") or {}
-                    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                for choice in _objects(chunk.get("choices")):
+                    delta = choice.get("delta")
+                    delta = delta if isinstance(delta, dict) else {}
+                    reasoning = _text(delta.get("reasoning_content")) or _text(delta.get("reasoning"))
                     if reasoning:
                         first = first or time.perf_counter()
                         pieces += 1
                         yield ReasoningDelta(reasoning)
-                    if delta.get("content"):
+                    if content := _text(delta.get("content")):
                         first = first or time.perf_counter()
                         pieces += 1
-                        yield TextDelta(delta["content"])
-                    for tc in delta.get("tool_calls") or ():
+                        yield TextDelta(content)
+                    for tc in _objects(delta.get("tool_calls")):
                         first = first or time.perf_counter()
                         draft = drafts.setdefault(int(tc.get("index", len(drafts))), _ToolDraft())
-                        fn = tc.get("function") or {}
-                        draft.id = tc.get("id") or draft.id
-                        draft.name = fn.get("name") or draft.name
-                        if fn.get("arguments"):
-                            draft.arguments.append(fn["arguments"])
-                    if choice.get("finish_reason"):
+                        fn = tc.get("function")
+                        fn = fn if isinstance(fn, dict) else {}
+                        draft.id = _text(tc.get("id")) or draft.id
+                        draft.name = _text(fn.get("name")) or draft.name
+                        if arguments := _text(fn.get("arguments")):
+                            draft.arguments.append(arguments)
+                    if _text(choice.get("finish_reason")):
                         finish = choice["finish_reason"]
-        except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
+        except (ValueError, TypeError) as exc:  # JSON that is not an OpenAI stream
+            for event in self._flush_tools(drafts):
+                yield event
+            yield Error("WORKER_CRASHED", f"{self.where} sent something that is not an "
+                        f"OpenAI-style stream ({exc}). The reply so far was kept; check that the "
+                        "URL in settings points at an OpenAI-compatible API.")
+            yield Done("error")
+            return
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             for event in self._flush_tools(drafts):
                 yield event
             if rid in self._cancelled:
@@ -220,12 +232,13 @@ class RemoteError(Exception):
 
 def _usage(body: dict[str, Any], started: float, first: float | None, pieces: int) -> Usage:
     now = time.perf_counter()
-    details = body.get("prompt_tokens_details") or {}
-    completion = int(body.get("completion_tokens") or pieces)
+    details = body.get("prompt_tokens_details")
+    details = details if isinstance(details, dict) else {}
+    completion = _count(body.get("completion_tokens")) or pieces
     span = now - first if first else 0.0
     return Usage(
-        prompt_tokens=int(body.get("prompt_tokens") or 0),
-        cached_tokens=int(details.get("cached_tokens") or 0),
+        prompt_tokens=_count(body.get("prompt_tokens")),
+        cached_tokens=_count(details.get("cached_tokens")),
         completion_tokens=completion,
         ttft_ms=((first or now) - started) * 1000.0,
         decode_tps=(completion - 1) / span if span > 0 and completion > 1 else 0.0,
@@ -235,3 +248,22 @@ def _usage(body: dict[str, Any], started: float, first: float | None, pieces: in
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class _NotAStream(ValueError):
+    """A remote's stream chunk that is JSON but not an OpenAI chunk."""
+
+
+def _objects(value: Any) -> list[dict[str, Any]]:
+    """The JSON objects of a list field (choices, tool_calls); anything else is skipped."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _count(value: Any) -> int:
+    """A token count from a remote's usage; what is not a count reads as 0."""
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        and 0 <= value < 2**53 else 0

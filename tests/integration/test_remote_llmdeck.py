@@ -205,3 +205,57 @@ async def test_switching_between_a_remote_and_a_local_model(peer: str) -> None:
         assert text == "Hello from the peer, over HTTP."
     finally:
         await rt.close()
+
+
+# A remote that answers 200 but streams something else: a misconfigured proxy, or a
+# server that is not quite OpenAI-compatible. Each stream used to raise out of the turn.
+GARBLED = {
+    "not-an-object": [b"data: [1]\n\n"],
+    "odd-shapes": [b'data: {"choices": [1, {"delta": {"content": 5}}, {"delta": "x"}]}\n\n',
+                   b'data: {"choices": [{"delta": {"content": "ok"}, "finish_reason": "stop"}]}\n\n',
+                   b'data: {"choices": [], "usage": {"prompt_tokens": "many", '
+                   b'"completion_tokens": 1, "prompt_tokens_details": 7}}\n\n',
+                   b"data: [DONE]\n\n"],
+    "html": [b'data: {"choices": [{"delta": {"content": "so far"}}]}\n\n',
+             b"data: <html>Sign in</html>\n\n"],
+}
+
+
+async def _garbled_remote(chunks: list[bytes]):  # noqa: ANN202
+    from aiohttp import web
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for chunk in chunks:
+            await response.write(chunk)
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    await web.SockSite(runner, sock).start()
+    return runner, f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+
+
+@pytest.mark.parametrize("case", list(GARBLED))
+async def test_a_remote_streaming_something_else_is_an_error_not_a_crash(case: str) -> None:
+    runner, url = await _garbled_remote(GARBLED[case])
+    try:
+        backend = RemoteBackend(RemoteEndpoint("odd", url), "m")
+        events = [e async for e in backend.generate(_request())]
+        await backend.close()
+    finally:
+        await runner.cleanup()
+    texts = "".join(e.text for e in events if isinstance(e, TextDelta))
+    if case == "odd-shapes":
+        assert texts == "ok" and events[-1] == Done("stop")
+        [usage] = [e for e in events if isinstance(e, Usage)]
+        assert (usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens) == (0, 0, 1)
+    else:
+        [error] = [e for e in events if isinstance(e, Error)]
+        assert "not an OpenAI-style stream" in error.message and events[-1] == Done("error")
+        assert texts == ("so far" if case == "html" else "")
