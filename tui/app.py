@@ -8,6 +8,7 @@ from time import monotonic
 from textual import events
 from textual.app import App
 from textual.binding import Binding
+from textual.notifications import SeverityLevel
 
 from core import paths
 from core.config import kept_notice
@@ -19,6 +20,7 @@ from tui import gc_tuning, warmup
 from tui.commands import AppCommands, ModelCommands
 from tui.key_order import InputOrder
 from tui.screens.main import MainScreen
+from tui.terminal_text import visible
 
 
 class LlmdeckApp(App):
@@ -181,6 +183,14 @@ class LlmdeckApp(App):
                 except StoreError as exc:  # a full disk: the model is loaded all the same
                     self.notify(exc.message, title="History", severity="warning", timeout=10)
             self.notify(f"Model ready: {self.runtime.model.label}", timeout=3)
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        """Every notice is plain text: they quote paths, model names and remote servers'
+        words, where "[/]" read as markup raised MarkupError and an escape sequence reached
+        the terminal (tui.terminal_text). No notice of ours uses markup."""
+        super().notify(visible(message), title=visible(title), severity=severity,
+                       timeout=timeout, markup=False)
 
     async def save_settings_or_warn(self) -> None:
         """Save settings; a full or read-only disk is a notice, not a crash."""

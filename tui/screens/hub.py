@@ -40,6 +40,7 @@ from core.hub import (
     plan_download,
     search_models,
 )
+from tui.terminal_text import visible
 from tui.widgets import hub_format as fmt
 from tui.widgets.hub_confirm import ConfirmDialog
 from tui.widgets.hub_downloads import DownloadsPanel
@@ -93,22 +94,22 @@ class HubScreen(Screen):
         yield Static("llmdeck │ Model hub", id="hub-title")
         with TabbedContent(id="hub-tabs", initial=RECOMMENDED_TAB):
             with TabPane("Recommended", id=RECOMMENDED_TAB):
-                yield Static("", id="hub-rec-status", classes="hub-status")
+                yield Static("", id="hub-rec-status", classes="hub-status", markup=False)
                 yield RecommendedTable(id="hub-recommended")
-                yield Static("", id="hub-rec-detail")
+                yield Static("", id="hub-rec-detail", markup=False)
             with TabPane("Search Hugging Face", id=SEARCH_TAB):
                 with Horizontal(id="hub-search-row"):
                     yield Input(placeholder="model name, then Enter (empty = most popular)",
                                 id="hub-query")
-                    yield Static("", id="hub-filters")
-                yield Static("", id="hub-search-status", classes="hub-status")
+                    yield Static("", id="hub-filters", markup=False)
+                yield Static("", id="hub-search-status", classes="hub-status", markup=False)
                 yield ResultsTable(id="hub-results")
-                yield Static("", id="hub-detail")
+                yield Static("", id="hub-detail", markup=False)
                 yield Static("Files: press Enter on a repo", id="hub-files-status",
-                             classes="hub-status")
+                             classes="hub-status", markup=False)
                 yield FilesTable(id="hub-files")
             with TabPane("Local models", id=LOCAL_TAB):
-                yield Static("", id="hub-local-status", classes="hub-status")
+                yield Static("", id="hub-local-status", classes="hub-status", markup=False)
                 yield LocalTable(id="hub-local")
         yield DownloadsPanel(id="hub-downloads")
         yield Footer()
@@ -122,8 +123,10 @@ class HubScreen(Screen):
 
     # -- small helpers -----------------------------------------------------------------------
     def _status(self, selector: str, text: str, error: bool = False) -> None:
+        """A status line: plain text (it quotes what was typed, file names, the Hub's words:
+        read as markup, a search for "[/]" raised MarkupError), control characters shown."""
         widget = self.query_one(selector, Static)
-        widget.update(text)
+        widget.update(visible(text))
         widget.set_class(error, "-error")
 
     def _show_error(self, selector: str, err: HubError) -> None:
@@ -172,7 +175,7 @@ class HubScreen(Screen):
         text = "" if rec is None else (
             f"{rec.name} ({rec.family}): {rec.good_at}. {rec.repo}"
             f"{' · ' + rec.file if rec.file else ' (whole repo)'} · licence {rec.licence}")
-        self.query_one("#hub-rec-detail", Static).update(text)
+        self.query_one("#hub-rec-detail", Static).update(visible(text))
 
     def on_data_table_row_highlighted(self, event) -> None:  # noqa: ANN001
         if isinstance(event.data_table, RecommendedTable):
@@ -243,7 +246,7 @@ class HubScreen(Screen):
         # the cursor may stay on row 0 without a highlight event: describe the new row 0
         current = table.current
         self.query_one("#hub-detail", Static).update(
-            fmt.result_detail(current) if current else "")
+            visible(fmt.result_detail(current)) if current else "")
         if not results:
             self._status("#hub-search-status", f"No {self.search_format} repos match {what}; "
                          "try fewer words or ctrl+g for another format.")
@@ -253,7 +256,7 @@ class HubScreen(Screen):
             table.focus()
 
     def on_results_table_highlighted(self, event: ResultsTable.Highlighted) -> None:
-        self.query_one("#hub-detail", Static).update(fmt.result_detail(event.result))
+        self.query_one("#hub-detail", Static).update(visible(fmt.result_detail(event.result)))
 
     def on_results_table_opened(self, event: ResultsTable.Opened) -> None:
         self.open_repo(event.result.repo_id)

@@ -14,6 +14,8 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from tui.terminal_text import visible
+
 
 @dataclass(frozen=True)
 class ModelChoice:
@@ -46,7 +48,7 @@ def load_choices() -> tuple[list[ModelChoice], list[tuple[str, str]]]:
 
 def choice_label(choice: ModelChoice, current: str) -> Text:
     text = Text("● " if choice.name in current or current in choice.path else "  ", style="bold")
-    text.append(choice.name, style="bold")
+    text.append(visible(choice.name), style="bold")
     text.append(f"  {choice.engine or '?'}", style="dim")
     if choice.base_model:
         text.append("  base model", style="italic dim")
@@ -65,7 +67,7 @@ class ModelPickerScreen(ModalScreen[ModelChoice | None]):
             yield Static("Choose a model  (enter loads · esc cancels)", classes="dialog-text")
             yield OptionList(Option(Text("Looking for models…", style="dim"), disabled=True),
                              id="models")
-            yield Static("", id="model-problems", classes="dialog-hint")
+            yield Static("", id="model-problems", classes="dialog-hint", markup=False)
 
     def on_mount(self) -> None:
         self.query_one(OptionList).focus()
@@ -89,7 +91,7 @@ class ModelPickerScreen(ModalScreen[ModelChoice | None]):
         else:
             options.highlighted = 0
         problems = self.query_one("#model-problems", Static)
-        problems.update("\n".join(f"✖ {n}: {why}" for n, why in bad))
+        problems.update(visible("\n".join(f"✖ {n}: {why}" for n, why in bad)))
         problems.display = bool(bad)
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:

@@ -10,6 +10,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from core.events import ToolCall
+from tui.terminal_text import visible
 from tui.widgets.tool_card import format_arguments
 
 
@@ -29,9 +30,9 @@ class ToolApprovalScreen(ModalScreen[str]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(f"Allow the tool {self.call.name} to run?", classes="dialog-text",
+            yield Static(visible(f"Allow the tool {self.call.name} to run?"), classes="dialog-text",
                          markup=False)
-            yield Static(format_arguments(self.call.arguments, 600), classes="dialog-hint",
+            yield Static(visible(format_arguments(self.call.arguments, 600)), classes="dialog-hint",
                          markup=False)
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Allow (y)", variant="primary", id="allow")

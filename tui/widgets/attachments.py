@@ -19,6 +19,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
+from tui.terminal_text import visible
+
 # The documents and memory layers load after the first frame (tui.warmup): imported here
 # only where a result, marker or error is handled.
 if TYPE_CHECKING:
@@ -144,7 +146,7 @@ class AttachmentBar(Vertical):
         if self._chips:
             await row.mount_all(
                 [Static("Attached", classes="chips-label")]
-                + [Static(alias, classes="chip") for alias in self._chips]
+                + [Static(visible(alias), classes="chip", markup=False) for alias in self._chips]
             )
         row.display = bool(self._chips)
         self._sync()

@@ -8,6 +8,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Label
 
+from tui.terminal_text import visible
+
 
 class ConfirmDialog(ModalScreen[bool]):
     """Dismisses with True on y, False on n or Esc."""
@@ -24,9 +26,9 @@ class ConfirmDialog(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-box"):
-            yield Label(self.question, id="confirm-question")
+            yield Label(visible(self.question), id="confirm-question", markup=False)
             if self.detail:
-                yield Label(self.detail, id="confirm-detail")
+                yield Label(visible(self.detail), id="confirm-detail", markup=False)
             yield Label("y = yes · n / Esc = no", id="confirm-keys")
         yield Footer()
 

@@ -13,6 +13,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Label, ProgressBar, Static
 
 from core.hub import DownloadProgress
+from tui.terminal_text import visible
 from tui.widgets import hub_format as fmt
 
 EMPTY_HINT = "No downloads running: pick a file and press d."
@@ -28,23 +29,23 @@ class DownloadRow(Vertical):
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="download-line"):
-            yield Label("", classes="download-name")
+            yield Label("", classes="download-name", markup=False)  # a repo's file name
             yield ProgressBar(total=1, show_eta=False, classes="download-bar")
             yield Label("", classes="download-stats")
-        yield Label("", classes="download-error")
+        yield Label("", classes="download-error", markup=False)  # the Hub's words
 
     def on_mount(self) -> None:
         self.show(self.progress)
 
     def show(self, p: DownloadProgress) -> None:
         self.progress = p
-        self.query_one(".download-name", Label).update(self.title)
+        self.query_one(".download-name", Label).update(visible(self.title))
         self.query_one(ProgressBar).update(total=max(p.total, 1),
                                            progress=p.downloaded if p.total else 1)
         self.query_one(".download-stats", Label).update(fmt.progress_stats(p))
         error = self.query_one(".download-error", Label)
         if p.error is not None and p.state == "error":
-            error.update(f"{p.error.code}: {p.error.message}")
+            error.update(visible(f"{p.error.code}: {p.error.message}"))
             error.display = True
         else:
             error.display = False

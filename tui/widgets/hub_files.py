@@ -7,6 +7,7 @@ from textual.message import Message
 from textual.widgets import DataTable
 
 from core.hub import RepoFileInfo, RepoListing
+from tui.terminal_text import table_cell
 from tui.widgets import hub_format as fmt
 
 COLUMNS = ("File", "Size", "Quant", "Role", "Comes with")
@@ -48,8 +49,8 @@ class FilesTable(DataTable):
                 extra = f"+ {f.mmproj} ({fmt.size(sizes.get(f.mmproj))})"
             elif listing.format == "mlx" and f.path in picks:
                 extra = "+ config, tokenizer"
-            self.add_row(f.path, fmt.size(f.size), f.quant or "", f.role or "", extra,
-                         key=f.path)
+            self.add_row(*(table_cell(cell) for cell in (
+                f.path, fmt.size(f.size), f.quant or "", f.role or "", extra)), key=f.path)
         if picks:
             first = next(i for i, f in enumerate(self.files) if f.path in picks)
             self.move_cursor(row=first)

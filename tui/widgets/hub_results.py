@@ -7,6 +7,7 @@ from textual.message import Message
 from textual.widgets import DataTable
 
 from core.hub import SearchResult
+from tui.terminal_text import table_cell
 from tui.widgets import hub_format as fmt
 
 # The format shows in the engine ("llamacpp" serves GGUF, "mlx" MLX) and the detail line.
@@ -48,10 +49,12 @@ class ResultsTable(DataTable):
         self.clear()
         for r in self.results:
             self.add_row(
-                _clip(r.repo_id, REPO_WIDTH), fmt.verdict(r.runnable),
-                _clip(r.quant or "", QUANT_WIDTH), fmt.size(r.size_bytes), r.architecture or "",
-                fmt.count(r.downloads), fmt.count(r.likes), fmt.when(r.last_modified),
-                _clip(r.license or "", LICENSE_WIDTH), "gated" if r.gated else "", key=r.repo_id,
+                *(table_cell(cell) for cell in (
+                    _clip(r.repo_id, REPO_WIDTH), fmt.verdict(r.runnable),
+                    _clip(r.quant or "", QUANT_WIDTH), fmt.size(r.size_bytes),
+                    r.architecture or "", fmt.count(r.downloads), fmt.count(r.likes),
+                    fmt.when(r.last_modified), _clip(r.license or "", LICENSE_WIDTH),
+                    "gated" if r.gated else "")), key=r.repo_id,
             )
 
     @property

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from rich.cells import cell_len
 from textual.widgets import DataTable
 
+from tui.terminal_text import table_cell
+
 
 class MeasuredTable(DataTable):
     """Rows of plain strings; each fill sets every column to its widest cell or label."""
@@ -23,4 +25,4 @@ class MeasuredTable(DataTable):
             width = max([cell_len(label), *(cell_len(row[i]) for row in rows)])
             self.add_column(label, width=width, key=label)
         for row, key in zip(rows, keys, strict=True):
-            self.add_row(*row, key=key)
+            self.add_row(*(table_cell(cell) for cell in row), key=key)

@@ -17,6 +17,8 @@ from textual.widget import Widget
 from textual.widgets import Markdown
 from textual.widgets._markdown import MarkdownBlock
 
+from tui.terminal_text import visible
+
 LAST = "-last"
 
 
@@ -45,7 +47,19 @@ def quiet_block(cls: type[MarkdownBlock]) -> type[MarkdownBlock]:
     return quiet
 
 
-class MessageBody(Markdown):
+class SafeMarkdown(Markdown):
+    """Markdown of outside text (a reply, its thinking): control characters are shown, not
+    sent to the terminal (tui.terminal_text). update() and append() are the only doors:
+    the initial text and a MarkdownStream both come through them."""
+
+    def update(self, markdown: str) -> AwaitComplete:
+        return super().update(visible(markdown))
+
+    def append(self, markdown: str) -> AwaitComplete:
+        return super().append(visible(markdown))
+
+
+class MessageBody(SafeMarkdown):
     """Markdown that marks its last block (themes style `.body > .-last`).
 
     A streamed body (Markdown.append) is marked once, when its stream ends

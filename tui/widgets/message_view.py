@@ -22,7 +22,8 @@ from textual.widgets import Collapsible, Markdown, Static
 from textual.widgets._markdown import MarkdownStream
 
 from core.events import Error, ToolCall, Usage
-from tui.widgets.message_body import MessageBody, settled_size
+from tui.terminal_text import visible
+from tui.widgets.message_body import MessageBody, SafeMarkdown, settled_size
 from tui.widgets.tool_card import STATES, ToolCard
 
 CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.S)
@@ -138,10 +139,10 @@ class MessageView(Vertical):
         self._flush_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(self._role_label(), classes="role")
+        yield Static(visible(self._role_label()), classes="role", markup=False)
         with Collapsible(title="Thinking", collapsed=True, classes="thinking") as c:
             c.display = bool(self.reasoning)
-            yield Markdown(self.reasoning, classes="reasoning")
+            yield SafeMarkdown(self.reasoning, classes="reasoning")
         body = MessageBody(self.content, classes="body")
         body.display = self.role != "tool"  # a tool message is its cards
         yield body
@@ -155,7 +156,7 @@ class MessageView(Vertical):
         stats = Static(self._stats, classes="stats")
         stats.display = bool(self._stats)
         yield stats
-        err = Static(self._error or "", classes="error", markup=False)
+        err = Static(visible(self._error or ""), classes="error", markup=False)
         err.display = bool(self._error)
         yield err
 
@@ -258,11 +259,11 @@ class MessageView(Vertical):
     def set_status(self, status: str) -> None:
         """The stored status (partial, stopped, ...) once a streamed reply ends."""
         self._status = status
-        self.query_one(".role", Static).update(self._role_label())
+        self.query_one(".role", Static).update(visible(self._role_label()))
 
     def set_branch(self, branch: tuple[int, int] | None) -> None:
         self.branch = branch
-        self.query_one(".role", Static).update(self._role_label())
+        self.query_one(".role", Static).update(visible(self._role_label()))
 
     def set_usage(self, usage: Usage) -> None:
         stats = self.query_one(".stats", Static)
@@ -271,7 +272,7 @@ class MessageView(Vertical):
 
     def show_error(self, error: Error) -> None:
         err = self.query_one(".error", Static)
-        err.update(error_text(error.message, error.code))
+        err.update(visible(error_text(error.message, error.code)))  # a remote's words, too
         err.display = True
 
     async def finish(self) -> None:

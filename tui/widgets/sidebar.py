@@ -17,10 +17,11 @@ from textual.widgets import Input, OptionList
 from textual.widgets.option_list import Option
 
 from core.store import Conversation, SearchHit, snippet_parts
+from tui.terminal_text import visible
 
 
 def _hit_label(hit: SearchHit) -> Text:
-    text = Text(hit.title or "Untitled", style="bold")
+    text = Text(visible(hit.title or "Untitled"), style="bold")
     text.append("\n")
     text.append(highlight_snippet(hit.snippet))
     return text
@@ -30,7 +31,7 @@ def highlight_snippet(snippet: str) -> Text:
     """Turn the store's highlight markers into highlighted spans."""
     out = Text()
     for part, matched in snippet_parts(snippet.replace("\n", " ")):
-        out.append(part, style="bold reverse" if matched else "dim")
+        out.append(visible(part), style="bold reverse" if matched else "dim")
     return out
 
 
@@ -88,7 +89,8 @@ class Sidebar(Vertical):
         options = self.options
         options.clear_options()
         options.add_options(
-            Option(c.title or "Untitled", id=f"c:{c.id}") for c in conversations
+            # Text, not str: a str prompt is read as markup, and a title is anyone's words
+            Option(Text(visible(c.title or "Untitled")), id=f"c:{c.id}") for c in conversations
         )
         if not conversations:
             options.add_option(Option(Text("No conversations yet", style="dim"), disabled=True))

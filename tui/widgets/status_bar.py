@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Static
+
+from tui.terminal_text import visible
 
 
 def human_tokens(n: int) -> str:
@@ -19,10 +22,12 @@ class StatusBar(Static):
     context_size: reactive[int] = reactive(0)
     base_model: reactive[bool] = reactive(False)  # no chat template: answers are plain
 
-    def render(self) -> str:
+    def render(self) -> Content:
         state = {"ready": "●", "loading": "◌ loading", "provisioning": "◌ preparing",
                  "failed": "✖ failed", "idle": "○"}.get(self.model_state, self.model_state)
         ctx = (f"{human_tokens(self.context_used)} / {human_tokens(self.context_size)}"
                if self.context_size else "")
         label = f"{self.model_label} · base model" if self.base_model else self.model_label
-        return f" llmdeck │ {label} {state} │ ctx {ctx}".rstrip(" │ctx")
+        # Content, not str: a str is read as markup, and a model named "[/]x.gguf" raised
+        # MarkupError on every frame (the app could not start with it selected).
+        return Content(visible(f" llmdeck │ {label} {state} │ ctx {ctx}".rstrip(" │ctx")))

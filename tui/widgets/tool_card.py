@@ -14,6 +14,8 @@ from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.widgets import Static
 
+from tui.terminal_text import visible
+
 STATES = ("awaiting-approval", "running", "done", "failed", "denied")
 STATE_LABELS = {
     "awaiting-approval": "◇ awaiting approval",
@@ -48,9 +50,9 @@ class ToolCard(Vertical):
 
     def compose(self) -> ComposeResult:
         kind = "mcp tool" if "." in self.tool_name else "tool"  # MCP tools are server.tool
-        yield Static(f"{kind} · {self.tool_name}", classes="tool-name", markup=False)
-        yield Static(format_arguments(self.arguments), classes="tool-args", markup=False)
-        yield Static("", classes="tool-state")
+        yield Static(visible(f"{kind} · {self.tool_name}"), classes="tool-name", markup=False)
+        yield Static(visible(format_arguments(self.arguments)), classes="tool-args", markup=False)
+        yield Static("", classes="tool-state", markup=False)  # a parse error quotes the model
         yield Static("", classes="tool-result", markup=False)
 
     def on_mount(self) -> None:
@@ -75,10 +77,10 @@ class ToolCard(Vertical):
             self.set_class(s == state, f"-{s}")
         label = STATE_LABELS[state]
         if self.parse_error and state == "failed":
-            label += f": {self.parse_error}"
+            label += f": {visible(self.parse_error)}"
         self.query_one(".tool-state", Static).update(label)
 
     def _show_result(self, result: str) -> None:
         box = self.query_one(".tool-result", Static)
-        box.update(result)
+        box.update(visible(result))  # a tool's output: a fetched page, a file, a server's text
         box.display = bool(result)

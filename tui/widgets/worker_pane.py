@@ -15,6 +15,7 @@ from textual.timer import Timer
 from textual.widgets import Static
 
 from core.workers import WorkerStatus
+from tui.terminal_text import table_cell, visible
 
 REFRESH_S = 1.0
 
@@ -37,11 +38,11 @@ def status_table(rows: list[WorkerStatus]) -> Table | Text | Group:
                           ("restarts", "right")):
         table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for w in rows:
-        table.add_row(w.model, w.state, f"{w.tokens_per_s:.1f}", str(w.active), str(w.queued),
+        table.add_row(table_cell(w.model), table_cell(w.state), f"{w.tokens_per_s:.1f}", str(w.active), str(w.queued),
                       human_bytes(w.rss_bytes), str(w.restarts))
     # Reasons under the table, whole: in the state column a long one squeezed every other
     # column (an MCP server's "command not found; ..." hid its name).
-    errors = [Text(f"{w.model}: {w.error}", style="red") for w in rows if w.error]
+    errors = [Text(visible(f"{w.model}: {w.error}"), style="red") for w in rows if w.error]
     return Group(table, *errors) if errors else table
 
 
