@@ -211,8 +211,9 @@ def check_settings() -> Check:
     path = paths.config_path()
     settings = Settings.load(path)
     if settings.problems:
-        return Check("settings", PROBLEM, "; ".join(settings.problems),
-                     f"Fix or delete {path} (F3 in the app rewrites it from the form).")
+        return Check("settings", PROBLEM, "; ".join(p.rstrip(".") for p in settings.problems),
+                     f"Fix {path}, or save from Settings (F3) in the app: it rewrites the file "
+                     "and keeps the old one beside it.")
     return Check("settings", OK, f"{path}" + ("" if path.exists() else " (defaults; no file yet)"))
 
 

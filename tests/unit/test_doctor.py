@@ -38,6 +38,7 @@ def test_each_problem_exits_1_with_its_fix(fake_hub: FakeHub, capsys,
     checks = by_name(run_checks())
     assert checks["database"].status == PROBLEM and "damaged-" in checks["database"].fix
     assert checks["settings"].status == PROBLEM and "config.toml" in checks["settings"].fix
+    assert "keeps the old one" in checks["settings"].fix
     assert checks["hugging face"].status == PROBLEM and "hf auth login" in checks["hugging face"].fix
     assert out.count("fix: ") >= 3 and "3 problems" in out
 
@@ -53,3 +54,12 @@ def test_low_disk_is_a_problem_and_an_unreachable_hub_a_warning(
     hub = by_name(run_checks())["hugging face"]
     assert hub.status == WARN and "HF_ENDPOINT" in hub.fix
     assert main(["doctor", "--offline"]) == 0
+
+
+def test_each_refused_setting_is_named_in_one_readable_line() -> None:
+    from core.doctor import check_settings
+
+    paths.config_path().write_text('context_size = "big"\n[sampling]\ntemperature = 9\n')
+    check = check_settings()
+    assert check.status == PROBLEM and ".;" not in check.detail
+    assert "context_size = 'big' ignored" in check.detail and "sampling.temperature" in check.detail
