@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from rich.cells import cell_len
 from textual.widgets import DataTable
 
-from tui.terminal_text import table_cell
+from tui.terminal_text import table_cell, visible
 
 
 class MeasuredTable(DataTable):
@@ -22,7 +22,7 @@ class MeasuredTable(DataTable):
              keys: Sequence[str]) -> None:
         self.clear(columns=True)
         for i, label in enumerate(columns):
-            width = max([cell_len(label), *(cell_len(row[i]) for row in rows)])
+            width = max([cell_len(label), *(cell_len(visible(row[i])) for row in rows)])
             self.add_column(label, width=width, key=label)
         for row, key in zip(rows, keys, strict=True):
             self.add_row(*(table_cell(cell) for cell in row), key=key)
