@@ -10,11 +10,12 @@ MLX still runs model directories on its CPU backend.
 
 from __future__ import annotations
 
-import json
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from core import json_text
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer.tiktoken")
 
@@ -144,11 +145,9 @@ def check_safetensors(path: Path) -> None:
     """
     bad = f"Weights file {path.name} is corrupt or incomplete"
     try:
-        header_len, end = safetensors_extent(path)
+        expected, size = safetensors_extent(path)
     except ValueError as exc:
         raise SelectionError("MODEL_CORRUPT", f"{bad} ({exc}); re-download it.") from exc
-    expected = 8 + header_len + end
-    size = path.stat().st_size
     if size < expected:
         raise SelectionError(
             "MODEL_CORRUPT",
@@ -161,7 +160,7 @@ def check_safetensors(path: Path) -> None:
 def json_object(path: Path) -> dict[str, Any]:
     """The JSON object a model file (config.json, an index) holds; raises ValueError saying
     why not (bad JSON, bad UTF-8, or JSON of another kind) or OSError."""
-    data = json.loads(path.read_bytes())
+    data = json_text.loads(path.read_bytes())
     if not isinstance(data, dict):
         raise ValueError(f"it holds a JSON {type(data).__name__}, not an object")
     return data
@@ -179,8 +178,8 @@ def index_shards(index: Path) -> list[str]:
 
 
 def safetensors_extent(path: Path) -> tuple[int, int]:
-    """(header length, bytes its tensors need after the header) from the header alone;
-    ValueError saying what is wrong with a cut or garbled one (OSError: unreadable)."""
+    """(bytes the file needs, bytes it has), the first from the header alone; ValueError
+    saying what is wrong with a cut or garbled header (OSError: unreadable)."""
     size = path.stat().st_size
     if size < 8:
         raise ValueError(f"{size} bytes")
@@ -190,12 +189,13 @@ def safetensors_extent(path: Path) -> tuple[int, int]:
             raise ValueError("header cut short")
         raw = f.read(header_len)
     try:
-        header = json.loads(raw)
+        header = json_text.loads(raw)
         end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"),
                   default=0)
     except (ValueError, TypeError, KeyError, IndexError, AttributeError):
         raise ValueError("unreadable header") from None
-    return header_len, end
+    return 8 + header_len + end, size
+
 
 def _sibling_mmproj(p: Path) -> str | None:
     if "mmproj" in p.name.lower():

@@ -37,14 +37,15 @@ def check_gguf(path: Path) -> str | None:
 def check_safetensors(path: Path) -> str | None:
     """None when the header parses and every tensor lies inside the file."""
     try:
-        header_len, end = safetensors_extent(path)
+        expected, size = safetensors_extent(path)
     except OSError as exc:
         return f"{path.name}: unreadable ({exc.strerror or exc})"
     except ValueError as exc:
         return f"{path.name}: {exc} (truncated or garbled?)"
-    if 8 + header_len + end > path.stat().st_size:
+    if expected > size:
         return f"{path.name}: tensors run past the end of the file (truncated?)"
     return None
+
 
 def check_mlx_dir(path: Path) -> str | None:
     """None when the directory is a loadable MLX model by the engine rules."""
