@@ -148,7 +148,7 @@ class Settings:
             return settings
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
             settings.problems.append(f"{path} could not be read ({exc}); using the defaults")
             return settings
         settings._apply(data)
@@ -264,7 +264,7 @@ def _keep_unreadable(path: Path) -> Path | None:
         probe._apply(tomllib.loads(raw.decode("utf-8")))
         if not probe.problems:
             return None
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
         pass
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     kept = path.with_name(f"{path.stem}.kept-{stamp}{path.suffix}")

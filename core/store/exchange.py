@@ -14,8 +14,19 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from core import json_text
+
 from .errors import BAD_IMPORT, NOT_FOUND, StoreError
-from .models import ROLES, STATUSES, Conversation, Message, dumps, loads
+from .models import (
+    MESSAGE_COLUMNS,
+    ROLES,
+    STATUSES,
+    Conversation,
+    Message,
+    dumps,
+    message_from_row,
+    text_column,
+)
 
 FORMAT = "llmdeck.conversation"
 FORMAT_VERSION = 1
@@ -27,7 +38,6 @@ _MSG_FIELDS = (
     "id", "parent_id", "role", "content", "reasoning", "tool_calls", "tool_results",
     "usage", "model", "status", "error", "created_at",
 )
-_JSON_FIELDS = ("tool_calls", "tool_results", "usage")
 _ATT_FIELDS = ("id", "alias", "path", "mime", "size", "text", "created_at")
 
 
@@ -41,15 +51,14 @@ def export_json(conn: sqlite3.Connection, conversation_id: str) -> str:
     ).fetchone()
     if row is None:
         raise _gone()
-    messages = []
-    for values in conn.execute(
-        f"SELECT {', '.join(_MSG_FIELDS)} FROM messages WHERE conversation_id = ? ORDER BY seq",
-        (conversation_id,),
-    ):
-        message = dict(zip(_MSG_FIELDS, values, strict=True))
-        for field in _JSON_FIELDS:
-            message[field] = loads(message[field])
-        messages.append(message)
+    # Rows are read as the app reads them (models.message_from_row): a column another
+    # program garbled exports as absent instead of raising out of the export.
+    messages = [
+        {name: getattr(message, name) for name in _MSG_FIELDS}
+        for message in map(message_from_row, conn.execute(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? ORDER BY seq",
+            (conversation_id,)))
+    ]
     attachments = [
         dict(zip(_ATT_FIELDS, values, strict=True))
         for values in conn.execute(
@@ -61,7 +70,8 @@ def export_json(conn: sqlite3.Connection, conversation_id: str) -> str:
     document = {
         "format": FORMAT,
         "version": FORMAT_VERSION,
-        "conversation": dict(zip(_CONV_FIELDS, row, strict=True)),
+        "conversation": {**dict(zip(_CONV_FIELDS, row, strict=True)),
+                         "title": None if row[1] is None else text_column(row[1])},
         "messages": messages,
         "attachments": attachments,
     }
@@ -76,11 +86,9 @@ def _bad(detail: str) -> StoreError:
 
 def _parse(text: str) -> dict[str, Any]:
     try:
-        document = json.loads(text)
-    except (json.JSONDecodeError, TypeError) as exc:
+        document = json_text.loads(text)
+    except (ValueError, TypeError) as exc:
         raise _bad(f"invalid JSON: {exc}") from exc
-    except RecursionError:  # arrays nested thousands deep: no export looks like that
-        raise _bad("JSON nested too deeply") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise _bad("missing format marker")
     if document.get("version") != FORMAT_VERSION:

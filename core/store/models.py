@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core import json_text
+
 ROLES = ("system", "user", "assistant", "tool")
 STATUSES = ("partial", "complete", "error", "stopped")
 
@@ -113,10 +115,6 @@ def dumps(value: Any) -> str | None:
     return None if value is None else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
-
-
 # -- rows as another program (or a flipped bit) may have left them --------------------------
 # SQLite's integrity check vouches for pages, not for what a column holds: a row edited by
 # hand or by another tool can hold a blob where text goes or JSON of another shape. Such a
@@ -140,7 +138,7 @@ def _json_column(value: Any, kind: type) -> Any:
     if value is None:
         return None
     try:
-        parsed = json.loads(value)
+        parsed = json_text.loads(value)
     except (TypeError, ValueError):
         return None
     return parsed if isinstance(parsed, kind) else None
@@ -164,8 +162,12 @@ def _optional_text(value: Any) -> str | None:
     return None if value is None else text_column(value)
 
 
+def _time(value: Any) -> float:
+    """A REAL column of Unix seconds; text or a blob there reads as the epoch."""
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
 def message_from_row(row: tuple[Any, ...]) -> Message:
-    created = row[10]
     return Message(
         id=row[0],
         conversation_id=row[1],
@@ -177,7 +179,7 @@ def message_from_row(row: tuple[Any, ...]) -> Message:
         usage=_usage(row[7]),
         model=_optional_text(row[8]),
         status=text_column(row[9]),
-        created_at=float(created) if isinstance(created, int | float) else 0.0,
+        created_at=_time(row[10]),
         parent_id=row[11],
         error=_optional_text(row[12]),
     )
@@ -197,7 +199,5 @@ class Recovery:
 def conversation_from_row(row: tuple[Any, ...]) -> Conversation:
     """A sidebar row, its text columns as text (see text_column)."""
     cid, title, model, created, updated, count = row
-    return Conversation(cid, _optional_text(title), _optional_text(model),
-                        float(created) if isinstance(created, int | float) else 0.0,
-                        float(updated) if isinstance(updated, int | float) else 0.0,
-                        int(count or 0))
+    return Conversation(cid, _optional_text(title), _optional_text(model), _time(created),
+                        _time(updated), int(count or 0))

@@ -20,6 +20,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from core import json_text
 from core.docs.errors import DocError
 
 IMAGE_SUFFIXES = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WebP",
@@ -94,7 +95,7 @@ def load_stored(path: str | Path) -> StoredImage | None:
     """The stored image at `path` with its sidecar (None when either is gone)."""
     sidecar = Path(path).with_suffix(".json")
     try:
-        data = json.loads(sidecar.read_text(encoding="utf-8"))
+        data = json_text.loads(sidecar.read_text(encoding="utf-8"))
         image = StoredImage(**data)
         return image if Path(image.path).is_file() else None
     except (OSError, ValueError, TypeError):

@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from core import paths
+from core import json_text, paths
 from core.workers.pool import WorkerStatus
 
 # One file per role (core.home_lock): an app and a server sharing a home each keep their own.
@@ -84,7 +84,7 @@ def read_status(path: Path | None = None) -> tuple[list[WorkerStatus], str | Non
     """The workers of the running app, or ([], reason) when no app is running."""
     path = path or status_path("app")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json_text.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return [], "llmdeck is not running (no worker status found)."
     try:

@@ -5,6 +5,7 @@ branch tree ends, and the next message appends (real SQLite files)."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -56,6 +57,9 @@ def test_garbled_columns_read_as_absent_and_the_rest_stays(db, sql: str) -> None
             assert all(isinstance(usage[k], int | float) for k in usage if k.endswith("tokens"))
         [conv] = store.list_conversations()
         assert isinstance(conv.title, str) and isinstance(conv.updated_at, float)
+        exported = json.loads(store.export_json(cid))  # the export reads rows the same way
+        assert [m["id"] for m in exported["messages"]] == ids
+        assert isinstance(exported["conversation"]["title"], str) and store.export_markdown(cid)
         hits = store.search("sourdough")  # the question's text, unless it became a blob
         assert all(isinstance(h.title, str) for h in hits) and (hits or "fffe" in sql)
         store.add_message(cid, "user", "And at room temperature?")
