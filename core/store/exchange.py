@@ -9,14 +9,24 @@ database that lacks it reproduces it byte for byte on the next export.
 from __future__ import annotations
 
 import json
+import math
+import os
 import sqlite3
+import stat
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
-
-from core import json_text
+from typing import IO, Any
 
 from .errors import BAD_IMPORT, NOT_FOUND, StoreError
+from .export_reader import (
+    STREAMED,
+    ExportLimits,
+    ExportNotJson,
+    ExportTooLarge,
+    Member,
+    read_export,
+)
 from .models import (
     MESSAGE_COLUMNS,
     ROLES,
@@ -84,113 +94,227 @@ def _bad(detail: str) -> StoreError:
     )
 
 
-def _parse(text: str) -> dict[str, Any]:
-    try:
-        document = json_text.loads(text)
-    except (ValueError, TypeError) as exc:
-        raise _bad(f"invalid JSON: {exc}") from exc
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
-        raise _bad("missing format marker")
-    if document.get("version") != FORMAT_VERSION:
-        raise _bad(f"export format version {document.get('version')!r} is not supported")
-    conversation = document.get("conversation")
-    messages = document.get("messages")
-    attachments = document.get("attachments", [])
-    if not isinstance(conversation, dict) or not isinstance(messages, list):
-        raise _bad("no conversation or messages")
-    if not isinstance(attachments, list):
-        raise _bad("attachments is not a list")
-    if not isinstance(conversation.get("id"), str):
-        raise _bad("conversation has no id")
-    seen: set[str] = set()
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict) or not isinstance(message.get("id"), str):
-            raise _bad(f"message {index} has no id")
-        if message.get("role") not in ROLES:
-            raise _bad(f"message {index} has an unknown role {message.get('role')!r}")
-        if message.get("status", "complete") not in STATUSES:
-            raise _bad(f"message {index} has an unknown status {message.get('status')!r}")
-        parent = message.get("parent_id")
-        if parent is not None and parent not in seen:
-            raise _bad(f"message {index} replies to a message that is not before it")
-        seen.add(message["id"])
-    for index, attachment in enumerate(attachments):
-        if not isinstance(attachment, dict) or not isinstance(attachment.get("id"), str):
-            raise _bad(f"attachment {index} has no id")
-    return document
-
-
-def import_json(conn: sqlite3.Connection, text: str) -> str:
-    """Insert the document's conversation; the caller holds the write transaction."""
-    document = _parse(text)
-    conversation = document["conversation"]
-    messages = document["messages"]
-    attachments = document.get("attachments", [])
-    # Keep the original ids unless any of them is already used here (importing into the
-    # database it came from, or twice): then everything gets fresh ids.
-    taken = (
-        conn.execute("SELECT 1 FROM conversations WHERE id = ?", (conversation["id"],)).fetchone()
-        or conn.execute(
-            "SELECT 1 FROM messages WHERE id IN (SELECT value FROM json_each(?)) LIMIT 1",
-            (json.dumps([m["id"] for m in messages]),),
-        ).fetchone()
-        or conn.execute(
-            "SELECT 1 FROM attachments WHERE id IN (SELECT value FROM json_each(?)) LIMIT 1",
-            (json.dumps([a["id"] for a in attachments]),),
-        ).fetchone()
+def _too_large(detail: str) -> StoreError:
+    return StoreError(
+        BAD_IMPORT, f"This export is too large to import: {detail}; nothing was imported. "
+        "Export a smaller conversation, or split this one."
     )
-    ids: dict[str, str] = {}
 
-    def remap(old: str | None) -> str | None:
-        if old is None or not taken:
-            return old
-        return ids.setdefault(old, uuid.uuid4().hex)
 
-    now = datetime.now(UTC).timestamp()
-    conversation_id = remap(conversation["id"])
-    leaf = conversation.get("active_leaf_id")
-    conn.execute(
-        "INSERT INTO conversations (id, title, title_source, model, created_at, updated_at, "
-        "active_leaf_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (
-            conversation_id, conversation.get("title"), conversation.get("title_source"),
-            conversation.get("model"),
-            conversation.get("created_at", now), conversation.get("updated_at", now),
-            remap(leaf) if leaf in {m["id"] for m in messages} else None,
-        ),
-    )
+ImportSource = str | bytes | os.PathLike[str] | IO[bytes]
+DEFAULT_LIMITS = ExportLimits()  # what Store.import_json applies
+_BATCH = 500  # rows checked for id collisions and inserted at a time
+
+
+def import_json(conn: sqlite3.Connection, source: ImportSource,
+                limits: ExportLimits | None = None) -> str:
+    """Insert the export's conversation, reading it as a stream; the caller holds the
+    write transaction, so a refusal part way (a limit, a bad message) leaves nothing.
+
+    `source` is the export's text, or a path or binary file to read it from: the file is
+    never held whole (see export_reader). Ids never overwrite: when the conversation's id
+    is already used here (importing into the database it came from, or twice),
+    everything gets fresh ids (a copy); otherwise any message or attachment id that is
+    taken gets a fresh one, and the ids the file gives its messages must be unique and
+    every parent must come before its replies, so the tree has no cycle."""
+    limits = limits or DEFAULT_LIMITS
     try:
-        conn.executemany(
-            "INSERT INTO messages (id, conversation_id, parent_id, role, content, reasoning, "
-            "tool_calls, tool_results, usage, model, status, error, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    remap(m["id"]), conversation_id, remap(m.get("parent_id")), m["role"],
-                    str(m.get("content", "")), str(m.get("reasoning", "")),
-                    dumps(m.get("tool_calls")), dumps(m.get("tool_results")), dumps(m.get("usage")),
-                    m.get("model"), m.get("status", "complete"), m.get("error"),
-                    m.get("created_at", now),
-                )
-                for m in messages
-            ],
+        if isinstance(source, os.PathLike):
+            try:
+                info = os.stat(source)
+            except OSError as exc:
+                raise _bad(f"it cannot be read: {exc.strerror}") from None
+            if not stat.S_ISREG(info.st_mode):  # a FIFO would block the open for good
+                raise _bad("it is not a regular file")
+            size = info.st_size
+            if size > limits.file_bytes:
+                raise ExportTooLarge(f"it is {size / (1024 * 1024):.0f} MB, over the "
+                                     f"{limits.file_bytes / (1024 * 1024):g} MB limit for an "
+                                     "import")
+            with open(source, "rb") as stream:
+                return _Import(conn).run(read_export(stream, limits))
+        return _Import(conn).run(read_export(source, limits))
+    except ExportTooLarge as exc:
+        raise _too_large(str(exc)) from None
+    except ExportNotJson as exc:
+        raise _bad(f"invalid JSON: {exc}") from None
+    except sqlite3.IntegrityError as exc:  # only reachable with ids repeated inside the file
+        raise _bad(f"it repeats ids: {exc}") from exc
+
+
+def _text(value: Any, what: str) -> str | None:
+    """A text column of the file: text or null; anything else is refused, not stored."""
+    if value is None or isinstance(value, str):
+        return value
+    raise _bad(f"{what} has {type(value).__name__} where text goes")
+
+
+def _time(value: Any, default: float, what: str) -> float:
+    if value is None:
+        return default
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return value
+    raise _bad(f"{what} has {value!r:.40} where a time goes")
+
+
+class _Import:
+    """One import: the header first, then messages and attachments in batches."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.header: dict[str, Any] = {}
+        self.conversation_id: str | None = None
+        self.copy = False  # the conversation's id is taken: every id is fresh
+        self.ids: dict[str, str] = {}  # file id -> id written, where they differ
+        self.seen: set[str] = set()  # message ids of the file so far (parents come first)
+        self.attachment_ids: set[str] = set()
+        self.now = datetime.now(UTC).timestamp()
+
+    def run(self, members: Iterator[Member]) -> str:
+        batch: list[dict[str, Any]] = []
+        batch_key = ""
+        for member in members:
+            if member.index is None:
+                if member.value is not STREAMED and self.conversation_id is not None:
+                    raise _bad(f"its {member.key!r} comes after the messages")
+                self.header[member.key] = member.value
+                continue
+            if self.conversation_id is None:
+                self._begin()
+            if batch and (member.key != batch_key or len(batch) >= _BATCH):
+                self._flush(batch_key, batch)
+                batch = []
+            batch_key = member.key
+            batch.append(self._checked(member))
+        if self.conversation_id is None:
+            self._begin()
+        if batch:
+            self._flush(batch_key, batch)
+        leaf = self.header["conversation"].get("active_leaf_id")
+        if isinstance(leaf, str) and leaf in self.seen:
+            self.conn.execute("UPDATE conversations SET active_leaf_id = ? WHERE id = ?",
+                              (self._id(leaf), self.conversation_id))
+        return self.conversation_id  # type: ignore[return-value]
+
+    def _begin(self) -> None:
+        """The header is complete (a message or the end is here): check it, write the
+        conversation row (its active leaf is set at the end, once its messages exist)."""
+        header = self.header
+        if header.get("format") != FORMAT:
+            raise _bad("missing format marker")
+        if header.get("version") != FORMAT_VERSION:
+            raise _bad(f"export format version {header.get('version')!r} is not supported")
+        conversation = header.get("conversation")
+        if not isinstance(conversation, dict) or "messages" not in header:
+            raise _bad("no conversation or messages, or its conversation comes after them")
+        for key in ("messages", "attachments"):
+            if key in header and header[key] is not STREAMED:
+                raise _bad(f"{key} is not a list")
+        if not isinstance(conversation.get("id"), str):
+            raise _bad("conversation has no id")
+        row = (
+            _text(conversation.get("title"), "the title"),
+            _text(conversation.get("title_source"), "the title source"),
+            _text(conversation.get("model"), "the model"),
+            _time(conversation.get("created_at"), self.now, "the conversation's time"),
+            _time(conversation.get("updated_at"), self.now, "the conversation's time"),
         )
-        conn.executemany(
+        self.copy = self.conn.execute("SELECT 1 FROM conversations WHERE id = ?",
+                                      (conversation["id"],)).fetchone() is not None
+        self.conversation_id = self._fresh(conversation["id"]) if self.copy \
+            else conversation["id"]
+        self.conn.execute(
+            "INSERT INTO conversations (id, title, title_source, model, created_at, "
+            "updated_at, active_leaf_id) VALUES (?, ?, ?, ?, ?, ?, NULL)",
+            (self.conversation_id, *row),
+        )
+
+    def _checked(self, member: Member) -> dict[str, Any]:
+        """One message or attachment of the file, checked before anything is written."""
+        index, value = member.index, member.value
+        if member.key == "attachments":
+            if not isinstance(value, dict) or not isinstance(value.get("id"), str):
+                raise _bad(f"attachment {index} has no id")
+            if value["id"] in self.attachment_ids:
+                raise _bad(f"attachment {index} repeats the id of an earlier one")
+            self.attachment_ids.add(value["id"])
+            what = f"attachment {index}"
+            size = value.get("size")
+            if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
+                raise _bad(f"{what}'s size is not a whole number")
+            return {"id": value["id"], "alias": _text(value.get("alias"), what) or "",
+                    "path": _text(value.get("path"), what) or "",
+                    "mime": _text(value.get("mime"), what), "size": size,
+                    "text": _text(value.get("text"), what) or "",
+                    "created_at": _time(value.get("created_at"), self.now, what)}
+        if not isinstance(value, dict) or not isinstance(value.get("id"), str):
+            raise _bad(f"message {index} has no id")
+        if value.get("role") not in ROLES:
+            raise _bad(f"message {index} has an unknown role {value.get('role')!r}")
+        if value.get("status", "complete") not in STATUSES:
+            raise _bad(f"message {index} has an unknown status {value.get('status')!r}")
+        if value["id"] in self.seen:
+            raise _bad(f"message {index} repeats the id of an earlier one")
+        parent = value.get("parent_id")
+        if parent is not None and parent not in self.seen:
+            # A parent later in the file, or the message itself: the only ways to a cycle.
+            raise _bad(f"message {index} replies to a message that is not before it")
+        self.seen.add(value["id"])
+        what = f"message {index}"
+        return {**value, "content": _text(value.get("content"), what) or "",
+                "reasoning": _text(value.get("reasoning"), what) or "",
+                "model": _text(value.get("model"), what), "error": _text(value.get("error"), what),
+                "created_at": _time(value.get("created_at"), self.now, what)}
+
+    def _fresh(self, old: str) -> str:
+        return self.ids.setdefault(old, uuid.uuid4().hex)
+
+    def _id(self, old: str | None) -> str | None:
+        return None if old is None else self.ids.get(old, old)
+
+    def _remap_taken(self, table: str, rows: list[dict[str, Any]]) -> None:
+        """Give a fresh id to every row whose id is already used here."""
+        if self.copy:
+            for row in rows:
+                self._fresh(row["id"])
+            return
+        taken = self.conn.execute(
+            f"SELECT id FROM {table} WHERE id IN (SELECT value FROM json_each(?))",
+            (json.dumps([row["id"] for row in rows]),),
+        ).fetchall()
+        for (old,) in taken:
+            self._fresh(old)
+
+    def _flush(self, key: str, rows: list[dict[str, Any]]) -> None:
+        cid = self.conversation_id
+        if key == "messages":
+            self._remap_taken("messages", rows)
+            self.conn.executemany(
+                "INSERT INTO messages (id, conversation_id, parent_id, role, content, "
+                "reasoning, tool_calls, tool_results, usage, model, status, error, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        self._id(m["id"]), cid, self._id(m.get("parent_id")), m["role"],
+                        m["content"], m["reasoning"],
+                        dumps(m.get("tool_calls")), dumps(m.get("tool_results")),
+                        dumps(m.get("usage")), m["model"], m.get("status", "complete"),
+                        m["error"], m["created_at"],
+                    )
+                    for m in rows
+                ],
+            )
+            return
+        self._remap_taken("attachments", rows)
+        self.conn.executemany(
             "INSERT INTO attachments (id, conversation_id, alias, path, mime, size, text, "
             "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [
-                (
-                    remap(a["id"]), conversation_id, a.get("alias", ""),
-                    a.get("path", ""), a.get("mime"), a.get("size"), a.get("text", ""),
-                    a.get("created_at", now),
-                )
-                for a in attachments
+                (self._id(a["id"]), cid, a["alias"], a["path"], a["mime"], a["size"],
+                 a["text"], a["created_at"])
+                for a in rows
             ],
         )
-    except sqlite3.IntegrityError as exc:
-        # Only reachable with ids repeated inside the file itself.
-        raise _bad(f"it repeats ids: {exc}") from exc
-    return conversation_id  # type: ignore[return-value]
 
 
 def export_markdown(conversation: Conversation | None, messages: list[Message]) -> str:
