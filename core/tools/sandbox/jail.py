@@ -624,10 +624,16 @@ def memory_cgroup(name: str, limit_bytes: int) -> str | None:
     try:
         os.makedirs(path, exist_ok=True)
         if version == 1:
-            _write(os.path.join(path, "memory.limit_in_bytes"), str(limit_bytes))
+            files = [os.path.join(path, "memory.limit_in_bytes")]
             swap = os.path.join(path, "memory.memsw.limit_in_bytes")
             if os.path.exists(swap):  # memory + swap together: no swapping past the cap
-                _write(swap, str(limit_bytes))
+                files.append(swap)
+            try:  # memsw may never be below the plain limit: raise it first, lower it last
+                for file in files:
+                    _write(file, str(limit_bytes))
+            except OSError:
+                for file in reversed(files):
+                    _write(file, str(limit_bytes))
         else:
             _write(os.path.join(path, "memory.max"), str(limit_bytes))
             swap = os.path.join(path, "memory.swap.max")

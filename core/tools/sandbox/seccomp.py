@@ -30,7 +30,7 @@ Why our own and not a binding: PyPI has pyseccomp (ctypes over libseccomp, last 
 2021) and mephi42-seccomp (an unofficial wheel of libseccomp's bindings). Both need the
 libseccomp shared library on the machine (absent from slim containers and Alpine), and
 libseccomp 2.5 (Debian 12, this CI) does not know the calls added since Linux 6.1
-(open_tree_attr); the filter here is ninety lines of checked-in data, tested by the
+(open_tree_attr); the filter here is a page of checked-in data, tested by the
 attacks in tests/integration/test_sandbox_walls.py, and needs nothing but the kernel.
 """
 
