@@ -250,7 +250,8 @@ class Turn:
         finally:
             t, r = "".join(text), "".join(reasoning)
             status = "error" if error is not None else "complete"
-            if error is not None and error.code == "CANCELLED":
+            # Esc is no failure; the pool ending a reply (its model unloaded) is, and says why.
+            if error is not None and error.code == "CANCELLED" and finish != "error":
                 error = None
             if error is not None and error.code == "WORKER_CRASHED":
                 status = "partial"

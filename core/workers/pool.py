@@ -55,19 +55,29 @@ class _Stream:
     when one worker step fans out to dozens of streams.
     """
 
-    __slots__ = ("items", "waiter", "done", "request")
+    __slots__ = ("items", "waiter", "done", "request", "worker")
 
     def __init__(self, request: GenerationRequest | None = None) -> None:
         self.items: deque[Event] = deque()
         self.waiter: asyncio.Future[None] | None = None
         self.done = False
         self.request = request  # kept to say which request a crash happened on
+        self.worker: _Worker | None = None  # set once it runs on one (for cancel)
 
     def put(self, event: Event) -> None:
         self.items.append(event)
         waiter = self.waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def end(self, *events: Event) -> None:
+        """Close the stream from the app side (cancel, unload, shutdown): the events
+        already queued stay in front, so the text so far reaches the consumer."""
+        if self.done:
+            return
+        for event in events:
+            self.put(event)
+        self.done = True
 
     async def get_all(self) -> list[Event]:
         """Everything queued, in order; waits only when nothing is. A consumer that fell
@@ -92,9 +102,11 @@ class _Worker:
         self.conn: Any = None
         self.state = "loading"
         self.info: dict[str, Any] = {}
-        self.streams: dict[str, _Stream] = {}
+        self.streams: dict[str, _Stream] = {}  # running on the worker
+        self.queue: dict[str, _Stream] = {}  # waiting for a free slot on it
         self.slots = asyncio.Semaphore(1)
         self.waiting = 0
+        self.stop_reason: str | None = None  # why the pool stopped it (unload, shutdown)
         self.restarts = 0
         self.restart_times: deque[float] = deque()
         self.error: str | None = None
@@ -125,6 +137,7 @@ class _Worker:
         self.state = "loading"
         self.error = None
         self.fatal = False
+        self.stop_reason = None
         self._loaded = loop.create_future()
         self.process.start()
         child_conn.close()
@@ -167,6 +180,18 @@ class _Worker:
             self.process.kill()
         if self.process is not None:
             self.process.join(timeout=2)
+
+    def stop_streams(self, reason: str) -> None:
+        """The pool stops this worker on purpose: every request on it or queued for it
+        ends now with `reason` (its text so far kept), and a load under way fails."""
+        self.stop_reason = reason
+        for stream in [*self.streams.values(), *self.queue.values()]:
+            stream.end(Error("CANCELLED", reason), Done("error"))
+        self.streams.clear()
+        self.queue.clear()
+        if self._loaded is not None and not self._loaded.done():
+            self._loaded.set_exception(WorkerLoadError("LOAD_FAILED", reason))
+            self._loaded.exception()  # retrieved here: start() gets it through wait_for
 
     # -- pipe ------------------------------------------------------------------
     def _on_readable(self) -> None:
@@ -224,6 +249,7 @@ class _Worker:
             return
         if self.pool.closing:
             self.state = "stopped"
+            self.stop_streams(CLOSING)
             return
         self.process.join(timeout=0.1)
         code = self.process.exitcode
@@ -396,6 +422,7 @@ class WorkerPool:
         self._ids = itertools.count(1)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._idle_task: asyncio.Task[None] | None = None
+        self._open: dict[str, _Stream] = {}  # every request from its start to its end
         _ALL_POOLS.add(self)
         _start_resource_tracker()
 
@@ -438,9 +465,10 @@ class WorkerPool:
             raise err
 
     async def unload(self, key: str) -> None:
+        """Stop the model's workers; its requests end with UNLOADED (text so far kept)."""
         group = self._groups.pop(key, None)
         if group is not None:
-            await self._stop_workers(group.workers)
+            await self._stop_workers(group.workers, UNLOADED)
 
     def queued(self, key: str) -> int:
         """Requests of a model waiting for a free slot; cheap (no psutil), read per request."""
@@ -474,7 +502,21 @@ class WorkerPool:
 
     async def generate_batches(self, key: str, request: GenerationRequest) -> AsyncIterator[list[Event]]:
         """Like generate, but each step hands over every event already queued (never an
-        empty list; the last one ends with Done). Closing it early cancels the request."""
+        empty list; the last one ends with Done). Closing it early cancels the request.
+
+        Whatever happens to the model meanwhile (unloaded by a switch, stopped by an idle
+        timeout or shutdown, its worker crashed), the last batch ends with Done."""
+        stream = _Stream(request)
+        self._open[request.request_id] = stream  # from here on, cancel() reaches it
+        try:
+            async for batch in self._generate(key, stream):
+                yield batch
+        finally:
+            self._open.pop(request.request_id, None)
+
+    async def _generate(self, key: str, stream: _Stream) -> AsyncIterator[list[Event]]:
+        request = stream.request
+        assert request is not None
         group = self._groups.get(key)
         if group is None:
             yield [Error("LOAD_FAILED", f"Model {key!r} is not loaded."), Done("error")]
@@ -492,25 +534,60 @@ class WorkerPool:
             except WorkerLoadError as exc:
                 yield [Error(exc.code if exc.code in _CODES else "LOAD_FAILED", exc.message), Done("error")]
                 return
+        if stream.done:  # cancelled while the model loaded
+            yield list(stream.items)
+            return
         try:
             worker = group.pick(request.session_id, self.max_sessions)
         except WorkerLoadError as exc:
             yield [Error("LOAD_FAILED", exc.message), Done("error")]
             return
+        if not await self._wait_for_slot(worker, stream):
+            yield list(stream.items)  # ended while queued: Esc, an unload, shutdown
+            return
+        async for batch in self._run(worker, stream):
+            yield batch
+
+    async def _wait_for_slot(self, worker: _Worker, stream: _Stream) -> bool:
+        """Hold one of the worker's slots; False (nothing held) when the stream was ended
+        while it waited, so a queued request can be cancelled or failed like a running one."""
+        rid = stream.request.request_id if stream.request else ""
         worker.waiting += 1
+        worker.queue[rid] = stream
+        acquire = asyncio.ensure_future(worker.slots.acquire())
         try:
-            await worker.slots.acquire()
+            while not acquire.done() and not stream.done:
+                stream.waiter = asyncio.get_running_loop().create_future()
+                await asyncio.wait((acquire, stream.waiter), return_when=asyncio.FIRST_COMPLETED)
+                stream.waiter = None
+        except BaseException:
+            stream.done = True  # the consumer went away: give back a slot got meanwhile
+            raise
         finally:
             worker.waiting -= 1
-        stream = _Stream(request)
+            worker.queue.pop(rid, None)
+            if stream.done:
+                if acquire.done() and not acquire.cancelled():
+                    worker.slots.release()
+                else:
+                    acquire.cancel()
+        return not stream.done
+
+    async def _run(self, worker: _Worker, stream: _Stream) -> AsyncIterator[list[Event]]:
+        """Send the request to the worker (a slot held) and pass its events on."""
+        request = stream.request
+        assert request is not None
         finished = False
         try:
             if worker.state != "ready":
                 finished = True
-                yield [Error("WORKER_CRASHED", "The model worker stopped before this request started; "
-                             "send again."), Done("error")]
+                reason = worker.stop_reason or ("The model worker stopped before this request "
+                                                "started; send again.")
+                yield [Error("CANCELLED" if worker.stop_reason else "WORKER_CRASHED", reason),
+                       Done("error")]
                 return
             worker.streams[request.request_id] = stream
+            stream.worker = worker
             worker.last_used = time.monotonic()
             worker.send((p.GENERATE, request))
             while True:
@@ -532,12 +609,21 @@ class WorkerPool:
                         pass
 
     def cancel(self, request_id: str) -> None:
-        """Ask the worker to stop a request; its stream ends with Done('cancelled')."""
-        for group in self._groups.values():
-            for worker in group.workers:
-                if request_id in worker.streams and worker.state == "ready":
-                    worker.send((p.CANCEL, request_id))
-                    return
+        """Stop a request; its stream ends with Done('cancelled'). A running one is stopped
+        by its worker (which sends the last events); one still queued, or whose worker is
+        gone, ends here at once."""
+        stream = self._open.get(request_id)
+        if stream is None or stream.done:
+            return
+        worker = stream.worker
+        if worker is not None and worker.streams.get(request_id) is stream and worker.state == "ready":
+            try:
+                worker.send((p.CANCEL, request_id))
+                return
+            except OSError:
+                pass
+            worker.streams.pop(request_id, None)
+        stream.end(Done("cancelled"))
 
     # -- crash recovery ------------------------------------------------------------
     def _schedule_respawn(self, worker: _Worker, *, counted: bool = True) -> None:
@@ -583,7 +669,7 @@ class WorkerPool:
                     group.workers = []
                     group.affinity.clear()
                     group.loading = None
-                    await self._stop_workers(idle)
+                    await self._stop_workers(idle, IDLE_UNLOADED)
 
     # -- status and shutdown -----------------------------------------------------------
     def status(self) -> list[WorkerStatus]:
@@ -599,9 +685,11 @@ class WorkerPool:
         return [w.process.pid for g in self._groups.values() for w in g.workers
                 if w.process is not None and w.process.is_alive()]
 
-    async def _stop_workers(self, workers: list[_Worker]) -> None:
+    async def _stop_workers(self, workers: list[_Worker], reason: str) -> None:
+        """Stop workers on purpose; every request on them ends at once with `reason`."""
         for w in workers:
             w.state = "stopped"
+            w.stop_streams(reason)
             try:
                 w._detach()
             except (ValueError, OSError):
@@ -626,7 +714,7 @@ class WorkerPool:
         for task in list(self._tasks):
             task.cancel()
         groups, self._groups = list(self._groups.values()), {}
-        await self._stop_workers([w for g in groups for w in g.workers])
+        await self._stop_workers([w for g in groups for w in g.workers], CLOSING)
 
     def kill_all_now(self) -> None:
         """Synchronous last resort (atexit): kill whatever is still alive."""
@@ -652,6 +740,11 @@ def _start_resource_tracker() -> None:
         sys.stderr = real
 
 
+# Why a request ended when the pool stopped its worker on purpose (Error CANCELLED).
+UNLOADED = ("The model was unloaded (another model was loaded, or it was reloaded) before this "
+            "reply finished. The reply so far was kept; send again to continue.")
+IDLE_UNLOADED = "The model was unloaded after a long idle time; send again to reload it."
+CLOSING = "llmdeck is closing; the reply so far was kept."
 _CODES = {"OOM", "MODEL_CORRUPT", "UNSUPPORTED", "LOAD_FAILED", "TIMEOUT", "INTERNAL"}
 _MAX_SUSPECTS = 256
 _REFUSE_AFTER = 2  # crashes pinned on one request before it is refused
