@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from core import json_text, paths
+from core.terminal_text import visible
 from core.workers.pool import WorkerStatus
 
 # One file per role (core.home_lock): an app and a server sharing a home each keep their own.
@@ -97,11 +98,15 @@ def read_status(path: Path | None = None) -> tuple[list[WorkerStatus], str | Non
 
 
 def format_table(statuses: list[WorkerStatus]) -> str:
+    """The table `llmdeck workers` prints. Every string in it came from outside this
+    process (a model's name, an MCP server's last words on stderr), so each goes through
+    core.terminal_text.visible: an escape sequence in one is shown, never obeyed."""
     header = ("WORKER", "MODEL", "ENGINE", "STATE", "PID", "RSS", "ACTIVE", "QUEUED", "TOK/S", "RESTARTS")
     rows = [header]
     for s in statuses:
         rows.append((
-            s.worker_id, s.model[:32], s.engine, s.state, str(s.pid or "-"),
+            _cell(s.worker_id, 40), _cell(s.model, 32), _cell(s.engine, 16), _cell(s.state, 16),
+            str(s.pid or "-"),
             f"{s.rss_bytes / 2**20:.0f}M" if s.rss_bytes else "-",
             str(s.active), str(s.queued), f"{s.tokens_per_s:.1f}", str(s.restarts),
         ))
@@ -109,8 +114,18 @@ def format_table(statuses: list[WorkerStatus]) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     for s in statuses:
         if s.error:
-            lines.append(f"{s.worker_id}: {s.error}")
+            lines.append(f"{_cell(s.worker_id, 40)}: {_cell(str(s.error), MAX_ERROR_CHARS)}")
     return "\n".join(lines)
+
+
+MAX_ERROR_CHARS = 500
+
+
+def _cell(value: object, limit: int) -> str:
+    """An outside string as one safe line: control characters shown (newlines too: a
+    table row must stay one row), cut to `limit` characters."""
+    text = visible(str(value)).replace("\n", "␤").replace("\t", " ")
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def main() -> int:

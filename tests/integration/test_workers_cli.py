@@ -42,3 +42,26 @@ def test_workers_without_a_running_app_says_so() -> None:
     out = _workers()
     assert out.returncode == 1
     assert "llmdeck is not running" in out.stdout
+
+
+def test_workers_prints_outside_strings_shown_not_obeyed() -> None:
+    """An MCP server's last words and a model's name are outside text: OSC 52 (clipboard),
+    OSC 0 (title) and CSI 2J (clear) in them reach the terminal as pictures, one row each."""
+    from core.workers.pool import WorkerStatus
+    from core.workers.status_file import status_path, write_status
+
+    hostile = "\x1b]52;c;aGVsbG8=\x07\x1b]0;owned\x07\x1b[2J"
+    rows = [
+        WorkerStatus(worker_id="w0", model=f"evil{hostile}", engine="scripted", state="ready",
+                     pid=os.getpid(), rss_bytes=0, active=0, queued=0, tokens_per_s=0.0, restarts=0),
+        WorkerStatus(worker_id="mcp:notes", model="mcp notes", engine="mcp", state="failed", pid=None,
+                     rss_bytes=0, active=0, queued=0, tokens_per_s=0.0, restarts=0,
+                     error=f"exited during start-up (its last words: {hostile}\nsecond line{'x' * 5000})"),
+    ]
+    write_status(rows, status_path("app"))
+    out = _workers()
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "\x1b" not in out.stdout and "\x07" not in out.stdout
+    assert "␛]52;c;aGVsbG8=␇" in out.stdout and "␛[2J" in out.stdout
+    error_line = next(line for line in out.stdout.splitlines() if line.startswith("mcp:notes:"))
+    assert "second line" in error_line and len(error_line) < 600, "one bounded line per error"
