@@ -129,7 +129,8 @@ class Settings:
     tools_enabled: bool = True  # offer tools to models whose output format has tool calls
     python_asks: bool = True  # ask before each python tool run (False: run without asking)
     python_timeout_s: float = 30.0
-    python_memory_mb: int = 1024
+    python_memory_mb: int = 1024  # all of a sandbox's processes together (and each one's)
+    python_scratch_mb: int = 256  # a sandbox's /tmp, its working folder (a tmpfs in the jail)
     attach_max_mb: float = 20  # attachments over this many MiB are refused (core.docs)
     vision_model: str | None = None  # an mlx-vlm model folder: describes images for text models
     vision_idle_unload_s: float = 180.0  # the vision model unloads after this long unused
@@ -337,6 +338,7 @@ _TOP_LEVEL: dict[str, Callable[[Any], Any]] = {
     "python_asks": _flag("python_asks"),
     "python_timeout_s": _ruled(rules.python_timeout),
     "python_memory_mb": _ruled(rules.python_memory),
+    "python_scratch_mb": _ruled(rules.python_scratch),
     "attach_max_mb": _ruled(rules.attach_max_mb),
     "vision_model": _words("The vision model", optional=True),
     "vision_idle_unload_s": _ruled(rules.vision_idle_unload_s),

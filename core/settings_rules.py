@@ -14,6 +14,9 @@ MAX_CONTEXT = 1_048_576
 # fit its address-space limit; an hour is long enough for any run a chat should wait on.
 MIN_PYTHON_MEMORY_MB, MAX_PYTHON_MEMORY_MB = 256, 65_536
 MIN_PYTHON_TIMEOUT_S, MAX_PYTHON_TIMEOUT_S = 1.0, 3600.0
+# The scratch folder (/tmp in the sandbox, a tmpfs that counts as memory while it holds
+# files): 16 MiB holds matplotlib's font cache; 64 GiB is past any desktop's memory.
+MIN_PYTHON_SCRATCH_MB, MAX_PYTHON_SCRATCH_MB = 16, 65_536
 MAX_PENALTY_WINDOW = 32_768  # as core.engines.base.MAX_PENALTY_WINDOW
 
 
@@ -123,6 +126,14 @@ def python_memory(text: str) -> int:
     if not MIN_PYTHON_MEMORY_MB <= value <= MAX_PYTHON_MEMORY_MB:
         raise Refused(f"Python memory limit must be between {MIN_PYTHON_MEMORY_MB} and "
                       f"{MAX_PYTHON_MEMORY_MB} MiB.")
+    return value
+
+
+def python_scratch(text: str) -> int:
+    value = int(_number(text, "Python scratch size", int))
+    if not MIN_PYTHON_SCRATCH_MB <= value <= MAX_PYTHON_SCRATCH_MB:
+        raise Refused(f"Python scratch size must be between {MIN_PYTHON_SCRATCH_MB} and "
+                      f"{MAX_PYTHON_SCRATCH_MB} MiB.")
     return value
 
 

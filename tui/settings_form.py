@@ -12,15 +12,18 @@ from dataclasses import dataclass
 from core.settings_rules import (  # noqa: F401  (the screen and tests use form.<rule>)
     MAX_CONTEXT,
     MAX_PYTHON_MEMORY_MB,
+    MAX_PYTHON_SCRATCH_MB,
     MAX_PYTHON_TIMEOUT_S,
     MIN_CONTEXT,
     MIN_PYTHON_MEMORY_MB,
+    MIN_PYTHON_SCRATCH_MB,
     MIN_PYTHON_TIMEOUT_S,
     SAMPLING_RULES,
     Refused,
     context_size,
     max_tokens,
     python_memory,
+    python_scratch,
     python_timeout,
     seed,
     temperature,
@@ -40,6 +43,7 @@ class SettingsValues:
     theme: str
     python_timeout_s: float = 30.0
     python_memory_mb: int = 1024
+    python_scratch_mb: int = 256
     tools_enabled: bool = True
     python_asks: bool = True
     min_p: float = 0.0
@@ -61,6 +65,7 @@ def validate_all(fields: dict[str, str], system_prompt: str, theme: str, *,
              ("context_size", context_size)]
     rules += [(name, rule) for name, rule in (("python_timeout_s", python_timeout),
                                               ("python_memory_mb", python_memory),
+                                              ("python_scratch_mb", python_scratch),
                                               *SAMPLING_RULES)
               if name in fields]
     for name, rule in rules:

@@ -19,6 +19,15 @@ from core.events import Done, TextDelta
 from core.tools import Sandbox
 from tests.fixtures.tools import scripted_runtime
 
+
+def _runners(launcher_pid: int) -> list[int]:
+    """Host pids of the processes where the code runs (runner.py) below a sandbox."""
+    import psutil
+
+    return [p.pid for p in psutil.Process(launcher_pid).children(recursive=True)
+            if any(arg.endswith("runner.py") for arg in p.cmdline())]
+
+
 # Grows by 8 MiB steps with a pause, so the bomb lasts long enough for the chat to stream
 # next to it; bytearray pages are never touched, so the test costs address space, not RAM.
 BOMB = ("import time\nhog = []\nwhile True:\n"
@@ -34,7 +43,7 @@ async def test_namespace_persists_across_runs_and_is_per_conversation() -> None:
         assert second.ok and second.value == "42.0", "the last expression's repr, like a notebook"
         other = await sb.run("c2", "x")
         assert not other.ok and "NameError" in other.error
-        assert first.pid == second.pid == other.pid
+        assert first.pid == second.pid != other.pid, "each conversation has its own sandbox"
     finally:
         await sb.close()
 
@@ -46,7 +55,7 @@ async def test_errors_show_the_cells_traceback_and_stderr() -> None:
         assert not r.ok and r.kind == "exception"
         assert r.stderr == "oops\n"
         assert "ZeroDivisionError" in r.error and "return 1 / 0" in r.error
-        assert "sandbox/worker.py" not in r.error, "the worker's own frames are not shown"
+        assert "sandbox/runner.py" not in r.error, "the runner's own frames are not shown"
         syntax = await sb.run("c", "1 +")
         assert syntax.kind == "exception" and "SyntaxError" in syntax.error
         assert "[stderr]\noops" in r.text() and "ZeroDivisionError" in r.text()
@@ -102,7 +111,7 @@ async def test_memory_bomb_kills_only_the_sandbox_while_a_chat_keeps_streaming()
     try:
         sandbox = rt.tools.sandbox
         await sandbox.run("c", "before = 1")
-        sandbox_pid = sandbox.pid
+        runners = _runners(sandbox.pid)
         model_pids = rt.pool.pids()
         turn = await rt.start_turn(None, "talk")
         deltas_during_bomb: list[int] = []
@@ -131,7 +140,8 @@ async def test_memory_bomb_kills_only_the_sandbox_while_a_chat_keeps_streaming()
         assert rt.pool.pids() == model_pids, "the model worker was not touched"
         after = await sandbox.run("c", "'before' in globals()")
         assert after.ok and after.value == "False"
-        assert after.pid != sandbox_pid, "the sandbox worker was replaced"
+        assert runners and not set(runners) & set(_runners(sandbox.pid)), \
+            "the process that ran the bomb was replaced"
     finally:
         await rt.close()
 

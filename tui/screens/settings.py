@@ -36,6 +36,7 @@ NUMERIC = (
 TOOL_NUMERIC = (
     ("python_timeout_s", f"Python time ({form.MIN_PYTHON_TIMEOUT_S:g}–{form.MAX_PYTHON_TIMEOUT_S:g} s)"),
     ("python_memory_mb", f"Python memory (≥ {form.MIN_PYTHON_MEMORY_MB} MiB)"),
+    ("python_scratch_mb", f"Python scratch (≥ {form.MIN_PYTHON_SCRATCH_MB} MiB)"),
 )
 FIELDS = NUMERIC + TOOL_NUMERIC
 
@@ -62,7 +63,8 @@ class SettingsScreen(ModalScreen[bool]):
                   "penalty_window": s.sampling.penalty_window,
                   "seed": "" if s.sampling.seed < 0 else s.sampling.seed,
                   "context_size": s.context_size, "python_timeout_s": f"{s.python_timeout_s:g}",
-                  "python_memory_mb": s.python_memory_mb}
+                  "python_memory_mb": s.python_memory_mb,
+                  "python_scratch_mb": s.python_scratch_mb}
         with VerticalScroll(classes="settings"):
             yield Static("Settings", classes="settings-title")
             for name, label in NUMERIC:
@@ -89,13 +91,17 @@ class SettingsScreen(ModalScreen[bool]):
             with Horizontal(classes="field"):
                 yield Label("Ask before Python runs", classes="field-label")
                 yield Switch(s.python_asks, id="set-python_asks")
-            yield Static("Off: the model's Python runs in the sandbox without asking. Other "
-                         "tools always ask (read-only ones offer “always”).", classes="field-hint")
+            yield Static("Off: the model's Python runs without asking, unless the sandbox "
+                         "has no walls. Other tools always ask (read-only ones offer "
+                         "“always”).", classes="field-hint")
             for name, label in TOOL_NUMERIC:
                 with Horizontal(classes="field"):
                     yield Label(label, classes="field-label")
                     yield Input(str(values[name]), id=f"set-{name}", classes="field-input")
                 yield Static("", id=f"why-{name}", classes="field-error")
+            yield Static(self._limits_text(s.python_timeout_s, s.python_memory_mb,
+                                           s.python_scratch_mb),
+                         id="sandbox-limits", classes="field-hint", markup=False)
             yield McpSettings(s, id="mcp-settings")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Save (ctrl+s)", variant="primary", id="save")
@@ -118,9 +124,23 @@ class SettingsScreen(ModalScreen[bool]):
             why.display = bool(reason)
             self.query_one(f"#set-{name}", Input).set_class(bool(reason), "-invalid")
 
+    def _limits_text(self, timeout_s: float, memory_mb: int, scratch_mb: int) -> str:
+        """The sandbox's limits as a person reads them (each conversation has its own)."""
+        sandbox = self.app.runtime.tools.sandbox  # type: ignore[attr-defined]
+        text = (f"Each conversation's sandbox: {timeout_s:g} s a run; {memory_mb} MiB of "
+                f"memory for all its processes together; {scratch_mb} MiB of scratch files "
+                f"(/tmp); {sandbox.processes} processes. At most {sandbox.max_live} "
+                "conversations keep theirs alive at once.")
+        unwalled = sandbox.unwalled()
+        return f"{text}\n⚠ {unwalled}" if unwalled else text
+
     @on(Input.Changed)
     def _check(self, _event: Input.Changed) -> None:
-        self._show_problems(self._validate()[1])
+        values, problems = self._validate()
+        self._show_problems(problems)
+        if values is not None:
+            self.query_one("#sandbox-limits", Static).update(self._limits_text(
+                values.python_timeout_s, values.python_memory_mb, values.python_scratch_mb))
 
     def _validate(self) -> tuple[form.SettingsValues | None, dict[str, str]]:
         theme = self.query_one("#set-theme", Select).value
@@ -176,11 +196,13 @@ class SettingsScreen(ModalScreen[bool]):
         s.context_size = values.context_size
         s.system_prompt = values.system_prompt
         s.theme = values.theme
-        memory_changed = values.python_memory_mb != s.python_memory_mb
+        memory_changed = (values.python_memory_mb, values.python_scratch_mb) != (
+            s.python_memory_mb, s.python_scratch_mb)
         s.tools_enabled = values.tools_enabled
         s.python_asks = values.python_asks
         s.python_timeout_s = values.python_timeout_s
         s.python_memory_mb = values.python_memory_mb
+        s.python_scratch_mb = values.python_scratch_mb
         s.mcp_servers, s.mcp_share_conversations, s.mcp_share_documents = \
             self.query_one(McpSettings).values()
         runtime.tools.sync()  # the next tool call follows the new policy and limits
@@ -194,7 +216,8 @@ class SettingsScreen(ModalScreen[bool]):
         note = (" Reloading the model for the new context size." if context_changed
                 else " Reloading the model." if speculative_changed else "")
         if memory_changed and runtime.tools.sandbox.pid is not None:
-            note += " The Python memory limit applies when the sandbox next starts."
+            note += (" The Python memory total applies from the next run; the per-process "
+                     "and scratch limits when a conversation's sandbox next starts.")
         if kept is not None:
             note += " " + kept_notice(kept)
         self.notify("Settings saved." + note, timeout=20 if kept else 4)

@@ -1,4 +1,4 @@
-"""`python`: run code in the sandbox worker, with a namespace that lasts the conversation."""
+"""`python`: run code in the conversation's own sandbox; its variables last the conversation."""
 
 from __future__ import annotations
 
