@@ -133,9 +133,7 @@ async def test_a_late_result_does_not_pass_for_a_run(monkeypatch) -> None:
 
 # -- one sandbox per conversation -----------------------------------------------------------
 
-SET_IN_A = ("secret = 'A-secret-41'\n"
-            "open('/tmp/a-scratch.txt', 'w').write('A')\nopen('a-cwd.txt', 'w').write('A')\n"
-            "'set'")
+SET_IN_A = "secret = 'A-secret-41'\nopen('/tmp/a-scratch.txt', 'w').write('A')\n'set'"
 LOOK_FROM_B = r"""
 import gc, os
 seen = []
@@ -143,7 +141,7 @@ if 'secret' in globals():
     seen.append('variable')
 if any(isinstance(o, dict) and o.get('secret') == 'A-secret-41' for o in gc.get_objects()):
     seen.append('gc')
-if os.path.exists('/tmp/a-scratch.txt') or os.path.exists('a-cwd.txt'):
+if os.path.exists('/tmp/a-scratch.txt'):
     seen.append('file')
 if sum(1 for e in os.listdir('/proc') if e.isdigit()) > 2:  # its supervisor and runner
     seen.append('process')
