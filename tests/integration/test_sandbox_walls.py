@@ -11,6 +11,7 @@ exercised; as a user the same attacks hold.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import pty
@@ -426,6 +427,31 @@ def test_lock_down_alone_holds_where_there_are_no_namespaces() -> None:
         assert int(got["status"]["CapBnd"], 16) == 0, "root gives up its bounding set too"
 
 
+FOREIGN_CALL = """
+import ctypes, mmap, sys
+from core.tools.sandbox import jail
+jail.lock_down()
+# getpid through the i386 gate (int 0x80), and through the x32 numbering (bit 30):
+# numbers the x86_64 filter's table does not describe, so they must not pass at all.
+code = {"i386": b"\\xb8\\x14\\x00\\x00\\x00\\xcd\\x80\\xc3",
+        "x32": b"\\xb8\\x27\\x00\\x00\\x40\\x0f\\x05\\xc3"}[sys.argv[1]]
+page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+page.write(code)
+call = ctypes.CFUNCTYPE(ctypes.c_long)(ctypes.addressof(ctypes.c_char.from_buffer(page)))
+print("returned", call(), flush=True)
+"""
+
+
+def test_system_calls_of_another_architecture_kill_the_caller() -> None:
+    if os.uname().machine != "x86_64":
+        pytest.skip("the i386 and x32 gates exist on x86_64 only")
+    for gate in ("i386", "x32"):
+        done = subprocess.run([sys.executable, "-c", FOREIGN_CALL, gate], cwd=ROOT,
+                              env=_env(0), capture_output=True, text=True, timeout=60)
+        assert done.returncode == -signal.SIGSYS and "returned" not in done.stdout, (
+            gate, done.returncode, done.stdout, done.stderr[-500:])
+
+
 def test_as_root_without_an_unprivileged_id_to_map_it_refuses_with_a_sentence() -> None:
     # A user namespace that maps only root (a container of one id): nothing to map
     # inside-root to, so the walls refuse instead of running the code as root.
@@ -483,6 +509,138 @@ def test_the_memory_cgroup_caps_all_the_sandboxs_processes_together() -> None:
     assert not os.path.exists(path)
 
 
+# --- the same attacks through the real door: Sandbox().run, as the tool loop and F8 ---
+
+async def test_through_the_sandbox_a_unix_socket_a_terminal_and_a_host_file_stay_untouched(
+) -> None:
+    from core.tools.sandbox import Sandbox
+
+    folder = Path(tempfile.mkdtemp(prefix="llmdeck-walls-", dir="/var/tmp"))
+    folder.chmod(0o1777)
+    target = folder / "open-to-all.txt"
+    target.write_text("as it was")
+    target.chmod(0o666)  # only the read-only mount stands between the code and this file
+    sock_path = folder / "s"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(sock_path))
+    sock_path.chmod(0o777)
+    server.listen(1)
+    server.settimeout(0.5)
+    master, slave = pty.openpty()
+    core_pattern = Path("/proc/sys/kernel/core_pattern").read_text()
+    code = f"""
+import os, socket
+tried = []
+try:
+    s = socket.socket(socket.AF_UNIX)
+    s.connect({str(sock_path)!r})
+    tried.append("connected")
+except OSError as exc:
+    tried.append(exc.strerror)
+for path in ({os.ttyname(slave)!r}, "/dev/tty", "/dev/console"):
+    try:
+        with open(path, "w") as f:
+            f.write("\\x1b]52;c;cHduZWQ=\\x07PWNED")
+        tried.append("wrote " + path)
+    except OSError as exc:
+        tried.append(exc.strerror)
+for path, text in (({str(target)!r}, "changed"),
+                   ("/proc/sys/kernel/core_pattern", "|/tmp/pwn %p")):
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+        tried.append("wrote " + path)
+    except OSError as exc:
+        tried.append(exc.strerror)
+try:
+    tried.append(open("/etc/shadow").read())
+except OSError as exc:
+    tried.append(exc.strerror)
+tried
+"""
+    sb = Sandbox(timeout_s=30)
+    try:
+        r = await sb.run("attacker", code)
+        assert r.ok, r.text()
+        assert sb.walls.get("seccomp") and sb.walls.get("fresh_dev"), sb.walls
+        with pytest.raises(TimeoutError):
+            server.accept()
+        assert not select.select([master], [], [], 0.3)[0], "the terminal received something"
+        assert target.read_text() == "as it was"
+        assert Path("/proc/sys/kernel/core_pattern").read_text() == core_pattern
+        shadow = Path("/etc/shadow").read_text() if os.access("/etc/shadow", os.R_OK) else None
+        assert shadow is None or shadow not in r.text()
+        # (open(..., "w") of a missing /dev node tries to create it: /dev is read-only)
+        assert r.value == repr(["Operation not permitted", "No such file or directory",
+                                "Read-only file system", "Read-only file system",
+                                "Read-only file system", "Read-only file system",
+                                "Permission denied"]), r.value
+    finally:
+        await sb.close()
+        server.close()
+        os.close(master)
+        os.close(slave)
+        for path in (sock_path, target):
+            path.unlink(missing_ok=True)
+        folder.rmdir()
+
+
+async def test_through_the_sandbox_its_processes_run_as_an_unprivileged_id() -> None:
+    import asyncio
+
+    from core.tools.sandbox import Sandbox
+
+    sb = Sandbox(timeout_s=30)
+    try:
+        await sb.run("c", "1")
+        launcher = sb.pid
+        assert launcher is not None
+        running = asyncio.ensure_future(sb.run("c", "import os, time\n"
+                                                    "if os.fork() == 0:\n    time.sleep(5)\n"
+                                                    "time.sleep(2)"))
+        await asyncio.sleep(1.0)
+        inside = psutil.Process(launcher).children(recursive=True)
+        ids = {p.uids().real for p in inside} | {p.uids().effective for p in inside}
+        want = jail.HOST_ID_FOR_ROOT if os.geteuid() == 0 else os.getuid()
+        assert len(inside) >= 3 and ids == {want}, (len(inside), ids)
+        assert (await running).ok
+    finally:
+        await sb.close()
+
+
+REFUSING_APP = """
+import asyncio, sys
+from core.tools.sandbox import Sandbox
+
+async def main():
+    sb = Sandbox(timeout_s=30)
+    r = await sb.run("c", "open(" + repr(sys.argv[1]) + ", 'w').write('ran')")
+    print(repr((r.ok, r.error)), flush=True)
+    await sb.close()
+
+asyncio.run(main())
+"""
+
+
+def test_through_the_sandbox_root_with_no_id_to_map_refuses_and_runs_nothing() -> None:
+    if subprocess.run(["unshare", "--user", "--map-root-user", "true"],
+                      capture_output=True).returncode != 0:
+        pytest.skip("this system refuses user namespaces outright")
+    folder = Path(tempfile.mkdtemp(prefix="llmdeck-walls-", dir="/var/tmp"))
+    marker = folder / "ran"
+    try:
+        # The app as root in a user namespace that maps nothing but root.
+        done = subprocess.run(["unshare", "--user", "--map-root-user", sys.executable, "-c",
+                               REFUSING_APP, str(marker)], cwd=ROOT, env=_env(0),
+                              capture_output=True, text=True, timeout=90)
+        ok, error = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+        assert ok is False and "unprivileged id" in error, (done.stdout, done.stderr[-800:])
+        assert not marker.exists(), "the code ran as root"
+    finally:
+        marker.unlink(missing_ok=True)
+        folder.rmdir()
+
+
 # --- the filter itself and the macOS profile (text only: not runnable here) -----------
 
 def test_the_filter_is_built_for_both_architectures_and_refuses_foreign_calls() -> None:
@@ -491,6 +649,9 @@ def test_the_filter_is_built_for_both_architectures_and_refuses_foreign_calls() 
         assert len(program) % 8 == 0 and len(program) // 8 < 256
         _, _, _, k = struct.unpack("=HBBI", program[8:16])
         assert k == seccomp.AUDIT_ARCH[machine], "the architecture is checked first"
+    x86_only = {"uselib", "_sysctl", "modify_ldt", "iopl", "ioperm"}
+    assert set(seccomp.DENIED) <= set(seccomp.SYSCALLS["x86_64"]), "a name without a number"
+    assert set(seccomp.DENIED) - x86_only <= set(seccomp.SYSCALLS["aarch64"])
     with pytest.raises(OSError):
         seccomp.build("riscv64")
 

@@ -318,7 +318,7 @@ def _covers(needed: Sequence[str], uid: int | None) -> dict[str, list[str]]:
     return covers
 
 
-def build_walls(scratch_bytes: int, needed: Sequence[str] = (), **legacy: object) -> Walls:
+def build_walls(scratch_bytes: int, needed: Sequence[str] = ()) -> Walls:
     """In PID 1 of the new namespaces: take on inside-root, a fresh /proc (its /proc/sys
     read-only), everything read-only, nosuid and nodev, a fresh minimal /dev, /tmp a
     tmpfs of `scratch_bytes` (the only writable place), then a second user namespace to
@@ -326,15 +326,10 @@ def build_walls(scratch_bytes: int, needed: Sequence[str] = (), **legacy: object
 
     `needed` are the folders the sandbox runs from (interpreter, environment, worker
     script): they stay visible, read-only, even under /tmp or under a folder the
-    unprivileged id cannot walk. (`legacy`: the old form with host folders left
-    writable, `build_walls(writable, tmp_bytes=..., needed=...)`, for a launcher that
-    has not moved to this one yet.)"""
-    writable: list[str] = []
-    if not isinstance(scratch_bytes, int):
-        writable = list(scratch_bytes)
-        scratch_bytes = int(legacy.get("tmp_bytes", 64 << 20))  # type: ignore[call-overload]
+    unprivileged id cannot walk. Figures and the like go back over the channel as bytes:
+    no host folder is writable."""
     try:
-        return _build_walls(scratch_bytes, list(needed), writable)
+        return _build_walls(scratch_bytes, list(needed))
     except JailError:
         raise
     except OSError as exc:
@@ -342,7 +337,7 @@ def build_walls(scratch_bytes: int, needed: Sequence[str] = (), **legacy: object
                         f"The sandbox could not build its walls ({exc}).") from exc
 
 
-def _build_walls(scratch_bytes: int, needed: list[str], writable: list[str]) -> Walls:
+def _build_walls(scratch_bytes: int, needed: list[str]) -> Walls:
     libc = _libc()
     deathsig = ctypes.c_int(0)
     libc.prctl(PR_GET_PDEATHSIG, ctypes.byref(deathsig), 0, 0, 0)
@@ -354,10 +349,6 @@ def _build_walls(scratch_bytes: int, needed: list[str], writable: list[str]) -> 
     kept = [(cover, path, os.open(path, os.O_PATH | os.O_DIRECTORY))
             for cover, paths in covers.items() for path in paths]
     devices = [(name, os.open(f"/dev/{name}", os.O_PATH)) for name in DEVICES]
-    handles = []
-    for path in writable:  # (legacy form only)
-        os.makedirs(path, exist_ok=True)
-        handles.append((path, os.open(path, os.O_PATH | os.O_DIRECTORY)))
     if switching:  # become inside-root: the unprivileged id outside, no host groups
         os.setresgid(0, 0, 0)
         os.setresuid(0, 0, 0)
@@ -397,12 +388,6 @@ def _build_walls(scratch_bytes: int, needed: list[str], writable: list[str]) -> 
         for cover in covers:
             if cover != "/tmp":
                 _set_read_only(cover, True, recursive=False)
-    for path, fd in handles:
-        os.makedirs(path, exist_ok=True)  # inside the new tmpfs when under /tmp
-        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-        if read_only:
-            _set_read_only(path, False, recursive=False)
-        os.close(fd)
     fresh_dev = _fresh_dev(devices, scratch, read_only)
     uid_outside = _root_outside()
     # Mounts copied into a mount namespace owned by a less privileged user namespace are
