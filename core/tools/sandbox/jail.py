@@ -664,7 +664,8 @@ MACOS_READ = ("/usr/lib", "/usr/share", "/System/Library", "/Library/Apple/Syste
               "/System/Volumes/Preboot/Cryptexes/OS", "/private/var/db/dyld",
               "/private/var/db/timezone", "/opt/homebrew", "/usr/local/lib",
               "/usr/local/opt", "/usr/local/Cellar", "/Library/Frameworks/Python.framework")
-MACOS_DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/fd")
+MACOS_FILES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/fd",
+               "/private/etc/localtime")  # (time.localtime: a link into /var/db/timezone)
 MACOS_SYSCTLS = ("hw.activecpu", "hw.byteorder", "hw.cachelinesize", "hw.cpufamily",
                  "hw.cpusubtype", "hw.cputype", "hw.logicalcpu", "hw.logicalcpu_max",
                  "hw.machine", "hw.memsize", "hw.model", "hw.ncpu", "hw.nperflevels",
@@ -735,7 +736,7 @@ def macos_profile(scratch: list[str], needed: Sequence[str] | None = None, *,
         f"(allow file-read* file-map-executable {subpaths([*MACOS_READ, *folders])})",
         f"(allow file-read-metadata {literals(walk)})",
         f"(allow file-read* file-write* {subpaths(writable)})",
-        f"(allow file-read* {literals(MACOS_DEVICES)})",
+        f"(allow file-read* {literals(MACOS_FILES)})",
         '(allow file-write-data (require-all (literal "/dev/null") '
         "(vnode-type CHARACTER-DEVICE)))",
         f"(allow process-exec {literals(executables)})",
