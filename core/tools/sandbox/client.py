@@ -25,6 +25,7 @@ import contextlib
 import multiprocessing as mp
 import os
 import re
+import shutil
 import signal
 import socket
 import sys
@@ -121,6 +122,7 @@ class Sandbox:
         self._last: _Session | None = None
         self._evicted: set[str] = set()  # conversations whose sandbox was closed for room
         self._walls_failed: str | None = None  # why the walls could not go up (then: without)
+        self._walled_once = False  # a sandbox started behind its namespaces here
         self._closing: set[asyncio.Task[None]] = set()
         self._closed = False
         _ALL.add(self)
@@ -145,10 +147,14 @@ class Sandbox:
     def unwalled(self) -> str | None:
         """Why the code would run with the person's own full rights (the walls are turned
         off, could not be built here, or this platform has none), or None when walled."""
+        refused = (_namespaces_refused() if sys.platform.startswith("linux")
+                   and not self._walled_once else None)
         if not jail_wanted():
             why = "its walls are turned off (LLMDECK_SANDBOX_JAIL=0)"
         elif self._walls_failed is not None:
-            why = f"its walls could not be built here: {self._walls_failed}"
+            why = f"its walls could not be built here: {self._walls_failed.rstrip('.')}"
+        elif refused is not None:
+            why = refused
         elif sys.platform.startswith("linux") or (
                 sys.platform == "darwin" and os.path.exists(SANDBOX_EXEC)):
             return None
@@ -165,7 +171,7 @@ class Sandbox:
             return
         if conversation_id is None:
             if self._spare is None:
-                self._spare = _Session(self, "spare")
+                self._spare = _Session(self, f"spare-{uuid.uuid4().hex[:8]}")
             session = self._spare
         else:
             session = self._session(conversation_id)
@@ -292,14 +298,20 @@ class _Session:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None and self._proc.is_alive() else None
 
-    async def ensure(self) -> None:
+    async def ensure(self, *, may_fall_back: bool = True) -> None:
+        """Start the sandbox unless it runs. Where the walls turn out impossible (AppArmor's
+        userns restriction half-allows namespaces) it starts without them, except on the
+        way to a run: that run was approved for a walled sandbox, so it does not run, and
+        the approval asks before every run from now on (Sandbox.unwalled)."""
         if self._proc is not None and self._proc.is_alive():
             return
         try:
             await self._start()
-        except _WallsFailed as exc:  # a system that half-allows namespaces (AppArmor's
-            self.owner._walls_failed = str(exc)  # userns restriction): run without; the
-            await self._start()  # approval asks before every run from now on
+        except _WallsFailed as exc:
+            self.owner._walls_failed = str(exc)
+            if not may_fall_back:
+                raise
+            await self._start()
 
     async def _start(self) -> None:
         self.kill()
@@ -326,6 +338,8 @@ class _Session:
             self.kill()
             raise (_WallsFailed if msg["t"] == "failed" else _Refused)(msg["why"])
         self.walls = dict(msg["walls"])
+        if self.walls.get("pid_namespace"):
+            self.owner._walled_once = True
 
     async def _read(self, deadline: float, allowed: tuple[str, ...]) -> dict[str, Any]:
         assert self._sock is not None
@@ -338,7 +352,13 @@ class _Session:
             if self._closed:
                 return RunResult(False, error="The Python sandbox is shut down.", kind="crashed")
             try:
-                await self.ensure()
+                await self.ensure(may_fall_back=False)
+            except _WallsFailed as exc:
+                self.kill()
+                return RunResult(False, kind="crashed", error=(
+                    f"The code did not run: the sandbox's walls could not be built here "
+                    f"({str(exc).rstrip('.')}). Without them it would run with your full "
+                    "rights; run it again to do that (the python tool asks first)."))
             except _Refused as exc:
                 self.kill()
                 return RunResult(False, kind="crashed", error=str(exc))
@@ -468,6 +488,11 @@ class _Session:
         async with self.lock:
             self.kill()
         await self._remove_cgroups()
+        # Without the jail its scratch was a host folder: it goes with the sandbox, as
+        # the jail's tmpfs does (a later sandbox of the conversation starts empty).
+        workdir = paths.data_dir() / "sandbox" / self.name
+        if workdir.is_dir():
+            await asyncio.to_thread(shutil.rmtree, workdir, True)
 
     async def _remove_cgroups(self) -> None:
         """The killed processes leave their cgroups within moments; then they go."""
@@ -478,6 +503,26 @@ class _Session:
                     setattr(self, attr, None)
                     break
                 await asyncio.sleep(0.025)
+
+
+def _namespaces_refused() -> str | None:
+    """As a user on Linux: whether this system refuses the sandbox's namespaces, read from
+    its switches (so the approval asks before the first run, not only after it failed)."""
+    if os.geteuid() == 0:
+        return None  # as root the sandbox runs walled or refuses: never unwalled
+    for path, off, why in (
+            ("/proc/sys/kernel/unprivileged_userns_clone", "0",
+             "this system turns unprivileged user namespaces off"),
+            ("/proc/sys/user/max_user_namespaces", "0", "this system allows no user namespaces"),
+            ("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1",
+             "AppArmor restricts unprivileged user namespaces here")):
+        try:
+            with open(path) as f:
+                if f.read().strip() == off:
+                    return why
+        except OSError:
+            continue
+    return None
 
 
 def _write_figure(path: Path, png: bytes) -> None:
