@@ -213,6 +213,19 @@ async def test_children_together_are_stopped_at_the_memory_total() -> None:
         await sb.close()
 
 
+async def test_the_scratch_folder_holds_what_the_setting_says_and_no_more() -> None:
+    sb = Sandbox(timeout_s=20, memory_mb=512, scratch_mb=16)
+    try:
+        # Eight files of 4 MiB: each under the per-file limit, together past the tmpfs.
+        r = await sb.run("c", "import os\nblock = b'x' * (4 << 20)\nfor n in range(8):\n"
+                              "    with open(f'fill-{n}', 'wb') as f:\n        f.write(block)\n")
+        assert not r.ok and "No space left on device" in r.error, r
+        size = await sb.run("c", "sum(os.path.getsize(n) for n in os.listdir('.')) >> 20")
+        assert int(size.value) <= 16, size
+    finally:
+        await sb.close()
+
+
 # -- without walls: ask before every run -------------------------------------------------------
 
 async def test_without_walls_python_asks_before_every_run_whatever_the_setting(monkeypatch) -> None:

@@ -224,3 +224,41 @@ async def test_a_sandbox_that_cannot_start_is_a_result_not_an_exception(monkeypa
     monkeypatch.setattr(client, "START_TIMEOUT_S", 60.0)
     assert (await sb.run("c", "1")).value == "1", "the next run starts it again"
     await sb.close()
+
+
+async def test_the_settings_screen_shows_the_sandbox_limits_and_saves_the_scratch_size(
+        monkeypatch) -> None:
+    import tomllib
+
+    from tests.fixtures.tui import scripted_app, wait_ready
+
+    app = scripted_app()
+    async with app.run_test(size=(100, 32)) as pilot:
+        await wait_ready(pilot)
+        await pilot.press("f3")
+        await pilot.pause(0.2)
+        limits = str(app.screen.query_one("#sandbox-limits").render())
+        assert "30 s a run" in limits and "1024 MiB of memory for all its processes" in limits
+        assert "256 MiB of scratch" in limits and "64 processes" in limits
+        assert "full rights" not in limits, "behind the walls"
+        field = app.screen.query_one("#set-python_scratch_mb")
+        field.focus()
+        await pilot.press("end", *["backspace"] * len(field.value), *"8")
+        await pilot.pause(0.1)
+        assert "between 16 and 65536 MiB" in str(app.screen.query_one("#why-python_scratch_mb").render())
+        await pilot.press("backspace", *"64")
+        await pilot.pause(0.1)
+        assert "64 MiB of scratch" in str(app.screen.query_one("#sandbox-limits").render()), \
+            "the line follows what is typed"
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.3)
+        assert app.runtime.tools.sandbox.scratch_mb == 64
+    saved = tomllib.loads(paths.config_path().read_text())
+    assert saved["python_scratch_mb"] == 64
+    monkeypatch.setenv("LLMDECK_SANDBOX_JAIL", "0")
+    app = scripted_app()
+    async with app.run_test(size=(100, 32)) as pilot:
+        await wait_ready(pilot)
+        await pilot.press("f3")
+        await pilot.pause(0.2)
+        assert "full rights" in str(app.screen.query_one("#sandbox-limits").render())
