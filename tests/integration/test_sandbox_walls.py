@@ -12,6 +12,7 @@ exercised; as a user the same attacks hold.
 from __future__ import annotations
 
 import ast
+import ctypes
 import json
 import os
 import pty
@@ -74,11 +75,30 @@ def _env(scratch: int) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "SCRATCH_BYTES": str(scratch)}
 
 
-def _walled(code: str, *, scratch: int = 32 << 20, prefix: tuple[str, ...] = (),
+def _walled(code: str, *, scratch: int = 32 << 20, root_only: bool = False,
             pass_fds: tuple[int, ...] = ()) -> subprocess.Popen[str]:
-    return subprocess.Popen([*prefix, sys.executable, "-c", WALLED, code], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-c", WALLED, code], cwd=ROOT,
                             env=_env(scratch), text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, pass_fds=pass_fds)
+                            stderr=subprocess.PIPE, pass_fds=pass_fds,
+                            preexec_fn=_map_only_root if root_only else None)
+
+
+def _map_only_root() -> None:
+    """(In the child, before exec) a user namespace whose only id is root, mapped to the
+    caller: a container of one id, where no unprivileged id exists to map root to."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid, gid = os.geteuid(), os.getegid()
+    if libc.unshare(jail.CLONE_NEWUSER) != 0:
+        os._exit(99)
+    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"),
+                       ("gid_map", f"0 {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+
+
+def _user_namespaces_allowed() -> bool:
+    return subprocess.run([sys.executable, "-c", "pass"], preexec_fn=_map_only_root
+                          ).returncode == 0
 
 
 def run_walled(code: str, **kwargs) -> tuple[dict, list]:
@@ -455,10 +475,9 @@ def test_system_calls_of_another_architecture_kill_the_caller() -> None:
 def test_as_root_without_an_unprivileged_id_to_map_it_refuses_with_a_sentence() -> None:
     # A user namespace that maps only root (a container of one id): nothing to map
     # inside-root to, so the walls refuse instead of running the code as root.
-    if subprocess.run(["unshare", "--user", "--map-root-user", "true"],
-                      capture_output=True).returncode != 0:
+    if not _user_namespaces_allowed():
         pytest.skip("this system refuses user namespaces outright (the launcher then says so)")
-    proc = _walled("print('RAN')", prefix=("unshare", "--user", "--map-root-user"))
+    proc = _walled("print('RAN')", root_only=True)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 70, (out, err)
     said = json.loads(out.splitlines()[0])["error"]
@@ -623,16 +642,15 @@ asyncio.run(main())
 
 
 def test_through_the_sandbox_root_with_no_id_to_map_refuses_and_runs_nothing() -> None:
-    if subprocess.run(["unshare", "--user", "--map-root-user", "true"],
-                      capture_output=True).returncode != 0:
+    if not _user_namespaces_allowed():
         pytest.skip("this system refuses user namespaces outright")
     folder = Path(tempfile.mkdtemp(prefix="llmdeck-walls-", dir="/var/tmp"))
     marker = folder / "ran"
     try:
         # The app as root in a user namespace that maps nothing but root.
-        done = subprocess.run(["unshare", "--user", "--map-root-user", sys.executable, "-c",
-                               REFUSING_APP, str(marker)], cwd=ROOT, env=_env(0),
-                              capture_output=True, text=True, timeout=90)
+        done = subprocess.run([sys.executable, "-c", REFUSING_APP, str(marker)], cwd=ROOT,
+                              env=_env(0), capture_output=True, text=True, timeout=90,
+                              preexec_fn=_map_only_root)
         ok, error = ast.literal_eval(done.stdout.strip().splitlines()[-1])
         assert ok is False and "unprivileged id" in error, (done.stdout, done.stderr[-800:])
         assert not marker.exists(), "the code ran as root"
