@@ -9,16 +9,21 @@ folder, `chat_template` in tokenizer_config.json or a chat_template.jinja/.json 
 
 from __future__ import annotations
 
-import json
 import mmap
 import struct
 from pathlib import Path
+
+from core import json_text
 
 # A GGUF metadata key is a u64 length then its bytes; the template's key, so encoded,
 # found in the file's head (where the metadata lives) means the file carries a template.
 _KEY = b"tokenizer.chat_template"
 _GGUF_KEY = struct.pack("<Q", len(_KEY)) + _KEY
 _HEAD_BYTES = 64 << 20  # metadata (vocabulary included) is a few MB even for 256k tokens
+# tokenizer_config.json came from the Hub: read through the bounded JSON reader (json.loads
+# raised RecursionError for one nested 100,000 deep, killing `llmdeck models list`), and
+# only up to a size no real one reaches (a chat template is tens of kB).
+_MAX_TOKENIZER_CONFIG = 32 << 20
 
 
 def gguf_has_chat_template(path: Path) -> bool:
@@ -35,8 +40,11 @@ def mlx_has_chat_template(folder: Path) -> bool:
     """Whether an MLX/transformers model folder ships a chat template."""
     if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
         return True
+    path = folder / "tokenizer_config.json"
     try:
-        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+        if path.stat().st_size > _MAX_TOKENIZER_CONFIG:
+            return False
+        config = json_text.loads(path.read_bytes())
     except (OSError, ValueError):
         return False
     return bool(isinstance(config, dict) and config.get("chat_template"))

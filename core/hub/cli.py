@@ -1,7 +1,9 @@
 """`llmdeck models search|files|pull|list|rm`: the hub from a second SSH window.
 
 Results go to stdout (plain columns, easy to grep); progress bars and messages go to
-stderr. Exit codes: 0 ok, 1 a hub error (its code is printed), 2 bad usage or a refused
+stderr. Every repo id, file name and sentence from the Hub is outside text: it is
+printed through core.terminal_text.visible, so an escape sequence in a name (OSC 52 to
+the clipboard, OSC 0 to the title, CSI 2J) shows as a picture and is never obeyed. Exit codes: 0 ok, 1 a hub error (its code is printed), 2 bad usage or a refused
 confirmation, 130 interrupted (the partial download is kept for resume).
 """
 
@@ -15,9 +17,10 @@ from typing import TextIO
 from core.hub.download import CancelToken, DownloadProgress, pull
 from core.hub.errors import HubError
 from core.hub.listing import list_files
-from core.hub.registry import delete_model, find_model, list_local_models
+from core.hub.registry import LocalModel, delete_model, find_model, list_local_models
 from core.hub.runnable import human_bytes
 from core.hub.search import search_models
+from core.terminal_text import visible
 
 EXIT_OK, EXIT_HUB_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -63,12 +66,14 @@ def main(argv: list[str]) -> int:
 
 
 def _fail(err: HubError) -> None:
-    print(f"error [{err.code}]: {err.message}", file=sys.stderr)
+    print(visible(f"error [{err.code}]: {err.message}"), file=sys.stderr)
 
 
-def _table(rows: list[list[str]], out: TextIO = sys.stdout) -> None:
+def _table(rows: list[list[str]], out: TextIO | None = None) -> None:
+    out = out or sys.stdout
     if not rows:
         return
+    rows = [[visible(c).replace("\n", "␤").replace("\t", "␉") for c in r] for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip(), file=out)
@@ -94,19 +99,19 @@ def _files(args: argparse.Namespace) -> int:
     listing = list_files(args.repo, args.revision)
     rows = [["FILE", "SIZE", "QUANT", "ROLE", "WITH"]]
     for f in listing.files:
-        rows.append([f.path, human_bytes(f.size), f.quant or "-", f.role or "-",
-                     f.mmproj or "-"])
+        role = f"refused: {f.unsafe}" if f.unsafe else (f.role or "-")
+        rows.append([f.path, human_bytes(f.size), f.quant or "-", role, f.mmproj or "-"])
     _table(rows)
-    print(f"{listing.repo_id} @ {listing.revision[:12]} format={listing.format or 'unknown'}",
-          file=sys.stderr)
+    print(visible(f"{listing.repo_id} @ {listing.revision[:12]} "
+                  f"format={listing.format or 'unknown'}"), file=sys.stderr)
     return EXIT_OK
 
 
 class _ProgressBar:
     """A one-line bar on stderr: redrawn in place on a terminal, a line per 10% otherwise."""
 
-    def __init__(self, out: TextIO = sys.stderr) -> None:
-        self.out = out
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out = out or sys.stderr
         self.tty = out.isatty()
         self._last_decile = -1
         self._last_draw = 0.0
@@ -114,6 +119,8 @@ class _ProgressBar:
     def __call__(self, p: DownloadProgress) -> None:
         if p.state in ("queued", "error", "cancelled"):
             return
+        if p.stalled_s is not None and not self.tty:
+            return  # a log file gets the error sentence if the stall ends the pull
         now = time.monotonic()
         decile = int(p.fraction * 10)
         if self.tty:
@@ -128,7 +135,9 @@ class _ProgressBar:
         line = (f"[{'#' * filled}{'.' * (width - filled)}] {p.fraction * 100:5.1f}% "
                 f"{human_bytes(p.downloaded)}/{human_bytes(p.total)} "
                 f"{human_bytes(p.rate_bps)}/s ETA {eta} "
-                f"({p.file_index + 1}/{p.file_count}) {p.filename}")
+                f"({p.file_index + 1}/{p.file_count}) {visible(p.filename)}")
+        if p.stalled_s is not None:
+            line += f" · stalled: no data for {p.stalled_s:.0f} s"
         if self.tty:
             self.out.write("\r\x1b[2K" + line[:200])
             if p.state == "done":
@@ -155,9 +164,12 @@ def _pull(args: argparse.Namespace) -> int:
         if result.error.code == "CANCELLED":
             return EXIT_INTERRUPTED
         return EXIT_USAGE if result.error.code == "BAD_REQUEST" else EXIT_HUB_ERROR
-    print(str(result.path))
+    print(visible(str(result.path)))
     print(f"downloaded {human_bytes(result.plan.total_bytes)} "
           f"({human_bytes(result.bytes_fetched)} over the network)", file=sys.stderr)
+    for name in result.unverified:
+        print(visible(f"warning: the Hub gave no hash for {result.plan.repo_id}/{name}; it is "
+                      "kept but unverified (`llmdeck models list` marks it)."), file=sys.stderr)
     return EXIT_OK
 
 
@@ -165,10 +177,15 @@ def _list(args: argparse.Namespace) -> int:
     rows = [["ID", "FORMAT", "ENGINE", "QUANT", "ROLE", "SIZE", "SOURCE", "STATUS"]]
     for m in list_local_models():
         rows.append([m.id, m.format, m.engine or "-", m.quant or "-", m.role,
-                     human_bytes(m.size_bytes), m.source,
-                     "ok" if m.valid else f"invalid: {m.problem}"])
+                     human_bytes(m.size_bytes), m.source, _status(m)])
     _table(rows)
     return EXIT_OK
+
+
+def _status(m: LocalModel) -> str:
+    if not m.valid:
+        return f"invalid: {m.problem}"
+    return "ok" if m.verified else "ok, unverified (the Hub gave no hash)"
 
 
 def _rm(args: argparse.Namespace) -> int:
@@ -178,13 +195,13 @@ def _rm(args: argparse.Namespace) -> int:
         if not sys.stdin.isatty():
             raise HubError("CONFIRM_REQUIRED", f"Deleting {model.id} needs confirmation; "
                            "pass --yes when not at a terminal.")
-        answer = input(f"Delete {model.id} ({human_bytes(model.size_bytes)})? [y/N] ")
+        answer = input(visible(f"Delete {model.id} ({human_bytes(model.size_bytes)})? [y/N] "))
         confirm = answer.strip().lower() in ("y", "yes")
         if not confirm:
             print("kept", file=sys.stderr)
             return EXIT_USAGE
     freed = delete_model(model, confirm=confirm)
-    print(f"deleted {model.id}, freed {human_bytes(freed)}", file=sys.stderr)
+    print(visible(f"deleted {model.id}, freed {human_bytes(freed)}"), file=sys.stderr)
     return EXIT_OK
 
 

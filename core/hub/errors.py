@@ -23,6 +23,8 @@ HUB_ERROR_CODES = frozenset(
         "CONFIRM_REQUIRED",  # a destructive call without confirm=True
         "BAD_REQUEST",  # the request itself cannot be served (no such local model ...)
         "HTTP",  # any other Hub answer we cannot act on more precisely
+        "TIMEOUT",  # the Hub did not connect, answer or keep sending within its time
+        "UNSAFE",  # the Hub's answer names a path outside the cache, or breaks its word
     }
 )
 

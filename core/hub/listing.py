@@ -4,6 +4,11 @@ An MLX model is a whole directory (config, tokenizer, safetensors); a GGUF repo 
 quantisations of which the user wants one, plus its mmproj when the model sees images.
 `plan_download` turns a choice into the exact files to fetch, so neither the CLI nor the
 TUI ever downloads a whole multi-quant GGUF repo by accident.
+
+The listing is the Hub's word, read as data: the repo must be the one asked for, its
+commit 40 hex digits, hashes of the right shape (else unknown, not trusted). A file name
+that is no safe relative path stays in the listing, marked `unsafe` with the reason, so
+`models files` can show it; planning a download that needs it is refused.
 """
 
 from __future__ import annotations
@@ -11,8 +16,11 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import quote
 
-from core.hub.client import api, ensure_reachable
+from core.hub.bounded_http import get_json
+from core.hub.client import ensure_reachable
+from core.hub.endpoint import endpoint
 from core.hub.errors import HubError, classify
 from core.hub.filenames import (
     gguf_shard,
@@ -22,6 +30,14 @@ from core.hub.filenames import (
     quant_label,
     suggested_role,
 )
+from core.hub.safe_names import (
+    COMMIT_RE,
+    SHA256_RE,
+    check_commit,
+    check_repo_id,
+    path_problem,
+)
+from core.terminal_text import visible
 
 # What mlx-lm reads from a model directory; everything else (README, images, .bin) stays.
 MLX_PATTERNS = ("config.json", "*.safetensors", "model.safetensors.index.json",
@@ -41,6 +57,8 @@ class RepoFileInfo:
     quant: str | None
     role: str | None  # chat | embedding | vision | projector for model files, else None
     mmproj: str | None  # the projector offered together with this GGUF model file
+    blob_id: str | None = None  # the git blob sha1, checked for files outside LFS
+    unsafe: str | None = None  # why the name cannot be written under the cache, if so
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +76,8 @@ class RepoListing:
         for f in self.files:
             if f.path == path:
                 return f
-        raise HubError("NOT_FOUND", f"{self.repo_id} has no file {path!r}; list its files first.")
+        raise HubError("NOT_FOUND", f"{self.repo_id} has no file {visible(path)!r}; list its "
+                       "files first.")
 
     @property
     def model_files(self) -> list[RepoFileInfo]:
@@ -73,7 +92,13 @@ class RepoListing:
 class PlannedFile:
     path: str
     size: int
-    sha256: str | None
+    sha256: str | None  # LFS content hash
+    blob_id: str | None = None  # git blob sha1 (files outside LFS)
+
+    @property
+    def expected_hash(self) -> str | None:
+        """The hash the bytes must have: sha256 for LFS files, else the git sha1."""
+        return self.sha256 or self.blob_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,27 +127,70 @@ def _detect_format(paths: list[str]) -> str | None:
 
 def list_files(repo_id: str, revision: str | None = None, token: str | None = None) -> RepoListing:
     """The repo's files with sizes, quant labels, roles and mmproj pairing; raises HubError."""
+    from huggingface_hub.hf_api import ModelInfo
+
+    check_user_repo_id(repo_id)
+    if revision is not None and path_problem(revision):
+        raise HubError("BAD_REQUEST", f"{visible(revision)!r} is not a branch, tag or commit "
+                       "name.")
     ensure_reachable()
+    url = f"{endpoint()}/api/models/{repo_id}"
+    if revision:
+        url += f"/revision/{quote(revision, safe='')}"
     try:
-        info = api(token).model_info(repo_id, revision=revision, files_metadata=True)
+        data = get_json(url, what=f"the file list of {repo_id}", params={"blobs": True},
+                        token=token)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        info = ModelInfo(**data)
     except Exception as exc:
         raise classify(exc, repo_id) from exc
-    listing = listing_from_info(info)
+    listing = listing_from_info(info, repo_id)
     if revision and revision != listing.revision:
         listing = replace(listing, ref=revision)
     return listing
 
 
-def listing_from_info(info: Any) -> RepoListing:
-    siblings = info.siblings or []
+def check_user_repo_id(repo_id: str) -> None:
+    """A repo id as a person typed it: BAD_REQUEST (not UNSAFE) when it is no owner/name."""
+    try:
+        check_repo_id(repo_id)
+    except HubError:
+        raise HubError("BAD_REQUEST", f"{visible(str(repo_id))!r} is not a valid repo id; "
+                       "use owner/name.") from None
+
+
+def _hex(value: Any, shape: Any) -> str | None:
+    return value if isinstance(value, str) and shape.fullmatch(value) else None
+
+
+def _size(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def listing_from_info(info: Any, asked: str | None = None) -> RepoListing:
+    """A RepoListing from huggingface_hub's ModelInfo, checked (UNSAFE when it lies)."""
+    repo_id = check_repo_id(info.id)
+    if asked is not None and repo_id.lower() != asked.lower():
+        raise HubError("UNSAFE", f"llmdeck asked the Hub for {visible(asked)} and got "
+                       f"{visible(repo_id)} back; nothing was used. Check HF_ENDPOINT.")
+    check_commit(info.sha)
+    siblings = [s for s in (info.siblings or []) if isinstance(s.rfilename, str)]
     paths = [s.rfilename for s in siblings]
     fmt = _detect_format(paths)
-    mmprojs = [p for p in paths if is_mmproj(p)]
+    mmprojs = [p for p in paths if is_mmproj(p) and not path_problem(p)]
     config = info.config or {}
     files = []
     for s in siblings:
         path = s.rfilename
-        if is_gguf(path):
+        unsafe = path_problem(path)
+        lfs = s.lfs
+        sha256 = _hex(getattr(lfs, "sha256", None), SHA256_RE) if lfs else None
+        blob_id = None if lfs else _hex(getattr(s, "blob_id", None), COMMIT_RE)
+        size = _size(s.size) or (_size(getattr(lfs, "size", None)) if lfs else 0)
+        if unsafe:
+            role, paired = None, None
+        elif is_gguf(path):
             role = suggested_role(info.id, path, info.pipeline_tag, has_mmproj=bool(mmprojs))
             paired = None if is_mmproj(path) else pair_mmproj(path, mmprojs)
         elif path.endswith(".safetensors") and fmt == "mlx":
@@ -131,15 +199,13 @@ def listing_from_info(info: Any) -> RepoListing:
         else:
             role, paired = None, None
         files.append(RepoFileInfo(
-            path=path,
-            size=int(s.size or (s.lfs.size if s.lfs else 0)),
-            sha256=s.lfs.sha256 if s.lfs else None,
+            path=path, size=size, sha256=sha256,
             quant=quant_label(path) if role else None,
-            role=role,
-            mmproj=paired,
+            role=role, mmproj=paired, blob_id=blob_id, unsafe=unsafe,
         ))
+    config = config if isinstance(config, dict) else {}
     return RepoListing(
-        repo_id=info.id,
+        repo_id=repo_id,
         revision=info.sha,
         format=fmt,
         gated=bool(info.gated),
@@ -153,7 +219,11 @@ def plan_download(listing: RepoListing, filename: str | None = None,
                   include_mmproj: bool = True) -> DownloadPlan:
     """The files one model needs; a GGUF pick brings its shards and its mmproj."""
     def planned(f: RepoFileInfo) -> PlannedFile:
-        return PlannedFile(f.path, f.size, f.sha256)
+        if f.unsafe:
+            raise HubError("UNSAFE", f"{listing.repo_id} offers a file named "
+                           f"{visible(f.path)!r}, which {f.unsafe}; llmdeck will not write it. "
+                           "Check HF_ENDPOINT (a mirror or proxy may be hostile).")
+        return PlannedFile(f.path, f.size, f.sha256, f.blob_id)
 
     if listing.format == "mlx":
         chosen = [f for f in listing.files

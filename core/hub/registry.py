@@ -51,6 +51,7 @@ class LocalModel:
     revision: str | None = None
     mmproj: Path | None = None
     base_model: bool = False  # no chat template: prompted as a transcript (picker says so)
+    verified: bool = True  # False: some of its files came with no hash from the Hub to check
 
 
 def list_local_models(include_bundled: bool = True) -> list[LocalModel]:
@@ -120,6 +121,17 @@ def _from_hf_cache(cache: Path) -> list[LocalModel]:
     return out
 
 
+def _all_verified(paths: list[Path]) -> bool:
+    """False when any of these snapshot files points at a blob marked unverified."""
+    for p in paths:
+        try:
+            if p.is_symlink() and layout.is_unverified(p.resolve()):
+                return False
+        except OSError:
+            continue
+    return True
+
+
 def _linked_files(root: Path) -> list[str]:
     """Paths under `root` whose target exists (a dangling link is a missing blob)."""
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
@@ -151,6 +163,7 @@ def _models_in_dir(root: Path, source: str, repo_id: str | None,
             role=suggested_role(repo_id or "", f, has_mmproj=proj is not None),
             repo_id=repo_id, revision=revision, mmproj=root / proj if proj else None,
             base_model=problem is None and is_base_model(path),
+            verified=_all_verified([path] + ([root / proj] if proj else [])),
         ))
     if (root / "config.json").exists() or any(f.endswith(".safetensors") for f in files):
         if not ggufs or any(f.endswith(".safetensors") for f in files):
@@ -162,6 +175,7 @@ def _models_in_dir(root: Path, source: str, repo_id: str | None,
                 valid=problem is None, problem=problem, quant=quant_label(name) or _mlx_bits(root),
                 role=suggested_role(repo_id or root.name), repo_id=repo_id, revision=revision,
                 base_model=problem is None and is_base_model(root),
+                verified=_all_verified([root / f for f in files]),
             ))
     return out
 
@@ -214,6 +228,7 @@ def _delete_from_cache(model: LocalModel) -> int:
         if blob.exists():
             freed += blob.stat().st_size
             blob.unlink()
+        blob.with_name(blob.name + layout.UNVERIFIED_SUFFIX).unlink(missing_ok=True)
     _prune_empty(snap)
     if not any((repo / "snapshots").rglob("*.*")) and not any((repo / "blobs").glob("*")):
         shutil.rmtree(repo, ignore_errors=True)

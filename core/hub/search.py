@@ -1,7 +1,9 @@
 """Search the Hub for models llmdeck can run: MLX repos and GGUF repos.
 
-One list_models call per format, asking the Hub to expand just the fields a result row
-shows, so a search costs one request per format and no per-repo lookups.
+One request per format (the one list_models sends), asking the Hub to expand just the
+fields a result row shows, so a search costs one request per format and no per-repo
+lookups. It goes through core.hub.bounded_http, not HfApi.list_models, which waits for
+ever on a Hub that accepts the request and never answers.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from core.hub.client import api, ensure_reachable
+from core.hub.bounded_http import get_json
+from core.hub.client import ensure_reachable
+from core.hub.endpoint import endpoint
 from core.hub.errors import HubError, classify
 from core.hub.filenames import is_gguf, is_mmproj, quant_label, suggested_role
 from core.hub.runnable import Runnable, check_runnable
@@ -18,7 +22,7 @@ from core.hub.runnable import Runnable, check_runnable
 Format = Literal["mlx", "gguf", "all"]
 Sort = Literal["downloads", "likes", "recent"]
 
-_SORTS = {"downloads": "downloads", "likes": "likes", "recent": "last_modified"}
+_SORTS = {"downloads": "downloads", "likes": "likes", "recent": "lastModified"}
 _EXPAND = ["downloads", "likes", "lastModified", "library_name", "tags", "gated", "gguf",
            "config", "usedStorage", "pipeline_tag", "safetensors", "siblings"]
 # Q4_K_M averages about 4.85 bits per weight: the size a typical GGUF pick will have.
@@ -51,14 +55,26 @@ def search_models(query: str = "", fmt: Format = "all", sort: Sort = "downloads"
     if fmt not in ("mlx", "gguf", "all"):
         raise HubError("BAD_REQUEST", f"format must be mlx, gguf or all (got {fmt!r})")
     formats = ["mlx", "gguf"] if fmt == "all" else [fmt]
+    from huggingface_hub.hf_api import ModelInfo
+
+    limit = max(1, min(int(limit), 1000))
     ensure_reachable()
-    client = api(token)
     results: list[SearchResult] = []
     try:
         for f in formats:
-            for info in client.list_models(search=query or None, filter=f, sort=_SORTS[sort],
-                                           limit=limit, expand=_EXPAND):
-                results.append(_to_result(info, f))
+            params: dict[str, Any] = {"filter": [f], "sort": _SORTS[sort], "limit": limit,
+                                      "expand": _EXPAND}
+            if query:
+                params["search"] = query
+            items = get_json(f"{endpoint()}/api/models", what="the search results",
+                             params=params, token=token)
+            if not isinstance(items, list):
+                raise ValueError("not a JSON list")
+            for item in items[:limit]:
+                if not isinstance(item, dict):
+                    raise ValueError("not a JSON object")
+                item.setdefault("siblings", None)
+                results.append(_to_result(ModelInfo(**item), f))
     except Exception as exc:  # every Hub failure becomes a HubError value
         raise classify(exc) from exc
     key = {

@@ -17,6 +17,22 @@ Endpoints (the ones huggingface_hub 2.x uses for what llmdeck does):
 Knobs for failure tests: gated repos (401 without a token, 403 with a token not granted),
 missing repos/files (404 with the Hub's X-Error-Code), a byte-rate throttle, corrupting a
 file's served bytes N times, and per-file counters of bytes served.
+
+Hostile modes (a mirror, a proxy or a man in the middle can answer like this; each is off
+by default, so the fake answers as the Hub does unless a test turns one on):
+  FakeRepo.listed_as      a file listed (and served) under another name: `../x`, `/abs`
+  FakeRepo.etag_as        the ETag / X-Linked-Etag a file's HEAD and GET carry
+  FakeRepo.commit_header  X-Repo-Commit on every resolve answer
+  FakeRepo.listed_sha     the listing's "sha";  FakeRepo.listed_id  its "id"
+  FakeRepo.no_hashes      the listing without lfs.sha256 or blobId
+  FakeHub.serve_unknown   any unknown path answered as this (repo, file), as a server
+                          that ignores what it is asked (dot segments normalised away)
+  FakeHub.hang            {"api", "head", "get"}: accept the request, never answer
+  FakeHub.overrun_bytes   after a file's bytes, keep sending this many more
+  FakeHub.trickle_bps     send bodies a byte at a time at this rate
+  FakeHub.stall_after     send this many body bytes, then nothing
+A hang or a trickle ends when the fake stops or after `hang_limit_s`, so no test leaks
+a thread that outlives it.
 """
 
 from __future__ import annotations
@@ -118,6 +134,13 @@ class FakeRepo:
     config: dict[str, Any] | None = None
     gguf: dict[str, Any] | None = None
     safetensors: dict[str, Any] | None = None
+    # hostile modes (see the module docstring); empty or None = the Hub's behaviour
+    listed_as: dict[str, str] = field(default_factory=dict)
+    etag_as: dict[str, str] = field(default_factory=dict)
+    commit_header: str | None = None
+    listed_sha: str | None = None
+    listed_id: str | None = None
+    no_hashes: bool = False
 
     @property
     def author(self) -> str:
@@ -129,19 +152,20 @@ class FakeRepo:
     def to_json(self, expand: list[str] | None, blobs: bool = False) -> dict[str, Any]:
         siblings = []
         for f in self.files.values():
-            entry: dict[str, Any] = {"rfilename": f.path}
+            entry: dict[str, Any] = {"rfilename": self.listed_as.get(f.path, f.path)}
             if blobs:
                 entry["size"] = f.size
-                entry["blobId"] = f.git_oid
-                if f.lfs:
+                if not self.no_hashes:
+                    entry["blobId"] = f.git_oid
+                if f.lfs and not self.no_hashes:
                     entry["lfs"] = {"size": f.size, "sha256": f.sha256, "pointerSize": 134}
             siblings.append(entry)
         full: dict[str, Any] = {
             "_id": hashlib.md5(self.repo_id.encode()).hexdigest()[:24],
-            "id": self.repo_id,
-            "modelId": self.repo_id,
+            "id": self.listed_id or self.repo_id,
+            "modelId": self.listed_id or self.repo_id,
             "author": self.author,
-            "sha": self.sha,
+            "sha": self.listed_sha or self.sha,
             "lastModified": self.last_modified,
             "createdAt": self.created_at,
             "private": False,
@@ -189,6 +213,14 @@ class FakeHub:
         self.users: dict[str, str] = {}  # token -> user name, for /api/whoami-v2
         # When set, every API call gets this HTML page with 200, as behind a captive portal.
         self.proxy_page: bytes | None = None
+        # hostile modes (see the module docstring)
+        self.serve_unknown: tuple[str, str] | None = None
+        self.hang: set[str] = set()
+        self.overrun_bytes: int | None = None
+        self.trickle_bps: float | None = None
+        self.stall_after: int | None = None
+        self.hang_limit_s = 30.0
+        self.stopping = threading.Event()
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._cdn: ThreadingHTTPServer | None = None
@@ -252,12 +284,14 @@ class FakeHub:
         return _origin(self._cdn)
 
     def start(self) -> FakeHub:
+        self.stopping.clear()
         handler = type("BoundHandler", (_Handler,), {"hub": self})
         self._server = _serve(handler, "fake-hub")
         self._cdn = _serve(handler, "fake-hub-cdn")
         return self
 
     def stop(self) -> None:
+        self.stopping.set()  # releases every hang and trickle
         for server in (self._server, self._cdn):
             if server is not None:
                 server.shutdown()
@@ -333,7 +367,7 @@ class _Handler(BaseHTTPRequestHandler):
         return repo
 
     def _check_revision(self, repo: FakeRepo, revision: str) -> bool:
-        if revision in ("main", repo.sha):
+        if revision in ("main", repo.sha, repo.listed_sha):
             return True
         self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
         return False
@@ -376,6 +410,11 @@ class _Handler(BaseHTTPRequestHandler):
         if auth := self.headers.get("Authorization"):
             on_cdn = self.server is self.hub._cdn
             (self.hub.cdn_auth_headers_seen if on_cdn else self.hub.auth_headers_seen).append(auth)
+        kind = "api" if path.startswith("/api/") else self.command.lower()
+        if kind in self.hub.hang:
+            self.hub.stopping.wait(self.hub.hang_limit_s)  # accepted, never answered
+            self.close_connection = True
+            return
         if self.hub.proxy_page is not None and path.startswith("/api/"):
             self.send_response(200)
             self.send_header("Content-Type", "text/html")
@@ -396,8 +435,11 @@ class _Handler(BaseHTTPRequestHandler):
             if path.startswith("/__lfs__/"):
                 return self._serve_lfs(path[len("/__lfs__/") :], query)
             m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
-            if m:
+            if m and (self.hub.serve_unknown is None or self._known(m.group(1), m.group(3))):
                 return self._resolve(m.group(1), m.group(2), m.group(3))
+            if self.hub.serve_unknown is not None:
+                repo_id, name = self.hub.serve_unknown
+                return self._resolve(repo_id, "main", name)
             self._error(404, None, "Not found")
         except (BrokenPipeError, ConnectionResetError):
             return
@@ -451,18 +493,23 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send_json(200, _tree(repo, prefix, recursive))
         self._error(404, None, "Not found")
 
+    def _known(self, repo_id: str, path: str) -> bool:
+        repo = self.hub.repos.get(repo_id)
+        return repo is not None and _file(repo, path) is not None
+
     def _resolve(self, repo_id: str, revision: str, path: str) -> None:
         repo = self._repo(repo_id)
         if repo is None or not self._check_revision(repo, revision):
             return
         if not self._check_gate(repo):
             return
-        f = repo.files.get(path)
+        f = _file(repo, path)
         if f is None:
             return self._error(404, "EntryNotFound", f"{path} does not exist on main")
+        etag = repo.etag_as.get(f.path, f.etag)
         common = {
-            "X-Repo-Commit": repo.sha,
-            "ETag": f'"{f.etag}"',
+            "X-Repo-Commit": repo.commit_header or repo.sha,
+            "ETag": f'"{etag}"',
             "Accept-Ranges": "bytes",
         }
         if f.lfs:
@@ -471,7 +518,7 @@ class _Handler(BaseHTTPRequestHandler):
             for k, v in common.items():
                 self.send_header(k, v)
             self.send_header("X-Linked-Size", str(f.size))
-            self.send_header("X-Linked-Etag", f'"{f.sha256}"')
+            self.send_header("X-Linked-Etag", f'"{repo.etag_as.get(f.path, f.sha256)}"')
             self.send_header("Location", location)
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -500,16 +547,23 @@ class _Handler(BaseHTTPRequestHandler):
             start = int(m.group(1))
             end = min(int(m.group(2)) + 1, f.size) if m.group(2) else f.size
             status = 206
+        overrun = self.hub.overrun_bytes if self.command == "GET" else None
         self.send_response(status)
         for k, v in headers.items():
             self.send_header(k, v)
         self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Length", str(end - start))
+        if overrun is None:
+            self.send_header("Content-Length", str(end - start))
+        else:  # a body delimited by closing the connection, and longer than announced
+            self.send_header("Connection", "close")
+            self.close_connection = True
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{end - 1}/{f.size}")
         self.end_headers()
         if self.command == "HEAD":
             return
+        if self.hub.trickle_bps or self.hub.stall_after is not None:
+            return self._send_slowly(f, start, end)
         key = f"{repo.repo_id}/{f.path}"
         corrupt = self.hub._take_corruption(key)
         drop_after = self.hub._take_drop(key)
@@ -536,6 +590,40 @@ class _Handler(BaseHTTPRequestHandler):
                 ahead = sent / bps - (time.monotonic() - began)
                 if ahead > 0:
                     time.sleep(ahead)
+        if overrun:
+            self._send_overrun(key, overrun)
+
+    def _send_overrun(self, key: str, n: int) -> None:
+        """Keep sending past the announced size; counted, so a test sees what was offered."""
+        block = b"\0" * _SERVE_SLICE
+        while n > 0 and not self.hub.stopping.is_set():
+            part = block[: min(n, _SERVE_SLICE)]
+            self.hub.bytes_served[key + "#overrun"] += len(part)
+            self.wfile.write(part)
+            n -= len(part)
+
+    def _send_slowly(self, f: FakeFile, start: int, end: int) -> None:
+        """A trickle (one byte at a time) or a stall (some bytes, then silence)."""
+        reader = f.open_at(start)
+        deadline = time.monotonic() + self.hub.hang_limit_s
+        pos = start
+        while pos < end and time.monotonic() < deadline and not self.hub.stopping.is_set():
+            if self.hub.stall_after is not None and pos - start >= self.hub.stall_after:
+                self.hub.stopping.wait(max(deadline - time.monotonic(), 0))
+                break
+            self.wfile.write(reader(1))
+            self.wfile.flush()
+            pos += 1
+            if self.hub.trickle_bps:
+                self.hub.stopping.wait(1 / self.hub.trickle_bps)
+        self.close_connection = True
+
+
+def _file(repo: FakeRepo, path: str) -> FakeFile | None:
+    """The file served at `path`: by its name, or by the name the listing gives it."""
+    if path in repo.files:
+        return repo.files[path]
+    return next((f for p, f in repo.files.items() if repo.listed_as.get(p) == path), None)
 
 
 def _tree(repo: FakeRepo, prefix: str, recursive: bool) -> list[dict[str, Any]]:

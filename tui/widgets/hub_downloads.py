@@ -1,7 +1,9 @@
 """The download queue as progress rows: bytes, rate, ETA, and the error when one fails.
 
 Rows render from DownloadProgress values only, so the same widget shows a live job and a
-fixed snapshot state; the queue itself lives on the hub screen.
+fixed snapshot state; the queue itself lives on the hub screen. A download that gets no
+data says so ("stalled: no data for 12 s · c cancels") long before its timeout ends it,
+and one kept without a hash from the Hub says it is unverified.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class DownloadRow(Vertical):
         with Horizontal(classes="download-line"):
             yield Label("", classes="download-name", markup=False)  # a repo's file name
             yield ProgressBar(total=1, show_eta=False, classes="download-bar")
-            yield Label("", classes="download-stats")
+            yield Label("", classes="download-stats", markup=False)  # holds file names
         yield Label("", classes="download-error", markup=False)  # the Hub's words
 
     def on_mount(self) -> None:
@@ -42,7 +44,7 @@ class DownloadRow(Vertical):
         self.query_one(".download-name", Label).update(visible(self.title))
         self.query_one(ProgressBar).update(total=max(p.total, 1),
                                            progress=p.downloaded if p.total else 1)
-        self.query_one(".download-stats", Label).update(fmt.progress_stats(p))
+        self.query_one(".download-stats", Label).update(visible(stats_line(p)))
         error = self.query_one(".download-error", Label)
         if p.error is not None and p.state == "error":
             error.update(visible(f"{p.error.code}: {p.error.message}"))
@@ -51,6 +53,17 @@ class DownloadRow(Vertical):
             error.display = False
         for state in fmt.STATE_LABELS:
             self.set_class(p.state == state, f"-{state}")
+        self.set_class(p.stalled_s is not None and not p.finished, "-stalled")
+
+
+def stats_line(p: DownloadProgress) -> str:
+    """The numbers of one row, with a stall or an unverified file named."""
+    line = fmt.progress_stats(p)
+    if p.stalled_s is not None and not p.finished:
+        line += f" · stalled: no data for {p.stalled_s:.0f} s · c cancels"
+    if p.state == "done" and p.unverified:
+        line += f" · unverified: the Hub gave no hash for {', '.join(p.unverified)}"
+    return line
 
 
 class DownloadsPanel(VerticalScroll):
