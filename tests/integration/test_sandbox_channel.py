@@ -66,6 +66,43 @@ async def test_code_writing_pickles_and_forged_frames_to_every_fd_runs_nothing_i
         await sb.close()
 
 
+# Code that finds its own run's id (in the runner's frames) and sends, on the runner's
+# socket, a figure frame of that run holding something that is not a PNG (say, a script),
+# or a 2 GiB length prefix.
+FORGED_FIGURE = r"""
+import base64, json, os, socket, struct, sys
+frame = sys._getframe()
+while frame is not None and "msg" not in frame.f_locals:
+    frame = frame.f_back
+run_id = frame.f_locals["msg"]["id"]
+fd = max(int(fd) for fd in os.listdir("/proc/self/fd") if os.path.exists(f"/proc/self/fd/{{fd}}")
+         and os.readlink(f"/proc/self/fd/{{fd}}").startswith("socket:"))
+chan = socket.socket(fileno=os.dup(fd))
+if {huge}:
+    chan.sendall(struct.pack(">I", (2 << 30) - 1) + b"0" * (1 << 20))
+else:
+    body = json.dumps({{"t": "figure", "id": run_id,
+                       "png": base64.b64encode(b"#!/bin/sh\nrm -rf ~\n").decode()}}).encode()
+    chan.sendall(struct.pack(">I", len(body)) + body)
+'sent'
+"""
+
+
+@pytest.mark.parametrize("huge", [False, True])
+async def test_a_runner_that_forges_frames_is_stopped_and_nothing_reaches_the_app(huge) -> None:
+    from core import paths
+
+    sb = Sandbox(timeout_s=20, memory_mb=512)
+    try:
+        r = await sb.run("c", FORGED_FIGURE.format(huge=huge))
+        assert not r.ok and r.reset and r.kind == "crashed", r
+        assert "stopped" in r.error and ("PNG" in r.error or "byte limit" in r.error), r.error
+        assert not (paths.data_dir() / "figures").exists(), "no file written for the sandbox"
+        assert (await sb.run("c", "'next'")).value == "'next'"
+    finally:
+        await sb.close()
+
+
 async def _hostile(attack: str, *args: str, timeout_s: float = 5.0,
                    monkeypatch: pytest.MonkeyPatch) -> tuple[Sandbox, object, float]:
     # Without the jail the fake stands in on the host directly; the reader under attack
