@@ -423,8 +423,8 @@ def _fresh_dev(devices: list[tuple[str, int]], scratch: int, read_only: bool) ->
         target = f"/dev/{name}"
         os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o666))
         _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND)
-        # The bind took the nodev of "/" above; these five are the devices to allow.
-        _set_attrs(target, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NODEV)
+        if read_only:  # the bind took the nodev of "/" above; these five are the devices
+            _set_attrs(target, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NODEV)
         os.close(fd)
     for name, target in DEV_LINKS.items():
         os.symlink(target, f"/dev/{name}")
