@@ -1,4 +1,8 @@
-"""The huggingface_hub client as llmdeck uses it: endpoint and token resolved per call."""
+"""Whether the Hub can be reached at all, asked before a search or a listing.
+
+The requests themselves go through core.hub.bounded_http (huggingface_hub's session,
+bounded in time and size).
+"""
 
 from __future__ import annotations
 
@@ -6,18 +10,10 @@ import os
 import socket
 from urllib.parse import urlsplit
 
-from core.hub.auth import get_token
 from core.hub.endpoint import endpoint
 from core.hub.errors import HubError
 
 PROBE_TIMEOUT_S = 3.0
-
-
-def api(token: str | None = None):  # -> HfApi, imported lazily (heavy module)
-    """An HfApi bound to the current endpoint and the user's token."""
-    from huggingface_hub import HfApi
-
-    return HfApi(endpoint=endpoint(), token=token or get_token() or False)
 
 
 def ensure_reachable() -> None:

@@ -317,8 +317,10 @@ class HubScreen(Screen):
                 self._load_when_done.discard(ident)
                 self.load_downloaded(ident)
             else:
-                self.notify(f"{job.plan.primary or job.plan.repo_id} is ready; on the Local "
-                            "models tab (ctrl+t) l loads it.", title="Download finished")
+                unverified = " (unverified: the Hub gave no hash)" if progress.unverified else ""
+                self.notify(visible(f"{job.plan.primary or job.plan.repo_id} is ready{unverified}; "
+                                    "on the Local models tab (ctrl+t) l loads it."),
+                            title="Download finished", markup=False)
 
     def action_cancel_download(self) -> None:
         assert self.queue is not None
@@ -369,7 +371,7 @@ class HubScreen(Screen):
         # The app owns the load, so closing this screen does not cancel it.
         self.app.run_worker(runtime.switch_model(str(path)), name="switch-model",
                             group="model-switch", exclusive=True)
-        self.notify(f"Loading {model.name}…", title="Model")
+        self.notify(visible(f"Loading {model.name}…"), title="Model", markup=False)
         self.action_close()
 
     def on_local_table_delete_requested(self, event: LocalTable.DeleteRequested) -> None:
@@ -401,7 +403,8 @@ class HubScreen(Screen):
             self._status("#hub-local-status", f"Could not delete {model.name}: {exc}", True)
             return
         self.refresh_local()
-        self.notify(f"Deleted {model.name}, freed {fmt.size(freed)}.", title="Model")
+        self.notify(visible(f"Deleted {model.name}, freed {fmt.size(freed)}."), title="Model",
+                    markup=False)
 
     # -- keys ------------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
