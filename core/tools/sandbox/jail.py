@@ -302,7 +302,7 @@ def _covers(needed: Sequence[str], uid: int | None) -> dict[str, list[str]]:
             if os.path.isdir(form):
                 paths.add(form)
     covers: dict[str, list[str]] = {"/tmp": []}
-    for path in sorted(paths):
+    for path in sorted(paths - {"/", "/tmp"}):  # (never the host's whole /tmp back)
         cover = "/tmp" if _under(path, "/tmp") else None
         if cover is None and uid is not None:
             walked = "/"
@@ -352,8 +352,11 @@ def _build_walls(scratch_bytes: int, needed: list[str]) -> Walls:
     if switching:  # become inside-root: the unprivileged id outside, no host groups
         os.setresgid(0, 0, 0)
         os.setresuid(0, 0, 0)
-    _prctl(PR_SET_DUMPABLE, 1)  # a change of id makes us undumpable: /proc/self root's
-    if deathsig.value:  # ... and clears the parent-death signal
+    # A change of id makes the process undumpable (its /proc/self would then belong to
+    # host root, and the lock below could not write its uid_map) and clears the
+    # parent-death signal: both back as they were.
+    _prctl(PR_SET_DUMPABLE, 1)
+    if deathsig.value:
         _prctl(PR_SET_PDEATHSIG, deathsig.value)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we do leaks back to the host
     own_proc = True
