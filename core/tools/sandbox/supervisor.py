@@ -108,6 +108,10 @@ class Runner:
     def why_gone(self) -> RunnerGone:
         """After the runner's channel closed: why (the CPU limit, or a crash)."""
         if self.status is None:
+            try:  # an exited runner is a zombie and keeps its status; a live one (the
+                os.kill(self.pid, signal.SIGKILL)  # code closed the socket) ends here
+            except ProcessLookupError:
+                pass
             try:
                 _, self.status = os.waitpid(self.pid, 0)
             except ChildProcessError:
