@@ -65,7 +65,7 @@ def timeout_error(exc: BaseException, what: str, t: HubTimeouts, started: bool =
                         f"{t.connect_s:g} s (connect timeout); check the network, proxy "
                         "or HF_ENDPOINT.")
     if started:
-        return stall_error(what, max(t.first_byte_s, t.stall_s))
+        return stall_error(what, t.stall_s)
     return HubError("TIMEOUT", f"The Hub accepted the request for {what} but sent no answer "
                     f"within {t.first_byte_s:g} s (first-byte timeout); try again later or "
                     "raise LLMDECK_HUB_FIRST_BYTE_TIMEOUT.")
@@ -127,6 +127,7 @@ def _get_json_once(url: str, what: str, params: dict[str, Any] | None, token: st
     headers = build_hf_headers(token=_auth(token))
     with get_session().stream("GET", url, params=params, headers=headers,
                               timeout=t.httpx()) as response:
+        t.body_started(response)
         ok = response.status_code < 400
         cap = max_bytes if ok else MAX_ERROR_BYTES
         body = bytearray()

@@ -518,6 +518,7 @@ def _get_range(location: str, out: BinaryIO, have: int, size: int, hasher: Any,
         headers["Range"] = f"bytes={have}-"
     with get_session().stream("GET", location, headers=headers, timeout=t.httpx()) as response:
         started[0] = True
+        t.body_started(response)
         if response.status_code == 416 and have == size:
             return have
         if response.status_code >= 400:

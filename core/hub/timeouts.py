@@ -33,11 +33,23 @@ class HubTimeouts:
     stall_notice_s: float = 5.0  # the hub screen says "stalled" after this long
 
     def httpx(self):  # -> httpx2.Timeout, imported lazily (heavy module)
-        """The per-request bounds httpx enforces: connect, and any one socket read."""
+        """The bounds httpx enforces: connect, and a socket read until the answer starts
+        (`body_started` then gives the body's reads the stall bound)."""
         import httpx2
 
-        read = max(self.first_byte_s, self.stall_s)
-        return httpx2.Timeout(connect=self.connect_s, read=read, write=read, pool=self.connect_s)
+        return httpx2.Timeout(connect=self.connect_s, read=self.first_byte_s,
+                              write=self.first_byte_s, pool=self.connect_s)
+
+    def body_started(self, response: object) -> None:
+        """From here on a silent socket is a stall: give the body's reads `stall_s`.
+
+        httpx passes the request's timeout dict down to httpcore, which reads it when
+        the body starts; were that ever to change, the first-byte bound still holds.
+        """
+        extensions = getattr(getattr(response, "request", None), "extensions", None)
+        bounds = extensions.get("timeout") if isinstance(extensions, dict) else None
+        if isinstance(bounds, dict):
+            bounds["read"] = self.stall_s
 
     def wait_before(self, attempt: int) -> float:
         """Seconds to wait before retry number `attempt` (1, 2, ...): exponential."""

@@ -223,18 +223,23 @@ def test_a_trickle_is_a_stall_and_ends_with_a_sentence(fake_hub: FakeHub, tmp_pa
 @pytest.mark.parametrize("kind, bound", [("head", "first-byte"), ("get", "first-byte"),
                                          ("stall", "stall")])
 def test_a_hub_that_accepts_and_never_answers_does_not_hang_pull(
-        fake_hub: FakeHub, tmp_path: Path, kind: str, bound: str) -> None:
+        fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str,
+        bound: str) -> None:
     _evil_repo(fake_hub, tmp_path)
+    # each bound alone ends its wait: the other one is set far beyond the test's limit
     if kind == "stall":
         fake_hub.stall_after = 100
+        monkeypatch.setenv("LLMDECK_HUB_FIRST_BYTE_TIMEOUT", "30")
     else:
         fake_hub.hang.add(kind)
+        monkeypatch.setenv("LLMDECK_HUB_STALL_TIMEOUT", "30")
     fake_hub.hang_limit_s = 20
     began = time.monotonic()
     result = pull(EVIL)
     took = time.monotonic() - began
     assert result.error is not None and result.error.code == "TIMEOUT", result.error
     assert f"({bound} timeout)" in result.error.message
+    assert "0.5 s" in result.error.message
     assert took < 6, took
 
 
