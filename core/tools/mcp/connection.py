@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from core import paths
+from core.terminal_text import visible
+from core.tools.mcp.server_log import CappedLog, last_words, log_path
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -33,7 +35,18 @@ T = TypeVar("T")
 State = Literal["stopped", "starting", "ready", "crashed", "failed"]
 START_TIMEOUT_S = 20.0
 MAX_RESTARTS = 3  # a server that dies this often stays failed until settings change
-STOP_TIMEOUT_S = 8.0  # the SDK's stop: stdin closed, 2 s, SIGTERM, 2 s, SIGKILL
+STOP_TIMEOUT_S = 8.0  # the stop: stdin closed, 2 s, SIGTERM, 2 s, SIGKILL
+# What one server may offer: a server listing 10,000 tools would fill every prompt.
+MAX_TOOLS = 128
+MAX_PROMPTS = 256
+MAX_RESOURCES = 256
+MAX_PAGES = 20  # of a paginated listing (a cursor that never ends)
+MAX_DESCRIPTION_CHARS = 2000
+MAX_SCHEMA_CHARS = 64 * 1024
+# A tool or prompt name becomes `server.name` (a function name for the model, a slash
+# command, a file name for a picture it returns): letters, digits, _ - and single dots.
+_NAME = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
+MAX_NAME_CHARS = 64
 
 # The SDK logs protocol trouble (a line that is not JSON) with tracebacks; the call's
 # own error says it, and nothing must print over the full-screen UI.
@@ -74,28 +87,28 @@ class McpListing:
     resources: list[McpResourceInfo] = field(default_factory=list)
 
 
-def log_path(name: str) -> Path:
-    """Where a stdio server's stderr goes (its own diagnostics, never shown over the UI)."""
-    folder = paths.log_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"mcp-{name}.log"
+def name_problem(name: str) -> str | None:
+    """Why a tool or prompt name a server offers cannot be used (None when it can)."""
+    if len(name) > MAX_NAME_CHARS:
+        return f"longer than {MAX_NAME_CHARS} characters"
+    if not _NAME.fullmatch(name):
+        return "not letters, digits, _, - and single dots"
+    return None
 
 
-def _last_log_line(name: str) -> str:
-    try:
-        lines = log_path(name).read_text(encoding="utf-8", errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return lines[-1][:200] if lines else ""
+def _shown_name(name: str) -> str:
+    return repr(visible(name[:40]) + ("…" if len(name) > 40 else ""))
 
 
 class McpConnection:
     """A configured server and its session; `ensure_started()` before anything else."""
 
-    def __init__(self, config: McpServerConfig) -> None:
+    def __init__(self, config: McpServerConfig, start_timeout_s: float = START_TIMEOUT_S) -> None:
         self.config = config
+        self.start_timeout_s = start_timeout_s
         self.state: State = "stopped"
         self.error: str | None = None
+        self.notes: list[str] = []  # what was refused of its listing, for the status pane
         self.restarts = 0
         self.pid: int | None = None
         self.active = 0
@@ -111,7 +124,7 @@ class McpConnection:
         return self.config.name
 
     # -- lifecycle -------------------------------------------------------------------------
-    async def ensure_started(self, timeout: float = START_TIMEOUT_S) -> bool:
+    async def ensure_started(self, timeout: float | None = None) -> bool:
         """Start the server if it is not running (a crashed one again, within the restart
         budget) and wait until it is ready or failed; True when it is ready."""
         if self.state == "crashed":
@@ -123,6 +136,7 @@ class McpConnection:
                 self.restarts += 1
                 self.state = "stopped"
         if self.state == "stopped":
+            timeout = timeout or self.start_timeout_s
             self.state, self.error = "starting", None
             self._ready, self._stop = asyncio.Event(), asyncio.Event()
             self._task = asyncio.ensure_future(self._own(self._ready, self._stop, timeout))
@@ -137,20 +151,17 @@ class McpConnection:
         self._starts += 1
         generation = self._starts
         problem: str | None = None
-        errlog = None
         try:
             async with contextlib.AsyncExitStack() as stack:
-                if self.config.command:
-                    errlog = stack.enter_context(open(log_path(self.name), "a", encoding="utf-8"))  # noqa: SIM115
+                errlog = stack.enter_context(CappedLog(log_path(self.name))) if self.config.command else None
                 streams = await stack.enter_async_context(self._transport(errlog))
                 from mcp import ClientSession
 
                 session = await stack.enter_async_context(ClientSession(streams[0], streams[1]))
                 with anyio.fail_after(timeout):
                     init = await session.initialize()
-                    listing = await self._list(session, init.capabilities)
-                self._session, self.listing = session, listing
-                self.pid = self._find_pid() if self.config.command else None
+                    listing, notes = await self._list(session, init.capabilities)
+                self._session, self.listing, self.notes = session, listing, notes
                 self.state, self.error = "ready", None
                 ready.set()
                 await stop.wait()
@@ -176,13 +187,15 @@ class McpConnection:
                         self.error, self.pid = "the server stopped unexpectedly", None
             ready.set()
 
-    def _transport(self, errlog: Any) -> contextlib.AbstractAsyncContextManager[Any]:
+    def _transport(self, errlog: CappedLog | None) -> contextlib.AbstractAsyncContextManager[Any]:
         c = self.config
-        if c.command:
-            from mcp import StdioServerParameters, stdio_client
+        if c.command and errlog is not None:
+            from core.tools.mcp.stdio import bounded_stdio
 
-            return stdio_client(StdioServerParameters(command=c.command, args=list(c.args),
-                                                      env=dict(c.env) or None), errlog=errlog)
+            def started(pid: int) -> None:
+                self.pid = pid
+
+            return bounded_stdio(c.command, list(c.args), dict(c.env), errlog, started)
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -190,34 +203,50 @@ class McpConnection:
         return streamable_http_client(c.url, http_client=client)
 
     @staticmethod
-    async def _list(session: ClientSession, caps: Any) -> McpListing:
+    async def _list(session: ClientSession, caps: Any) -> tuple[McpListing, list[str]]:
+        """What the server offers, within bounds: at most MAX_TOOLS tools (and prompts,
+        resources), names that are safe to use, descriptions and schemas of sane size.
+        The rest is refused, each kind with one note for the status pane."""
         listing = McpListing()
+        refused: dict[str, list[str]] = {}
         if caps is None or caps.tools is not None:
-            cursor = None
-            while True:
-                from mcp.types import PaginatedRequestParams
+            from mcp.types import PaginatedRequestParams
 
+            cursor, offered = None, 0
+            for _ in range(MAX_PAGES):
                 page = await session.list_tools(
                     params=PaginatedRequestParams(cursor=cursor) if cursor else None)
                 for t in page.tools:
-                    hints = t.annotations
-                    listing.tools.append(McpToolInfo(
-                        t.name, t.description or t.title or t.name, dict(t.input_schema or {}),
-                        bool(hints and hints.read_only_hint)))
+                    offered += 1
+                    problem = name_problem(t.name) or _schema_problem(t.input_schema)
+                    if problem:
+                        refused.setdefault("tool", []).append(f"{_shown_name(t.name)} ({problem})")
+                    elif len(listing.tools) < MAX_TOOLS:
+                        hints = t.annotations
+                        description = t.description or t.title or t.name
+                        listing.tools.append(McpToolInfo(
+                            t.name, description[:MAX_DESCRIPTION_CHARS], dict(t.input_schema or {}),
+                            bool(hints and hints.read_only_hint)))
                 cursor = page.next_cursor
-                if not cursor:
+                if not cursor or offered > MAX_TOOLS * 4:
                     break
+            if offered > len(listing.tools) + len(refused.get("tool", [])):
+                refused.setdefault("over", []).append(
+                    f"it offers more than {MAX_TOOLS} tools; only the first {MAX_TOOLS} were taken")
         if caps is not None and caps.prompts is not None:
             for p in (await session.list_prompts()).prompts:
-                args = tuple((a.name, bool(a.required)) for a in p.arguments or ())
-                listing.prompts.append(McpPromptInfo(p.name, p.description or "", args))
+                if problem := name_problem(p.name):
+                    refused.setdefault("prompt", []).append(f"{_shown_name(p.name)} ({problem})")
+                elif len(listing.prompts) < MAX_PROMPTS:
+                    args = tuple((a.name[:MAX_NAME_CHARS], bool(a.required)) for a in (p.arguments or ())[:16])
+                    listing.prompts.append(McpPromptInfo(p.name, (p.description or "")[:MAX_DESCRIPTION_CHARS], args))
         if caps is not None and caps.resources is not None:
-            for r in (await session.list_resources()).resources:
-                listing.resources.append(McpResourceInfo(str(r.uri), r.name, r.mime_type or ""))
-        return listing
+            for r in (await session.list_resources()).resources[:MAX_RESOURCES]:
+                listing.resources.append(McpResourceInfo(str(r.uri), r.name[:200], r.mime_type or ""))
+        return listing, _notes(refused)
 
     def _fail(self, reason: str) -> None:
-        self.state, self.error = "failed", reason
+        self.state, self.error, self.pid = "failed", reason, None
 
     def _start_problem(self, exc: BaseException, timeout: float) -> str:
         inner = exc
@@ -229,25 +258,12 @@ class McpConnection:
             return f"command {self.config.command!r} not found; check the path or install it"
         text = str(inner) or type(inner).__name__
         if "Connection closed" in text and self.config.command:
-            last = _last_log_line(self.name)
+            last = last_words(self.name)
             hint = f" (its last words: {last})" if last else f" (see {log_path(self.name)})"
             return f"exited during start-up{hint}"
         if self.config.url and type(inner).__name__ in ("ConnectError", "ConnectTimeout"):
             return f"cannot connect to {self.config.url}: {text}"
         return f"could not start: {type(inner).__name__}: {text}"
-
-    def _find_pid(self) -> int | None:
-        """The server's pid, for the status pane (the SDK does not hand out its process):
-        our newest child running this command line."""
-        try:
-            import psutil
-
-            found = [c for c in psutil.Process().children()
-                     if (cmd := c.cmdline()) and cmd[1:] == list(self.config.args)
-                     and Path(cmd[0]).name == Path(self.config.command).name]
-            return max(found, key=lambda c: c.create_time()).pid if found else None
-        except Exception:  # noqa: BLE001 - only the pane's pid column depends on it
-            return None
 
     def alive(self) -> bool:
         """False when a stdio server's process has gone (noticed before the next call)."""
@@ -337,3 +353,20 @@ class McpConnection:
         if isinstance(exc, RuntimeError) and "schema" in text.lower():
             return f"MCP server {self.name} answered {what} with a result that breaks its own schema: {text}"
         return f"{what} on MCP server {self.name} failed: {type(exc).__name__}: {text}"
+
+
+def _schema_problem(schema: Any) -> str | None:
+    try:
+        size = len(json.dumps(schema))
+    except (TypeError, ValueError, RecursionError):
+        return "its input schema is not JSON"
+    return f"its input schema is over {MAX_SCHEMA_CHARS // 1024} KiB" if size > MAX_SCHEMA_CHARS else None
+
+
+def _notes(refused: dict[str, list[str]]) -> list[str]:
+    """One sentence per kind of refusal, naming the first few."""
+    notes = list(refused.pop("over", []))
+    for kind, items in refused.items():
+        shown = ", ".join(items[:3]) + (f" and {len(items) - 3} more" if len(items) > 3 else "")
+        notes.append(f"refused {len(items)} {kind}(s) with unusable names or schemas: {shown}")
+    return notes

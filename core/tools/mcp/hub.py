@@ -13,8 +13,9 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.tools.mcp.connection import McpCallError, McpConnection, McpToolInfo
-from core.tools.mcp.results import resource_file, to_tool_result
+from core.terminal_text import visible
+from core.tools.mcp.connection import START_TIMEOUT_S, McpCallError, McpConnection, McpToolInfo
+from core.tools.mcp.results import resource_file, resource_uri_problem, to_tool_result
 from core.tools.registry import Tool, ToolContext, ToolRegistry, ToolResult
 
 if TYPE_CHECKING:
@@ -42,8 +43,10 @@ def schema_problem(name: str, schema: dict[str, Any], arguments: dict[str, Any])
 class McpServers:
     """Connections by server name, kept in step with settings.mcp_servers."""
 
-    def __init__(self, registry: ToolRegistry, configs: list[McpServerConfig] | None = None) -> None:
+    def __init__(self, registry: ToolRegistry, configs: list[McpServerConfig] | None = None, *,
+                 start_timeout_s: float = START_TIMEOUT_S) -> None:
         self.registry = registry
+        self.start_timeout_s = start_timeout_s
         self.connections: dict[str, McpConnection] = {}
         self._closing: set[asyncio.Task[None]] = set()
         self._starting: asyncio.Task[None] | None = None
@@ -62,7 +65,7 @@ class McpServers:
                 self._close_soon(conn)
         for name, config in wanted.items():
             if name not in self.connections:
-                self.connections[name] = McpConnection(_copy(config))
+                self.connections[name] = McpConnection(_copy(config), self.start_timeout_s)
 
     def _close_soon(self, conn: McpConnection) -> None:
         try:
@@ -182,6 +185,8 @@ class McpServers:
         if conn is None:
             known = ", ".join(self.connections) or "none is configured"
             raise McpCallError(f"No MCP server named {server!r} ({known}).")
+        if problem := resource_uri_problem(uri):
+            raise McpCallError(f"Refused to attach {visible(uri[:200])!r} from {server}: {problem}.")
         result = await conn.request(f"reading {uri}", lambda s: s.read_resource(uri))
         name = next((r.name for r in conn.listing.resources if r.uri == uri), "") or uri.rsplit("/", 1)[-1]
         try:
@@ -210,7 +215,8 @@ class McpServers:
                 worker_id=f"mcp:{conn.name}",
                 model=f"mcp {conn.name} · {tools} tools" if conn.state == "ready" else f"mcp {conn.name}",
                 engine="mcp", state=state, pid=conn.pid, rss_bytes=rss, active=conn.active,
-                queued=0, tokens_per_s=0.0, restarts=conn.restarts, error=conn.error))
+                queued=0, tokens_per_s=0.0, restarts=conn.restarts,
+                error=conn.error or ("; ".join(conn.notes) if conn.state == "ready" and conn.notes else None)))
         return rows
 
     async def close(self) -> None:

@@ -46,7 +46,7 @@ def save_image(server: str, tool: str, data: str, mime: str) -> StoredImage | st
     scratch = files_dir("images", server) / uuid.uuid4().hex[:12]
     scratch.mkdir()
     try:  # named for the tool, so the chat card reads "fixture.picture.png"
-        source = scratch / f"{shown}{IMAGE_EXTENSIONS.get(mime, '.bin')}"
+        source = scratch / f"{safe_stem(shown, 'picture')}{IMAGE_EXTENSIONS.get(mime, '.bin')}"
         source.write_bytes(raw)
         stored = prepare_image(source, max_bytes=MAX_IMAGE_BYTES)
     finally:
@@ -93,19 +93,58 @@ def to_tool_result(server: str, result: Any, tool: str = "tool") -> ToolResult:
     return ToolResult(text, ok=not (result.is_error or broken), figures=tuple(figures))
 
 
+MAX_URI_CHARS = 2000
+
+
+def resource_uri_problem(uri: str) -> str | None:
+    """Why a resource URI a server listed is refused for /attach (None when it is fine):
+    one that climbs with `..` (plain or percent-encoded) names something outside what
+    the server offers, and is refused before it is asked for."""
+    from urllib.parse import unquote
+
+    if len(uri) > MAX_URI_CHARS:
+        return f"its URI is longer than {MAX_URI_CHARS} characters"
+    decoded = unquote(unquote(uri))
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in decoded):
+        return "its URI holds control characters"
+    after_scheme = decoded.split(":", 1)[-1]
+    if ".." in after_scheme.replace("\\", "/").split("/"):
+        return "its URI climbs out of its folder with '..'"
+    return None
+
+
+def safe_stem(name: str, fallback: str) -> str:
+    """A file name made of `name`'s letters, digits, - _ and inner dots: no separator,
+    no `..`, nothing a terminal would obey."""
+    stem = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name)
+    while ".." in stem:
+        stem = stem.replace("..", ".")
+    return stem.strip("-.")[:60] or fallback
+
+
 def resource_file(server: str, name: str, contents: list[Any]) -> Path:
-    """Write a read resource to a file the documents layer can attach like any other."""
-    stem = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name).strip("-.")[:60] or "resource"
+    """Write a read resource to a file the documents layer can attach like any other;
+    the path is checked to sit in the server's resources folder before any byte."""
+    stem = safe_stem(name, "resource")
     folder = files_dir("resources", server)
     texts = [c.text for c in contents if getattr(c, "text", None) is not None]
     if texts:
         suffix = ".md" if any((c.mime_type or "") == "text/markdown" for c in contents) else ".txt"
-        path = folder / f"{stem}{'' if stem.endswith(suffix) else suffix}"
+        path = _inside(folder, f"{stem}{'' if stem.endswith(suffix) else suffix}")
         path.write_text("\n\n".join(texts), encoding="utf-8")
         return path
     blob = next((c for c in contents if getattr(c, "blob", None) is not None), None)
     if blob is None:
         raise ValueError("the resource has no content")
-    path = folder / stem
+    path = _inside(folder, stem)
     path.write_bytes(base64.b64decode(blob.blob))
+    return path
+
+
+def _inside(folder: Path, name: str) -> Path:
+    """`folder / name`, refused unless it resolves inside `folder` (a link planted there
+    is not followed out either)."""
+    path = folder / name
+    if path.is_symlink() or path.resolve().parent != folder.resolve():
+        raise ValueError(f"the file name {name!r} would land outside {folder}")
     return path
