@@ -176,6 +176,10 @@ async def test_a_remote_that_drops_mid_reply_gets_remote_advice(remote: FakeRemo
     assert "The reply so far was kept" in error.message
     assert "Check that the remote is running and reachable" in error.message
     assert "restarts" not in error.message
+    from core.remote import remote_hint
+
+    hint = remote_hint(error.code)  # what the chat shows under it, in place of a worker's advice
+    assert hint is not None and "remote is running" in hint and "restarts" not in hint
 
 
 # -- a real `llmdeck serve` with a hostile remote beside a good one ----------------------------
