@@ -157,9 +157,18 @@ def check_safetensors(path: Path) -> None:
 
 # -- reading a model folder's files, which may be anything -----------------------------------
 
+# A model folder comes from the Hub (or anywhere): its JSON files and safetensors headers are
+# read bounded in size as well as in nesting. No real config.json or index comes near 64 MiB
+# (a 1T-parameter index is a few MB); safetensors itself refuses headers over 100 MB.
+MAX_MODEL_JSON_BYTES = 64 << 20
+MAX_SAFETENSORS_HEADER = 100_000_000
+
+
 def json_object(path: Path) -> dict[str, Any]:
     """The JSON object a model file (config.json, an index) holds; raises ValueError saying
-    why not (bad JSON, bad UTF-8, or JSON of another kind) or OSError."""
+    why not (bad JSON, bad UTF-8, too big, or JSON of another kind) or OSError."""
+    if path.stat().st_size > MAX_MODEL_JSON_BYTES:
+        raise ValueError(f"it is larger than {MAX_MODEL_JSON_BYTES >> 20} MiB")
     data = json_text.loads(path.read_bytes())
     if not isinstance(data, dict):
         raise ValueError(f"it holds a JSON {type(data).__name__}, not an object")
@@ -187,6 +196,8 @@ def safetensors_extent(path: Path) -> tuple[int, int]:
         (header_len,) = struct.unpack("<Q", f.read(8))
         if header_len > size - 8:
             raise ValueError("header cut short")
+        if header_len > MAX_SAFETENSORS_HEADER:
+            raise ValueError("header larger than safetensors allows")
         raw = f.read(header_len)
     try:
         header = json_text.loads(raw)

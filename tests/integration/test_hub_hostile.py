@@ -322,3 +322,29 @@ def test_search_and_files_print_escapes_as_pictures(fake_hub: FakeHub, tmp_path:
     assert "refused: holds control characters" in listed.stdout
     assert refused.returncode == 2 and "not a valid repo id" in refused.stderr
     assert pulled.returncode == 1 and "error [UNSAFE]" in pulled.stderr
+
+
+def test_a_safetensors_header_claiming_120_mb_is_not_read(tmp_path: Path) -> None:
+    """A model folder whose safetensors header says it is 120 MB (a sparse file, so the
+    test writes nothing): `models list` calls it invalid without reading the header."""
+    import struct
+    import tracemalloc
+
+    folder = paths.models_dir() / "huge-header"
+    folder.mkdir(parents=True)
+    for name, body in mlx_repo_files(tmp_path / "src").items():
+        if name != "model.safetensors":
+            (folder / name).write_bytes(body)
+    weights = folder / "model.safetensors"
+    with weights.open("wb") as f:
+        f.write(struct.pack("<Q", 120_000_000))
+        f.truncate(8 + 120_000_000 + 16)
+    tracemalloc.start()
+    try:
+        [model] = [m for m in list_local_models(include_bundled=False)
+                   if m.path == folder]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert not model.valid and "header" in (model.problem or "")
+    assert peak < 32 << 20, peak
