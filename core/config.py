@@ -134,6 +134,7 @@ class Settings:
     attach_max_mb: float = 20  # attachments over this many MiB are refused (core.docs)
     vision_model: str | None = None  # an mlx-vlm model folder: describes images for text models
     vision_idle_unload_s: float = 180.0  # the vision model unloads after this long unused
+    memory_budget_gb: float = 0  # what loaded models may take together; 0 = automatic
     serve_allow_file_urls: bool = False  # `llmdeck serve`: accept file:// image URLs
     mcp_servers: list[McpServerConfig] = field(default_factory=list)  # [[mcp_servers]]
     # What `llmdeck mcp` offers other agents; nothing unless the person turns it on.
@@ -342,6 +343,7 @@ _TOP_LEVEL: dict[str, Callable[[Any], Any]] = {
     "attach_max_mb": _ruled(rules.attach_max_mb),
     "vision_model": _words("The vision model", optional=True),
     "vision_idle_unload_s": _ruled(rules.vision_idle_unload_s),
+    "memory_budget_gb": _ruled(rules.memory_budget_gb),
     "serve_allow_file_urls": _flag("serve_allow_file_urls"),
     "mcp_share_conversations": _flag("mcp_share_conversations"),
     "mcp_share_documents": _flag("mcp_share_documents"),

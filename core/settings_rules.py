@@ -174,3 +174,16 @@ def _positive(label: str, unit: str) -> Callable[[str], float]:
 
 attach_max_mb = _positive("The attachment size limit", "MiB")
 vision_idle_unload_s = _positive("The vision model's idle time", "seconds")
+
+
+MAX_MEMORY_BUDGET_GB = 65_536  # past any machine's memory; a typo of many zeros is refused
+
+
+def memory_budget_gb(text: str) -> float:
+    """The memory loaded models may take together, in GB; 0 is automatic (core.workers.
+    memory_budget: 75% of memory, at least 2 GiB left to the system)."""
+    value = _number(text, "The memory budget", float)
+    if not 0 <= value <= MAX_MEMORY_BUDGET_GB:  # also refuses nan
+        raise Refused(f"The memory budget must be 0 (automatic) or a number of GB up to "
+                      f"{MAX_MEMORY_BUDGET_GB}.")
+    return value
