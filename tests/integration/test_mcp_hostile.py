@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
+import subprocess
 import sys
 import threading
 import time
@@ -122,7 +124,8 @@ async def test_a_200_mb_tool_result_fails_the_call_with_memory_bounded(servers: 
     took = time.monotonic() - started
     print(f"200 MB tool result: refused in {took:.1f} s, this process +{rss['grown']:.0f} MiB RSS")
     assert not result.ok
-    assert "larger than 32 MiB and was dropped unread" in result.text and "loud.huge" in result.text
+    assert result.text == ("MCP server loud answered the call to loud.huge with more than 32 MiB; "
+                           "the answer was dropped unread and the call failed.")
     assert rss["grown"] < 200, rss
     assert took < 60
     assert (await call(servers, "loud.echo", text="after")).text == "echo: after"
@@ -186,3 +189,43 @@ async def test_death_mid_call_ends_the_call_and_the_server_restarts(servers: Mcp
     assert not result.ok and "MCP server loud stopped during the call to loud.crash" in result.text
     assert (await call(servers, "loud.echo", text="back")).text == "echo: back"
     assert conn.restarts == restarts + 1 and conn.pid not in (None, old_pid)
+
+
+def start_http(*extra: str) -> tuple[subprocess.Popen[bytes], str]:
+    """The fixture server over streamable HTTP on a free loopback port, floods on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, FIXTURE, "--http", str(port), "--mode", "floods", *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc, f"http://127.0.0.1:{port}/mcp"
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, "HTTP fixture did not start"
+            time.sleep(0.1)
+
+
+@pytest.mark.parametrize("answers", ["json", "events"])
+async def test_a_huge_answer_over_http_fails_the_call_with_memory_bounded(answers: str) -> None:
+    proc, url = await asyncio.to_thread(start_http, *(["--json-response"] if answers == "json" else []))
+    servers = McpServers(ToolRegistry(), [McpServerConfig("web", url=url, timeout_s=60)])
+    try:
+        await servers.ensure_started()
+        assert (await call(servers, "web.echo", text="hi")).text == "echo: hi"
+        started = time.monotonic()
+        with peak_rss() as rss:
+            result = await call(servers, "web.huge", megabytes=64)
+        took = time.monotonic() - started
+        print(f"64 MB answer over HTTP ({answers}): refused in {took:.1f} s, +{rss['grown']:.0f} MiB RSS")
+        assert not result.ok and "with more than 32 MiB; the answer was dropped unread" in result.text, result.text
+        assert rss["grown"] < 200, rss
+        small = await call(servers, "web.huge", megabytes=2)  # over the SDK's 1 MiB event size
+        assert small.ok and len(small.text) > 19_000, small.text[:200]
+        assert (await call(servers, "web.echo", text="after")).text == "echo: after"
+    finally:
+        await servers.close()
+        proc.terminate()
+        await asyncio.to_thread(proc.wait, 10)

@@ -47,6 +47,7 @@ MAX_SCHEMA_CHARS = 64 * 1024
 # command, a file name for a picture it returns): letters, digits, _ - and single dots.
 _NAME = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
 MAX_NAME_CHARS = 64
+MAX_ANSWER_MIB = 32  # core.tools.mcp.stdio.MAX_MESSAGE_BYTES, for the sentence
 
 # The SDK logs protocol trouble (a line that is not JSON) with tracebacks; the call's
 # own error says it, and nothing must print over the full-screen UI.
@@ -197,10 +198,12 @@ class McpConnection:
 
             return bounded_stdio(c.command, list(c.args), dict(c.env), errlog, started)
         from mcp.client.streamable_http import streamable_http_client
-        from mcp.shared._httpx_utils import create_mcp_http_client
 
-        client = create_mcp_http_client(headers=dict(c.headers) or None)
-        return streamable_http_client(c.url, http_client=client)
+        from core.tools.mcp.http_limits import capped_client
+        from core.tools.mcp.stdio import MAX_MESSAGE_BYTES
+
+        client = capped_client(dict(c.headers) or None)
+        return streamable_http_client(c.url, http_client=client, max_sse_event_size=MAX_MESSAGE_BYTES)
 
     @staticmethod
     async def _list(session: ClientSession, caps: Any) -> tuple[McpListing, list[str]]:
@@ -335,6 +338,10 @@ class McpConnection:
         from pydantic import ValidationError
 
         text = str(exc)
+        if isinstance(exc, MCPError) and ("larger than" in text and "dropped unread" in text
+                                          or "exceeded the" in text and "byte limit" in text):
+            return (f"MCP server {self.name} answered {what} with more than "
+                    f"{MAX_ANSWER_MIB} MiB; the answer was dropped unread and the call failed.")
         if isinstance(exc, MCPError) and "Connection closed" in text:
             self._crashed("the server stopped during a call")
             if self.state == "crashed":  # the status poll may have seen the exit first
