@@ -18,6 +18,13 @@ from tests.fixtures.hub_screen import SIZE, hub_app, open_repo, open_with_result
 from tui.widgets.hub_downloads import DownloadsPanel
 
 
+def _note(screen) -> str:  # noqa: ANN001
+    """The line under the download's row (where a stall or an error is said)."""
+    [row] = screen.query_one(DownloadsPanel).rows.values()
+    note = row.query_one(".download-error")
+    return str(note.render()) if note.display else ""
+
+
 def _stats(screen) -> str:  # noqa: ANN001
     [row] = screen.query_one(DownloadsPanel).rows.values()
     return str(row.query_one(".download-stats").render())
@@ -35,8 +42,8 @@ async def test_a_stalled_download_shows_it_and_c_cancels_at_once(
         await open_repo(pilot, GGUF_REPO)
         await pilot.press("d")
         await wait_until(pilot, lambda: screen.query_one(DownloadsPanel).rows
-                         and "stalled: no data for" in _stats(screen), timeout=10)
-        assert "c cancels" in _stats(screen)
+                         and "stalled: no data for" in _note(screen), timeout=10)
+        assert "c cancels" in _note(screen)
         [row] = screen.query_one(DownloadsPanel).rows.values()
         assert row.has_class("-stalled") and row.progress.state == "downloading"
         began = time.monotonic()
@@ -44,5 +51,5 @@ async def test_a_stalled_download_shows_it_and_c_cancels_at_once(
         await wait_until(pilot, lambda: row.progress.finished, timeout=5)
         assert time.monotonic() - began < 1.0
         assert row.progress.state == "cancelled"
-        assert "cancelled" in _stats(screen) and "stalled" not in _stats(screen)
+        assert "cancelled" in _stats(screen) and "stalled" not in _note(screen)
         assert not row.has_class("-stalled")

@@ -133,3 +133,21 @@ def test_local_models_and_delete_confirm(snap_compare, fake_hub: FakeHub) -> Non
         await wait_until(pilot, lambda: type(pilot.app.screen).__name__ == "ConfirmDialog")
 
     assert snap_compare(hub_app(), terminal_size=SIZE, run_before=run_before)
+
+
+def test_a_stalled_download_and_an_unverified_one(snap_compare, fake_hub: FakeHub) -> None:
+    """A download the Hub stopped feeding says so and how to cancel it; one kept without a
+    hash from the Hub says it is unverified."""
+    async def run_before(pilot) -> None:
+        await open_with_results(pilot)
+        await open_repo(pilot, GGUF_REPO)
+        panel = hub(pilot).query_one(DownloadsPanel)
+        panel.show_progress("unverified", DownloadProgress(
+            GGUF_REPO, "tiny-chat-Q8_0.gguf", 0, 1, 262_144, 262_144, 0.0, None, "done",
+            unverified=("tiny-chat-Q8_0.gguf",)), f"{GGUF_REPO} · tiny-chat-Q8_0.gguf")
+        panel.show_progress("stalled", DownloadProgress(
+            GGUF_REPO, "tiny-chat-Q4_K_M.gguf", 0, 1, int(1.3 * MB), int(3.1 * MB), 0.0, None,
+            "downloading", stalled_s=12.2), f"{GGUF_REPO} · tiny-chat-Q4_K_M.gguf")
+        await pilot.pause()
+
+    assert snap_compare(hub_app(), terminal_size=SIZE, run_before=run_before)

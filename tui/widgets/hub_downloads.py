@@ -34,7 +34,9 @@ class DownloadRow(Vertical):
             yield Label("", classes="download-name", markup=False)  # a repo's file name
             yield ProgressBar(total=1, show_eta=False, classes="download-bar")
             yield Label("", classes="download-stats", markup=False)  # holds file names
-        yield Label("", classes="download-error", markup=False)  # the Hub's words
+        # the Hub's words when it failed; else a stall or an unverified file, said here
+        # in full where the stats column would cut it
+        yield Label("", classes="download-error", markup=False)
 
     def on_mount(self) -> None:
         self.show(self.progress)
@@ -44,26 +46,26 @@ class DownloadRow(Vertical):
         self.query_one(".download-name", Label).update(visible(self.title))
         self.query_one(ProgressBar).update(total=max(p.total, 1),
                                            progress=p.downloaded if p.total else 1)
-        self.query_one(".download-stats", Label).update(visible(stats_line(p)))
-        error = self.query_one(".download-error", Label)
-        if p.error is not None and p.state == "error":
-            error.update(visible(f"{p.error.code}: {p.error.message}"))
-            error.display = True
-        else:
-            error.display = False
+        self.query_one(".download-stats", Label).update(visible(fmt.progress_stats(p)))
+        note = self.query_one(".download-error", Label)
+        text = note_line(p)
+        note.update(visible(text or ""))
+        note.display = text is not None
         for state in fmt.STATE_LABELS:
             self.set_class(p.state == state, f"-{state}")
         self.set_class(p.stalled_s is not None and not p.finished, "-stalled")
 
 
-def stats_line(p: DownloadProgress) -> str:
-    """The numbers of one row, with a stall or an unverified file named."""
-    line = fmt.progress_stats(p)
+def note_line(p: DownloadProgress) -> str | None:
+    """The line under a row: the error, a stall, or the files kept unverified."""
+    if p.error is not None and p.state == "error":
+        return f"{p.error.code}: {p.error.message}"
     if p.stalled_s is not None and not p.finished:
-        line += f" · stalled: no data for {p.stalled_s:.0f} s · c cancels"
+        return f"stalled: no data for {p.stalled_s:.0f} s · c cancels (the partial file is kept)"
     if p.state == "done" and p.unverified:
-        line += f" · unverified: the Hub gave no hash for {', '.join(p.unverified)}"
-    return line
+        return (f"unverified: the Hub gave no hash for {', '.join(p.unverified)}, so its "
+                "bytes are unchecked")
+    return None
 
 
 class DownloadsPanel(VerticalScroll):
