@@ -16,6 +16,8 @@ request picks how it answers:
   stall            one delta, then nothing
   drop             three deltas, then the connection is cut (no finish)
 
+and GET /v1/models lists "good", or, with `endless_models`, a list that never ends.
+
 `stats` counts bytes sent and open replies per model, so a test sees the remote being
 hung up on. Every endless answer also stops by itself after `limit_s` (no leaked task).
 """
@@ -47,6 +49,7 @@ def chunk(delta: dict[str, Any] | None = None, finish: str | None = None, **extr
 class FakeRemote:
     url: str = ""
     limit_s: float = 120.0
+    endless_models: bool = False  # GET /v1/models answers a list that never ends
     sent: Counter[str] = field(default_factory=Counter)  # bytes per model
     open: Counter[str] = field(default_factory=Counter)  # replies being written per model
     runner: web.AppRunner | None = None
@@ -69,8 +72,17 @@ class FakeRemote:
         if self.runner is not None:
             await self.runner.cleanup()
 
-    async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": "good", "object": "model"}]})
+    async def _models(self, request: web.Request) -> web.StreamResponse:
+        if not self.endless_models:
+            return web.json_response({"object": "list", "data": [{"id": "good", "object": "model"}]})
+        self.open["models"] += 1
+        try:
+            response = await self._stream(request, "application/json")
+            await self._write(response, "models", b'{"object": "list", "data": [')
+            await self._forever(response, "models", b'{"id": "m", "object": "model"}, ' * 2048)
+            return response
+        finally:
+            self.open["models"] -= 1
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()

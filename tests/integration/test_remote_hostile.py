@@ -139,6 +139,24 @@ async def test_a_remote_that_stops_mid_reply_hits_the_stall_timeout(remote: Fake
     assert took < 5
 
 
+async def test_an_endless_model_list_is_refused_at_its_size_cap(remote: FakeRemote) -> None:
+    from core.config import Settings
+    from core.remote import discover_models
+
+    settings = Settings()
+    settings.remotes = [RemoteEndpoint("hostile", remote.url)]
+    remote.endless_models = True
+    try:
+        started = time.monotonic()
+        found, problems = await discover_models(settings)
+    finally:
+        remote.endless_models = False
+    assert found == [] and len(problems) == 1
+    assert "'hostile'" in problems[0] and "larger than 16 MiB" in problems[0]
+    assert time.monotonic() - started < 30
+    await _hung_up(remote, "models")
+
+
 @pytest.fixture
 def full_listener() -> Iterator[str]:
     """A port whose accept queue is full: a new connection is never accepted (SYNs dropped)."""
