@@ -142,14 +142,34 @@ def _others_in_namespace(keep: set[int]) -> list[int]:
 
 
 def _descendants(keep: set[int]) -> list[int]:
-    """Outside the jail: our descendants (orphans come to us: we are a subreaper)."""
+    """Outside the jail: our descendants (on Linux orphans come to us: we are a
+    subreaper) and, for macOS where a double fork hands them to launchd, every process of
+    ours still in the sandbox's own session (one that also left the session is not found)."""
     try:
         import psutil
-
-        return [p.pid for p in psutil.Process().children(recursive=True)
-                if p.pid not in keep and p.status() != psutil.STATUS_ZOMBIE]
-    except Exception:  # noqa: BLE001 - no psutil, or a process gone meanwhile
+    except ImportError:
         return []
+    found: set[int] = set()
+    try:
+        found = {p.pid for p in psutil.Process().children(recursive=True)}
+    except psutil.Error:
+        pass
+    sid, uid = os.getsid(0), os.getuid()
+    for proc in psutil.process_iter(["uids"]):
+        try:
+            if (proc.info["uids"] is not None and proc.info["uids"].real == uid
+                    and os.getsid(proc.pid) == sid):
+                found.add(proc.pid)
+        except (OSError, psutil.Error):
+            continue
+    alive = []
+    for pid in found - keep:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.Error:
+            continue
+    return alive
 
 
 def reap(runner: Runner | None) -> None:
