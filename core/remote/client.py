@@ -172,7 +172,10 @@ class RemoteBackend:
         finally:
             self._responses.pop(rid, None)
             self._cancelled.discard(rid)
-            response.close() if rid in self._cancelled else response.release()
+            if response.content.at_eof():
+                response.release()  # read to its end: the connection can serve the next
+            else:
+                response.close()  # cut, cancelled or refused: drop it, which stops the remote
 
     async def _error_answer(self, response: aiohttp.ClientResponse,
                             deadlines: reading.Deadlines) -> Error:
