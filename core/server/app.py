@@ -37,6 +37,7 @@ from core.remote.backend import Backend, event_batches
 from core.server.collect import collect
 from core.server.completions import CompletionsRoute
 from core.server.connections import ServeLimits, busy_middleware
+from core.server.dialect_routes import register as register_dialects
 from core.server.embeddings import EMBEDDING_MODELS, MAX_INPUTS, EmbeddingService
 from core.server.images import has_images, resolve_images
 from core.server.limits import (
@@ -93,6 +94,7 @@ class ChatServer:
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/embeddings", self.embed)
         app.router.add_get("/health", self.health)
+        register_dialects(app, self)  # Anthropic Messages, Ollama, Responses, /metrics
         return app
 
     async def close(self) -> None:

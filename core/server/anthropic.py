@@ -1,0 +1,404 @@
+"""Anthropic's Messages API: POST /v1/messages and /v1/messages/count_tokens.
+
+Claude Code and other agents built on Anthropic's SDK reach a server through
+ANTHROPIC_BASE_URL. A Messages body is translated here into the OpenAI chat body that
+core.server.wire validates (system -> a system message, content blocks -> text and image
+parts, tool_use -> an assistant's tool_calls, tool_result -> a `tool` message, tools'
+input_schema -> parameters, tool_choice any/tool/none -> required/named/none), so it gets
+the same checks and the same GenerationRequest as /v1/chat/completions; the events come
+back as content blocks: reasoning as `thinking`, text as `text`, calls as `tool_use`,
+streamed as Anthropic's SSE sequence (message_start, content_block_start/delta/stop,
+message_delta with stop_reason and usage, message_stop).
+
+What is refused, with a sentence: server tools (web search, code execution: this server
+runs none), document blocks, images by URL (this server fetches nothing), `n` answers.
+Thinking blocks sent back in history are dropped (chat templates drop past reasoning);
+a thinking block's signature is empty (there is nothing to verify here).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from aiohttp import web
+
+from core.events import (
+    Done,
+    Error,
+    Event,
+    ReasoningDelta,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
+from core.server.collect import collect
+from core.server.dialects import generation, guarded
+from core.server.sse import json_response, write_stream
+from core.server.wire import ApiError, ChatCall, api_error_for, parse_chat
+
+# HTTP status -> Anthropic's error type.
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                403: "permission_error", 404: "not_found_error", 408: "timeout_error",
+                413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error",
+                504: "timeout_error"}
+_STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
+                 "cancelled": "end_turn", "error": "end_turn"}
+
+
+def error_body(error: ApiError) -> dict[str, Any]:
+    """{"type": "error", "error": {"type", "message"}}, as Anthropic answers."""
+    return {"type": "error", "error": {"type": _ERROR_TYPES.get(error.status, "api_error"),
+                                       "message": error.message}}
+
+
+def render_error(error: ApiError) -> web.Response:
+    return json_response(error_body(error), status=error.status)
+
+
+def _bad(message: str) -> ApiError:
+    return ApiError(400, message, code="invalid_value")
+
+
+# -- request in ----------------------------------------------------------------------
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise _bad(f"{where} must be a string.")
+    return value
+
+
+def _blocks(content: Any, where: str) -> list[Any]:
+    """Content as a list of blocks (a string is one text block)."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        raise _bad(f"{where} must be a string or a list of content blocks.")
+    for j, block in enumerate(content):
+        if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
+            raise _bad(f"{where}[{j}] must be a content block object with a 'type'.")
+    return content
+
+
+def _image_part(block: Mapping[str, Any], where: str) -> dict[str, Any]:
+    source = block.get("source")
+    if not isinstance(source, Mapping):
+        raise _bad(f"{where}.source must be {{type: 'base64', media_type, data}}.")
+    if source.get("type") != "base64":
+        raise _bad(f"{where}: images by {source.get('type')!r} are not supported; this server "
+                   "fetches nothing. Send the image as base64.")
+    media = _text(source.get("media_type"), f"{where}.source.media_type")
+    data = _text(source.get("data"), f"{where}.source.data")
+    return {"type": "image_url", "image_url": {"url": f"data:{media};base64,{data}"}}
+
+
+def _tool_result_text(block: Mapping[str, Any], where: str) -> str:
+    content = block.get("content", "")
+    if isinstance(content, str):
+        text = content
+    else:
+        parts = []
+        for j, part in enumerate(_blocks(content, f"{where}.content")):
+            if part["type"] != "text":
+                raise _bad(f"{where}.content[{j}]: only text is supported inside a tool_result "
+                           f"(got {part['type']!r}).")
+            parts.append(_text(part.get("text"), f"{where}.content[{j}].text"))
+        text = "".join(parts)
+    if block.get("is_error") is True:
+        text = f"Error: {text}"
+    return text
+
+
+def _message(raw: Any, i: int) -> list[dict[str, Any]]:
+    """One Anthropic message as OpenAI chat messages (tool results become `tool` ones)."""
+    where = f"messages[{i}]"
+    if not isinstance(raw, Mapping):
+        raise _bad(f"{where} must be an object with 'role' and 'content'.")
+    role = raw.get("role")
+    if role not in ("user", "assistant"):
+        raise _bad(f"{where}.role must be 'user' or 'assistant' (the system prompt goes in "
+                   "the top-level 'system').")
+    parts: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
+    for j, block in enumerate(_blocks(raw.get("content"), f"{where}.content")):
+        at = f"{where}.content[{j}]"
+        kind = block["type"]
+        if kind == "text":
+            parts.append({"type": "text", "text": _text(block.get("text"), f"{at}.text")})
+        elif kind == "image":
+            parts.append(_image_part(block, at))
+        elif kind in ("thinking", "redacted_thinking"):
+            continue  # past reasoning: chat templates leave it out
+        elif kind == "tool_use" and role == "assistant":
+            arguments = block.get("input", {})
+            if not isinstance(arguments, Mapping):
+                raise _bad(f"{at}.input must be an object.")
+            calls.append({"id": _text(block.get("id"), f"{at}.id"), "type": "function",
+                          "function": {"name": _text(block.get("name"), f"{at}.name"),
+                                       "arguments": dict(arguments)}})
+        elif kind == "tool_result" and role == "user":
+            results.append({"role": "tool", "tool_call_id": _text(block.get("tool_use_id"),
+                                                                  f"{at}.tool_use_id"),
+                            "content": _tool_result_text(block, at)})
+        else:
+            raise _bad(f"{at}: content blocks of type {kind!r} are not supported in a {role} "
+                       "message; send text, image, tool_use (assistant) or tool_result (user).")
+    out: list[dict[str, Any]] = list(results)
+    if parts or calls or not results:
+        message: dict[str, Any] = {"role": role, "content": parts}
+        if calls:
+            message["tool_calls"] = calls
+        out.append(message)
+    return out
+
+
+def _tools(raw: Any) -> list[dict[str, Any]] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise _bad("'tools' must be a list of {name, description, input_schema} objects.")
+    out = []
+    for i, tool in enumerate(raw):
+        if not isinstance(tool, Mapping):
+            raise _bad(f"tools[{i}] must be an object {{name, description, input_schema}}.")
+        if tool.get("type") not in (None, "custom"):
+            raise _bad(f"tools[{i}] is a server tool ({str(tool.get('type'))[:60]!r}); this server "
+                       "runs no tools of its own. Send client tools with an input_schema.")
+        function: dict[str, Any] = {"name": tool.get("name"), "parameters": tool.get("input_schema")}
+        if tool.get("description") is not None:
+            function["description"] = _text(tool["description"], f"tools[{i}].description")
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _tool_choice(raw: Any) -> Any:
+    if raw is None:
+        return None
+    kind = raw.get("type") if isinstance(raw, Mapping) else None
+    if kind in ("auto", "none"):
+        return kind
+    if kind == "any":
+        return "required"
+    if kind == "tool":
+        return {"type": "function", "function": {"name": raw.get("name")}}
+    raise _bad("'tool_choice' must be {type: 'auto' | 'any' | 'none'} or {type: 'tool', name}.")
+
+
+def _system(raw: Any) -> list[dict[str, Any]]:
+    if raw is None:
+        return []
+    if isinstance(raw, list):
+        texts = []
+        for j, block in enumerate(_blocks(raw, "system")):
+            if block["type"] != "text":
+                raise _bad(f"system[{j}] must be a text block.")
+            texts.append(_text(block.get("text"), f"system[{j}].text"))
+        raw = "\n\n".join(texts)
+    return [{"role": "system", "content": _text(raw, "system")}] if raw else []
+
+
+def chat_body(body: Any, *, counting: bool = False) -> dict[str, Any]:
+    """The OpenAI chat body for a Messages body (core.server.wire validates the rest)."""
+    if not isinstance(body, Mapping):
+        raise _bad("The request body must be a JSON object.")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _bad("'messages' must be a non-empty list of {role, content} objects.")
+    chat: dict[str, Any] = {"model": body.get("model"),
+                            "messages": _system(body.get("system"))
+                            + [m for i, raw in enumerate(messages) for m in _message(raw, i)]}
+    if not counting:
+        max_tokens = body.get("max_tokens")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise _bad("'max_tokens' is required: a positive integer, the most tokens to generate.")
+        chat["max_tokens"] = max_tokens
+        for name in ("temperature", "top_p", "top_k"):
+            if name in body:
+                chat[name] = body[name]
+        stops = body.get("stop_sequences")
+        if stops is not None:
+            if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+                raise _bad("'stop_sequences' must be a list of strings.")
+            chat["stop"] = stops
+        stream = body.get("stream", False)
+        if not isinstance(stream, bool):
+            raise _bad("'stream' must be true or false.")
+        chat["stream"] = stream
+        chat["tool_choice"] = _tool_choice(body.get("tool_choice"))
+    tools = _tools(body.get("tools"))
+    if tools is not None:
+        chat["tools"] = tools
+    metadata = body.get("metadata")
+    if isinstance(metadata, Mapping) and isinstance(metadata.get("user_id"), str):
+        chat["user"] = metadata["user_id"]
+    return {k: v for k, v in chat.items() if v is not None}
+
+
+def _thinking_wanted(body: Mapping[str, Any]) -> bool:
+    """Reasoning is shown as thinking blocks unless the client turned thinking off."""
+    thinking = body.get("thinking")
+    return not (isinstance(thinking, Mapping) and thinking.get("type") == "disabled")
+
+
+# -- replies out -----------------------------------------------------------------------
+
+
+def _usage(usage: Usage | None) -> dict[str, int]:
+    if usage is None:
+        return {"input_tokens": 0, "output_tokens": 0}
+    return {"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens,
+            "cache_read_input_tokens": usage.cached_tokens}
+
+
+def _tool_input(call: ToolCall) -> dict[str, Any]:
+    return dict(call.arguments) if isinstance(call.arguments, Mapping) else {}
+
+
+class MessagesRoute:
+    """/v1/messages and /v1/messages/count_tokens over a ChatServer."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    async def _call(self, request: web.Request, *, counting: bool = False
+                    ) -> tuple[Mapping[str, Any], ChatCall]:
+        body = await self.server._body(request)
+        chat = chat_body(body, counting=counting)
+        if counting:
+            chat["max_tokens"] = 1
+        return body, parse_chat(chat, self.server.runtime.settings.sampling)
+
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        body, call = await self._call(request)
+        thinking = _thinking_wanted(body)
+        async with generation(self.server, call, "/v1/messages") as (first, batches):
+            if call.stream:
+                return await self._stream(request, call, thinking, first, batches)
+            return await self._complete(call, thinking, first, batches)
+
+    async def count_tokens(self, request: web.Request) -> web.Response:
+        """The prompt's real token count: a one-token generation, whose prefill the next
+        turn reuses from the prefix cache (there is no tokenizer outside the worker)."""
+        _, call = await self._call(request, counting=True)
+        async with generation(self.server, call, "/v1/messages/count_tokens") as (first, batches):
+            got = await collect(first, batches)
+        if got.error is not None:
+            raise api_error_for(got.error)
+        return json_response({"input_tokens": got.usage.prompt_tokens if got.usage else 0})
+
+    async def _complete(self, call: ChatCall, thinking: bool, first: list[Event],
+                        batches: AsyncIterator[list[Event]]) -> web.Response:
+        got = await collect(first, batches)
+        if got.error is not None:
+            raise api_error_for(got.error)
+        content: list[dict[str, Any]] = []
+        if thinking and got.reasoning:
+            content.append({"type": "thinking", "thinking": "".join(got.reasoning), "signature": ""})
+        if got.text:
+            content.append({"type": "text", "text": "".join(got.text)})
+        content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": _tool_input(c)}
+                    for c in got.calls]
+        finish = "tool_calls" if got.calls and got.finish == "stop" else got.finish
+        return json_response({
+            "id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
+            "model": call.model, "content": content,
+            "stop_reason": _STOP_REASONS.get(finish, "end_turn"), "stop_sequence": None,
+            "usage": _usage(got.usage)})
+
+    async def _stream(self, request: web.Request, call: ChatCall, thinking: bool,
+                      first: list[Event], batches: AsyncIterator[list[Event]]) -> web.StreamResponse:
+        """Anthropic's SSE: one content block per run of text, of reasoning, or per call."""
+        out = bytearray()
+
+        def emit(kind: str, data: dict[str, Any]) -> None:
+            out.extend(b"event: " + kind.encode() + b"\ndata: "
+                       + json.dumps({"type": kind, **data}, ensure_ascii=False).encode() + b"\n\n")
+
+        emit("message_start", {"message": {
+            "id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
+            "model": call.model, "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0}}})
+        state: dict[str, Any] = {"index": -1, "open": None, "usage": None, "calls": 0}
+
+        def close() -> None:
+            if state["open"] == "thinking":
+                emit("content_block_delta", {"index": state["index"],
+                                             "delta": {"type": "signature_delta", "signature": ""}})
+            if state["open"] is not None:
+                emit("content_block_stop", {"index": state["index"]})
+                state["open"] = None
+
+        def open_block(kind: str, block: dict[str, Any]) -> None:
+            close()
+            state["index"] += 1
+            state["open"] = kind
+            emit("content_block_start", {"index": state["index"], "content_block": block})
+
+        def delta(delta: dict[str, Any]) -> None:
+            emit("content_block_delta", {"index": state["index"], "delta": delta})
+
+        streamed: set[str] = set()  # tool calls opened by a ToolCallDelta
+
+        def encode(batch: list[Event]) -> bool:
+            for event in batch:
+                if isinstance(event, TextDelta):
+                    if not event.text:
+                        continue
+                    if state["open"] != "text":
+                        open_block("text", {"type": "text", "text": ""})
+                    delta({"type": "text_delta", "text": event.text})
+                elif isinstance(event, ReasoningDelta):
+                    if not thinking or not event.text:
+                        continue
+                    if state["open"] != "thinking":
+                        open_block("thinking", {"type": "thinking", "thinking": "", "signature": ""})
+                    delta({"type": "thinking_delta", "thinking": event.text})
+                elif isinstance(event, ToolCallDelta):
+                    if event.name is not None:
+                        open_block(f"tool:{event.id}", {"type": "tool_use", "id": event.id,
+                                                        "name": event.name, "input": {}})
+                        streamed.add(event.id)
+                        state["calls"] += 1
+                    elif state["open"] == f"tool:{event.id}" and event.arguments:
+                        delta({"type": "input_json_delta", "partial_json": event.arguments})
+                elif isinstance(event, ToolCall):
+                    if event.id not in streamed:  # not streamed: the whole call at once
+                        open_block(f"tool:{event.id}", {"type": "tool_use", "id": event.id,
+                                                        "name": event.name, "input": {}})
+                        delta({"type": "input_json_delta",
+                               "partial_json": json.dumps(_tool_input(event), ensure_ascii=False)})
+                        state["calls"] += 1
+                    if state["open"] == f"tool:{event.id}":
+                        close()
+                elif isinstance(event, Usage):
+                    state["usage"] = event
+                elif isinstance(event, Error):  # headers are sent: the error travels in the stream
+                    close()
+                    emit("error", {"error": error_body(api_error_for(event))["error"]})
+                    return True
+                elif isinstance(event, Done):
+                    close()
+                    finish = event.finish_reason
+                    if state["calls"] and finish == "stop":
+                        finish = "tool_calls"
+                    emit("message_delta", {"delta": {"stop_reason": _STOP_REASONS.get(finish, "end_turn"),
+                                                     "stop_sequence": None},
+                                           "usage": _usage(state["usage"])})
+                    emit("message_stop", {})
+                    return True
+            return False
+
+        return await write_stream(request, self.server.limits.write_timeout_s, out, encode,
+                                  first, batches)
+
+
+def add_routes(app: web.Application, server: Any) -> None:
+    route = MessagesRoute(server)
+    app.router.add_post("/v1/messages", guarded(render_error)(route.messages))
+    app.router.add_post("/v1/messages/count_tokens", guarded(render_error)(route.count_tokens))
+

@@ -1,0 +1,22 @@
+"""Puts the other dialects' routes on `llmdeck serve`'s app (see core.server.dialects).
+
+Its own module so core.server.app needs one call, and each dialect module stays free of
+the others.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from core.server import anthropic
+from core.server.dialects import Render, auth_middleware
+
+
+def register(app: web.Application, server: Any) -> None:
+    """Add the dialects' routes and their auth middleware (ChatServer.app calls this
+    before the app is frozen)."""
+    renderers: list[tuple[str, Render]] = [("/v1/messages", anthropic.render_error)]
+    app.middlewares.insert(1, auth_middleware(server, renderers))  # after busy_middleware
+    anthropic.add_routes(app, server)

@@ -1,0 +1,161 @@
+"""What every API dialect other than OpenAI's chat shares: auth, errors, admission.
+
+`llmdeck serve` also speaks Anthropic's Messages API, OpenAI's Responses API and
+Ollama's API, so tools built for those (Claude Code, Codex, Ollama front ends) work
+against it unchanged. Each dialect lives in its own module and only translates: its
+body is checked at the same edge as chat (ChatServer._body: size, time, UTF-8, nesting,
+numbers), turned into an OpenAI chat body, and validated by the same core.server.wire
+parse_chat into the same GenerationRequest. Then it is admitted here exactly as the chat
+route admits it (the model's backend, images, prompt size, queue limit), so a request
+in any dialect meets the same pool, the same bounds and the same refusals.
+
+Errors leave in the dialect's own shape: each route is wrapped by `guarded` with the
+dialect's renderer, and the auth middleware answers a missing or wrong key on a
+dialect's path in that dialect's shape too (Anthropic clients send `x-api-key`, the
+others a bearer token).
+
+The server is taken as a parameter (typed Any, as core.server.completions does), never
+imported; core.server.dialect_routes puts the routes on the app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from typing import Any
+
+from aiohttp import web
+
+from core.events import Error, Event
+from core.remote.backend import event_batches
+from core.server.images import has_images, resolve_images
+from core.server.limits import check_prompt_size, too_large
+from core.server.wire import ApiError, ChatCall, api_error_for
+
+log = logging.getLogger("llmdeck.serve")
+
+Render = Callable[[ApiError], web.Response]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def guarded(render: Render) -> Callable[[Handler], Handler]:
+    """Wrap a dialect's handler so every refusal leaves in that dialect's shape: ApiError,
+    aiohttp's own 413, and a bug (one log line naming its type, never the request)."""
+
+    def wrap(handler: Handler) -> Handler:
+        async def guarded_handler(request: web.Request) -> web.StreamResponse:
+            try:
+                return await handler(request)
+            except ApiError as exc:
+                response = render(exc)
+                if exc.status in (408, 413):  # the rest of the body is not wanted
+                    response.force_close()
+                return response
+            except web.HTTPRequestEntityTooLarge as exc:
+                response = render(too_large(getattr(exc, "actual_size", None)))
+                response.force_close()
+                return response
+            except (asyncio.CancelledError, ConnectionError):
+                raise  # the client went away: nobody to answer
+            except Exception as exc:
+                log.warning("serve: internal error on %s %s: %s", request.method, request.path,
+                            type(exc).__name__)
+                return render(ApiError(500, "The server hit an internal error handling this "
+                                       f"request ({type(exc).__name__}); retry it."))
+
+        guarded_handler.__doc__ = handler.__doc__
+        return guarded_handler
+
+    return wrap
+
+
+# -- auth ---------------------------------------------------------------------------
+
+
+def _same(given: str, expected: str) -> bool:
+    # aiohttp keeps undecodable header bytes as surrogates: encode them back, never raise
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"),
+                               expected.encode("utf-8", "surrogatepass"))
+
+
+def key_matches(request: web.Request, api_key: str) -> bool:
+    """The server's key, sent as `Authorization: Bearer <key>` or as `x-api-key: <key>`
+    (Anthropic's SDK and Claude Code with ANTHROPIC_API_KEY send the latter)."""
+    bearer = request.headers.get("Authorization", "")
+    if bearer and _same(bearer, f"Bearer {api_key}"):
+        return True
+    header = request.headers.get("x-api-key", "")
+    return bool(header) and _same(header, api_key)
+
+
+KEY_MESSAGE = ("Missing or wrong API key: send 'Authorization: Bearer <key>' (or 'x-api-key: "
+               "<key>') with the key this server was started with.")
+
+
+def auth_middleware(server: Any, renderers: list[tuple[str, Render]]) -> Any:
+    """Checks the key on the dialects' paths (a prefix each, with its error renderer).
+
+    Runs before the OpenAI error middleware, which checks `Authorization` alone on /v1/:
+    a request that passed here with `x-api-key` is handed on with the same key as a
+    bearer token, so both doors take the same key.
+    """
+
+    @web.middleware
+    async def dialect_auth(request: web.Request, handler: Any) -> web.StreamResponse:
+        key = server.api_key
+        if key:
+            for prefix, render in renderers:
+                if request.path == prefix or request.path.startswith(prefix + "/"):
+                    if not key_matches(request, key):
+                        return render(ApiError(401, KEY_MESSAGE, code="invalid_api_key"))
+                    if "x-api-key" in request.headers and not _same(
+                            request.headers.get("Authorization", ""), f"Bearer {key}"):
+                        headers = request.headers.copy()
+                        headers["Authorization"] = f"Bearer {key}"
+                        request = request.clone(headers=headers)
+                    break
+        return await handler(request)
+
+    return dialect_auth
+
+
+# -- admission ----------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def generation(server: Any, call: ChatCall, route: str = "",
+                     ) -> AsyncIterator[tuple[list[Event], AsyncIterator[list[Event]]]]:
+    """Admit `call` as the chat route does and yield (first batch, the rest).
+
+    The model's backend (404 unknown, 503 failed, waiting for a load), images turned
+    into files (or a 400), the prompt's size against the context, the queue limit; an
+    error before any output is raised as the ApiError chat would answer. Leaving the
+    block closes the generation, which cancels it in the worker if it still runs.
+    """
+    rt = server.runtime
+    backend = await server._backend_for(call.model)
+    if backend.kind == "local" and has_images(call.request):  # files, or a 400
+        call = replace(call, request=await resolve_images(
+            call.request, model=call.model, sees=bool(rt.model.info.get("vision")),
+            allow_file_urls=bool(getattr(rt.settings, "serve_allow_file_urls", False)),
+            max_bytes=rt.chat.max_bytes()))
+    if backend.kind == "local":
+        check_prompt_size(call.request, rt.model.context_size)
+    if backend.queued() >= server.max_queue:
+        raise ApiError(429, f"The queue is full ({server.max_queue} requests waiting); retry "
+                       "shortly.", code="queue_full")
+    batches = event_batches(backend, call.request)
+    server.active += 1
+    try:
+        first = await anext(batches)
+        if isinstance(first[0], Error):
+            raise api_error_for(first[0])
+        yield first, batches
+    finally:
+        server.active -= 1
+        await batches.aclose()  # a vanished client cancels its request in the worker
+
