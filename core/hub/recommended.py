@@ -18,10 +18,10 @@ from typing import Any
 import psutil
 
 from core.hub.errors import HubError
+from core.workers import memory_budget
 
 RECOMMENDED_TOML = Path(__file__).with_name("recommended.toml")
-KV_BYTES_PER_VALUE = 2  # fp16/bf16 KV cache, as llama.cpp and mlx-lm keep it by default
-FIT_FRACTION = 0.75  # what a model may take of total memory and still leave the system room
+KV_BYTES_PER_VALUE = memory_budget.KV_DTYPE_BYTES  # fp16/bf16, as llama.cpp and mlx-lm keep it
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +58,7 @@ class Fit:
     verdict: str
     needed_bytes: int
     total_bytes: int
+    budget_bytes: int = 0  # the pool's memory budget the verdict was judged against
 
 
 def machine_format(system: str | None = None, machine: str | None = None) -> str:
@@ -72,12 +73,13 @@ def total_memory_bytes() -> int:
 
 
 def fit(rec: Recommendation, context: int, total: int | None = None) -> Fit:
-    """ok when model + KV cache take at most FIT_FRACTION of memory, tight up to all of
-    it, too_big beyond (it would swap, or fail to load)."""
-    total = total_memory_bytes() if total is None else total
+    """The pool's own admission arithmetic (core.workers.memory_budget): ok when model + KV
+    cache fit the memory budget, tight when only the whole memory holds them (the pool
+    refuses such a load unless the budget is raised), too_big beyond."""
+    budget = memory_budget.current_budget(physical=total_memory_bytes() if total is None else total)
     need = rec.needed_bytes(context)
-    verdict = "ok" if need <= total * FIT_FRACTION else "tight" if need <= total else "too_big"
-    return Fit(verdict, need, total)
+    return Fit(memory_budget.fit_verdict(need, budget), need, budget.physical_bytes,
+               budget.total_bytes)
 
 
 def load_recommended(fmt: str | None = None, path: Path | None = None) -> list[Recommendation]:
@@ -106,10 +108,11 @@ def _entry(entry: dict[str, Any], fmt: str) -> Recommendation:
     file = build.get("file")
     if fmt == "gguf" and not file:
         raise ValueError("a gguf build names its file")
-    kv = 2 * int(entry["layers"]) * int(entry["kv_heads"]) * int(entry["head_dim"])
+    kv_per_token = memory_budget.kv_cache_bytes(int(entry["layers"]), int(entry["kv_heads"]),
+                                                int(entry["head_dim"]), 1, KV_BYTES_PER_VALUE)
     return Recommendation(
         name=str(entry["name"]), family=str(entry["family"]), good_at=str(entry["good_at"]),
         licence=str(entry["licence"]), format=fmt, repo=str(build["repo"]),
         file=str(file) if file else None, size_bytes=int(build["size_bytes"]),
-        kv_bytes_per_token=kv * KV_BYTES_PER_VALUE,
+        kv_bytes_per_token=kv_per_token,
     )

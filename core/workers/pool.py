@@ -24,6 +24,7 @@ from typing import Any
 
 from core.engines.base import GenerationRequest, ModelSpec
 from core.events import Done, Error, Event, ReasoningDelta, TextDelta
+from core.workers import memory_budget
 from core.workers import protocol as p
 from core.workers.worker_main import worker_main
 
@@ -46,6 +47,7 @@ class WorkerStatus:
     tokens_per_s: float
     restarts: int
     error: str | None = None
+    memory_bytes: int = 0  # its share of what admission counts for its model (memory_budget)
 
 
 class _Stream:
@@ -242,9 +244,11 @@ class _Worker:
             if self.process is not None:
                 self.process.join(timeout=1.0)
             code = self.process.exitcode if self.process else None
-            self._loaded.set_exception(
-                WorkerLoadError("LOAD_FAILED", f"The worker exited while loading (exit code {code}).")
-            )
+            if code == -signal.SIGKILL:  # the system's OOM killer, almost always: say so
+                error = WorkerLoadError("OOM", self.group.killed_while_loading())
+            else:
+                error = WorkerLoadError("LOAD_FAILED", f"The worker exited while loading (exit code {code}).")
+            self._loaded.set_exception(error)
             self.state = "failed"
             return
         if self.pool.closing:
@@ -323,6 +327,7 @@ class _Worker:
             tokens_per_s=self.tokens_per_s(),
             restarts=self.restarts,
             error=self.error,
+            memory_bytes=self.group.held_bytes() // max(1, len(self.group.workers)),
         )
 
 
@@ -351,6 +356,25 @@ class _ModelGroup:
         self.loading: asyncio.Task[None] | None = None
         # Requests that were in flight when a worker crashed, by fingerprint -> crashes.
         self.suspects: OrderedDict[int, int] = OrderedDict()
+        # What admission granted: (need, bytes of the budget free then, the budget).
+        self.admitted: tuple[memory_budget.Need, int, memory_budget.Budget] | None = None
+
+    def held_bytes(self) -> int:
+        """The budget this model holds: its admitted need while a worker of it is up or starting."""
+        up = any(w.state in ("ready", "loading") for w in self.workers) or (
+            self.loading is not None and not self.loading.done())
+        return self.admitted[0].total_bytes if self.admitted is not None and up else 0
+
+    def idle(self) -> bool:
+        """Loaded and doing nothing: no request running or queued, no load under way."""
+        return bool(self.workers) and (self.loading is None or self.loading.done()) and all(
+            w.state == "ready" and not w.streams and not w.waiting for w in self.workers)
+
+    def killed_while_loading(self) -> str:
+        """The sentence for a worker the system killed (SIGKILL) while it loaded this model."""
+        need, free, budget = self.admitted or (memory_budget.UNKNOWN, 0,
+                                               memory_budget.current_budget())
+        return memory_budget.killed_while_loading(self.label, need, free, budget)
 
     def blame(self, inflight: list[GenerationRequest]) -> GenerationRequest | None:
         """The request a crash is pinned on, if any, and note every request in flight.
@@ -423,6 +447,7 @@ class WorkerPool:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._idle_task: asyncio.Task[None] | None = None
         self._open: dict[str, _Stream] = {}  # every request from its start to its end
+        self._admission = asyncio.Lock()  # one load decides against the budget at a time
         _ALL_POOLS.add(self)
         _start_resource_tracker()
 
@@ -437,11 +462,48 @@ class WorkerPool:
             self._groups[key] = group
         if group.loading is None or group.loading.done() and not self._ready(group):
             group.failed = None
-            group.loading = asyncio.ensure_future(self._start_workers(group))
+            group.loading = asyncio.ensure_future(self._admit_then_start(group))
         await asyncio.shield(group.loading)
         if self.idle_unload_s and self._idle_task is None:
             self._idle_task = asyncio.ensure_future(self._idle_watch())
         return dict(group.workers[0].info) if group.workers else {}
+
+    async def _admit_then_start(self, group: _ModelGroup) -> None:
+        """No worker starts before the model has room in the memory budget."""
+        try:
+            await self._admit(group)
+        except WorkerLoadError as err:
+            group.failed, group.failed_code = err.message, err.code
+            raise
+        await self._start_workers(group)
+
+    async def _admit(self, group: _ModelGroup) -> None:
+        """Weights + KV cache at the context against what the budget has free; idle models,
+        least recently used first, are unloaded when that makes room; otherwise the load is
+        refused at once (OOM) with the numbers. Admissions run one at a time."""
+        spec = group.spec
+        need, budget = await asyncio.to_thread(lambda: (
+            memory_budget.model_need(spec.path, spec.context_size, engine=spec.engine,
+                                     replicas=group.replicas),
+            memory_budget.current_budget()))
+        async with self._admission:
+            while True:
+                others = [g for g in self._groups.values() if g is not group and g.held_bytes()]
+                free = budget.total_bytes - sum(g.held_bytes() for g in others)
+                if not need.known or need.total_bytes <= free:
+                    break
+                idle = sorted((g for g in others if g.idle()),
+                              key=lambda g: max(w.last_used for w in g.workers))
+                if need.total_bytes > free + sum(g.held_bytes() for g in idle):
+                    busy = sum(g.held_bytes() for g in others if g not in idle)
+                    raise WorkerLoadError("OOM", memory_budget.refusal(
+                        group.label, need, free, budget, busy))
+                victim = idle[0]
+                workers, victim.workers = victim.workers, []
+                victim.affinity.clear()
+                victim.loading = None
+                await self._stop_workers(workers, EVICTED)
+            group.admitted = (need, free, budget)
 
     def _ready(self, group: _ModelGroup) -> bool:
         return any(w.state == "ready" for w in group.workers)
@@ -744,6 +806,7 @@ def _start_resource_tracker() -> None:
 UNLOADED = ("The model was unloaded (another model was loaded, or it was reloaded) before this "
             "reply finished. The reply so far was kept; send again to continue.")
 IDLE_UNLOADED = "The model was unloaded after a long idle time; send again to reload it."
+EVICTED = "The model was unloaded to make room for another one; send again to reload it."
 CLOSING = "llmdeck is closing; the reply so far was kept."
 _CODES = {"OOM", "MODEL_CORRUPT", "UNSUPPORTED", "LOAD_FAILED", "TIMEOUT", "INTERNAL"}
 _MAX_SUSPECTS = 256
