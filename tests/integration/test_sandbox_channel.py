@@ -9,6 +9,9 @@ sandbox would: on the sandbox's end of the app's channel.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -290,3 +293,45 @@ async def test_close_ends_every_conversations_sandbox() -> None:
     pids = [(await sb.run(cid, "1")).pid for cid in ("x", "y", "z")]
     await sb.close()
     assert wait_gone(pids, 10) == []
+
+
+# -- where the walls cannot go up -----------------------------------------------------------
+
+# An "app" on a system that refuses new namespaces (as Docker's default seccomp profile
+# does): the sandbox's own filter, installed in the app's process, is inherited by the
+# launcher, whose unshare(2) then fails.
+NO_NAMESPACES_APP = """
+import asyncio, os, sys
+from core.tools.sandbox import seccomp
+seccomp.install()
+from core.tools import Sandbox
+
+async def main():
+    sb = Sandbox(timeout_s=20, memory_mb=512)
+    code = "open(%r, 'w').write('ran')" % sys.argv[1]
+    first = await sb.run("c", code)
+    print("first:", first.kind, first.error, flush=True)
+    print("unwalled:", sb.unwalled(), flush=True)
+    await sb.close()
+
+if __name__ == "__main__":
+    asyncio.run(main())
+"""
+
+
+def test_where_the_walls_cannot_go_up_the_code_does_not_run_unasked(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    script = tmp_path / "app.py"
+    script.write_text(NO_NAMESPACES_APP)
+    ran = tmp_path / "ran.txt"
+    done = subprocess.run([sys.executable, str(script), str(ran)], capture_output=True,
+                          text=True, timeout=120, cwd=root,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not ran.exists(), "the code ran without its walls"
+    if os.geteuid() == 0:  # never as root without the walls, not even when asked
+        assert "first: crashed The Python sandbox will not run" in done.stdout, done.stdout
+        assert "llmdeck runs as root" in done.stdout
+    else:  # this run was approved for a walled sandbox: it does not go ahead without
+        assert "first: crashed The code did not run" in done.stdout, done.stdout
+        assert "unwalled: This code will run with your full rights" in done.stdout

@@ -8,7 +8,8 @@ the launcher anyway, to be PID 1 of the new PID namespace. The launcher then onl
 and exits as the supervisor did, so the app's process handle follows the sandbox's life.
 
 Where the walls cannot go up the launcher says so on the channel ("failed": the app
-starts it again without them; "refused": as root it never runs unwalled) and exits.
+starts it again without them, config "jail" off; "refused": as root it never runs
+unwalled) and exits.
 Without the walls (no user namespaces, LLMDECK_SANDBOX_JAIL=0) it execs the supervisor
 in place, with the limits, its own session and a subreaper flag; on macOS through
 sandbox-exec. The launcher only ever writes frames to the channel; it reads nothing.
@@ -94,10 +95,11 @@ def sandbox_main(sock: socket.socket, config: dict[str, Any]) -> None:
         try:
             jail.unshare_namespaces()
         except OSError as exc:
-            if as_root:  # never host root without the walls: say why and stop
-                _say(sock, "refused", _refusal(exc))
-                os._exit(EXIT_WALLS_FAILED)
-            # user namespaces are off here: the fallback below, reported as walls
+            # Never host root without the walls; as a user, the app decides (it starts
+            # again without them, and asks the person before each run from then on).
+            _say(sock, "refused" if as_root else "failed",
+                 _refusal(exc) if as_root else str(exc))
+            os._exit(EXIT_WALLS_FAILED)
         else:
             die_with_parent()  # a change of credentials clears it
             _run_jailed(sock, fd, config, limits, as_root)
