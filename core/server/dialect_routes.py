@@ -10,13 +10,15 @@ from typing import Any
 
 from aiohttp import web
 
-from core.server import anthropic
+from core.server import anthropic, ollama
 from core.server.dialects import Render, auth_middleware
 
 
 def register(app: web.Application, server: Any) -> None:
     """Add the dialects' routes and their auth middleware (ChatServer.app calls this
     before the app is frozen)."""
-    renderers: list[tuple[str, Render]] = [("/v1/messages", anthropic.render_error)]
+    renderers: list[tuple[str, Render]] = [("/v1/messages", anthropic.render_error),
+                                           ("/api", ollama.render_error)]
     app.middlewares.insert(1, auth_middleware(server, renderers))  # after busy_middleware
     anthropic.add_routes(app, server)
+    ollama.add_routes(app, server)
