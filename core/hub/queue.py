@@ -41,7 +41,7 @@ class DownloadQueue:
         return job
 
     def cancel(self, job: DownloadJob) -> None:
-        """Cancel a running job at its next chunk, or a waiting one before it starts."""
+        """End a running job at once (a stalled one too), or a waiting one before it starts."""
         job.cancel()
 
     @property
