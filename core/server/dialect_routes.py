@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from core.server import anthropic, ollama
+from core.server import anthropic, ollama, responses
 from core.server.dialects import Render, auth_middleware
 
 
@@ -22,3 +22,4 @@ def register(app: web.Application, server: Any) -> None:
     app.middlewares.insert(1, auth_middleware(server, renderers))  # after busy_middleware
     anthropic.add_routes(app, server)
     ollama.add_routes(app, server)
+    responses.add_routes(app, server)
