@@ -132,6 +132,11 @@ async def test_a_200_mb_tool_result_fails_the_call_with_memory_bounded(servers: 
     assert servers.connections["loud"].state == "ready"
 
 
+async def test_a_huge_prompt_is_refused_not_put_in_the_composer(servers: McpServers) -> None:
+    with pytest.raises(McpCallError, match=r"/loud\.big returned 2,097,152 characters, more than the 100,000"):
+        await servers.get_prompt("/loud.big", "2")
+
+
 async def test_ten_thousand_tools_are_capped_with_a_note(servers: McpServers) -> None:
     mine = [n for n in servers.registry.names() if n.startswith("crowd.")]
     assert len(mine) == MAX_TOOLS

@@ -18,6 +18,8 @@ from core.tools.mcp.connection import START_TIMEOUT_S, McpCallError, McpConnecti
 from core.tools.mcp.results import resource_file, resource_uri_problem, to_tool_result
 from core.tools.registry import Tool, ToolContext, ToolRegistry, ToolResult
 
+MAX_PROMPT_CHARS = 100_000
+
 if TYPE_CHECKING:
     from core.config import McpServerConfig
     from core.workers.pool import WorkerStatus
@@ -172,7 +174,11 @@ class McpServers:
         texts = [m.content.text for m in result.messages if getattr(m.content, "type", "") == "text"]
         if not texts:
             raise McpCallError(f"{command} returned no text.")
-        return "\n\n".join(texts)
+        text = "\n\n".join(texts)
+        if len(text) > MAX_PROMPT_CHARS:  # it goes into the composer, to be read and edited
+            raise McpCallError(f"{command} returned {len(text):,} characters, more than the "
+                               f"{MAX_PROMPT_CHARS:,} a prompt may bring; it was not used.")
+        return text
 
     def resources(self) -> list[tuple[str, str, str]]:
         """(server, uri, name) of every ready server's resources."""
