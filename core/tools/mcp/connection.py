@@ -5,10 +5,11 @@ The SDK's transports and session are anyio context managers that must be entered
 in the same task, so each connection owns one task that opens them, reports "ready" and
 then waits to be told to stop; calls from other tasks go through the open session.
 
-stdio servers are started with the SDK's own stdio client (its own process group, stdin
-closed then SIGTERM then SIGKILL at stop): the shared child-process bootstrap in
-core/workers runs inside Python children and cannot wrap an arbitrary command, and a
-server whose app dies sees its stdin close and exits.
+stdio servers are started by core.tools.mcp.stdio (its own session and process group,
+stdin closed then SIGTERM then SIGKILL at stop, every stream from it bounded): the shared
+child-process bootstrap in core/workers runs inside Python children and cannot wrap an
+arbitrary command, and a server whose app dies sees its stdin close and exits. What a
+server lists is bounded too (_list): a server is outside code, its names outside data.
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ MAX_SCHEMA_CHARS = 64 * 1024
 # command, a file name for a picture it returns): letters, digits, _ - and single dots.
 _NAME = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
 MAX_NAME_CHARS = 64
-MAX_ANSWER_MIB = 32  # core.tools.mcp.stdio.MAX_MESSAGE_BYTES, for the sentence
 
 # The SDK logs protocol trouble (a line that is not JSON) with tracebacks; the call's
 # own error says it, and nothing must print over the full-screen UI.
@@ -340,8 +340,10 @@ class McpConnection:
         text = str(exc)
         if isinstance(exc, MCPError) and ("larger than" in text and "dropped unread" in text
                                           or "exceeded the" in text and "byte limit" in text):
+            from core.tools.mcp.stdio import MAX_MESSAGE_BYTES
+
             return (f"MCP server {self.name} answered {what} with more than "
-                    f"{MAX_ANSWER_MIB} MiB; the answer was dropped unread and the call failed.")
+                    f"{MAX_MESSAGE_BYTES // 2**20} MiB; the answer was dropped unread and the call failed.")
         if isinstance(exc, MCPError) and "Connection closed" in text:
             self._crashed("the server stopped during a call")
             if self.state == "crashed":  # the status poll may have seen the exit first
