@@ -7,6 +7,7 @@ request picks how it answers:
   good             a short streamed reply (or one JSON completion when stream is false)
   endless-stream   valid chunks of "word " forever, whatever max_tokens says
   endless-body     a JSON body (stream ignored) that never ends
+  endless-error    status 500 and an error body that never ends
   huge-line        one server-sent line of 500 MB: "data: {..." and no newline
   bad-utf8         a reply whose content holds bytes that are not UTF-8
   huge-tool-call   one tool call whose arguments are 10^6 characters, in 1,000 deltas
@@ -130,6 +131,12 @@ class FakeRemote:
         response = await self._stream(request, "application/json")
         await self._write(response, model, b'{"choices": [{"message": {"content": "')
         await self._forever(response, model, b"a" * 65536)
+        return response
+
+    async def _endless_error(self, request: web.Request, body: dict[str, Any], model: str) -> web.StreamResponse:
+        response = await self._stream(request, "application/json", status=500)
+        await self._write(response, model, b'{"error": {"message": "')
+        await self._forever(response, model, b"b" * 65536)
         return response
 
     async def _huge_line(self, request: web.Request, body: dict[str, Any], model: str) -> web.StreamResponse:

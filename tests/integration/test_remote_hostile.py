@@ -81,12 +81,13 @@ async def test_an_endless_stream_is_cut_at_the_clients_max_tokens(remote: FakeRe
     await _hung_up(remote, "endless-stream")
 
 
-async def test_an_endless_body_is_refused_at_its_size_cap(remote: FakeRemote) -> None:
-    events, took = await _ask(remote.url, "endless-body")
+@pytest.mark.parametrize("model", ["endless-body", "endless-error"])
+async def test_an_endless_body_is_refused_at_its_size_cap(remote: FakeRemote, model: str) -> None:
+    events, took = await _ask(remote.url, model)
     error = _error(events)
     assert "larger than 16 MiB" in error.message and "'hostile'" in error.message
     assert took < 30
-    await _hung_up(remote, "endless-body")
+    await _hung_up(remote, model)
 
 
 async def test_a_500_mb_line_is_refused_at_the_line_cap(remote: FakeRemote) -> None:
@@ -210,7 +211,8 @@ def _write_config(home: Path, url: str) -> None:
     target.write_text(
         f'[[remotes]]\nname = "good"\nurl = "{url}"\nmodels = ["good"]\n\n'
         f'[[remotes]]\nname = "bad"\nurl = "{url}"\n'
-        'models = ["endless-body", "endless-stream", "huge-line"]\n', encoding="utf-8")
+        'models = ["endless-body", "endless-error", "endless-stream", "huge-line"]\n',
+        encoding="utf-8")
 
 
 async def _chat(session: aiohttp.ClientSession, base: str, model: str, *, stream: bool,
@@ -248,7 +250,8 @@ async def test_serve_stays_healthy_and_small_beside_a_hostile_remote(
             watcher = asyncio.create_task(watch())
             hostile = [asyncio.create_task(_chat(session, base, f"bad/{m}", stream=s))
                        for m, s in [("endless-body", False), ("endless-body", True),
-                                    ("huge-line", True), ("endless-stream", True)]]
+                                    ("huge-line", True), ("endless-stream", True),
+                                    ("endless-error", False), ("endless-error", True)]]
             started = time.monotonic()
             good_times = []
             while not all(t.done() for t in hostile):  # the good remote answers all along
@@ -264,6 +267,8 @@ async def test_serve_stays_healthy_and_small_beside_a_hostile_remote(
         assert b"larger than 16 MiB" in answers[1][1]
         assert b"longer than 4 MiB" in answers[2][1]
         assert answers[3][0] == 200 and b'"finish_reason": "length"' in answers[3][1].replace(b'":"', b'": "')
+        assert answers[4][0] >= 500 and b"larger than 16 MiB" in answers[4][1]
+        assert b"larger than 16 MiB" in answers[5][1]
         assert max(good_times) < 5, good_times
         grown = (peak - before) / 2**20
         print(f"serve RSS before {before / 2**20:.0f} MiB, peak {peak / 2**20:.0f} MiB "
