@@ -279,12 +279,10 @@ def _fetch_file(plan: DownloadPlan, f: PlannedFile, cache: Path, token: str | No
                              cancelled=lambda: cancel.cancelled)
     target = _checked_target(plan, f, meta, what)
     key = target.hash or _unverified_key(plan, f)
-    if target.hash:
-        blob = layout.blob_path(cache, plan.repo_id, target.hash)
-        if blob.exists() and blob.stat().st_size == target.size:
-            meter.advance(target.size, fetched=False)
-            layout.link_snapshot(cache, plan.repo_id, plan.revision, f.path, target.hash)
-            return
+    if _have_blob(cache, plan.repo_id, target):
+        meter.advance(target.size, fetched=False)
+        layout.link_snapshot(cache, plan.repo_id, plan.revision, f.path, key)
+        return
     lock_file = layout.make_parent(cache, layout.lock_path(cache, plan.repo_id, key))
     layout.make_parent(cache, layout.partial_path(cache, plan.repo_id, key))
     lock = FileLock(str(lock_file))
@@ -296,16 +294,36 @@ def _fetch_file(plan: DownloadPlan, f: PlannedFile, cache: Path, token: str | No
             if cancel.cancelled:
                 raise _Cancelled() from None
     try:
-        if target.hash and (blob := layout.blob_path(cache, plan.repo_id, target.hash)).exists() \
-                and blob.stat().st_size == target.size:  # the other pull finished it
+        if _have_blob(cache, plan.repo_id, target):  # the other pull finished it
             meter.advance(target.size, fetched=False)
-            name = target.hash
+            name = key
         else:
             name = _download_verified(meta.location, plan, f.path, key, target, cache, token,
                                       meter, cancel, chunk_size)
         layout.link_snapshot(cache, plan.repo_id, plan.revision, f.path, name)
     finally:
         lock.release()
+
+
+def _have_blob(cache: Path, repo_id: str, target: _Target) -> bool:
+    """Whether the blob the Hub's hash names is already whole in the cache.
+
+    One kept earlier as unverified (the Hub gave no hash then) is hashed now that there is
+    one to check: it loses its mark if it matches, and is fetched again if not.
+    """
+    if target.hash is None:
+        return False
+    blob = layout.blob_path(cache, repo_id, target.hash)
+    if not blob.is_file() or blob.stat().st_size != target.size:
+        return False
+    marker = layout.unverified_marker(cache, repo_id, target.hash)
+    if marker.exists():
+        hasher = _hasher_for(target.hash, target.size)
+        _hash_existing(blob, target.size, hasher)
+        if hasher.hexdigest() != target.hash:
+            return False
+        marker.unlink()
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,6 +410,7 @@ def _download_verified(location: str, plan: DownloadPlan, filename: str, key: st
         if digest == target.hash:
             blob = layout.make_parent(cache, layout.blob_path(cache, plan.repo_id, digest))
             partial.replace(blob)
+            layout.unverified_marker(cache, plan.repo_id, digest).unlink(missing_ok=True)
             return digest
         log.warning("checksum mismatch for %s/%s (attempt %d)", plan.repo_id, filename, attempt)
         partial.unlink(missing_ok=True)

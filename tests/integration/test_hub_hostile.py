@@ -166,6 +166,19 @@ def test_a_file_without_any_hash_is_kept_as_unverified_and_shown(
     assert "unverified" in row
 
 
+def test_an_unverified_file_is_checked_once_the_hub_gives_its_hash(
+        fake_hub: FakeHub, tmp_path: Path) -> None:
+    name = _evil_repo(fake_hub, tmp_path, big=True, no_hashes=True)
+    fake_hub.repos[EVIL].etag_as[name] = "cdn-version-7"
+    assert pull(EVIL).unverified == (name,)
+    fake_hub.repos[EVIL].no_hashes = False
+    fake_hub.repos[EVIL].etag_as.clear()
+    again = pull(EVIL)
+    assert again.ok and again.unverified == () and again.bytes_fetched == 0
+    [model] = [m for m in list_local_models(include_bundled=False) if m.repo_id == EVIL]
+    assert model.verified
+
+
 # -- 3. sizes and time ------------------------------------------------------------------------
 
 
