@@ -187,7 +187,7 @@ def _tool_call_in(tc: Any, where: str) -> dict[str, Any]:
 
 
 def _tools(raw: Any, choice: Any) -> tuple[dict[str, Any], ...]:
-    if raw is None or choice == "none":
+    if raw is None:
         return ()
     if not isinstance(raw, list):
         raise _bad("'tools' must be a list of {type: 'function', function: {...}} objects.", "tools")
@@ -197,7 +197,31 @@ def _tools(raw: Any, choice: Any) -> tuple[dict[str, Any], ...]:
                 or not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str) or not fn["name"]):
             raise _bad(f"tools[{i}] must be {{type: 'function', function: {{name, description, "
                        "parameters}}}}.", f"tools[{i}]")
-    return tuple(dict(t) for t in raw)
+        _check_parameters(fn.get("parameters"), f"tools[{i}].function.parameters")
+    return () if choice == "none" else tuple(dict(t) for t in raw)
+
+
+def _check_parameters(params: Any, where: str) -> None:
+    """A tool's parameters must be a JSON schema object that compiles: a string, a list or
+    a schema with a wrong keyword would otherwise reach the chat template and the call
+    grammar, which read it as no schema (or fail mid-reply)."""
+    if params is None:
+        return  # no parameters: the tool takes none
+    if not isinstance(params, Mapping):
+        kind = ("a string" if isinstance(params, str) else "a list" if isinstance(params, list)
+                else "true or false" if isinstance(params, bool) else "a number")
+        raise _bad(f"{where} must be a JSON schema object, like {{\"type\": \"object\", "
+                   f"\"properties\": {{...}}}}; got {kind}.", where)
+    import jsonschema
+
+    try:
+        jsonschema.validators.validator_for(params).check_schema(params)
+    except jsonschema.exceptions.SchemaError as exc:
+        at = "".join(f"[{p!r}]" for p in exc.path)
+        raise _bad(f"{where} is not a valid JSON schema: {exc.message}"
+                   + (f" (at {at})" if at else "") + ".", where) from None
+    except RecursionError:  # the edge bounds nesting first; this is a last guard
+        raise _bad(f"{where} is nested too deeply.", where) from None
 
 
 def _tool_choice(choice: Any, tools: Any) -> dict[str, Any]:

@@ -62,8 +62,11 @@ def test_bad_tool_choices_and_schemas_are_400s_that_say_why(client: OpenAI) -> N
         client.chat.completions.create(model="tiny", messages=ASK, tool_choice="required")
     with pytest.raises(openai.BadRequestError, match="tool_choice"):
         client.chat.completions.create(model="tiny", messages=ASK, tools=[ALARM], tool_choice="maybe")
+    # a valid JSON schema (the server's check passes it) that the grammar cannot enforce: a
+    # $ref to nothing; one that is not a schema at all is a 400 of its own
+    # (test_serve_tools_schema.py)
     broken = {"type": "function", "function": {"name": "broken", "parameters": {
-        "type": "object", "properties": {"x": {"type": "string", "minLength": "two"}}}}}
+        "type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}}}}
     with pytest.raises(openai.BadRequestError, match="cannot be enforced"):
         client.chat.completions.create(model="tiny", messages=ASK, tools=[broken], max_tokens=4,
                                        tool_choice="required")
