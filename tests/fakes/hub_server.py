@@ -31,6 +31,8 @@ by default, so the fake answers as the Hub does unless a test turns one on):
   FakeHub.overrun_bytes   after a file's bytes, keep sending this many more
   FakeHub.trickle_bps     send bodies a byte at a time at this rate
   FakeHub.stall_after     send this many body bytes, then nothing
+  FakeHub.fail_next       {"api"|"head"|"get": [503, ...]}: the next requests of that kind
+                          get these statuses, one each, in order
 A hang or a trickle ends when the fake stops or after `hang_limit_s`, so no test leaks
 a thread that outlives it.
 """
@@ -220,6 +222,7 @@ class FakeHub:
         self.trickle_bps: float | None = None
         self.stall_after: int | None = None
         self.hang_limit_s = 30.0
+        self.fail_next: dict[str, list[int]] = {}
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -411,6 +414,11 @@ class _Handler(BaseHTTPRequestHandler):
             on_cdn = self.server is self.hub._cdn
             (self.hub.cdn_auth_headers_seen if on_cdn else self.hub.auth_headers_seen).append(auth)
         kind = "api" if path.startswith("/api/") else self.command.lower()
+        with self.hub._lock:
+            pending = self.hub.fail_next.get(kind)
+            status = pending.pop(0) if pending else None
+        if status is not None:
+            return self._error(status, None, "Service unavailable, try again")
         if kind in self.hub.hang:
             self.hub.stopping.wait(self.hub.hang_limit_s)  # accepted, never answered
             self.close_connection = True

@@ -266,6 +266,20 @@ def test_a_search_that_is_never_answered_ends_with_a_sentence(fake_hub: FakeHub)
     assert time.monotonic() - began < 6
 
 
+@pytest.mark.parametrize("kind", ["api", "head", "get"])
+def test_search_listing_head_and_get_are_tried_again_after_a_503(
+        fake_hub: FakeHub, tmp_path: Path, kind: str) -> None:
+    name = _evil_repo(fake_hub, tmp_path, big=True)
+    if kind == "api":
+        fake_hub.fail_next = {"api": [503]}
+        assert [r.repo_id for r in search_models("Tiny-GGUF", fmt="gguf")] == [EVIL]
+    fake_hub.fail_next = {kind: [503]}
+    result = pull(EVIL)
+    assert result.ok, result.error
+    assert fake_hub.fail_next[kind] == []  # the failure was met, and tried past
+    assert fake_hub.served(EVIL, name) == fake_hub.repos[EVIL].files[name].size
+
+
 def _models(hub: FakeHub, *args: str) -> subprocess.CompletedProcess:
     env = {k: os.environ[k] for k in os.environ if k.startswith("LLMDECK_")}
     return subprocess.run([PYTHON, "-m", "core.hub.cli", *args],
