@@ -50,12 +50,12 @@ class StdioStats:
 
 
 @dataclass(frozen=True, slots=True)
-class _TooLong:
+class TooLong:
     head: bytes
     size: int
 
 
-class _Lines:
+class MessageLines:
     """Splits stdout into lines of at most `cap` bytes; a longer one is dropped while it
     streams (its first bytes kept to find its id)."""
 
@@ -65,8 +65,8 @@ class _Lines:
         self.skipping: bytearray | None = None  # the dropped line's head while skipping
         self.skipped = 0
 
-    def feed(self, chunk: bytes) -> list[bytes | _TooLong]:
-        out: list[bytes | _TooLong] = []
+    def feed(self, chunk: bytes) -> list[bytes | TooLong]:
+        out: list[bytes | TooLong] = []
         start = 0
         while start <= len(chunk):
             end = chunk.find(b"\n", start)
@@ -74,14 +74,14 @@ class _Lines:
             if self.skipping is not None:
                 self.skipped += len(piece)
                 if end >= 0:
-                    out.append(_TooLong(bytes(self.skipping), self.skipped))
+                    out.append(TooLong(bytes(self.skipping), self.skipped))
                     self.skipping, self.skipped = None, 0
             elif len(self.pending) + len(piece) > self.cap:
                 self.skipping = bytearray((self.pending + piece)[:512])
                 self.skipped = len(self.pending) + len(piece)
                 self.pending.clear()
                 if end >= 0:
-                    out.append(_TooLong(bytes(self.skipping), self.skipped))
+                    out.append(TooLong(bytes(self.skipping), self.skipped))
                     self.skipping, self.skipped = None, 0
             elif end >= 0:
                 self.pending += piece
@@ -95,7 +95,7 @@ class _Lines:
         return out
 
 
-def _refusal(line: _TooLong) -> SessionMessage | None:
+def _refusal(line: TooLong) -> SessionMessage | None:
     """An error answer for the request a too-large line answered (None when its id
     cannot be read from its first bytes: that request then ends at its timeout)."""
     found = _ID.search(line.head)
@@ -134,13 +134,13 @@ async def bounded_stdio(command: str, args: list[str], env: dict[str, str], log:
 
     async def read_stdout() -> None:
         assert process.stdout is not None
-        lines = _Lines(MAX_MESSAGE_BYTES)
+        lines = MessageLines(MAX_MESSAGE_BYTES)
         async with to_session:
             with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError,
                                      anyio.BrokenResourceError, OSError):
                 while True:
                     for line in lines.feed(await process.stdout.receive()):
-                        if isinstance(line, _TooLong):
+                        if isinstance(line, TooLong):
                             stats.too_large += 1
                             log.write(f"[llmdeck] dropped a {line.size:,}-byte message from "
                                       f"stdout (over {MAX_MESSAGE_BYTES:,} bytes)\n".encode())
