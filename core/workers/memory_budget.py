@@ -96,8 +96,10 @@ class Need:
 UNKNOWN = Need(0, 0, 0, known=False)
 
 
-def model_need(path: str | Path, context: int, *, engine: str = "", replicas: int = 1) -> Need:
-    """What loading the model at `path` with `replicas` workers takes.
+def model_need(path: str | Path, context: int, *, engine: str = "", replicas: int = 1,
+               prefill_chunk: int = PREFILL_CHUNK) -> Need:
+    """What loading the model at `path` with `replicas` workers takes (`prefill_chunk`: the
+    MLX engine's prefill step, which a sliding-window layer holds beyond its window).
 
     llama.cpp memory-maps a GGUF, so its workers share the weights' pages and each adds
     only its own KV cache; an MLX worker loads its own copy of everything."""
@@ -107,7 +109,7 @@ def model_need(path: str | Path, context: int, *, engine: str = "", replicas: in
         if p.is_file() and p.suffix.lower() == ".gguf":
             weights, shape = _gguf_weights(p), _gguf_kv_shape(p)
         elif p.is_dir():
-            weights, shape = _folder_weights(p), _folder_kv_shape(p)
+            weights, shape = _folder_weights(p), _folder_kv_shape(p, prefill_chunk)
         else:
             return UNKNOWN
     except (OSError, ValueError, KeyError, TypeError, IndexError, struct.error):
@@ -125,14 +127,15 @@ def _folder_weights(p: Path) -> int:
     return sum(safetensors_extent(shard)[0] for shard in check_mlx_dir(p))
 
 
-def _folder_kv_shape(p: Path) -> KvShape | None:
+def _folder_kv_shape(p: Path, prefill_chunk: int) -> KvShape | None:
     from core.engines.select import check_mlx_dir, json_object
 
     config = json_object(p / "config.json")
-    return kv_shape_from_config(config, _float_bytes(check_mlx_dir(p)[0]))
+    return kv_shape_from_config(config, _float_bytes(check_mlx_dir(p)[0]), prefill_chunk)
 
 
-def kv_shape_from_config(config: dict[str, Any], dtype_bytes: int = KV_DTYPE_BYTES) -> KvShape | None:
+def kv_shape_from_config(config: dict[str, Any], dtype_bytes: int = KV_DTYPE_BYTES,
+                         prefill_chunk: int = PREFILL_CHUNK) -> KvShape | None:
     """The KV shape a config.json describes (a vision model's text_config first), or None
     when it names no attention shape."""
     text = config.get("text_config")
@@ -160,7 +163,7 @@ def kv_shape_from_config(config: dict[str, Any], dtype_bytes: int = KV_DTYPE_BYT
         full = layers // int(c["sliding_window_pattern"])
         sliding = layers - full
     return KvShape(full, int(kv_heads), key_dim, value_dim, dtype_bytes, sliding,
-                   window + PREFILL_CHUNK if sliding else 0)
+                   window + max(prefill_chunk, 0) if sliding else 0)
 
 
 def _int(c: dict[str, Any], *keys: str) -> int:

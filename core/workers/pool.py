@@ -483,8 +483,9 @@ class WorkerPool:
         refused at once (OOM) with the numbers. Admissions run one at a time."""
         spec = group.spec
         need, budget = await asyncio.to_thread(lambda: (
-            memory_budget.model_need(spec.path, spec.context_size, engine=spec.engine,
-                                     replicas=group.replicas),
+            memory_budget.model_need(
+                spec.path, spec.context_size, engine=spec.engine, replicas=group.replicas,
+                prefill_chunk=int(spec.option("prefill_step_size", memory_budget.PREFILL_CHUNK))),
             memory_budget.current_budget()))
         async with self._admission:
             while True:
