@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from core.server import anthropic, ollama, responses
+from core.server import anthropic, metrics, ollama, responses
 from core.server.dialects import Render, auth_middleware
 
 
@@ -18,8 +18,12 @@ def register(app: web.Application, server: Any) -> None:
     """Add the dialects' routes and their auth middleware (ChatServer.app calls this
     before the app is frozen)."""
     renderers: list[tuple[str, Render]] = [("/v1/messages", anthropic.render_error),
-                                           ("/api", ollama.render_error)]
+                                           ("/api", ollama.render_error),
+                                           ("/metrics", metrics.render_error)]
     app.middlewares.insert(1, auth_middleware(server, renderers))  # after busy_middleware
+    meter = metrics.metrics_for(server)
+    app.middlewares.insert(0, meter.middleware)  # outermost: every answer is counted
+    app.router.add_get("/metrics", meter.handle)
     anthropic.add_routes(app, server)
     ollama.add_routes(app, server)
     responses.add_routes(app, server)

@@ -34,6 +34,7 @@ from core.events import Error, Event
 from core.remote.backend import event_batches
 from core.server.images import has_images, resolve_images
 from core.server.limits import check_prompt_size, too_large
+from core.server.metrics import Metered, metrics_for
 from core.server.wire import ApiError, ChatCall, api_error_for
 
 log = logging.getLogger("llmdeck.serve")
@@ -134,7 +135,8 @@ async def generation(server: Any, call: ChatCall, route: str = "",
     The model's backend (404 unknown, 503 failed, waiting for a load), images turned
     into files (or a 400), the prompt's size against the context, the queue limit; an
     error before any output is raised as the ApiError chat would answer. Leaving the
-    block closes the generation, which cancels it in the worker if it still runs.
+    block closes the generation, which cancels it in the worker if it still runs. Its
+    tokens and timings go to the server's metrics under `route`.
     """
     rt = server.runtime
     backend = await server._backend_for(call.model)
@@ -149,13 +151,16 @@ async def generation(server: Any, call: ChatCall, route: str = "",
         raise ApiError(429, f"The queue is full ({server.max_queue} requests waiting); retry "
                        "shortly.", code="queue_full")
     batches = event_batches(backend, call.request)
+    meter = metrics_for(server).meter(route or "other")
     server.active += 1
     try:
         first = await anext(batches)
         if isinstance(first[0], Error):
             raise api_error_for(first[0])
-        yield first, batches
+        meter.saw(first)
+        yield first, Metered(batches, meter)
     finally:
         server.active -= 1
+        meter.done()
         await batches.aclose()  # a vanished client cancels its request in the worker
 
