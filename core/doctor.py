@@ -113,6 +113,30 @@ def check_memory(low: int = LOW_MEMORY_BYTES) -> Check:
     return Check("memory", OK, detail)
 
 
+def check_memory_budget() -> Check:
+    """The budget loaded models share and what the running app and server hold of it, by
+    the arithmetic the pool admits loads with (core.workers.memory_budget)."""
+    from core.terminal_text import visible
+    from core.workers import memory_budget
+    from core.workers.status_file import read_status, status_path
+
+    budget = memory_budget.current_budget()
+    held, models = 0, []
+    for role in ("app", "serve"):
+        for status in read_status(status_path(role))[0]:
+            held += status.memory_bytes
+            if status.memory_bytes and status.model not in models:
+                models.append(status.model)
+    names = f" ({', '.join(visible(m) for m in models)})" if models else ""
+    detail = (f"{budget.describe()}; {_gb(held)} held by {len(models)} loaded "
+              f"model{'s' * (len(models) != 1)}{names}, {_gb(max(budget.total_bytes - held, 0))} free")
+    if budget.total_bytes > budget.physical_bytes - memory_budget.SYSTEM_ROOM:
+        return Check("memory budget", WARN, detail, "The budget leaves the system less than "
+                     f"{_gb(memory_budget.SYSTEM_ROOM)}: a model that fits it can still be killed "
+                     "for memory. Lower memory_budget_gb in config.toml (0 is automatic).")
+    return Check("memory budget", OK, detail)
+
+
 def check_disk(min_free: int = MIN_FREE_BYTES) -> Check:
     where = paths.data_dir()
     usage = shutil.disk_usage(where)
@@ -229,7 +253,7 @@ def check_bundled() -> Check:
 def run_checks(offline: bool = False, min_free: int = MIN_FREE_BYTES) -> list[Check]:
     """Every check, in the order a person reads them; one failing check never hides the rest."""
     checks: list[Callable[[], Check]] = [
-        check_python, check_platform, check_mlx, check_llamacpp, check_memory,
+        check_python, check_platform, check_mlx, check_llamacpp, check_memory, check_memory_budget,
         lambda: check_disk(min_free), check_database, check_logs, check_settings,
         check_bundled,
     ]

@@ -4,6 +4,7 @@ the budget (automatic, from the config file, from the environment) with its sent
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,23 @@ def test_the_hub_verdict_is_the_admission_rule() -> None:
     assert mb.fit_verdict(12 * 10**9, budget) == "ok"
     assert mb.fit_verdict(12 * 10**9 + 1, budget) == "tight"
     assert mb.fit_verdict(16 * 10**9 + 1, budget) == "too_big"
+
+
+def test_doctor_shows_the_budget_and_what_the_running_app_holds(
+        llmdeck_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.doctor import OK, WARN, check_memory_budget
+    from core.workers.pool import WorkerStatus
+    from core.workers.status_file import status_path, write_status
+
+    monkeypatch.setenv(mb.ENV_BUDGET_MB, "2600")
+    assert "0.0 GB held by 0 loaded models, 2.6 GB free" in check_memory_budget().detail
+    worker = WorkerStatus("chat#1", "Big\x1b[2J 4B", "mlx", "idle", os.getpid(), 0, 0, 0, 0.0, 0,
+                          memory_bytes=1_240_000_000)
+    write_status([worker], status_path("app"))  # as the running app writes it
+    check = check_memory_budget()
+    assert check.status == OK
+    assert check.detail.startswith("2.6 GB (set by LLMDECK_MEMORY_BUDGET_MB")
+    assert "1.2 GB held by 1 loaded model (Big␛[2J 4B), 1.4 GB free" in check.detail
+    monkeypatch.setenv(mb.ENV_BUDGET_MB, str(10**9))  # a petabyte: more than this machine
+    check = check_memory_budget()
+    assert check.status == WARN and "memory_budget_gb" in check.fix
