@@ -158,6 +158,20 @@ def test_wrong_types_are_refused_with_a_sentence(client: anthropic.Anthropic) ->
         _anthropic_error(caught.value, 400, "invalid_request_error", words)
 
 
+def test_an_image_meets_the_same_image_checks_as_chat(client: anthropic.Anthropic) -> None:
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}
+    with pytest.raises(anthropic.BadRequestError) as caught:  # the scripted model is text-only
+        client.messages.create(model="scripted", max_tokens=10, messages=[
+            {"role": "user", "content": [image, {"type": "text", "text": "What is this?"}]}])
+    _anthropic_error(caught.value, 400, "invalid_request_error", "cannot see images")
+    by_url = {"type": "image", "source": {"type": "url", "url": "http://169.254.169.254/x.png"}}
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.messages.create(model="scripted", max_tokens=10, messages=[
+            {"role": "user", "content": [by_url]}])
+    _anthropic_error(caught.value, 400, "invalid_request_error", "fetches nothing")
+
+
 def test_an_unknown_model_is_a_not_found_error(client: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.NotFoundError) as caught:
         client.messages.create(model="claude-opus-9", max_tokens=10, messages=ASK)

@@ -124,6 +124,14 @@ def test_bad_bodies_are_ollama_errors_with_a_sentence(client: ollama.Client) -> 
     assert "idle_unload_minutes" in caught.value.error
 
 
+def test_an_image_meets_the_same_image_checks_as_chat(client: ollama.Client) -> None:
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    with pytest.raises(ollama.ResponseError) as caught:  # the scripted model is text-only
+        client.chat(model="scripted", messages=[{"role": "user", "content": "What is this?",
+                                                 "images": [png]}])
+    assert caught.value.status_code == 400 and "cannot see images" in caught.value.error
+
+
 def test_deep_nesting_and_oversize_bodies(server: ServerThread, client: ollama.Client) -> None:
     deep: object = 1
     for _ in range(200):
