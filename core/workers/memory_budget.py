@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import struct
 from collections import Counter
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ KV_DTYPE_BYTES = 2  # fp16/bf16: the KV cache type of llama.cpp and of mlx-lm's 
 PREFILL_CHUNK = 2048
 _FLOAT_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
 _HEADER_LIMIT = 100 * 2**20  # a safetensors header past this is not one we read
+_SPLIT_GGUF = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)  # model-00001-of-00003.gguf
 
 
 # -- what a model needs ------------------------------------------------------------------------
@@ -190,11 +192,18 @@ def _float_bytes(shard: Path) -> int:
 
 
 def _gguf_weights(p: Path) -> int:
-    """The GGUF file (memory-mapped whole) plus the vision projector llama.cpp loads beside it."""
+    """The GGUF file (memory-mapped whole; every part of a split one, which llama.cpp loads
+    from the first) plus the vision projector llama.cpp loads beside it."""
     from core.engines.select import sibling_mmprojs
 
+    split = _SPLIT_GGUF.search(p.name)
+    parts = [p]
+    if split:
+        total = split.group(2)
+        stem = p.name[: split.start()]
+        parts = [p.with_name(f"{stem}-{i:05d}-of-{total}.gguf") for i in range(1, int(total) + 1)]
     projectors = sibling_mmprojs(p) if "mmproj" not in p.name.lower() else []
-    return p.stat().st_size + (projectors[0].stat().st_size if projectors else 0)
+    return sum(f.stat().st_size for f in parts) + (projectors[0].stat().st_size if projectors else 0)
 
 
 def _gguf_kv_shape(p: Path) -> KvShape | None:

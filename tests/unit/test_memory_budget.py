@@ -77,6 +77,16 @@ def test_a_gguf_needs_its_file_and_the_cache_its_metadata_describes(bundled_gguf
     assert "context cache at 8,192 tokens, for 2 workers" in two.describe()
 
 
+def test_a_split_gguf_needs_every_part(bundled_gguf: Path, tmp_path: Path) -> None:
+    first = tmp_path / "gemma-00001-of-00002.gguf"
+    first.symlink_to(bundled_gguf)
+    (tmp_path / "gemma-00002-of-00002.gguf").write_bytes(b"\0" * 1000)
+    need = mb.model_need(first, 1024, engine="llamacpp")
+    assert need.weights_bytes == bundled_gguf.stat().st_size + 1000
+    (tmp_path / "gemma-00002-of-00002.gguf").unlink()  # a part missing: not measurable
+    assert not mb.model_need(first, 1024, engine="llamacpp").known
+
+
 def test_the_float_type_of_the_files_sets_the_bytes_of_a_cached_value(tmp_path: Path) -> None:
     shape = dict(layers=10, heads=8, kv_heads=4, head_dim=64, weights_bytes=10**6)
     half = mb.model_need(sized_model_dir(tmp_path / "h", dtype="BF16", **shape), 1000)
