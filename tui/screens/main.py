@@ -792,7 +792,7 @@ class MainScreen(Screen):
                     reply.set_usage(event)
                     bar.context_used = event.prompt_tokens + event.completion_tokens
                 elif isinstance(event, Error):
-                    reply.show_error(event)
+                    reply.show_error(event, remote=self.runtime.backend.kind == "remote")
                 elif isinstance(event, Done):
                     if event.finish_reason == "cancelled":
                         reply.set_status("stopped")  # as the store has it (Esc)

@@ -22,6 +22,7 @@ from textual.widgets import Collapsible, Markdown, Static
 from textual.widgets._markdown import MarkdownStream
 
 from core.events import Error, ToolCall, Usage
+from core.remote import remote_hint
 from tui.terminal_text import visible
 from tui.widgets.message_body import MessageBody, SafeMarkdown, settled_size
 from tui.widgets.tool_card import STATES, ToolCard
@@ -81,8 +82,10 @@ def format_stats_dict(usage: dict | None) -> str:
         return ""
 
 
-def error_text(message: str, code: str | None) -> str:
-    hint = ERROR_HINTS.get(code or "", GENERIC_HINT)
+def error_text(message: str, code: str | None, *, remote: bool = False) -> str:
+    """The error and the advice under it: a remote's own (check the endpoint, retry) where
+    the reply came from one, since "the model process restarts by itself" is not true there."""
+    hint = (remote_hint(code) if remote else None) or ERROR_HINTS.get(code or "", GENERIC_HINT)
     return f"⚠ {message}\n  → {hint}"
 
 
@@ -270,9 +273,9 @@ class MessageView(Vertical):
         stats.update(format_stats(usage))
         stats.display = True
 
-    def show_error(self, error: Error) -> None:
+    def show_error(self, error: Error, *, remote: bool = False) -> None:
         err = self.query_one(".error", Static)
-        err.update(visible(error_text(error.message, error.code)))  # a remote's words, too
+        err.update(visible(error_text(error.message, error.code, remote=remote)))  # a remote's words, too
         err.display = True
 
     async def finish(self) -> None:
