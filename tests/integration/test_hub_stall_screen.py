@@ -1,6 +1,7 @@
 """The hub screen with a Hub that stops sending mid-download: the row says it is stalled
-long before the stall timeout, and `c` ends the download at once, though the download's
-thread is blocked in a read that no data will ever end."""
+long before the stall timeout, and `c` (or Esc, while a download is stalled) ends the
+download at once, though the download's thread is blocked in a read that no data will
+ever end."""
 
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ def _stats(screen) -> str:  # noqa: ANN001
     return str(row.query_one(".download-stats").render())
 
 
-async def test_a_stalled_download_shows_it_and_c_cancels_at_once(
-        fake_hub: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("key", ["c", "escape"])
+async def test_a_stalled_download_shows_it_and_a_key_cancels_it_at_once(
+        fake_hub: FakeHub, monkeypatch: pytest.MonkeyPatch, key: str) -> None:
     monkeypatch.setenv("LLMDECK_HUB_STALL_NOTICE", "0.3")
     monkeypatch.setenv("LLMDECK_HUB_STALL_TIMEOUT", "60")  # the person, not a timeout, ends it
     monkeypatch.setenv("LLMDECK_HUB_FIRST_BYTE_TIMEOUT", "60")
@@ -43,13 +45,16 @@ async def test_a_stalled_download_shows_it_and_c_cancels_at_once(
         await pilot.press("d")
         await wait_until(pilot, lambda: screen.query_one(DownloadsPanel).rows
                          and "stalled: no data for" in _note(screen), timeout=10)
-        assert "c cancels" in _note(screen)
+        assert "Esc or c cancels" in _note(screen)
         [row] = screen.query_one(DownloadsPanel).rows.values()
         assert row.has_class("-stalled") and row.progress.state == "downloading"
         began = time.monotonic()
-        await pilot.press("c")
+        await pilot.press(key)
         await wait_until(pilot, lambda: row.progress.finished, timeout=5)
         assert time.monotonic() - began < 1.0
         assert row.progress.state == "cancelled"
         assert "cancelled" in _stats(screen) and "stalled" not in _note(screen)
         assert not row.has_class("-stalled")
+        assert pilot.app.screen is screen  # Esc cancelled; it did not also leave
+        await pilot.press("escape")  # nothing stalls now: Esc goes back to the chat
+        await wait_until(pilot, lambda: pilot.app.screen is not screen)

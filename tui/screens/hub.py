@@ -458,8 +458,22 @@ class HubScreen(Screen):
         self.run_search()
 
     def action_close(self) -> None:
+        """Back to the chat; but while a download is stalled, Esc first cancels that one
+        (the key a person reaches for when something hangs; downloads that are moving
+        keep going behind the chat)."""
+        if (job := self._stalled()) is not None:
+            assert self.queue is not None
+            self.queue.cancel(job)
+            return
         if self.app.screen is self:
             self.app.pop_screen()
+
+    def _stalled(self) -> DownloadJob | None:
+        job = self.queue.active if self.queue is not None else None
+        row = self.query_one(DownloadsPanel).rows.get(job) if job is not None else None
+        if row is not None and row.progress.stalled_s is not None and not row.progress.finished:
+            return job
+        return None
 
 
 def _delete_detail(model: LocalModel) -> str:

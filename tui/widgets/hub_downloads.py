@@ -2,7 +2,7 @@
 
 Rows render from DownloadProgress values only, so the same widget shows a live job and a
 fixed snapshot state; the queue itself lives on the hub screen. A download that gets no
-data says so ("stalled: no data for 12 s · c cancels") long before its timeout ends it,
+data says so ("stalled: no data for 12 s · Esc or c cancels") long before its timeout ends it,
 and one kept without a hash from the Hub says it is unverified.
 """
 
@@ -61,7 +61,8 @@ def note_line(p: DownloadProgress) -> str | None:
     if p.error is not None and p.state == "error":
         return f"{p.error.code}: {p.error.message}"
     if p.stalled_s is not None and not p.finished:
-        return f"stalled: no data for {p.stalled_s:.0f} s · c cancels (the partial file is kept)"
+        return (f"stalled: no data for {p.stalled_s:.0f} s · Esc or c cancels (the partial "
+                "file is kept)")
     if p.state == "done" and p.unverified:
         return (f"unverified: the Hub gave no hash for {', '.join(p.unverified)}, so its "
                 "bytes are unchecked")
