@@ -78,7 +78,7 @@ def path_problem(name: str) -> str | None:
         return "holds control characters"
     if "\\" in name:
         return "holds a backslash"
-    if name.startswith("/") or re.match(r"[A-Za-z]:", name):
+    if name.startswith("/") or re.match(r"[A-Za-z]:(/|$)", name):
         return "is an absolute path"
     parts = name.split("/")
     if any(p in ("", ".", "..") for p in parts):

@@ -24,7 +24,7 @@ SHA256 = "b" * 64
 
 @pytest.mark.parametrize("name", [
     "model.gguf", "sub/dir/model-Q4_K_M.gguf", "weird name (1).gguf", "ünïcode.json",
-    "..hidden-ish.gguf", "a..b.gguf",
+    "..hidden-ish.gguf", "a..b.gguf", "a:b.gguf",
 ])
 def test_plain_relative_names_pass(name: str) -> None:
     assert path_problem(name) is None
