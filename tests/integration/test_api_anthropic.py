@@ -212,3 +212,36 @@ def test_the_key_is_taken_as_x_api_key_or_bearer_and_refused_in_anthropics_shape
             assert right.messages.create(model="scripted", max_tokens=200, messages=ASK).content
     finally:
         server.call(handle.stop())
+
+
+# -- a real model: a forced call, streamed as the grammar decodes it ---------------------
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[anthropic.Anthropic]:
+    from core.engines.base import ModelSpec
+    from tests.fixtures.tool_models import build_tool_model_dir
+
+    model = build_tool_model_dir(tmp_path_factory.mktemp("tiny-tools"))
+    spec = ModelSpec(str(model), "mlx", context_size=1024,
+                     options=(("max_concurrency", 2), ("warmup_batch_sizes", (1,))))
+    for srv in served(spec, tmp_path_factory.mktemp("tiny-home"), served_name="tiny"):
+        yield anthropic.Anthropic(base_url=_root(srv), api_key="x", max_retries=0, timeout=60)
+
+
+@pytest.mark.slow
+def test_a_forced_tool_use_streams_valid_input_from_a_real_model(tiny: anthropic.Anthropic) -> None:
+    from tests.fixtures.tool_models import TOOLS, valid_arguments
+
+    tools = [{"name": t["function"]["name"], "description": t["function"].get("description", ""),
+              "input_schema": t["function"]["parameters"]} for t in TOOLS]
+    with tiny.messages.stream(model="tiny", max_tokens=160, tools=tools,
+                              tool_choice={"type": "tool", "name": "set_alarm"},
+                              messages=[{"role": "user", "content": "Wake me at seven."}]) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    pieces = [e for e in events if e.type == "content_block_delta"
+              and e.delta.type == "input_json_delta"]
+    assert len(pieces) > 1, "the input arrives as it is decoded"
+    [call] = [b for b in final.content if b.type == "tool_use"]
+    assert call.name == "set_alarm" and valid_arguments("set_alarm", call.input), call.input
