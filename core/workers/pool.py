@@ -360,8 +360,9 @@ class _ModelGroup:
         self.admitted: tuple[memory_budget.Need, int, memory_budget.Budget] | None = None
 
     def held_bytes(self) -> int:
-        """The budget this model holds: its admitted need while a worker of it is up or starting."""
-        up = any(w.state in ("ready", "loading") for w in self.workers) or (
+        """The budget this model holds: its admitted need while a worker of it is up, starting
+        or crashed and about to be respawned."""
+        up = any(w.state in ("ready", "loading", "crashed") for w in self.workers) or (
             self.loading is not None and not self.loading.done())
         return self.admitted[0].total_bytes if self.admitted is not None and up else 0
 
