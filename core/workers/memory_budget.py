@@ -146,9 +146,9 @@ def kv_shape_from_config(config: dict[str, Any], dtype_bytes: int = KV_DTYPE_BYT
     heads = _int(c, "num_attention_heads", "n_head")
     if not layers or not heads:
         return None
-    kv_heads = c.get("num_key_value_heads") or heads
-    if isinstance(kv_heads, list):  # per-layer counts (some hybrids): the largest
-        kv_heads = max(int(h) for h in kv_heads)
+    kv_heads = _int(c, "num_key_value_heads") or heads
+    if isinstance(c.get("num_key_value_heads"), list):  # per layer (some hybrids): the largest
+        kv_heads = max(int(h) for h in c["num_key_value_heads"])
     head_dim = _int(c, "head_dim") or int(c.get("hidden_size", 0)) // heads
     key_dim = value_dim = head_dim
     if c.get("qk_nope_head_dim") is not None:  # MLA (DeepSeek, Kimi), counted uncompressed

@@ -4,6 +4,7 @@ the budget (automatic, from the config file, from the environment) with its sent
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -101,6 +102,22 @@ def test_what_cannot_be_measured_is_unknown_not_zero_or_an_exception(tmp_path: P
     (tmp_path / "bad.gguf").write_bytes(b"GGUF" + b"\xff" * 20)
     assert not mb.model_need(tmp_path / "bad.gguf", 4096).known
     assert "unknown" in mb.UNKNOWN.describe()
+
+
+@pytest.mark.parametrize("config", [
+    {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": -3, "head_dim": 8},
+    {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": ["x"]},
+    {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": "wide"},
+    {"num_hidden_layers": True, "num_attention_heads": 4, "head_dim": 8},
+    {"text_config": [1, 2]}, {"layer_types": "sliding_attention", "sliding_window": -1},
+])
+def test_a_garbled_config_is_never_a_negative_need_nor_an_exception(
+        tmp_path: Path, config: dict) -> None:
+    folder = sized_model_dir(tmp_path / "m", weights_bytes=10**6, layers=2, heads=4,
+                             kv_heads=2, head_dim=8)
+    (folder / "config.json").write_text(json.dumps(config))
+    need = mb.model_need(folder, 4096)
+    assert not need.known or (need.weights_bytes == 10**6 and need.kv_bytes >= 0)
 
 
 def test_the_automatic_budget_leaves_the_system_room() -> None:
