@@ -11,7 +11,11 @@ from typing import Any
 from aiohttp import web
 
 from core.server import anthropic, metrics, ollama, responses
-from core.server.dialects import Render, auth_middleware
+from core.server.dialects import Render, auth_middleware, shape_middleware
+
+HINTS = {"/api": ("This server's Ollama API offers /api/chat, /api/generate, /api/tags, "
+                  "/api/show, /api/ps and /api/version; models are fetched with llmdeck's hub "
+                  "(llmdeck models), not pulled, pushed or created through the API.")}
 
 
 def register(app: web.Application, server: Any) -> None:
@@ -21,6 +25,7 @@ def register(app: web.Application, server: Any) -> None:
                                            ("/api", ollama.render_error),
                                            ("/metrics", metrics.render_error)]
     app.middlewares.insert(1, auth_middleware(server, renderers))  # after busy_middleware
+    app.middlewares.append(shape_middleware(renderers, HINTS))  # innermost
     meter = metrics.metrics_for(server)
     app.middlewares.insert(0, meter.middleware)  # outermost: every answer is counted
     app.router.add_get("/metrics", meter.handle)

@@ -124,6 +124,32 @@ def auth_middleware(server: Any, renderers: list[tuple[str, Render]]) -> Any:
     return dialect_auth
 
 
+def shape_middleware(renderers: list[tuple[str, Render]], hints: dict[str, str]) -> Any:
+    """The router's own refusals (unknown path, wrong method) on a dialect's paths, in
+    that dialect's shape; `hints` adds a sentence per prefix (what is served there).
+
+    Innermost, so it sees the router's exception before the OpenAI error middleware
+    turns it into OpenAI's shape."""
+
+    @web.middleware
+    async def dialect_shape(request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPException as exc:
+            if exc.status not in (404, 405):
+                raise
+            for prefix, render in renderers:
+                if request.path == prefix or request.path.startswith(prefix + "/"):
+                    where = f"{request.method} {request.path[:200]}"
+                    message = (f"{request.path[:200]} does not accept {request.method}."
+                               if exc.status == 405 else f"{where} is not an endpoint of this server.")
+                    hint = hints.get(prefix)
+                    return render(ApiError(exc.status, f"{message} {hint}" if hint else message))
+            raise
+
+    return dialect_shape
+
+
 # -- admission ----------------------------------------------------------------------
 
 

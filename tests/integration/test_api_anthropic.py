@@ -245,3 +245,14 @@ def test_a_forced_tool_use_streams_valid_input_from_a_real_model(tiny: anthropic
     assert len(pieces) > 1, "the input arrives as it is decoded"
     [call] = [b for b in final.content if b.type == "tool_use"]
     assert call.name == "set_alarm" and valid_arguments("set_alarm", call.input), call.input
+
+
+def test_a_wrong_method_or_path_is_answered_in_anthropics_shape(server: ServerThread) -> None:
+    import httpx
+
+    root = _root(server)
+    for method, path, status in (("GET", "/v1/messages", 405),
+                                 ("POST", "/v1/messages/batches", 404)):
+        reply = httpx.request(method, root + path, json={})
+        assert reply.status_code == status
+        assert reply.json()["type"] == "error", reply.text
