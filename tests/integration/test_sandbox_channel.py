@@ -253,6 +253,32 @@ async def test_children_together_are_stopped_at_the_memory_total() -> None:
         await sb.close()
 
 
+# Forty forks of the runner, touching nothing: their resident sizes add up past 256 MiB
+# (each counts the interpreter's shared pages again), what they use together does not.
+SHARING_FORKS = """
+import os, time
+pids = []
+for _ in range(40):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(3)
+        os._exit(0)
+    pids.append(pid)
+for pid in pids:
+    os.waitpid(pid, 0)
+len(pids)
+"""
+
+
+async def test_forks_that_share_their_pages_are_not_counted_again_and_again() -> None:
+    sb = Sandbox(timeout_s=30, memory_mb=256)
+    try:
+        r = await sb.run("c", SHARING_FORKS)
+        assert r.ok and r.value == "40", r
+    finally:
+        await sb.close()
+
+
 async def test_the_scratch_folder_holds_what_the_setting_says_and_no_more() -> None:
     sb = Sandbox(timeout_s=20, memory_mb=512, scratch_mb=16)
     try:

@@ -287,6 +287,7 @@ async def test_a_fork_bomb_hits_the_process_limit_and_is_swept() -> None:
     sb = Sandbox(timeout_s=20, memory_mb=512)
     try:
         r = await sb.run("c", FORK_BOMB)
+        assert r.value is not None, r
         made, refused = ast.literal_eval(r.value)
         assert refused == "BlockingIOError" and made < PROCESSES, r
         assert f"stopped {made} processes" in r.note
