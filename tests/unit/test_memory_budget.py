@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,6 +79,19 @@ def test_a_gguf_needs_its_file_and_the_cache_its_metadata_describes(bundled_gguf
     assert two.weights_bytes == need.weights_bytes  # memory-mapped: the pages are shared
     assert two.kv_bytes == 2 * need.kv_bytes
     assert "context cache at 8,192 tokens, for 2 workers" in two.describe()
+
+
+def test_the_gguf_cache_is_what_llama_cpp_allocates(bundled_gguf: Path) -> None:
+    """llama.cpp prints the KV buffers it allocates (one per cache: Gemma 3 has a global and
+    a sliding-window one, kept at full size); their sum is the figure admission uses."""
+    script = (f"import llama_cpp; llama_cpp.Llama(model_path={str(bundled_gguf)!r}, "
+              "n_ctx=4096, n_threads=1, verbose=True)")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    sizes = re.findall(r"llama_kv_cache: size =\s+([\d.]+) MiB", run.stderr)
+    assert run.returncode == 0 and sizes, run.stderr[-2000:]
+    allocated = sum(float(s) for s in sizes) * 2**20
+    assert mb.model_need(bundled_gguf, 4096, engine="llamacpp").kv_bytes == allocated
 
 
 def test_a_split_gguf_needs_every_part(bundled_gguf: Path, tmp_path: Path) -> None:
