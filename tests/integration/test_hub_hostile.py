@@ -375,3 +375,21 @@ def test_a_safetensors_header_claiming_120_mb_is_not_read(tmp_path: Path) -> Non
         tracemalloc.stop()
     assert not model.valid and "header" in (model.problem or "")
     assert peak < 32 << 20, peak
+
+
+async def test_the_local_models_tab_says_a_model_is_unverified(fake_hub: FakeHub,
+                                                               tmp_path: Path) -> None:
+    """The person choosing a model in the hub sees what the CLI says: no hash was checked."""
+    from tests.fixtures.hub_screen import SIZE, hub_app, open_hub, wait_until
+    from tui.widgets.hub_local import LocalTable
+
+    name = _evil_repo(fake_hub, tmp_path, no_hashes=True)
+    fake_hub.repos[EVIL].etag_as[name] = "cdn-version-7"
+    assert pull(EVIL).unverified == (name,)
+    async with hub_app().run_test(size=SIZE) as pilot:
+        screen = await open_hub(pilot, search=False)
+        local = screen.query_one(LocalTable)
+        await wait_until(pilot, lambda: any(m.repo_id == EVIL for m in local.models))
+        row = next(i for i, m in enumerate(local.models) if m.repo_id == EVIL)
+        state = str(local.get_row_at(row)[-1])
+        assert "unverified" in state, state

@@ -75,4 +75,11 @@ def _cells(m: LocalModel) -> tuple[str, ...]:
     """A model's row, one string per column of COLUMNS."""
     name = m.repo_id + "/" + m.name if m.repo_id and m.format == "gguf" else (m.repo_id or m.name)
     return (name, m.format, m.engine or "none", m.quant or "", m.role, fmt.size(m.size_bytes),
-            m.source, "ok" if m.valid else f"✗ {m.problem}")
+            m.source, _state(m))
+
+
+def _state(m: LocalModel) -> str:
+    """Usable or not, and whether every file was checked against the Hub's hash."""
+    if not m.valid:
+        return f"✗ {m.problem}"
+    return "ok" if m.verified else "ok, unverified (no hash from the Hub)"
