@@ -12,18 +12,22 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+CONFIG_BYTES = 64 << 20  # a config.json past this is not one
 DEFAULT_PROMPT = ("Describe this image in detail for someone who cannot see it: "
                   "what it shows, any text in it, and notable details.")
 
 
 def is_vlm_dir(path: str | Path) -> bool:
     """Whether `path` is a model folder mlx-vlm can load as a vision model (its config
-    names a vision tower); a text-only MLX folder is not."""
-    import json
+    names a vision tower); a text-only MLX folder is not. The config came from the Hub:
+    read bounded in size and nesting, so a hostile one is "not a vision model", not a crash."""
+    from core import json_text
 
     config = Path(path) / "config.json"
     try:
-        data = json.loads(config.read_text(encoding="utf-8"))
+        if config.stat().st_size > CONFIG_BYTES:
+            return False
+        data = json_text.loads(config.read_bytes())
     except (OSError, ValueError):
         return False
     return isinstance(data, dict) and isinstance(data.get("vision_config"), dict)

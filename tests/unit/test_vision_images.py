@@ -114,3 +114,14 @@ def test_huge_images_are_scaled_to_the_default_side_and_heic_needs_its_package(
         assert result.code == "UNSUPPORTED_TYPE" and "pip install pillow-heif" in result.message
     else:  # with the package a broken HEIC is a corrupt file, not a crash
         assert result.code == "CORRUPT"
+
+
+def test_a_vision_config_nested_too_deep_is_not_a_vision_model(tmp_path) -> None:
+    """A config.json from the Hub nested 100,000 deep: 'not a vision model', no RecursionError."""
+    from core.vision.vlm import is_vlm_dir
+
+    (tmp_path / "config.json").write_text('{"vision_config": ' + "[" * 100_000
+                                          + "]" * 100_000 + "}")
+    assert is_vlm_dir(tmp_path) is False
+    (tmp_path / "config.json").write_text('{"vision_config": {"model_type": "siglip"}}')
+    assert is_vlm_dir(tmp_path) is True
