@@ -528,7 +528,9 @@ class MainScreen(Screen):
         from tui.screens.tool_approval import ToolApprovalScreen
 
         answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        dialog = ToolApprovalScreen(call, can_always=self.runtime.tools.policy.can_always_allow(call.name))
+        policy = self.runtime.tools.policy
+        dialog = ToolApprovalScreen(call, can_always=policy.can_always_allow(call.name),
+                                    warning=policy.warning(call.name))
         self.app.push_screen(dialog, lambda d: answer.done() or answer.set_result(d or "deny"))
         try:
             return await answer

@@ -23,15 +23,19 @@ class ToolApprovalScreen(ModalScreen[str]):
         Binding("n,escape", "answer('deny')", "Deny"),
     ]
 
-    def __init__(self, call: ToolCall, *, can_always: bool) -> None:
+    def __init__(self, call: ToolCall, *, can_always: bool, warning: str | None = None) -> None:
         super().__init__(classes="dialog-screen")
         self.call = call
         self.can_always = can_always
+        self.warning = warning  # e.g. python without the sandbox's walls: full rights
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Static(visible(f"Allow the tool {self.call.name} to run?"), classes="dialog-text",
                          markup=False)
+            if self.warning:
+                yield Static(f"⚠ {self.warning}", classes="dialog-text", markup=False,
+                             id="approval-warning")
             yield Static(visible(format_arguments(self.call.arguments, 600)), classes="dialog-hint",
                          markup=False)
             with Horizontal(classes="dialog-buttons"):
