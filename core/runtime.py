@@ -799,6 +799,7 @@ class Runtime:
 
     async def delete_conversation(self, conversation_id: str) -> None:
         await self.store_call(self.store_handle.delete_conversation, conversation_id)
+        await self.tools.sandbox.end(conversation_id)  # its variables and scratch go with it
 
     async def export_conversation(self, conversation_id: str, folder: Path | None = None) -> Path:
         """Write the active branch as Markdown under data_dir()/exports; returns the file."""

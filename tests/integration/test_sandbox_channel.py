@@ -361,3 +361,21 @@ def test_where_the_walls_cannot_go_up_the_code_does_not_run_unasked(tmp_path: Pa
     else:  # this run was approved for a walled sandbox: it does not go ahead without
         assert "first: crashed The code did not run" in done.stdout, done.stdout
         assert "unwalled: This code will run with your full rights" in done.stdout
+
+
+async def test_deleting_a_conversation_ends_its_sandbox() -> None:
+    """Its variables and scratch files go with it at once, not when the pool needs room."""
+    from tests.fixtures.tools import scripted_runtime
+
+    runtime = scripted_runtime(["ok"])
+    await runtime.start(preload=False)
+    try:
+        cid = await runtime.store_call(runtime.store_handle.create_conversation, "scratch")
+        kept = await runtime.tools.sandbox.run(cid, "secret = 42\nsecret")
+        other = await runtime.tools.sandbox.run("another", "1 + 1")
+        assert kept.ok and kept.value == "42" and other.ok
+        await runtime.delete_conversation(cid)
+        assert wait_gone([kept.pid], 10) == [], "the deleted conversation's sandbox is gone"
+        assert wait_gone([other.pid], 0.5) == [other.pid], "another conversation's stays"
+    finally:
+        await runtime.close()
