@@ -114,23 +114,40 @@ def _tool_result_text(block: Mapping[str, Any], where: str) -> str:
 
 
 def _message(raw: Any, i: int) -> list[dict[str, Any]]:
-    """One Anthropic message as OpenAI chat messages (tool results become `tool` ones)."""
-    where = f"messages[{i}]"
-    if not isinstance(raw, Mapping):
-        raise _bad(f"{where} must be an object with 'role' and 'content'.")
-    role = raw.get("role")
+    """One Anthropic message as OpenAI chat messages (tool results become `tool` ones).
+
+    Cheap for the common shapes (a string, text blocks): a 32 MiB body can hold a million
+    of them, and this runs before the prompt-size check refuses it. Paths for error
+    messages are only built when there is an error."""
+    role = raw.get("role") if isinstance(raw, Mapping) else None
     if role not in ("user", "assistant"):
-        raise _bad(f"{where}.role must be 'user' or 'assistant' (the system prompt goes in "
-                   "the top-level 'system').")
-    parts: list[dict[str, Any]] = []
+        if not isinstance(raw, Mapping):
+            raise _bad(f"messages[{i}] must be an object with 'role' and 'content'.")
+        raise _bad(f"messages[{i}].role must be 'user' or 'assistant' (the system prompt goes "
+                   "in the top-level 'system').")
+    content = raw.get("content")
+    if isinstance(content, str):
+        return [{"role": role, "content": content}]
+    if not isinstance(content, list):
+        raise _bad(f"messages[{i}].content must be a string or a list of content blocks.")
+    texts: list[str] = []
+    parts: list[dict[str, Any]] | None = None  # once an image comes: every part, in order
     calls: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
-    for j, block in enumerate(_blocks(raw.get("content"), f"{where}.content")):
-        at = f"{where}.content[{j}]"
-        kind = block["type"]
+    for j, block in enumerate(content):
+        kind = block.get("type") if isinstance(block, Mapping) else None
         if kind == "text":
-            parts.append({"type": "text", "text": _text(block.get("text"), f"{at}.text")})
-        elif kind == "image":
+            text = block.get("text")
+            if not isinstance(text, str):
+                raise _bad(f"messages[{i}].content[{j}].text must be a string.")
+            texts.append(text)
+            if parts is not None:
+                parts.append({"type": "text", "text": text})
+            continue
+        at = f"messages[{i}].content[{j}]"
+        if kind == "image":
+            if parts is None:
+                parts = [{"type": "text", "text": t} for t in texts]
             parts.append(_image_part(block, at))
         elif kind in ("thinking", "redacted_thinking"):
             continue  # past reasoning: chat templates leave it out
@@ -145,12 +162,16 @@ def _message(raw: Any, i: int) -> list[dict[str, Any]]:
             results.append({"role": "tool", "tool_call_id": _text(block.get("tool_use_id"),
                                                                   f"{at}.tool_use_id"),
                             "content": _tool_result_text(block, at)})
+        elif not isinstance(kind, str):
+            raise _bad(f"{at} must be a content block object with a 'type'.")
         else:
-            raise _bad(f"{at}: content blocks of type {kind!r} are not supported in a {role} "
-                       "message; send text, image, tool_use (assistant) or tool_result (user).")
+            raise _bad(f"{at}: content blocks of type {kind[:40]!r} are not supported in a "
+                       f"{role} message; send text, image, tool_use (assistant) or tool_result "
+                       "(user).")
     out: list[dict[str, Any]] = list(results)
-    if parts or calls or not results:
-        message: dict[str, Any] = {"role": role, "content": parts}
+    if texts or parts or calls or not results:
+        message: dict[str, Any] = {"role": role,
+                                   "content": parts if parts is not None else "".join(texts)}
         if calls:
             message["tool_calls"] = calls
         out.append(message)
