@@ -9,6 +9,7 @@ generates, lists, shows and asks what runs; hostile bodies come back as Ollama's
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -166,3 +167,21 @@ def test_endpoints_not_offered_say_so_in_ollamas_shape(client: ollama.Client) ->
     with pytest.raises(ollama.ResponseError) as caught:
         client._request_raw("GET", "/api/chat")
     assert caught.value.status_code == 405 and "does not accept GET" in caught.value.error
+
+
+def test_a_client_that_hangs_up_mid_stream_stops_the_generation(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The NDJSON writer is this dialect's own: a closed connection must end the request
+    in the worker (its slot freed at once), not run the reply out (~20 s here)."""
+    slow = scripted_spec(reply="word " * 200, tokens_per_s=50.0, chunk_chars=5)
+    for srv in served(slow, tmp_path_factory.mktemp("ollama-slow-home")):
+        url = srv.url.removesuffix("/v1") + "/api/chat"
+        with httpx.stream("POST", url, json={"model": "scripted", "messages": ASK},
+                          timeout=30) as reply:
+            lines = reply.iter_lines()
+            assert json.loads(next(lines))["done"] is False
+            assert [w.active for w in srv.runtime.pool.status()] == [1]
+        started = time.monotonic()
+        while any(w.active for w in srv.runtime.pool.status()):
+            assert time.monotonic() - started < 3, "the worker still runs the abandoned reply"
+            time.sleep(0.05)
