@@ -113,6 +113,68 @@ class McpServerConfig:
 
 
 @dataclass
+class ClusterConfig:
+    """One model served across several machines by MLX's own distributed engine
+    (core.cluster: mlx.launch running mlx-lm's server, rank 0 answering the OpenAI API).
+
+    `hosts` (IP addresses, rank 0 first) or `hostfile` (mlx.launch's JSON hostfile, which
+    names SSH hosts with their IPs and, for jaccl, their RDMA devices) say where the ranks
+    run; `model` is the model folder as every host sees it, `python` the interpreter with
+    mlx and mlx-lm on every host ("" = the one running llmdeck). Ports of 0 are picked free.
+    """
+
+    name: str
+    model: str
+    hosts: list[str] = field(default_factory=list)
+    hostfile: str = ""
+    backend: str = "ring"
+    mode: str = "tensor"
+    python: str = ""
+    port: int = 0  # rank 0's HTTP port
+    ring_port: int = 0  # the ring's first port (one more per rank)
+
+    def problem(self) -> str | None:
+        """Why this entry cannot be used, as a sentence, or None."""
+        try:
+            rules.cluster_name(self.name)
+            rules.cluster_backend(self.backend)
+            rules.cluster_mode(self.mode)
+            for label, port in (("port", self.port), ("ring_port", self.ring_port)):
+                if not isinstance(port, int) or isinstance(port, bool):
+                    raise Refused(f"{label} must be a whole number.")
+                rules.cluster_port(str(port), f"The cluster's {label}")
+            for host in self.hosts:
+                rules.cluster_host(host)
+        except Refused as exc:
+            return f"cluster {self.name!r}: {exc}"
+        if bool(self.hosts) == bool(self.hostfile):
+            return (f"cluster {self.name!r} needs either hosts (a list of IP addresses, rank 0 "
+                    "first) or a hostfile (mlx.launch's JSON), not both")
+        if self.hosts and len(self.hosts) < 2:
+            return f"cluster {self.name!r} needs two hosts or more (one host is just a model)"
+        if self.backend == "jaccl" and not self.hostfile:
+            return (f"cluster {self.name!r}: jaccl needs a hostfile naming each Mac's RDMA "
+                    "devices (mlx.distributed_config --backend jaccl writes one)")
+        if self.hosts and self.backend == "ring" and not all(_is_ip(h) for h in self.hosts):
+            return (f"cluster {self.name!r}: the ring backend connects to IP addresses; give "
+                    "hosts as IPs, or a hostfile with each host's ssh name and ips")
+        if not self.model.startswith(("/", "~")):
+            return (f"cluster {self.name!r}: model must be the model folder's full path as "
+                    "every host sees it")
+        return None
+
+
+def _is_ip(text: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass
 class Settings:
     model: str | None = None  # path to a .gguf or an MLX model dir; None = bundled
     engine: str | None = None  # None = choose from the artifact
@@ -140,6 +202,7 @@ class Settings:
     # What `llmdeck mcp` offers other agents; nothing unless the person turns it on.
     mcp_share_conversations: bool = False
     mcp_share_documents: bool = False
+    clusters: list[ClusterConfig] = field(default_factory=list)  # [[clusters]] (core.cluster)
     problems: list[str] = field(default_factory=list, repr=False, compare=False)
 
     @classmethod
@@ -176,6 +239,7 @@ class Settings:
                                      lambda remote, kept: remote.problem())
         self.mcp_servers = self._entries(data, "mcp_servers", McpServerConfig, "MCP server",
                                          _mcp_problem)
+        self.clusters = self._entries(data, "clusters", ClusterConfig, "cluster", _cluster_problem)
 
     def _apply_sampling(self, samp: Any) -> None:
         if not isinstance(samp, dict):
@@ -230,6 +294,10 @@ class Settings:
     def mcp_server(self, name: str) -> McpServerConfig | None:
         return next((m for m in self.mcp_servers if m.name == name), None)
 
+    def cluster(self, name: str) -> ClusterConfig | None:
+        """The configured [[clusters]] entry called `name` (None when there is none)."""
+        return next((c for c in self.clusters if c.name == name), None)
+
     def save(self, path: Path | None = None) -> Path | None:
         """Write the settings (atomically). Returns where the old file was kept: it is
         copied aside first when it holds something llmdeck could not read (a syntax error,
@@ -251,6 +319,14 @@ def _mcp_problem(server: McpServerConfig, kept: list[Any]) -> str | None:
         return why
     if any(m.name == server.name for m in kept):
         return f"a second MCP server is named {server.name!r}"
+    return None
+
+
+def _cluster_problem(cluster: ClusterConfig, kept: list[Any]) -> str | None:
+    if (why := cluster.problem()) is not None:
+        return why
+    if any(c.name == cluster.name for c in kept):
+        return f"a second cluster is named {cluster.name!r}"
     return None
 
 
@@ -348,7 +424,7 @@ _TOP_LEVEL: dict[str, Callable[[Any], Any]] = {
     "mcp_share_conversations": _flag("mcp_share_conversations"),
     "mcp_share_documents": _flag("mcp_share_documents"),
 }
-_SECTIONS = frozenset({"sampling", "remotes", "mcp_servers"})
+_SECTIONS = frozenset({"sampling", "remotes", "mcp_servers", "clusters"})
 
 _SAMPLING: dict[str, Callable[[Any], Any] | None] = {
     "temperature": _ruled(rules.temperature),

@@ -187,3 +187,46 @@ def memory_budget_gb(text: str) -> float:
         raise Refused(f"The memory budget must be 0 (automatic) or a number of GB up to "
                       f"{MAX_MEMORY_BUDGET_GB}.")
     return value
+
+
+# [[clusters]] (core.cluster): one model across several Macs on MLX's distributed engine.
+CLUSTER_BACKENDS = ("ring", "jaccl")  # TCP on any network; RDMA over Thunderbolt 5
+CLUSTER_MODES = ("tensor", "pipeline")
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
+def cluster_name(text: str) -> str:
+    """A name that goes into `cluster:NAME`, folder names and command lines unquoted."""
+    if not text or len(text) > 64 or not set(text) <= _NAME_CHARS:
+        raise Refused("A cluster's name must be 1 to 64 letters, digits, _ or -.")
+    return text
+
+
+def cluster_backend(text: str) -> str:
+    if text not in CLUSTER_BACKENDS:
+        raise Refused("A cluster's backend must be \"ring\" (TCP, any network) or \"jaccl\" "
+                      "(RDMA over Thunderbolt 5).")
+    return text
+
+
+def cluster_mode(text: str) -> str:
+    if text not in CLUSTER_MODES:
+        raise Refused("A cluster's mode must be \"tensor\" (every host holds a slice of every "
+                      "layer) or \"pipeline\" (each host holds some of the layers).")
+    return text
+
+
+def cluster_port(text: str, label: str) -> int:
+    value = int(_number(text, label, int))
+    if not 0 <= value <= 65_535:
+        raise Refused(f"{label} must be 0 (a free one) or a port up to 65535.")
+    return value
+
+
+def cluster_host(text: str) -> str:
+    """One host as mlx.launch takes it: an IP address or an SSH name, nothing a shell or
+    its comma-separated --hosts list would split."""
+    if not text or len(text) > 253 or any(c.isspace() or c in ",;'\"`$\\|&<>()" for c in text) \
+            or text.startswith("-"):
+        raise Refused(f"The host {text!r} is not an IP address or a host name.")
+    return text
