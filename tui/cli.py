@@ -61,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve the model over an OpenAI-compatible HTTP API",
                            add_help=False)
     serve.add_argument("rest", nargs=argparse.REMAINDER)
+    cluster = sub.add_parser("cluster", help="start, stop or show a cluster: one model across "
+                             "several Macs (up|down|status NAME)", add_help=False)
+    cluster.add_argument("rest", nargs=argparse.REMAINDER)
     return parser
 
 
@@ -89,6 +92,10 @@ def _dispatch(argv: list[str]) -> int:
         return doctor_main(argv[1:])
     if argv[:1] == ["models"]:  # likewise: `models --help`
         return _models(argv[1:])
+    if argv[:1] == ["cluster"]:  # likewise: `cluster up NAME --timeout 60`
+        from core.cluster import cluster_main
+
+        return cluster_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "mcp":
         from core.tools import mcp_share_main as mcp_main

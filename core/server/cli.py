@@ -111,8 +111,18 @@ async def serve(args: argparse.Namespace) -> int:
     elif args.model:
         settings.model = args.model
         settings.engine = args.engine
+    from core.cluster import ClusterError, start_for  # --model cluster:NAME (issue 35)
+
+    try:
+        cluster = await start_for(settings)
+    except ClusterError as exc:
+        print(f"llmdeck serve: {exc.message}", file=sys.stderr)
+        return 2
+    served = served or (cluster.served_name if cluster else None)
     runtime = Runtime(settings, model_spec=spec)
     await runtime.start(preload=True)
+    if cluster is not None:
+        await cluster.attach(runtime)
     try:
         limits = ServeLimits(max_connections=args.max_connections, idle_timeout_s=args.idle_timeout,
                              load_wait_s=args.load_wait)
@@ -122,6 +132,8 @@ async def serve(args: argparse.Namespace) -> int:
     except ServeError as exc:
         print(f"llmdeck serve: {exc.message}", file=sys.stderr)
         await runtime.close()
+        if cluster is not None:
+            await cluster.close()
         return 2
     print(f"llmdeck serve: listening on {handle.url}", flush=True)
     stop = asyncio.Event()
@@ -135,6 +147,8 @@ async def serve(args: argparse.Namespace) -> int:
     loaded.cancel()
     await handle.stop()
     await runtime.close()
+    if cluster is not None:
+        await cluster.close()  # every rank it started, checked by pid
     return 0
 
 

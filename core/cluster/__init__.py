@@ -1,0 +1,25 @@
+"""One model across several machines on MLX's own distributed engine (issue 35).
+
+    run = await start_for(settings)   # settings.model == "cluster:NAME"
+    ...Runtime(settings)...           # streams from rank 0 through core.remote
+    await run.close()
+
+`llmdeck cluster up|down|status NAME` is core.cluster.cli. mlx.launch and mlx-lm's
+server do the distributed work; this package starts, watches and stops them.
+"""
+
+from __future__ import annotations
+
+from core.cluster.launch import Cluster, ClusterError, current, stop_processes
+from core.cluster.serving import ClusterRun, cluster_ref, start_for
+from core.cluster.state import ClusterState, RankState, read_state
+
+
+def cluster_main(argv: list[str]) -> int:
+    from core.cluster.cli import main
+
+    return main(argv)
+
+
+__all__ = ["Cluster", "ClusterError", "ClusterRun", "ClusterState", "RankState", "cluster_main",
+           "cluster_ref", "current", "read_state", "start_for", "stop_processes"]

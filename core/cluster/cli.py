@@ -1,0 +1,106 @@
+"""`llmdeck cluster up|down|status NAME`: a cluster from another SSH window.
+
+`up` starts the ranks, waits for rank 0 and returns, leaving the cluster running (mlx.launch
+keeps the ranks together: one that dies takes the others down); `down` stops every rank and
+checks each pid; `status` shows each host, its rank, its state and the endpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from core.cluster.launch import Cluster, ClusterError, current, stop_processes
+from core.cluster.state import ClusterState, alive, write_state
+from core.terminal_text import visible
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="llmdeck cluster",
+                                description="Start, stop or show a [[clusters]] entry: one model "
+                                "across several Macs on MLX's distributed engine.")
+    p.add_argument("action", choices=("up", "down", "status"))
+    p.add_argument("name", help="the cluster's name in settings ([[clusters]])")
+    p.add_argument("--timeout", type=float, default=180.0, metavar="S",
+                   help="how long `up` waits for rank 0 to answer (default 180)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    from core.config import Settings
+
+    settings = Settings.load()
+    cfg = settings.cluster(args.name)
+    if args.action == "up":
+        if cfg is None:
+            return _fail(_unknown(args.name, settings))
+        try:
+            state = asyncio.run(Cluster(cfg).up(ready_timeout_s=args.timeout, detach=True))
+        except ClusterError as exc:
+            return _fail(exc.message)
+        except KeyboardInterrupt:
+            return 130
+        print(f"Cluster {args.name!r} is up: {len(state.ranks)} ranks, OpenAI API at {state.url} "
+              f"(use it as --model cluster:{args.name}).")
+        return 0
+    state = current(args.name)
+    if state is None:
+        if cfg is None:
+            return _fail(_unknown(args.name, settings))
+        print(f"Cluster {args.name!r} has not been started (`llmdeck cluster up {args.name}`).")
+        return 0 if args.action == "down" else 1
+    if args.action == "down":
+        return _down(state)
+    print(format_status(state))
+    return 0 if state.state == "up" else 1
+
+
+def _down(state: ClusterState) -> int:
+    left = stop_processes(state)
+    if left:
+        return _fail(f"Cluster {state.name!r}: processes {', '.join(map(str, left))} did not stop; "
+                     "stop them by hand (kill -9).")
+    was = state.state
+    state.state = "down" if was != "failed" else "failed"
+    write_state(state)
+    print(f"Cluster {state.name!r} is down; every rank on this machine was checked stopped.")
+    return 0
+
+
+def format_status(state: ClusterState) -> str:
+    """HOST RANK STATE PID ENDPOINT, one row a rank, then the error sentence if any. Host
+    names and log lines come from outside: shown through core.terminal_text.visible."""
+    rows = [("HOST", "RANK", "STATE", "PID", "ENDPOINT")]
+    for r in state.ranks:
+        if state.state != "up":
+            rank_state = state.state
+        elif r.local and r.pid:
+            rank_state = "up" if alive(r.pid) else "exited"
+        else:
+            rank_state = "up (via ssh)" if r.pid and alive(r.pid) else "unknown"
+        rows.append((_cell(r.host), str(r.rank), rank_state, str(r.pid or "-"),
+                     state.endpoint() if r.rank == 0 else "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [f"cluster {_cell(state.name)}: {state.state} ({state.backend}, {state.mode})"]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    if state.error:
+        lines.append(_cell(state.error, 2000))
+    return "\n".join(lines)
+
+
+def _cell(text: str, limit: int = 60) -> str:
+    shown = visible(text).replace("\n", " ")
+    return shown if len(shown) <= limit else shown[:limit - 1] + "…"
+
+
+def _unknown(name: str, settings: object) -> str:
+    names = [c.name for c in getattr(settings, "clusters", [])]
+    known = f" (configured: {', '.join(names)})" if names else ""
+    return f"No cluster named {name!r} is configured{known}; add it under [[clusters]] in settings."
+
+
+def _fail(message: str) -> int:
+    print(f"llmdeck cluster: {visible(message)}", file=sys.stderr)
+    return 1

@@ -1,0 +1,376 @@
+"""Start, watch and stop a cluster: MLX's own `mlx.launch` running mlx-lm's server sharded
+over the hosts of a [[clusters]] entry. We write no distributed engine: mlx.launch starts
+one rank per host (over SSH for other hosts), rank 0 answers the OpenAI API, and llmdeck
+streams from it as from any remote (core.remote).
+
+What llmdeck adds is supervision. mlx.launch runs in a process group of its own with every
+local rank in it, so stopping the group stops them all (an ssh client carrying a rank to
+another host takes its rank down with it when its terminal closes); each stop is checked
+by pid. A rank that dies is told as a sentence naming its host and the log's last lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from core import json_text
+from core.cluster.state import (
+    ClusterState,
+    RankState,
+    alive,
+    log_path,
+    now,
+    read_state,
+    write_state,
+)
+from core.config import ClusterConfig
+
+LOCAL_HOSTS = frozenset({"127.0.0.1"})  # the one address mlx.launch runs without ssh
+MLX_DEFAULT_RING_PORT = 32323
+MLX_LM_DEFAULT_PORT = 8080
+READY_TIMEOUT_S = 180.0
+STOP_GRACE_S = 5.0
+LOG_TAIL_LINES = 8
+_MAX_TAIL_BYTES = 64 * 1024
+_RANK_EXIT = re.compile(r"Node with rank (\d+) (?:exited with code (-?\d+)|was killed)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_NOISE = ("keepalive", "Prompt processing progress", "HTTP/1.1\" 200", "not recommended for production",
+          "warnings.warn(")
+
+
+class ClusterError(Exception):
+    """A cluster that cannot start or be reached; `message` says what to do."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Host:
+    ssh: str  # what mlx.launch connects to (an IP for --hosts)
+    ip: str  # where rank 0's HTTP answers, for rank 0
+
+    @property
+    def local(self) -> bool:
+        return self.ssh in LOCAL_HOSTS
+
+
+def hosts_of(cfg: ClusterConfig) -> list[Host]:
+    """The ranks' hosts in order, from the entry's list or its mlx.launch hostfile."""
+    if cfg.hosts:
+        return [Host(h, h) for h in cfg.hosts]
+    path = Path(cfg.hostfile).expanduser()
+    try:
+        raw = path.read_bytes()[:1_000_000]
+        data = json_text.loads(raw.decode("utf-8", "replace"))
+    except (OSError, ValueError) as exc:
+        raise ClusterError(f"Cluster {cfg.name!r}: its hostfile {path} could not be read ({exc}); "
+                           "mlx.distributed_config writes one, or list hosts instead.") from None
+    entries = data.get("hosts") if isinstance(data, dict) else data
+    out: list[Host] = []
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and isinstance(entry.get("ssh"), str):
+            ips = [i for i in entry.get("ips") or [] if isinstance(i, str)]
+            out.append(Host(entry["ssh"], ips[0] if ips else entry["ssh"]))
+    if len(out) < 2:
+        raise ClusterError(f"Cluster {cfg.name!r}: its hostfile {path} names fewer than two hosts "
+                           '(it wants {"hosts": [{"ssh": ..., "ips": [...]}, ...]}).')
+    return out
+
+
+def launcher() -> list[str]:
+    """mlx.launch from the Python running llmdeck (its console script, else the module)."""
+    script = Path(sys.executable).parent / "mlx.launch"
+    if script.exists():
+        return [sys.executable, str(script)]
+    found = shutil.which("mlx.launch")
+    return [found] if found else [sys.executable, "-m", "mlx._distributed_utils.launch"]
+
+
+def launch_command(cfg: ClusterConfig, hosts: list[Host], port: int, ring_port: int) -> list[str]:
+    """The mlx.launch command line for the cluster, mlx-lm's server as each rank's program."""
+    cmd = [*launcher(), "--backend", cfg.backend, "--python", cfg.python or sys.executable]
+    if cfg.hostfile:
+        cmd += ["--hostfile", str(Path(cfg.hostfile).expanduser())]
+    else:
+        cmd += ["--hosts", ",".join(h.ssh for h in hosts)]
+    if cfg.backend == "ring":
+        cmd += ["--starting-port", str(ring_port)]
+    bind = "127.0.0.1" if hosts[0].local else hosts[0].ip
+    cmd += ["--", "-m", "mlx_lm", "server", "--model", cfg.model, "--host", bind,
+            "--port", str(port)]
+    if cfg.mode == "pipeline":
+        cmd.append("--pipeline")
+    return cmd
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def free_run(count: int) -> int:
+    """The first of `count` consecutive free loopback ports (the ring takes one per rank)."""
+    for _ in range(50):
+        base = free_port()
+        if base + count > 65_535:
+            continue
+        if all(_free(base + i) for i in range(count)):
+            return base
+    raise ClusterError(f"Found no {count} free consecutive ports for the ring; set ring_port.")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def log_tail(path: str | Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The log's last lines worth reading (no colour codes, no keep-alive chatter)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - _MAX_TAIL_BYTES))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    kept = [_ANSI.sub("", t).strip() for t in text.splitlines()]
+    kept = [t for t in kept if t and not any(n in t for n in _NOISE)]
+    return kept[-lines:]
+
+
+def death_sentence(state: ClusterState) -> str:
+    """Why the cluster went down, naming the rank and host that died first."""
+    lines = log_tail(state.log, LOG_TAIL_LINES + 4)
+    culprit = None
+    for line in lines:
+        match = _RANK_EXIT.search(line)
+        if match:
+            culprit = match
+            break
+    hosts = {r.rank: r.host for r in state.ranks}
+    if culprit is None:
+        dead = [r for r in state.ranks if r.local and r.pid and not alive(r.pid)]
+        if dead:
+            first = dead[0]
+            what = f"rank {first.rank} on {first.host} stopped"
+        else:
+            what = "mlx.launch stopped"
+    else:
+        rank = int(culprit.group(1))
+        code = culprit.group(2)
+        how = ("was killed" if code is None else
+               f"was killed by signal {-int(code)}" if int(code) < 0 else f"exited with code {code}")
+        what = f"rank {rank} on {hosts.get(rank, '?')} {how}"
+    shown = [t for t in lines if not _RANK_EXIT.search(t)][-LOG_TAIL_LINES:]
+    tail = (" Its last log lines: " + " | ".join(shown)) if shown else ""
+    return (f"Cluster {state.name!r} went down: {what}, and every rank was stopped.{tail} "
+            f"Start it again with `llmdeck cluster up {state.name}`.")
+
+
+class Cluster:
+    """One running cluster: started by `up`, watched while this process waits on it."""
+
+    def __init__(self, cfg: ClusterConfig) -> None:
+        self.cfg = cfg
+        self.hosts = hosts_of(cfg)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.state = ClusterState(name=cfg.name, state="down", backend=cfg.backend, mode=cfg.mode)
+        self.failure: str | None = None
+        self._failed = asyncio.Event()
+        self._watch: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    # -- start ------------------------------------------------------------------
+    async def up(self, *, ready_timeout_s: float = READY_TIMEOUT_S, detach: bool = False) -> ClusterState:
+        """Start every rank and wait until rank 0 answers; a failure stops what started and
+        raises ClusterError with the log's last lines."""
+        running = current(self.cfg.name)
+        if running is not None and running.state in ("up", "starting"):
+            raise ClusterError(f"Cluster {self.cfg.name!r} is already {running.state} "
+                               f"({running.endpoint()}); `llmdeck cluster down {self.cfg.name}` "
+                               "stops it.")
+        all_local = all(h.local for h in self.hosts)
+        port = self.cfg.port or (free_port() if self.hosts[0].local else MLX_LM_DEFAULT_PORT)
+        ring_port = self.cfg.ring_port or (free_run(len(self.hosts)) if all_local
+                                           else MLX_DEFAULT_RING_PORT)
+        if self.hosts[0].local and not _free(port):
+            raise ClusterError(f"Cluster {self.cfg.name!r}: port {port} on this machine is taken; "
+                               "set another port (or 0 for any free one) in [[clusters]].")
+        log = log_path(self.cfg.name)
+        cmd = launch_command(self.cfg, self.hosts, port, ring_port)
+        with open(log, "wb") as out:
+            self.process = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        host0 = "127.0.0.1" if self.hosts[0].local else self.hosts[0].ip
+        self.state = ClusterState(
+            name=self.cfg.name, state="starting", url=f"http://{_bracketed(host0)}:{port}/v1",
+            launcher_pid=self.process.pid, owner_pid=0 if detach else os.getpid(),
+            backend=self.cfg.backend, mode=self.cfg.mode, log=str(log), started=now(),
+            ranks=[RankState(i, h.ssh, 0, h.local) for i, h in enumerate(self.hosts)])
+        write_state(self.state)
+        try:
+            await self._wait_ready(ready_timeout_s)
+        except BaseException:
+            await self.down(reason="failed")
+            raise
+        self.state.ranks = self._rank_processes()
+        self.state.state = "up"
+        write_state(self.state)
+        if not detach:
+            self._watch = asyncio.ensure_future(self._watch_ranks())
+        return self.state
+
+    async def _wait_ready(self, timeout_s: float) -> None:
+        import aiohttp
+
+        health = self.state.url.removesuffix("/v1") + "/health"
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0)) as http:
+            while True:
+                assert self.process is not None
+                if self.process.poll() is not None:
+                    tail = " | ".join(log_tail(self.state.log)) or "(the log is empty)"
+                    raise ClusterError(f"Cluster {self.cfg.name!r} did not start: mlx.launch exited "
+                                       f"with code {self.process.returncode}. Its last log lines: "
+                                       f"{tail}. `llmdeck doctor --cluster {self.cfg.name}` checks "
+                                       "the usual causes.")
+                try:
+                    async with http.get(health) as answer:
+                        if answer.status == 200:
+                            return
+                except (aiohttp.ClientError, OSError, TimeoutError):
+                    pass
+                if loop.time() > deadline:
+                    raise ClusterError(f"Cluster {self.cfg.name!r}: rank 0 did not answer at "
+                                       f"{health} within {timeout_s:.0f} s; it was stopped. Its "
+                                       f"last log lines: {' | '.join(log_tail(self.state.log))}")
+                await asyncio.sleep(0.2)
+
+    def _rank_processes(self) -> list[RankState]:
+        """The launcher's children, one per rank in start order: the rank itself for this
+        machine (bash exec's it), the ssh client for another host."""
+        import psutil
+
+        assert self.process is not None
+        try:
+            children = sorted(psutil.Process(self.process.pid).children(), key=lambda p: p.pid)
+        except psutil.Error:
+            children = []
+        ranks = []
+        for i, host in enumerate(self.hosts):
+            pid = children[i].pid if i < len(children) else 0
+            ranks.append(RankState(i, host.ssh, pid, host.local))
+        return ranks
+
+    # -- watch --------------------------------------------------------------------
+    async def _watch_ranks(self) -> None:
+        """Poll the launcher and the local ranks; the first to go takes the cluster down
+        (mlx.launch stops the others too; the group is stopped here to be sure)."""
+        while not self._stopping:
+            gone = self.process is not None and self.process.poll() is not None
+            gone = gone or any(r.pid and not alive(r.pid) for r in self.state.ranks if r.local)
+            if gone:
+                await asyncio.sleep(0.3)  # let mlx.launch log which rank exited
+                if self._stopping:
+                    return
+                self.failure = death_sentence(self.state)
+                self._failed.set()
+                await self.down(reason="failed")
+                return
+            await asyncio.sleep(0.2)
+
+    async def wait_failure(self, within_s: float) -> str | None:
+        """The sentence of the cluster's death, waiting up to `within_s` for the watcher to
+        see it (a reply's connection can drop a moment before a rank's exit is noticed)."""
+        if self.failure is None:
+            try:
+                await asyncio.wait_for(self._failed.wait(), within_s)
+            except TimeoutError:
+                pass
+        return self.failure
+
+    # -- stop ---------------------------------------------------------------------
+    async def down(self, *, reason: str = "down") -> list[int]:
+        """Stop every rank; returns the pids still alive after (none, unless the system
+        refused a signal)."""
+        self._stopping = True
+        if self._watch is not None and self._watch is not asyncio.current_task():
+            self._watch.cancel()
+        left = await asyncio.to_thread(stop_processes, self.state)
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                pass
+        self.state.state = "failed" if reason == "failed" else "down"
+        self.state.error = self.failure or ""
+        write_state(self.state)
+        return left
+
+
+def stop_processes(state: ClusterState, grace_s: float = STOP_GRACE_S) -> list[int]:
+    """SIGTERM the launcher's process group (every local rank and ssh client is in it), then
+    SIGKILL what is left after `grace_s`; every pid is checked. Returns the survivors."""
+    import time
+
+    pids = [state.launcher_pid, *(r.pid for r in state.ranks if r.pid)]
+    pids = [p for p in pids if p > 0]
+    group = state.launcher_pid
+
+    def signal_all(sig: int) -> None:
+        if group > 0:
+            try:
+                os.killpg(group, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in pids:  # a rank that left the group (setsid) is still stopped
+            if alive(pid):
+                try:
+                    os.kill(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    signal_all(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.1)
+    if any(alive(p) for p in pids):
+        signal_all(signal.SIGKILL)
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and any(alive(p) for p in pids):
+            time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+def current(name: str) -> ClusterState | None:
+    """The cluster's state as it is now: one marked up whose launcher has gone reads as
+    failed, with the sentence of what happened."""
+    state = read_state(name)
+    if state is None:
+        return None
+    if state.state in ("up", "starting") and not alive(state.launcher_pid):
+        state.error = state.error or death_sentence(state)
+        state.state = "failed"
+    return state
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

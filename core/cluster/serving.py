@@ -1,0 +1,72 @@
+"""`--model cluster:NAME` (serve, and any Runtime the same way): bring the cluster up, or
+use the one `llmdeck cluster up` left running, and point the settings at rank 0 as a
+remote endpoint, so the Runtime streams from it through core.remote unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.cluster.backend import ClusterBackend
+from core.cluster.launch import Cluster, ClusterError, current
+from core.config import RemoteEndpoint, Settings
+from core.remote import remote_model_string
+
+CLUSTER_PREFIX = "cluster:"
+# mlx-lm's server answers this name with the model it was started on; any other name
+# would make it load that model from the Hub.
+SERVED_MODEL = "default_model"
+
+
+def cluster_ref(model: str | None) -> str | None:
+    """The cluster's name in "cluster:NAME"; None for any other model."""
+    if not model or not model.startswith(CLUSTER_PREFIX):
+        return None
+    return model[len(CLUSTER_PREFIX):] or None
+
+
+class ClusterRun:
+    """A cluster in use by this process; `close` stops it when this process started it."""
+
+    def __init__(self, name: str, cluster: Cluster | None, url: str) -> None:
+        self.name = name
+        self.cluster = cluster  # None: another process's cluster, used as it is
+        self.url = url
+
+    @property
+    def served_name(self) -> str:
+        return f"{CLUSTER_PREFIX}{self.name}"
+
+    async def attach(self, runtime: Any) -> None:
+        """Wrap the Runtime's remote backend so a rank's death reads as the cluster's sentence."""
+        await runtime.ensure_model()
+        if self.cluster is not None and getattr(runtime.backend, "kind", "") == "remote":
+            runtime.backend = ClusterBackend(runtime.backend, self.cluster)
+
+    async def close(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.down()
+
+
+async def start_for(settings: Settings) -> ClusterRun | None:
+    """When settings.model names a cluster: start it (or find it running) and make
+    settings.model the remote model of its rank 0. None for any other model; a cluster
+    that cannot start raises ClusterError with its sentence."""
+    name = cluster_ref(settings.model)
+    if name is None:
+        return None
+    cfg = settings.cluster(name)
+    if cfg is None:
+        raise ClusterError(f"No cluster named {name!r} is configured; add it under [[clusters]] "
+                           "in settings (see the README, 'Several Macs').")
+    running = current(name)
+    if running is not None and running.state == "up":
+        run = ClusterRun(name, None, running.url)
+    else:
+        cluster = Cluster(cfg)
+        state = await cluster.up()
+        run = ClusterRun(name, cluster, state.url)
+    endpoint = RemoteEndpoint(name=run.served_name, url=run.url)
+    settings.remotes = [r for r in settings.remotes if r.name != endpoint.name] + [endpoint]
+    settings.model = remote_model_string(endpoint.name, SERVED_MODEL)
+    return run
