@@ -1,0 +1,162 @@
+"""A real two-rank ring cluster on loopback (issue 35): mlx.launch runs mlx-lm's server on
+two local ranks (CPU) over a tiny random-weight model folder, and `llmdeck serve --model
+cluster:NAME` serves it to the official openai client.
+
+What is checked from outside: the cluster's greedy reply equals single-process mlx-lm's;
+killing a rank mid-reply ends the reply (its text kept) with a sentence naming the rank's
+host, in bounded time, and no rank is left running; `llmdeck cluster down` leaves no
+process (each pid checked). A cluster takes ~10-20 s to start on 2 cores: marked slow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from openai import OpenAI
+
+from tests.fixtures.mlx_models import QWEN3_SHAPE, build_model_dir
+from tests.fixtures.serve import ROOT, spawn_serve
+
+pytestmark = pytest.mark.slow
+
+MESSAGES = [{"role": "user", "content": "Count to ten: one two three"}]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_model_dir(tmp_path_factory.mktemp("cluster-model"), QWEN3_SHAPE)
+
+
+@pytest.fixture
+def home(llmdeck_home: Path, model_dir: Path) -> Path:
+    config = llmdeck_home / "config"
+    config.mkdir(exist_ok=True)
+    (config / "config.toml").write_text(
+        f'[[clusters]]\nname = "loop"\nhosts = ["127.0.0.1", "127.0.0.1"]\nmodel = "{model_dir}"\n'
+        f'python = "{sys.executable}"\n', encoding="utf-8")
+    return llmdeck_home
+
+
+def llmdeck(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "LLMDECK_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "tui.cli", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def cluster_pids(home: Path) -> list[int]:
+    """mlx.launch and every rank, as the state file records them."""
+    state = json.loads((home / "data" / "clusters" / "loop.json").read_text())
+    return [state["launcher_pid"], *(r["pid"] for r in state["ranks"])]
+
+
+def running(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def serve_owning_cluster(home: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    proc, url = spawn_serve(home, "--model", "cluster:loop")
+    try:
+        yield proc, url
+    finally:
+        stop(proc)
+
+
+def single_process_reply(model_dir: Path, max_tokens: int) -> str:
+    from mlx_lm import generate, load
+    from mlx_lm.sample_utils import make_sampler
+
+    model, tokenizer = load(str(model_dir))
+    prompt = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True)
+    return generate(model, tokenizer, prompt=prompt, max_tokens=max_tokens,
+                    sampler=make_sampler(temp=0.0))
+
+
+def test_up_serve_chat_equals_single_process_and_down_leaves_no_process(home: Path,
+                                                                       model_dir: Path) -> None:
+    up = llmdeck(home, "cluster", "up", "loop")
+    assert up.returncode == 0, up.stderr
+    pids = cluster_pids(home)
+    assert len(running(pids)) == 3  # mlx.launch and two ranks
+    status = llmdeck(home, "cluster", "status", "loop")
+    assert status.returncode == 0 and "127.0.0.1  1     up" in status.stdout, status.stdout
+    proc, url = spawn_serve(home, "--model", "cluster:loop")  # uses the running cluster
+    try:
+        client = OpenAI(base_url=url, api_key="unused")
+        stream = client.chat.completions.create(model="cluster:loop", messages=MESSAGES,
+                                                max_tokens=24, temperature=0, stream=True)
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert text == single_process_reply(model_dir, 24)
+        assert text.strip()
+    finally:
+        stop(proc)
+    assert len(running(pids)) == 3  # serve did not start it, so serve leaves it running
+    down = llmdeck(home, "cluster", "down", "loop")
+    assert down.returncode == 0, down.stderr
+    assert running(pids) == []
+    assert "down" in llmdeck(home, "cluster", "status", "loop").stdout
+
+
+def test_a_rank_killed_mid_reply_ends_it_with_the_host_and_no_rank_left(
+        home: Path, serve_owning_cluster: tuple[subprocess.Popen[str], str]) -> None:
+    proc, url = serve_owning_cluster
+    pids = cluster_pids(home)
+    rank1 = pids[2]
+    client = OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=60)
+    stream = client.chat.completions.create(model="cluster:loop", messages=MESSAGES,
+                                            max_tokens=3000, temperature=0, stream=True)
+    text, error = "", ""
+    started = time.monotonic()
+    killer = None
+    try:
+        for chunk in stream:
+            if chunk.choices:
+                text += chunk.choices[0].delta.content or ""
+            if killer is None and len(text) > 20:
+                killer = threading.Timer(0.0, os.kill, (rank1, signal.SIGKILL))
+                killer.start()
+                killed_at = time.monotonic()
+    except Exception as exc:  # the server ends the stream with an error event
+        error = str(exc)
+    assert killer is not None, f"the reply ended before the kill: {text!r}"
+    elapsed = time.monotonic() - killed_at
+    assert elapsed < 15, f"the reply took {elapsed:.1f} s to end after the kill"
+    assert len(text) > 20  # the text so far was kept
+    # The error arrives as the stream's last event; the openai client raises it.
+    assert "rank 1 on 127.0.0.1" in error and "was killed by signal 9" in error, error
+    assert "llmdeck cluster up loop" in error
+    deadline = time.monotonic() + 10
+    while running(pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert running(pids) == [], "a rank outlived the cluster"
+    assert proc.poll() is None  # the server itself goes on
+    assert time.monotonic() - started < 60
+    stop(proc)
+    assert proc.returncode == 0
