@@ -86,6 +86,10 @@ def _dispatch(argv: list[str]) -> int:
         if not {"-h", "--help"} & set(argv) and not _lock_home("serve"):
             return 1
         return serve_main(argv[1:])
+    if argv[:1] == ["doctor"] and any(a.startswith("--cluster") for a in argv):
+        from core.cluster import cluster_doctor_main
+
+        return cluster_doctor_main(argv[1:])
     if argv[:1] == ["doctor"]:  # likewise: `doctor --offline`
         from core.doctor import main as doctor_main
 

@@ -15,11 +15,19 @@ from core.cluster.serving import ClusterRun, cluster_ref, start_for
 from core.cluster.state import ClusterState, RankState, read_state
 
 
+def cluster_doctor_main(argv: list[str]) -> int:
+    """`llmdeck doctor --cluster NAME` (core.cluster.doctor)."""
+    from core.cluster.doctor import main
+
+    return main(argv)
+
+
 def cluster_main(argv: list[str]) -> int:
     from core.cluster.cli import main
 
     return main(argv)
 
 
-__all__ = ["Cluster", "ClusterError", "ClusterRun", "ClusterState", "RankState", "cluster_main",
+__all__ = ["Cluster", "ClusterError", "ClusterRun", "ClusterState", "RankState",
+           "cluster_doctor_main", "cluster_main",
            "cluster_ref", "current", "read_state", "start_for", "stop_processes"]

@@ -5,7 +5,9 @@ cluster:NAME` serves it to the official openai client.
 What is checked from outside: the cluster's greedy reply equals single-process mlx-lm's;
 killing a rank mid-reply ends the reply (its text kept) with a sentence naming the rank's
 host, in bounded time, and no rank is left running; `llmdeck cluster down` leaves no
-process (each pid checked). A cluster takes ~10-20 s to start on 2 cores: marked slow.
+process (each pid checked). A cluster takes ~10-20 s to start on 2 cores: those tests
+are marked slow. `llmdeck doctor --cluster` runs its real probe on this machine and a real
+ssh to a host that does not resolve.
 """
 
 from __future__ import annotations
@@ -26,8 +28,6 @@ from openai import OpenAI
 
 from tests.fixtures.mlx_models import QWEN3_SHAPE, build_model_dir
 from tests.fixtures.serve import ROOT, spawn_serve
-
-pytestmark = pytest.mark.slow
 
 MESSAGES = [{"role": "user", "content": "Count to ten: one two three"}]
 
@@ -99,6 +99,7 @@ def single_process_reply(model_dir: Path, max_tokens: int) -> str:
                     sampler=make_sampler(temp=0.0))
 
 
+@pytest.mark.slow
 def test_up_serve_chat_equals_single_process_and_down_leaves_no_process(home: Path,
                                                                        model_dir: Path) -> None:
     up = llmdeck(home, "cluster", "up", "loop")
@@ -124,6 +125,7 @@ def test_up_serve_chat_equals_single_process_and_down_leaves_no_process(home: Pa
     assert "down" in llmdeck(home, "cluster", "status", "loop").stdout
 
 
+@pytest.mark.slow
 def test_a_rank_killed_mid_reply_ends_it_with_the_host_and_no_rank_left(
         home: Path, serve_owning_cluster: tuple[subprocess.Popen[str], str]) -> None:
     proc, url = serve_owning_cluster
@@ -160,3 +162,49 @@ def test_a_rank_killed_mid_reply_ends_it_with_the_host_and_no_rank_left(
     assert time.monotonic() - started < 60
     stop(proc)
     assert proc.returncode == 0
+
+
+def test_doctor_passes_a_good_loopback_cluster(home: Path) -> None:
+    done = llmdeck(home, "doctor", "--cluster", "loop")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "mlx 0.32" in done.stdout and "on every host" in done.stdout
+    assert "the same files on every host" in done.stdout
+
+
+def test_doctor_names_a_missing_model_and_a_taken_port(home: Path, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        (home / "config" / "config.toml").write_text(
+            f'[[clusters]]\nname = "loop"\nhosts = ["127.0.0.1", "127.0.0.1"]\n'
+            f'model = "{tmp_path / "nowhere"}"\nport = {port}\n', encoding="utf-8")
+        done = llmdeck(home, "doctor", "--cluster", "loop")
+    assert done.returncode == 1
+    assert f"model on this machine  no folder {tmp_path / 'nowhere'}" in done.stdout, done.stdout
+    assert f"in use: {port}" in done.stdout
+    assert "fix: Copy the model folder" in done.stdout
+
+
+def test_doctor_says_ssh_must_work_without_a_password(home: Path, model_dir: Path,
+                                                      tmp_path: Path) -> None:
+    hostfile = tmp_path / "hosts.json"
+    hostfile.write_text(json.dumps({"hosts": [{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]},
+                                              {"ssh": "mac2.invalid", "ips": ["192.0.2.7"]}]}))
+    (home / "config" / "config.toml").write_text(
+        f'[[clusters]]\nname = "lan"\nhostfile = "{hostfile}"\nmodel = "{model_dir}"\n',
+        encoding="utf-8")
+    done = llmdeck(home, "doctor", "--cluster", "lan", timeout=60)
+    assert done.returncode == 1
+    assert "FAIL  ssh mac2.invalid" in done.stdout, done.stdout
+    assert "ssh-copy-id mac2.invalid" in done.stdout
+
+
+def test_unknown_cluster_is_a_sentence(home: Path) -> None:
+    for args in (("cluster", "up", "nope"), ("doctor", "--cluster", "nope")):
+        done = llmdeck(home, *args)
+        assert done.returncode == 1
+        assert "No cluster named 'nope'" in done.stderr or "no cluster named 'nope'" in done.stderr
+        assert "Traceback" not in done.stderr
