@@ -106,9 +106,14 @@ def _dispatch(argv: list[str]) -> int:
 
         return mcp_main()
     if args.command == "workers":
+        from core.cluster import clusters_report
         from core.workers import workers_main
 
-        return workers_main()
+        code = workers_main()
+        clusters = clusters_report()  # several Macs on one model (issue 35)
+        if clusters:
+            print(f"\nclusters:\n{clusters}")
+        return 0 if clusters else code
     if args.command == "paths":
         from core import paths
 

@@ -15,6 +15,13 @@ from core.cluster.serving import ClusterRun, cluster_ref, start_for
 from core.cluster.state import ClusterState, RankState, read_state
 
 
+def clusters_report() -> str | None:
+    """The clusters `llmdeck workers` shows under the workers (core.cluster.cli)."""
+    from core.cluster.cli import clusters_report as report
+
+    return report()
+
+
 def cluster_doctor_main(argv: list[str]) -> int:
     """`llmdeck doctor --cluster NAME` (core.cluster.doctor)."""
     from core.cluster.doctor import main
@@ -29,5 +36,5 @@ def cluster_main(argv: list[str]) -> int:
 
 
 __all__ = ["Cluster", "ClusterError", "ClusterRun", "ClusterState", "RankState",
-           "cluster_doctor_main", "cluster_main",
+           "cluster_doctor_main", "cluster_main", "clusters_report",
            "cluster_ref", "current", "read_state", "start_for", "stop_processes"]

@@ -8,10 +8,9 @@ connection was lost") for the one that says which host died and what it logged l
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from core.cluster.launch import Cluster
 from core.engines.base import GenerationRequest
 from core.events import Error, Event
 from core.remote import Backend
@@ -24,16 +23,18 @@ NAMING_WAIT_S = 3.0
 class ClusterBackend:
     kind = "remote"
 
-    def __init__(self, inner: Backend, cluster: Cluster) -> None:
+    def __init__(self, inner: Backend, name: str,
+                 failure: Callable[[float], Awaitable[str | None]]) -> None:
         self.inner = inner
-        self.cluster = cluster
+        self.name = name
+        self.failure = failure  # waits up to N s for the sentence of the cluster's end
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
         events = self.inner.generate(request)
         try:
             async for event in events:
                 if isinstance(event, Error):
-                    sentence = await self.cluster.wait_failure(NAMING_WAIT_S)
+                    sentence = await self.failure(NAMING_WAIT_S)
                     if sentence:
                         event = Error(event.code, f"{sentence} The reply so far was kept.")
                 yield event
@@ -50,7 +51,7 @@ class ClusterBackend:
         return self.inner.queued()
 
     def describe(self) -> dict[str, Any]:
-        return {**self.inner.describe(), "cluster": self.cluster.cfg.name}
+        return {**self.inner.describe(), "cluster": self.name}
 
     async def close(self) -> None:
         await self.inner.close()

@@ -90,6 +90,18 @@ def format_status(state: ClusterState) -> str:
     return "\n".join(lines)
 
 
+def clusters_report() -> str | None:
+    """Every cluster not cleanly down, as `llmdeck workers` shows them; None if none."""
+    from core.cluster.state import clusters_dir
+
+    shown = []
+    for path in sorted(clusters_dir().glob("*.json")):
+        state = current(path.stem)
+        if state is not None and state.state != "down":
+            shown.append(format_status(state))
+    return "\n\n".join(shown) if shown else None
+
+
 def _cell(text: str, limit: int = 60) -> str:
     shown = visible(text).replace("\n", " ")
     return shown if len(shown) <= limit else shown[:limit - 1] + "…"

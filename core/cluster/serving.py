@@ -5,6 +5,7 @@ remote endpoint, so the Runtime streams from it through core.remote unchanged.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from core.cluster.backend import ClusterBackend
@@ -40,8 +41,25 @@ class ClusterRun:
     async def attach(self, runtime: Any) -> None:
         """Wrap the Runtime's remote backend so a rank's death reads as the cluster's sentence."""
         await runtime.ensure_model()
-        if self.cluster is not None and getattr(runtime.backend, "kind", "") == "remote":
-            runtime.backend = ClusterBackend(runtime.backend, self.cluster)
+        if getattr(runtime.backend, "kind", "") == "remote":
+            failure = self.cluster.wait_failure if self.cluster is not None else self._ended
+            runtime.backend = ClusterBackend(runtime.backend, self.name, failure)
+
+    async def _ended(self, within_s: float) -> str | None:
+        """How another process's cluster ended, read from its state file (mlx.launch stops
+        every rank and exits when one dies, which the file's reader sees by pid)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within_s
+        while True:
+            state = current(self.name)
+            if state is not None and state.state == "failed":
+                return state.error
+            if state is None or state.state == "down":
+                return (f"Cluster {self.name!r} was stopped (llmdeck cluster down); start it "
+                        f"again with `llmdeck cluster up {self.name}`.")
+            if loop.time() >= deadline:
+                return None
+            await asyncio.sleep(0.2)
 
     async def close(self) -> None:
         if self.cluster is not None:

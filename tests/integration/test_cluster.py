@@ -108,19 +108,28 @@ def test_up_serve_chat_equals_single_process_and_down_leaves_no_process(home: Pa
     assert len(running(pids)) == 3  # mlx.launch and two ranks
     status = llmdeck(home, "cluster", "status", "loop")
     assert status.returncode == 0 and "127.0.0.1  1     up" in status.stdout, status.stdout
+    workers = llmdeck(home, "workers")
+    assert workers.returncode == 0 and "cluster loop: up (ring, tensor)" in workers.stdout
+    assert "http://127.0.0.1:" in workers.stdout, workers.stdout
     proc, url = spawn_serve(home, "--model", "cluster:loop")  # uses the running cluster
     try:
-        client = OpenAI(base_url=url, api_key="unused")
+        client = OpenAI(base_url=url, api_key="unused", max_retries=0)
         stream = client.chat.completions.create(model="cluster:loop", messages=MESSAGES,
                                                 max_tokens=24, temperature=0, stream=True)
         text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
         assert text == single_process_reply(model_dir, 24)
         assert text.strip()
+        down = llmdeck(home, "cluster", "down", "loop")  # under the server's feet
+        assert down.returncode == 0, down.stderr
+        assert running(pids) == []
+        with pytest.raises(Exception) as failed:
+            stream = client.chat.completions.create(model="cluster:loop", messages=MESSAGES,
+                                                    max_tokens=24, stream=True)
+            list(stream)
+        assert "Cluster 'loop' was stopped (llmdeck cluster down)" in str(failed.value)
+        assert proc.poll() is None
     finally:
         stop(proc)
-    assert len(running(pids)) == 3  # serve did not start it, so serve leaves it running
-    down = llmdeck(home, "cluster", "down", "loop")
-    assert down.returncode == 0, down.stderr
     assert running(pids) == []
     assert "down" in llmdeck(home, "cluster", "status", "loop").stdout
 
