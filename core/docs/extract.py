@@ -9,6 +9,12 @@ Plain text (.txt, .md) is read here, block by block, and never handed whole to a
 converter: a 99 MiB file of NUL bytes once grew the app to 12.7 GB that way. Every text
 format (those two, .csv and .html) is checked for NUL bytes as it is read (git's rule
 for "binary"), so a binary file renamed .txt is refused with a sentence, not chunked.
+
+Files built to attack a reader are refused before a converter sees them, each by a check
+of its own that reads in small steps (office_zip: zip bombs, lying sizes, DTDs;
+pdf_streams: flate bombs; markup_shape: HTML too deep or too big, endless CSV lines), and
+the text a converter returns is capped. In the documents worker, `bounds` adds a memory
+and a time limit (budget.py) for what no check foresaw.
 """
 
 from __future__ import annotations
@@ -17,16 +23,22 @@ import codecs
 import io
 import os
 import re
+import stat
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.docs.errors import DocError
+from core.docs.budget import OverTime, ReadBounds, bounded, memory_error_in
+from core.docs.errors import DocError, DocRefused
+from core.docs.markup_shape import check_csv_lines, check_html_shape
+from core.docs.office_zip import check_office_zip
+from core.docs.pdf_streams import check_pdf_streams
 
 DEFAULT_MAX_BYTES = 20 * 1024 * 1024  # Settings.attach_max_mb overrides it
 BLOCK_BYTES = 1 << 20  # plain text is read and decoded one MiB at a time
 SNIFF_BYTES = 8000  # a NUL in a text file's first 8000 bytes marks it binary, as git decides
+TEXT_FACTOR = 2  # a document's text may be twice the attachment limit (in characters)
 
 # (stage, done, total): "reading" in bytes, "pages" of a PDF, "embedding" in chunks.
 Progress = Callable[[str, int, int], None]
@@ -99,13 +111,21 @@ def check_path(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> DocError
             f"{p.name} is not a supported document type; attach one of: {names}.",
             shown,
         )
+    info = p.stat()
+    if not stat.S_ISREG(info.st_mode):
+        return DocError(
+            "UNREADABLE",
+            f"{p.name} is not a regular file (a pipe, a device or a socket); attach the "
+            "document itself.",
+            shown,
+        )
     if not os.access(p, os.R_OK):
         return DocError(
             "UNREADABLE",
             f"{p.name} cannot be read with your permissions; check who owns it (ls -l).",
             shown,
         )
-    size = p.stat().st_size
+    size = info.st_size
     if size > max_bytes:
         return DocError(
             "TOO_LARGE",
@@ -119,54 +139,104 @@ def check_path(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> DocError
 
 
 def extract(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
-            progress: Progress | None = None) -> ExtractedDoc | DocError:
-    """Extract `path` into labelled sections, or say why it cannot be attached."""
+            progress: Progress | None = None,
+            bounds: ReadBounds | None = None) -> ExtractedDoc | DocError:
+    """Extract `path` into labelled sections, or say why it cannot be attached.
+
+    `bounds` (the documents worker's; never the app's, whose process it would limit)
+    caps the memory and time the reading may take, with a pulse of progress meanwhile."""
     refused = check_path(path, max_bytes)
     if refused is not None:
         return refused
     p = Path(path).expanduser()
     kind = SUPPORTED[p.suffix.lower()]
     report = progress or _no_progress
+    if bounds is None:
+        return _extract(p, kind, max_bytes, report, None)
+    _markitdown()  # its own start-up (imports, a model to guess types) is not the file's cost
     try:
-        if kind in _PLAIN:
-            sections = [Section("", _read_text(p, report).strip())]
-        elif kind == "pdf":
-            sections = _pdf_sections(p, report)
-        else:
-            if kind in _SNIFFED:
-                _refuse_binary_sample(p)
-            if kind in _OFFICE and not _is_office_zip(p):
-                raise _Refused(
-                    DocError(
-                        "CORRUPT",
-                        f"{p.name} is not a valid {kind.upper()} file (it is not an Office "
-                        "package); open and re-save it in its application, then attach it again.",
-                        str(path),
-                    )
-                )
-            if kind in _OFFICE:
-                _refuse_zip_bomb(p, max_bytes)
-            markdown = _markitdown_file(p)
-            if kind == "pptx":
-                sections = _split_marked(markdown, _SLIDE_MARK, "slide {}")
-            elif kind == "xlsx":
-                sections = _split_marked(markdown, _SHEET_MARK, "sheet {}", keep_heading=True)
-            else:
-                sections = [Section("", markdown.strip())]
-    except _Refused as refused_err:
+        with bounded(bounds, report) as guarded:
+            return _extract(p, kind, max_bytes, guarded, bounds)
+    except OverTime:
+        return DocError(
+            "TIMEOUT",
+            f"{p.name} took longer than {bounds.seconds:.0f} s to read, the limit for one "
+            "document; attach a smaller part of it (or save it in a simpler format).",
+            str(p),
+        )
+
+
+def _extract(p: Path, kind: str, max_bytes: int, report: Progress,
+             bounds: ReadBounds | None) -> ExtractedDoc | DocError:
+    try:
+        sections = _sections(p, kind, max_bytes, report)
+    except DocRefused as refused_err:
         return refused_err.error
     except Exception as exc:  # noqa: BLE001 - any converter failure is a broken file to the user
+        if memory_error_in(exc):
+            return _out_of_memory(p, bounds)
         return DocError(
             "CORRUPT",
             f"{p.name} could not be read as {kind.upper()} ({type(exc).__name__}); "
             "it may be damaged: open and re-save it, then attach it again.",
-            str(path),
+            str(p),
         )
     sections = [s for s in sections if s.text.strip()]
     if not sections:
         hint = " (a scanned PDF needs OCR first)" if kind == "pdf" else ""
-        return DocError("EMPTY", f"{p.name} has no text to read{hint}.", str(path))
+        return DocError("EMPTY", f"{p.name} has no text to read{hint}.", str(p))
+    chars = sum(len(s.text) for s in sections)
+    if chars > TEXT_FACTOR * max_bytes:
+        return DocError(
+            "TOO_LARGE",
+            f"{p.name} reads as {chars / 1e6:.0f} million characters of text, over "
+            f"{TEXT_FACTOR} times the {_mb(max_bytes)} attachment limit (attach_max_mb in the "
+            "config file); attach only the part you need.",
+            str(p),
+        )
     return ExtractedDoc(str(p), p.name, kind, p.stat().st_size, tuple(sections))
+
+
+def _sections(p: Path, kind: str, max_bytes: int, report: Progress) -> list[Section]:
+    """The checks for the file's kind, then its converter; raises DocRefused."""
+    if kind in _PLAIN:
+        return [Section("", _read_text(p, report).strip())]
+    if kind == "pdf":
+        check_pdf_streams(p, max_bytes, report)
+        return _pdf_sections(p, report)
+    if kind in _SNIFFED:
+        _refuse_binary_sample(p)
+        if kind == "html":
+            check_html_shape(p)
+        else:
+            check_csv_lines(p)
+    if kind in _OFFICE:
+        if not _is_office_zip(p):
+            raise DocRefused(
+                DocError(
+                    "CORRUPT",
+                    f"{p.name} is not a valid {kind.upper()} file (it is not an Office "
+                    "package); open and re-save it in its application, then attach it again.",
+                    str(p),
+                )
+            )
+        check_office_zip(p, max_bytes, report)
+    markdown = _markitdown_file(p)
+    if kind == "pptx":
+        return _split_marked(markdown, _SLIDE_MARK, "slide {}")
+    if kind == "xlsx":
+        return _split_marked(markdown, _SHEET_MARK, "sheet {}", keep_heading=True)
+    return [Section("", markdown.strip())]
+
+
+def _out_of_memory(p: Path, bounds: ReadBounds | None) -> DocError:
+    allowed = (f"more than the {_mb(bounds.memory_bytes)} of memory a document may use"
+               if bounds is not None else "more memory than this machine has free")
+    return DocError(
+        "TOO_LARGE",
+        f"{p.name} needs {allowed} to read; attach a smaller part of it.",
+        str(p),
+    )
 
 
 _OFFICE = {"docx", "pptx", "xlsx"}
@@ -178,8 +248,8 @@ def _no_progress(stage: str, done: int, total: int) -> None:
     pass
 
 
-def _binary(p: Path, where: str) -> _Refused:
-    return _Refused(DocError(
+def _binary(p: Path, where: str) -> DocRefused:
+    return DocRefused(DocError(
         "BINARY",
         f"{p.name} is not text: it holds NUL bytes ({where}), as binary files do. Attach "
         "the document it came from, or export it as text first.",
@@ -261,27 +331,6 @@ def _read_text(p: Path, progress: Progress) -> str:
     return "".join(parts)
 
 
-UNPACKED_FACTOR = 10  # an Office file may unpack to 10x the attachment limit, no more
-
-
-def _refuse_zip_bomb(p: Path, max_bytes: int) -> None:
-    """An Office file is a zip: a small one can unpack to gigabytes of XML, which the
-    converter would hold in memory. Its directory says how much before anything unpacks."""
-    try:
-        with zipfile.ZipFile(p) as archive:
-            unpacked = sum(info.file_size for info in archive.infolist())
-    except (zipfile.BadZipFile, OSError):
-        return  # _is_office_zip already said what is wrong with it
-    if unpacked > UNPACKED_FACTOR * max_bytes:
-        raise _Refused(DocError(
-            "TOO_LARGE",
-            f"{p.name} unpacks to {_mb(unpacked)}, over {UNPACKED_FACTOR} times the "
-            f"{_mb(max_bytes)} attachment limit (attach_max_mb in the config file); "
-            "save the part you need as its own file.",
-            str(p),
-        ))
-
-
 def _is_office_zip(p: Path) -> bool:
     """markitdown guesses by content and would read a broken .docx as plain text."""
     try:
@@ -290,11 +339,6 @@ def _is_office_zip(p: Path) -> bool:
     except (zipfile.BadZipFile, OSError):
         return False
 
-
-class _Refused(Exception):
-    def __init__(self, error: DocError) -> None:
-        super().__init__(error.message)
-        self.error = error
 
 
 def _mb(size: int) -> str:
@@ -345,14 +389,14 @@ def _pdf_sections(p: Path, progress: Progress) -> list[Section]:
         pdf = pdfium.PdfDocument(str(p), password="")
     except pdfium.PdfiumError as exc:
         if "password" in str(exc).lower():
-            raise _Refused(
+            raise DocRefused(
                 DocError(
                     "ENCRYPTED",
                     f"{p.name} is password-protected; save an unprotected copy and attach that.",
                     str(p),
                 )
             ) from exc
-        raise _Refused(
+        raise DocRefused(
             DocError(
                 "CORRUPT",
                 f"{p.name} is not a readable PDF; it may be damaged or incomplete: "

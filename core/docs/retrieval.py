@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.docs.budget import ReadBounds
 from core.docs.chunking import (
     DEFAULT_CHUNK_TOKENS,
     DEFAULT_OVERLAP_TOKENS,
@@ -75,8 +76,10 @@ def ingest(
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     overlap: int = DEFAULT_OVERLAP_TOKENS,
     progress: Progress | None = None,
+    bounds: ReadBounds | None = None,
 ) -> IngestResult | DocError:
     """Extract, and for a large document chunk and embed; a `DocError` for bad input.
+    `bounds` limits the extraction's memory and time (the documents worker passes them).
 
     Synchronous and self-contained on purpose: a utility worker calls it and sends the
     result back; nothing here touches the UI loop or the store. Every step is linear in
@@ -84,7 +87,7 @@ def ingest(
     so it goes in batches and reports each one through `progress`.
     """
     t0 = time.perf_counter()
-    doc = extract(path, max_bytes=max_bytes, progress=progress)
+    doc = extract(path, max_bytes=max_bytes, progress=progress, bounds=bounds)
     if isinstance(doc, DocError):
         return doc
     extract_seconds = time.perf_counter() - t0

@@ -14,12 +14,15 @@ worker runs only what this module lists.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from core.docs.budget import EXIT_OVER_MEMORY, EXIT_OVER_TIME, GRACE_S, ReadBounds
 from core.docs.errors import DocError
 from core.docs.retrieval import IngestResult
 from core.lazy_numpy import np  # numpy loads on first use (start-up)
@@ -28,6 +31,7 @@ from core.workers.on_demand import READY, OnDemandProcess, serve
 DEFAULT_IDLE_S = 120.0
 PROGRESS = "progress"
 PROGRESS_EVERY_S = 0.1
+DEADLINE_SLACK_S = 10.0  # past the worker's own limit and grace: the app's deadline
 
 
 class UtilityWorkerError(Exception):
@@ -45,7 +49,8 @@ class UtilityWorkerError(Exception):
 def _op_ingest(state: dict[str, Any], path: str, options: dict[str, Any]) -> Any:
     from core.docs.retrieval import ingest
 
-    return ingest(path, embedder=_embedder(state), progress=state.get("progress"), **options)
+    return ingest(path, embedder=_embedder(state), progress=state.get("progress"),
+                  bounds=state["bounds"], **options)
 
 
 def _op_encode(state: dict[str, Any], texts: list[str]) -> np.ndarray:
@@ -71,7 +76,8 @@ def _embedder(state: dict[str, Any]):
 
 def _progress_sender(conn: Connection, request_id: int):
     """A `Progress` callback that tells the app, at most ten times a second (and always
-    the last step, so the bar reaches 100%)."""
+    the last step, so the bar reaches 100%). A bounded read calls it from its watchdog
+    thread too (the pulse), through budget's lock: one message on the pipe at a time."""
     last = [0.0]
 
     def send(stage: str, done: int, total: int) -> None:
@@ -83,14 +89,16 @@ def _progress_sender(conn: Connection, request_id: int):
     return send
 
 
-def utility_main(conn: Connection, parent_pid: int, model_dir: str | None) -> None:
+def utility_main(conn: Connection, parent_pid: int, model_dir: str | None,
+                 bounds: ReadBounds | None = None) -> None:
     """Entry point of the utility process: answer requests until told to stop."""
     from core.docs.embeddings import enter_offline_mode
     from core.workers.bootstrap import start_child
 
     start_child(log_name="worker")
     enter_offline_mode()
-    state: dict[str, Any] = {"model_dir": Path(model_dir) if model_dir else None}
+    state: dict[str, Any] = {"model_dir": Path(model_dir) if model_dir else None,
+                             "bounds": bounds or ReadBounds()}
 
     def handle(request_id: int, op: str, args: tuple) -> None:
         state["progress"] = _progress_sender(conn, request_id)
@@ -117,12 +125,16 @@ class UtilityWorker(OnDemandProcess):
         idle_s: float = DEFAULT_IDLE_S,
         start_timeout_s: float = 120.0,
         model_dir: str | Path | None = None,
+        read_bounds: ReadBounds | None = None,
     ) -> None:
         super().__init__(idle_s=idle_s, start_timeout_s=start_timeout_s)
         self.model_dir = str(model_dir) if model_dir else None
+        # Memory and time one document's reading may take (core.docs.budget); read when
+        # the process starts, so a change applies from the next start.
+        self.read_bounds = read_bounds or ReadBounds()
 
     def _child(self) -> tuple[Any, tuple]:
-        return utility_main, (self.model_dir,)
+        return utility_main, (self.model_dir, self.read_bounds)
 
     def _dispatch(self, msg: tuple) -> None:
         if msg[0] == READY:
@@ -149,6 +161,19 @@ class UtilityWorker(OnDemandProcess):
         )
 
     def _crashed_error(self, exitcode: int | None) -> Exception:
+        if exitcode == EXIT_OVER_TIME:
+            return UtilityWorkerError(
+                "TIMEOUT",
+                f"reading it took longer than {self.read_bounds.seconds:.0f} s, the limit for "
+                "one document, so the document reader stopped; attach a smaller part of it.",
+            )
+        if exitcode == EXIT_OVER_MEMORY:
+            return UtilityWorkerError(
+                "OOM",
+                f"reading it needed more than the {self.read_bounds.memory_bytes >> 20} MB of "
+                "memory a document may use, so the document reader stopped; attach a smaller "
+                "part of it.",
+            )
         return UtilityWorkerError(
             "WORKER_CRASHED",
             "The document reader stopped unexpectedly"
@@ -192,8 +217,37 @@ class UtilityWorker(OnDemandProcess):
     async def ingest(self, path: str | Path, *, progress: Any = None,
                      **options: Any) -> IngestResult | DocError:
         """Extract (and for a large file chunk and embed) `path` in the utility process;
-        `progress(stage, done, total)` is called on the loop as the work goes."""
-        return await self.call("ingest", str(path), options, progress=progress)
+        `progress(stage, done, total)` is called on the loop as the work goes.
+
+        The reading has a deadline here too, on the app's side: the worker bounds its own
+        reading (core.docs.budget), but a converter holding Python's lock inside C code
+        keeps the worker from even noticing its own time. Past the read limit plus a
+        grace, while the file is still being read (no "embedding" progress yet), the
+        worker is killed, as a cancel does, and the read is refused with TIMEOUT."""
+        stage = ["reading"]
+
+        def listen(name: str, done: int, total: int) -> None:
+            stage[0] = name
+            if progress is not None:
+                progress(name, done, total)
+
+        if self._closing:
+            raise self._closing_error()
+        await self._ensure_started()  # the deadline counts from a running worker
+        work = asyncio.ensure_future(self.call("ingest", str(path), options, progress=listen))
+        deadline = self.read_bounds.seconds + GRACE_S + DEADLINE_SLACK_S
+        try:
+            done, _ = await asyncio.wait({work}, timeout=deadline)
+            while not done and stage[0] == "embedding":  # the reading is over: no deadline
+                done, _ = await asyncio.wait({work}, timeout=deadline)
+        finally:
+            if not work.done():
+                work.cancel()  # a cancel of ours or of the caller: the worker is killed
+                with contextlib.suppress(asyncio.CancelledError, UtilityWorkerError):
+                    await work
+        if not done:
+            raise self._crashed_error(EXIT_OVER_TIME)
+        return work.result()
 
     async def encode(self, texts: list[str]) -> np.ndarray:
         """MiniLM unit vectors for `texts` (an (n, 384) float32 matrix)."""
