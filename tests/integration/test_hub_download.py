@@ -35,6 +35,18 @@ from tests.fakes.hub_server import _SERVE_SLICE, FakeHub
 Q4 = "tiny-chat-Q4_K_M.gguf"
 
 
+def _settled(read, quiet_s: float = 0.5, limit_s: float = 15.0) -> int:
+    """A counter's value once it has not changed for `quiet_s`."""
+    import time
+
+    value, since, deadline = read(), time.monotonic(), time.monotonic() + limit_s
+    while time.monotonic() - since < quiet_s and time.monotonic() < deadline:
+        time.sleep(0.05)
+        if (now := read()) != value:
+            value, since = now, time.monotonic()
+    return value
+
+
 def _ids() -> set[str]:
     return {m.id for m in list_local_models(include_bundled=False)}
 
@@ -124,7 +136,9 @@ async def test_cancel_keeps_the_partial_and_the_next_pull_resumes(fake_hub: Fake
     assert f"{GGUF_REPO}:{Q4}" not in _ids()  # a partial is never a model
 
     fake_hub.throttle_bps = None
-    served_before = fake_hub.served(GGUF_REPO, Q4)
+    # The cancelled GET's server thread may still be asleep in its throttle and count one
+    # more slice before its write fails: read the count once it has stopped moving.
+    served_before = _settled(lambda: fake_hub.served(GGUF_REPO, Q4))
     resumed = pull(GGUF_REPO, Q4)
     assert resumed.ok
     assert resumed.bytes_fetched == size - kept
