@@ -26,6 +26,8 @@ _TAG = re.compile(
     rb"<!--.*?(?:-->|$)|<(script|style)\b.*?(?:</\1\s*>|$)|<(/?)([a-zA-Z][a-zA-Z0-9:-]*)",
     re.DOTALL | re.IGNORECASE,
 )
+# Elements whose end tag old pages leave out: a second one closes the first.
+_SIBLINGS = frozenset(b"p li dt dd tr td th option".split())
 # Elements that never have content (no end tag), as the HTML standard lists them.
 _VOID = frozenset(b"area base br col embed hr img input link meta param source track wbr "
                   b"basefont frame keygen".split())
@@ -33,8 +35,10 @@ _VOID = frozenset(b"area base br col embed hr img input link meta param source t
 
 def check_html_shape(path: Path, data: bytes | None = None) -> None:
     """Raise DocRefused for a page of more than MAX_ELEMENTS elements or nested deeper
-    than MAX_DEPTH, counting as BeautifulSoup's html.parser builds the tree (an end tag
-    closes up to its open element; one without an open element is ignored)."""
+    than MAX_DEPTH, counting about as a browser would (an end tag closes up to its open
+    element, one without an open element is ignored, and `<p>` after an unclosed `<p>`,
+    `<li>` after `<li>` and the like are siblings), so an old page of unclosed
+    paragraphs is shallow."""
     data = path.read_bytes() if data is None else data
     stack: list[bytes] = []
     open_count: dict[bytes, int] = {}  # how many of each tag are open (membership in O(1))
@@ -57,6 +61,9 @@ def check_html_shape(path: Path, data: bytes | None = None) -> None:
             raise refused("TOO_LARGE", f"{path.name} has more than {MAX_ELEMENTS:,} HTML "
                           "elements, more than any page llmdeck reads; save the part you "
                           "need as its own page.", path)
+        if tag in _SIBLINGS and stack and stack[-1] == tag:
+            stack.pop()
+            open_count[tag] -= 1
         if tag not in _VOID:
             stack.append(tag)
             open_count[tag] = open_count.get(tag, 0) + 1

@@ -177,3 +177,139 @@ def test_seeded_hostile_text_files_never_raise_and_errors_are_sentences(tmp_path
             assert isinstance(result, ExtractedDoc) and result.text.strip()
             outcomes["read"] = outcomes.get("read", 0) + 1
     assert outcomes.get("read") and outcomes.get("BINARY") and outcomes.get("EMPTY"), outcomes
+
+
+# -- issue 38: files built to attack the converters, refused before one runs ---------------
+
+def _refused(path: Path, code: str, says: str, max_bytes: int = 20 * MIB) -> DocError:
+    err, peak = _peak(lambda: extract(path, max_bytes=max_bytes))
+    assert isinstance(err, DocError) and err.code == code, err
+    assert says in err.message and err.message.endswith("."), err.message
+    assert peak < 8 * MIB, f"{peak / MIB:.0f} MiB to refuse {path.name}"
+    return err
+
+
+def test_a_part_that_lies_about_its_size_is_refused_from_its_actual_bytes(
+    tmp_path: Path,
+) -> None:
+    from tests.fixtures.docs_files import make_lying_docx
+
+    path = make_lying_docx(tmp_path / "lying.docx", unpacked_mb=256)
+    assert path.stat().st_size < MIB
+    _refused(path, "UNSAFE", "'word/document.xml' unpacks to a size other than the 1,000 "
+             "bytes it declares")
+
+
+def test_bzip2_parts_are_refused_before_zipfile_unpacks_them_whole(tmp_path: Path) -> None:
+    from tests.fixtures.docs_files import make_lying_docx
+
+    path = make_lying_docx(tmp_path / "bz.docx", unpacked_mb=16, method="bzip2")
+    _refused(path, "UNSAFE", "with a compression Office never uses")
+
+
+def test_too_many_parts_are_refused_from_the_end_record(tmp_path: Path) -> None:
+    from tests.fixtures.docs_files import make_many_entry_docx
+
+    path = make_many_entry_docx(tmp_path / "many.docx", entries=12_000)
+    _refused(path, "UNSAFE", "holds 12,001 parts, more than the 10,000")
+
+
+def test_a_truthful_but_huge_office_file_is_refused_by_its_declared_size(
+    tmp_path: Path,
+) -> None:
+    from tests.fixtures.docs_files import make_huge_docx
+
+    _refused(make_huge_docx(tmp_path / "huge.docx", 64), "TOO_LARGE",
+             "huge.docx unpacks to 64 MB, over 10 times the 4 MB", max_bytes=4 * MIB)
+
+
+def test_more_xml_than_twice_the_limit_is_refused(tmp_path: Path) -> None:
+    from tests.fixtures.docs_files import make_docx_of_xml, make_xlsx_of_cells
+
+    err = _refused(make_docx_of_xml(tmp_path / "long.docx", 12), "TOO_LARGE",
+                   "MB of XML, over 2 times the 4 MB", max_bytes=4 * MIB)
+    assert err.message.startswith("long.docx holds 1")
+    _refused(make_xlsx_of_cells(tmp_path / "wide.xlsx", 12), "TOO_LARGE",
+             "wide.xlsx holds 12 MB of XML", max_bytes=4 * MIB)
+
+
+@pytest.mark.parametrize("entity", ["laughs", "external"])
+def test_a_dtd_in_an_office_part_is_refused(tmp_path: Path, entity: str) -> None:
+    from tests.fixtures.docs_files import make_docx_with_dtd
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOPSECRET")
+    path = make_docx_with_dtd(tmp_path / "dtd.docx",
+                              "laughs" if entity == "laughs" else str(secret))
+    err = _refused(path, "UNSAFE", "declares a DTD in its part 'word/document.xml'")
+    assert "TOPSECRET" not in err.message
+
+
+def test_an_encoding_a_dtd_could_hide_in_is_refused(tmp_path: Path) -> None:
+    import zipfile
+
+    path = tmp_path / "ebcdic.docx"
+    body = b'<?xml version="1.0" encoding="cp037"?>' + "<!DOCTYPE x>".encode("cp037")
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("[Content_Types].xml", "<Types/>")
+        archive.writestr("word/document.xml", body)
+    _refused(path, "UNSAFE", "in the cp037 text encoding, which Office never uses")
+
+
+def test_a_pdf_flate_bomb_is_refused_by_counting_not_keeping(tmp_path: Path) -> None:
+    from tests.fixtures.docs_files import make_pdf_flate_bomb
+
+    path = make_pdf_flate_bomb(tmp_path / "bomb.pdf", unpacked_mb=256)
+    assert path.stat().st_size < MIB
+    _refused(path, "TOO_LARGE", "unpacks to more than 40 MB, 10 times the 4 MB",
+             max_bytes=4 * MIB)
+
+
+def test_html_too_deep_or_too_many_elements_is_refused(tmp_path: Path) -> None:
+    from tests.fixtures.docs_files import make_deep_html, make_tag_flood_html
+
+    _refused(make_deep_html(tmp_path / "deep.html", 5_000), "UNSAFE",
+             "nests its HTML elements more than 1,000 deep")
+    _refused(make_tag_flood_html(tmp_path / "flood.html", 2), "TOO_LARGE",
+             "more than 200,000 HTML elements")
+
+
+def test_ordinary_html_with_unclosed_paragraphs_and_scripts_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "old.html"
+    path.write_text("<html><body>" + "<p>A paragraph never closed" * 1_500
+                    + "<script>" + "'<div>' + " * 2_000 + "''</script></body></html>")
+    doc = extract(path)
+    assert isinstance(doc, ExtractedDoc) and "A paragraph never closed" in doc.text
+
+
+def test_an_endless_csv_line_is_refused(tmp_path: Path) -> None:
+    from tests.fixtures.docs_files import make_endless_csv_line
+
+    _refused(make_endless_csv_line(tmp_path / "endless.csv", 2), "TOO_LARGE",
+             "endless.csv has a line over 1 MB long")
+
+
+def test_text_past_twice_the_limit_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "sparse.csv"
+    path.write_text("a" + "," * 60 + "\n" + ("1" + "," * 60 + "\n") * 15_000)  # 930 KB
+    err = extract(path, max_bytes=MIB)
+    assert isinstance(err, DocError) and err.code == "TOO_LARGE", err
+    assert "million characters of text, over 2 times the 1 MB" in err.message
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_fifo_or_a_device_named_txt_is_refused_without_reading(tmp_path: Path,
+                                                                 kind: str) -> None:
+    import os
+    import time
+
+    path = tmp_path / "notes.txt"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    t0 = time.monotonic()
+    err = extract(path)
+    assert isinstance(err, DocError) and err.code == "UNREADABLE", err
+    assert "notes.txt is not a regular file" in err.message
+    assert time.monotonic() - t0 < 1
