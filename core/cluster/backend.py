@@ -17,7 +17,7 @@ from core.remote import Backend
 
 # How long a failed reply waits for the watcher to name the rank that died: mlx.launch
 # stops rank 0 (which drops the connection) about as soon as another rank exits.
-NAMING_WAIT_S = 3.0
+NAMING_WAIT_S = 6.0
 
 
 class ClusterBackend:

@@ -154,28 +154,45 @@ def log_tail(path: str | Path, lines: int = LOG_TAIL_LINES) -> list[str]:
     return kept[-lines:]
 
 
-def death_sentence(state: ClusterState) -> str:
-    """Why the cluster went down, naming the rank and host that died first."""
-    lines = log_tail(state.log, LOG_TAIL_LINES + 4)
-    culprit = None
+def rank_exits(lines: list[str]) -> list[tuple[int, int | None]]:
+    """mlx.launch's "Node with rank N exited with code C" lines, in order: (N, C); C is
+    None for "was killed" (mlx.launch's own stop)."""
+    out = []
     for line in lines:
         match = _RANK_EXIT.search(line)
         if match:
-            culprit = match
-            break
+            out.append((int(match.group(1)), int(match.group(2)) if match.group(2) else None))
+    return out
+
+
+def culprit(exits: list[tuple[int, int | None]], seen_first: list[int]) -> tuple[int, int | None] | None:
+    """The rank whose end brought the cluster down. A signal from outside (SIGKILL, OOM)
+    marks it best: SIGTERM is mlx.launch stopping the others, and a peer's exit code 1 is
+    often only "connection to a peer was lost". Then the rank seen gone first, then the
+    first exit logged."""
+    for rank, code in exits:
+        if code is not None and code < 0 and code != -signal.SIGTERM:
+            return rank, code
+    if len(seen_first) == 1:
+        codes = dict(exits)
+        return seen_first[0], codes.get(seen_first[0])
+    for rank, code in exits:
+        if code not in (None, 0, -signal.SIGTERM):
+            return rank, code
+    return exits[0] if exits else None
+
+
+def death_sentence(state: ClusterState, seen_first: list[int] | None = None) -> str:
+    """Why the cluster went down, naming the rank and host that died first."""
+    lines = log_tail(state.log, 100_000)  # the last 64 KiB: a traceback can bury the exit line
     hosts = {r.rank: r.host for r in state.ranks}
-    if culprit is None:
-        dead = [r for r in state.ranks if r.local and r.pid and not alive(r.pid)]
-        if dead:
-            first = dead[0]
-            what = f"rank {first.rank} on {first.host} stopped"
-        else:
-            what = "mlx.launch stopped"
+    found = culprit(rank_exits(lines), seen_first or [])
+    if found is None:
+        what = "mlx.launch stopped"
     else:
-        rank = int(culprit.group(1))
-        code = culprit.group(2)
-        how = ("was killed" if code is None else
-               f"was killed by signal {-int(code)}" if int(code) < 0 else f"exited with code {code}")
+        rank, code = found
+        how = ("stopped" if code is None else
+               f"was killed by signal {-code}" if code < 0 else f"exited with code {code}")
         what = f"rank {rank} on {hosts.get(rank, '?')} {how}"
     shown = [t for t in lines if not _RANK_EXIT.search(t)][-LOG_TAIL_LINES:]
     tail = (" Its last log lines: " + " | ".join(shown)) if shown else ""
@@ -265,8 +282,10 @@ class Cluster:
                 await asyncio.sleep(0.2)
 
     def _rank_processes(self) -> list[RankState]:
-        """The launcher's children, one per rank in start order: the rank itself for this
-        machine (bash exec's it), the ssh client for another host."""
+        """The launcher's children, one per rank: the rank itself for this machine (bash
+        exec's it), the ssh client for another host. Which is which is read from MLX_RANK
+        (in a local rank's environment, in the ssh client's command line), since
+        mlx.launch starts them from racing threads."""
         import psutil
 
         assert self.process is not None
@@ -274,9 +293,15 @@ class Cluster:
             children = sorted(psutil.Process(self.process.pid).children(), key=lambda p: p.pid)
         except psutil.Error:
             children = []
+        by_rank: dict[int, int] = {}
+        for child in children:
+            rank = _rank_of(child)
+            if rank is not None and rank not in by_rank:
+                by_rank[rank] = child.pid
+        unclaimed = [c.pid for c in children if c.pid not in by_rank.values()]
         ranks = []
         for i, host in enumerate(self.hosts):
-            pid = children[i].pid if i < len(children) else 0
+            pid = by_rank.get(i) or (unclaimed.pop(0) if unclaimed else 0)
             ranks.append(RankState(i, host.ssh, pid, host.local))
         return ranks
 
@@ -288,14 +313,21 @@ class Cluster:
             gone = self.process is not None and self.process.poll() is not None
             gone = gone or any(r.pid and not alive(r.pid) for r in self.state.ranks if r.local)
             if gone:
-                await asyncio.sleep(0.3)  # let mlx.launch log which rank exited
+                seen = [r.rank for r in self.state.ranks if r.local and r.pid and not alive(r.pid)]
+                await self._launcher_done(3.0)  # mlx.launch logs each rank's exit, then ends
                 if self._stopping:
                     return
-                self.failure = death_sentence(self.state)
+                self.failure = death_sentence(self.state, seen)
                 self._failed.set()
                 await self.down(reason="failed")
                 return
             await asyncio.sleep(0.2)
+
+    async def _launcher_done(self, within_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within_s
+        while self.process is not None and self.process.poll() is None and loop.time() < deadline:
+            await asyncio.sleep(0.1)
 
     async def wait_failure(self, within_s: float) -> str | None:
         """The sentence of the cluster's death, waiting up to `within_s` for the watcher to
@@ -370,6 +402,20 @@ def current(name: str) -> ClusterState | None:
         state.error = state.error or death_sentence(state)
         state.state = "failed"
     return state
+
+
+def _rank_of(process: object) -> int | None:
+    """MLX_RANK of one of mlx.launch's children, or None where it cannot be read."""
+    import psutil
+
+    try:
+        env = process.environ()  # type: ignore[attr-defined]
+        if env.get("MLX_RANK", "").isdigit():
+            return int(env["MLX_RANK"])
+        match = re.search(r"MLX_RANK=(\d+)", " ".join(process.cmdline()))  # type: ignore[attr-defined]
+        return int(match.group(1)) if match else None
+    except (psutil.Error, OSError):
+        return None
 
 
 def _bracketed(host: str) -> str:

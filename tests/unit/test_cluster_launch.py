@@ -1,0 +1,71 @@
+"""How a [[clusters]] entry becomes an mlx.launch command line, and how the rank that
+brought a cluster down is told from mlx.launch's log (pure functions, no processes)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.cluster.launch import ClusterError, culprit, hosts_of, launch_command, rank_exits
+from core.config import ClusterConfig
+
+
+def test_a_loopback_ring_runs_mlx_lm_server_under_mlx_launch() -> None:
+    cfg = ClusterConfig(name="loop", model="/m", hosts=["127.0.0.1", "127.0.0.1"])
+    cmd = launch_command(cfg, hosts_of(cfg), 8123, 40000)
+    assert cmd[cmd.index("--backend") + 1] == "ring"
+    assert cmd[cmd.index("--python") + 1] == sys.executable
+    assert cmd[cmd.index("--hosts") + 1] == "127.0.0.1,127.0.0.1"
+    assert cmd[cmd.index("--starting-port") + 1] == "40000"
+    rank_program = cmd[cmd.index("--") + 1:]
+    assert rank_program == ["-m", "mlx_lm", "server", "--model", "/m", "--host", "127.0.0.1",
+                            "--port", "8123"]
+
+
+def test_pipeline_and_a_hostfile_pass_through(tmp_path: Path) -> None:
+    hostfile = tmp_path / "h.json"
+    hostfile.write_text(json.dumps({"backend": "jaccl", "hosts": [
+        {"ssh": "mac1", "ips": ["10.0.0.1"], "rdma": [None, "rdma_en3"]},
+        {"ssh": "mac2", "ips": ["10.0.0.2"], "rdma": ["rdma_en3", None]}]}))
+    cfg = ClusterConfig(name="tb5", model="/m", hostfile=str(hostfile), backend="jaccl",
+                        mode="pipeline", python="/opt/py/bin/python")
+    hosts = hosts_of(cfg)
+    assert [(h.ssh, h.ip, h.local) for h in hosts] == [("mac1", "10.0.0.1", False),
+                                                       ("mac2", "10.0.0.2", False)]
+    cmd = launch_command(cfg, hosts, 8080, 0)
+    assert cmd[cmd.index("--hostfile") + 1] == str(hostfile)
+    assert "--starting-port" not in cmd  # jaccl has no ring ports
+    assert cmd[-1] == "--pipeline"
+    assert cmd[cmd.index("--host") + 1] == "10.0.0.1"  # rank 0 answers on its own IP
+
+
+@pytest.mark.parametrize("text", ["not json", "[]", '{"hosts": [{"ssh": "a"}]}', '{"hosts": 5}'])
+def test_a_hostfile_that_names_no_two_hosts_is_a_sentence(tmp_path: Path, text: str) -> None:
+    hostfile = tmp_path / "h.json"
+    hostfile.write_text(text)
+    cfg = ClusterConfig(name="c", model="/m", hostfile=str(hostfile))
+    with pytest.raises(ClusterError) as refused:
+        hosts_of(cfg)
+    assert "Cluster 'c'" in refused.value.message and str(hostfile) in refused.value.message
+
+
+LOG = ["\x1b[33m[WARN] Node with rank 0 exited with code 1 \x1b[0m",
+       "\x1b[33m[WARN] Node with rank 1 exited with code -9 \x1b[0m",
+       "[WARN] Node with rank 2 exited with code -15"]
+
+
+def test_the_rank_killed_from_outside_is_blamed_not_the_peer_that_lost_it() -> None:
+    exits = rank_exits(LOG)
+    assert exits == [(0, 1), (1, -9), (2, -15)]
+    assert culprit(exits, []) == (1, -9)
+
+
+def test_without_a_signal_the_rank_seen_gone_first_is_blamed() -> None:
+    exits = [(0, 1), (1, 1), (2, -15)]
+    assert culprit(exits, [1]) == (1, 1)
+    assert culprit(exits, [0, 1]) == (0, 1)  # both gone at once: the first logged
+    assert culprit([], []) is None
+    assert culprit([(1, None)], []) == (1, None)  # "was killed": mlx.launch's own stop
