@@ -363,9 +363,9 @@ def stop_processes(state: ClusterState, grace_s: float = STOP_GRACE_S) -> list[i
     SIGKILL what is left after `grace_s`; every pid is checked. Returns the survivors."""
     import time
 
-    pids = [state.launcher_pid, *(r.pid for r in state.ranks if r.pid)]
-    pids = [p for p in pids if p > 0]
-    group = state.launcher_pid
+    pids = [p for p in dict.fromkeys([state.launcher_pid, *(r.pid for r in state.ranks)])
+            if _ours(p)]
+    group = state.launcher_pid if _our_group(state.launcher_pid, pids) else 0
 
     def signal_all(sig: int) -> None:
         if group > 0:
@@ -390,6 +390,35 @@ def stop_processes(state: ClusterState, grace_s: float = STOP_GRACE_S) -> list[i
         while time.monotonic() < deadline and any(alive(p) for p in pids):
             time.sleep(0.05)
     return [p for p in pids if alive(p)]
+
+
+def _ours(pid: int) -> bool:
+    """A process a cluster started: mlx.launch, an mlx-lm rank, or the ssh client carrying
+    one. A pid recycled since, or one a hand-edited state file names (1, this process), is
+    never signalled."""
+    import psutil
+
+    if pid <= 1 or pid == os.getpid():
+        return False
+    try:
+        command = " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return False
+    return any(mark in command for mark in ("mlx.launch", "mlx._distributed_utils", "mlx_lm"))
+
+
+def _our_group(group: int, ours: list[int]) -> bool:
+    """Whether `group` is the launcher's process group: one of our processes leads or is in
+    it, and it is not the group this process runs in."""
+    if group <= 1 or group == os.getpgrp():
+        return False
+    for pid in ours:
+        try:
+            if os.getpgid(pid) == group:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def current(name: str) -> ClusterState | None:

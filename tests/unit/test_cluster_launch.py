@@ -1,15 +1,27 @@
-"""How a [[clusters]] entry becomes an mlx.launch command line, and how the rank that
-brought a cluster down is told from mlx.launch's log (pure functions, no processes)."""
+"""How a [[clusters]] entry becomes an mlx.launch command line, how the rank that brought
+a cluster down is told from mlx.launch's log, and which processes `down` may signal (real
+sleeping processes standing in for mlx.launch and a rank)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from core.cluster.launch import ClusterError, culprit, hosts_of, launch_command, rank_exits
+from core.cluster.launch import (
+    ClusterError,
+    culprit,
+    hosts_of,
+    launch_command,
+    rank_exits,
+    stop_processes,
+)
+from core.cluster.state import ClusterState, RankState
 from core.config import ClusterConfig
 
 
@@ -69,3 +81,45 @@ def test_without_a_signal_the_rank_seen_gone_first_is_blamed() -> None:
     assert culprit(exits, [0, 1]) == (0, 1)  # both gone at once: the first logged
     assert culprit([], []) is None
     assert culprit([(1, None)], []) == (1, None)  # "was killed": mlx.launch's own stop
+
+
+def _sleeper(*marks: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *marks],
+                            start_new_session=True)
+
+
+def test_down_signals_only_processes_a_cluster_started() -> None:
+    """A state file is outside data: one naming this process, its group, pid 1 or an
+    unrelated process (a recycled pid) must not get them killed."""
+    stranger = _sleeper()
+    try:
+        state = ClusterState(name="c", state="up", launcher_pid=stranger.pid, ranks=[
+            RankState(0, "127.0.0.1", os.getpid()), RankState(1, "127.0.0.1", 1),
+            RankState(2, "127.0.0.1", os.getpgrp())])
+        assert stop_processes(state, grace_s=0.5) == []
+        assert stranger.poll() is None  # still running
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_down_stops_a_launcher_group_and_checks_each_pid() -> None:
+    import psutil
+
+    # Stands in for mlx.launch: leads its own group and starts a "rank" in it.
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time; r = subprocess.Popen([sys.executable, "
+         "'-c', 'import time; time.sleep(60)', 'mlx_lm']); print(r.pid, flush=True); time.sleep(60)",
+         "mlx.launch"], start_new_session=True, stdout=subprocess.PIPE)
+    try:
+        assert launcher.stdout is not None
+        rank = int(launcher.stdout.readline())
+        state = ClusterState(name="c", state="up", launcher_pid=launcher.pid,
+                             ranks=[RankState(0, "127.0.0.1", rank)])
+        assert stop_processes(state, grace_s=2.0) == []
+        assert launcher.wait(5) == -signal.SIGTERM
+        assert not psutil.pid_exists(rank) or psutil.Process(rank).status() == psutil.STATUS_ZOMBIE
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
