@@ -85,6 +85,9 @@ def format_status(state: ClusterState) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [f"cluster {_cell(state.name)}: {state.state} ({state.backend}, {state.mode})"]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    if state.state == "up" and state.owner_pid and not alive(state.owner_pid):
+        lines.append(f"The llmdeck process that started it (pid {state.owner_pid}) has gone; "
+                     f"`llmdeck cluster down {_cell(state.name)}` stops it.")
     if state.error:
         lines.append(_cell(state.error, 2000))
     return "\n".join(lines)

@@ -56,7 +56,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=_whole(0, 65535), default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 = any free)")
     p.add_argument("--api-key", default=os.environ.get("LLMDECK_API_KEY"),
                    help="require this bearer key (default $LLMDECK_API_KEY); needed off loopback")
-    p.add_argument("--model", help="a .gguf file, an MLX model folder, or remote:<endpoint>/<model>")
+    p.add_argument("--model", help="a .gguf file, an MLX model folder, remote:<endpoint>/<model>, "
+                   "or cluster:<name> (a [[clusters]] entry: started, and stopped on exit)")
     p.add_argument("--engine", help="force an engine (mlx, llamacpp, scripted)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="engine option (value read as JSON when it parses), repeatable")

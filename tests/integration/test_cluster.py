@@ -178,6 +178,9 @@ def test_a_rank_killed_mid_reply_ends_it_with_the_host_and_no_rank_left(
         time.sleep(0.1)
     assert running(pids) == [], "a rank outlived the cluster"
     assert proc.poll() is None  # the server itself goes on
+    status = llmdeck(home, "cluster", "status", "loop")
+    assert status.returncode == 1 and "cluster loop: failed" in status.stdout
+    assert "went down: rank 1 on 127.0.0.1" in status.stdout, status.stdout
     assert time.monotonic() - started < 60
     stop(proc)
     assert proc.returncode == 0
