@@ -125,6 +125,17 @@ def test_up_serve_chat_equals_single_process_and_down_leaves_no_process(
         worker.join(120)
         assert text == reference[0]
         assert text.strip()
+        # a client that hangs up mid-reply cancels it on rank 0; the ranks stay in step
+        long = client.chat.completions.create(model="cluster:loop", messages=MESSAGES,
+                                              max_tokens=2000, temperature=0, stream=True)
+        for i, _ in enumerate(long):
+            if i == 5:
+                break
+        long.close()
+        again = client.chat.completions.create(model="cluster:loop", messages=MESSAGES,
+                                               max_tokens=24, temperature=0)
+        assert again.choices[0].message.content == reference[0]
+        assert len(running(pids)) == 3
         # down under the server's feet: every rank stops, and the server says so
         assert llmdeck_here(["cluster", "down", "loop"]) == 0, capsys.readouterr().err
         assert running(pids) == []
