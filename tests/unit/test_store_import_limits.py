@@ -137,8 +137,10 @@ def test_too_many_messages_are_refused_and_nothing_is_written(
     store.add_message(before, "user", "keep me")
     monkeypatch.setattr(exchange, "DEFAULT_LIMITS", ExportLimits(messages=1_000))
     path = write_export(tmp_path / "many.json", 1_001)
+    changes = store.conn.total_changes
     with pytest.raises(StoreError) as info:
         store.import_json(path)
+    assert store.conn.total_changes == changes, "refused before a row was written"
     assert "it holds more than 1,000 messages, the limit for one import" in info.value.message
     assert "nothing was imported" in info.value.message
     assert [c.id for c in store.list_conversations()] == [before]
