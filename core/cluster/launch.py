@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core import json_text
+from core import settings_rules as rules
 from core.cluster.state import (
     ClusterState,
     RankState,
@@ -81,6 +82,11 @@ def hosts_of(cfg: ClusterConfig) -> list[Host]:
     for entry in entries if isinstance(entries, list) else []:
         if isinstance(entry, dict) and isinstance(entry.get("ssh"), str):
             ips = [i for i in entry.get("ips") or [] if isinstance(i, str)]
+            for name in (entry["ssh"], *ips[:1]):
+                try:  # it goes to ssh: "-oProxyCommand=..." would be an option, not a host
+                    rules.cluster_host(name)
+                except rules.Refused as exc:
+                    raise ClusterError(f"Cluster {cfg.name!r}: its hostfile {path}: {exc}") from None
             out.append(Host(entry["ssh"], ips[0] if ips else entry["ssh"]))
     if len(out) < 2:
         raise ClusterError(f"Cluster {cfg.name!r}: its hostfile {path} names fewer than two hosts "

@@ -54,7 +54,10 @@ def test_pipeline_and_a_hostfile_pass_through(tmp_path: Path) -> None:
     assert cmd[cmd.index("--host") + 1] == "10.0.0.1"  # rank 0 answers on its own IP
 
 
-@pytest.mark.parametrize("text", ["not json", "[]", '{"hosts": [{"ssh": "a"}]}', '{"hosts": 5}'])
+@pytest.mark.parametrize("text", [
+    "not json", "[]", '{"hosts": [{"ssh": "a"}]}', '{"hosts": 5}', "[" * 100_000,
+    '[{"ssh": "mac1"}, {"ssh": "-oProxyCommand=touch /tmp/x"}]',
+    '[{"ssh": "mac1"}, {"ssh": "mac2", "ips": ["1.2.3.4; reboot"]}]'])
 def test_a_hostfile_that_names_no_two_hosts_is_a_sentence(tmp_path: Path, text: str) -> None:
     hostfile = tmp_path / "h.json"
     hostfile.write_text(text)
