@@ -153,7 +153,8 @@ def extract(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
     report = progress or _no_progress
     if bounds is None:
         return _extract(p, kind, max_bytes, report, None)
-    _markitdown()  # its own start-up (imports, a model to guess types) is not the file's cost
+    if kind not in _PLAIN:
+        _markitdown()  # its start-up (imports, a model to guess types) is not the file's cost
     try:
         with bounded(bounds, report) as guarded:
             return _extract(p, kind, max_bytes, guarded, bounds)

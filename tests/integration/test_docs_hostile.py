@@ -197,7 +197,10 @@ async def test_a_file_past_the_memory_budget_is_refused_and_the_worker_lives(
     worker.read_bounds = ReadBounds(memory_bytes=128 * MIB, seconds=READ_SECONDS)
     await worker.unload()  # the bounds are read as the worker starts
     try:
-        await assert_alive(rt, home)  # the worker is up, its converters loaded
+        warm = build.make_pdf(home / "warm.pdf", ["A page to load the converters."])
+        [ok] = await rt.attach(None, [warm])  # the worker is up, its converters loaded
+        assert isinstance(ok, AttachResult), ok
+        await rt.delete_conversation(ok.conversation_id)
         base = psutil.Process(worker.pid).memory_info().rss
         err, seconds, peak = await attach_one(rt, path)
         print(f"dense pdf: {seconds:.1f} s, peak {peak / MIB:.0f} MiB over {base / MIB:.0f}")
