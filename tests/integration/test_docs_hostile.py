@@ -240,3 +240,25 @@ async def test_a_worker_that_stops_answering_mid_read_is_killed_at_the_apps_dead
     finally:
         worker.read_bounds = ReadBounds(seconds=READ_SECONDS)
         await worker.unload()
+
+
+async def test_a_cancel_while_a_file_converts_stops_the_worker_at_once(
+    rt: Runtime, home: Path
+) -> None:
+    """Esc during the conversion (no pages, no passages yet: only the pulse shows)."""
+    from tests.helpers.procs import wait_gone
+
+    path = build.make_docx_of_xml(home / "to-cancel.docx", 4)
+    seen: list[tuple[str, str, int, int]] = []
+    task = asyncio.ensure_future(rt.attach(None, [path], lambda *a: seen.append(a)))
+    deadline = time.monotonic() + 20
+    while not any(s[1] == "converting" for s in seen):
+        assert time.monotonic() < deadline, seen
+        await asyncio.sleep(0.05)
+    pid = rt.chat.utility.pid
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert wait_gone([pid], 2) == [], "the worker stopped converting at once"
+    assert await rt.list_conversations() == []
+    await assert_alive(rt, home)

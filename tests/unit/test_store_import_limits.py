@@ -271,3 +271,48 @@ def test_an_empty_conversation_and_a_file_object_import(store: Store, tmp_path: 
         with path.open("rb") as f:
             assert other.import_json(f) == cid
         assert other.export_json(cid) == exported
+
+
+def test_the_streamed_reader_agrees_with_json_loads_at_every_block_boundary(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Blocks of 7 characters cut every number, escape and string somewhere."""
+    import random
+
+    from core.store import export_reader
+    from core.store.export_reader import STREAMED, read_export
+
+    monkeypatch.setattr(export_reader, "READ_CHARS", 7)
+    monkeypatch.setattr(export_reader, "SCALAR_CHARS", 3)
+    rng = random.Random(38)
+    values = [0, -12.5e-3, 123456789012345678901234567890, True, None, "", "a\"b\\c\u00e9\n",
+              "\U0001F600 emoji", [], {}, [1, [2, [3]]], {"k": {"l": ["m", 1.5]}}]
+    for _ in range(60):
+        document = {"format": "llmdeck.conversation", "version": 1,
+                    "conversation": {"id": "c", "x": rng.choice(values)},
+                    "messages": [{"id": f"m{i}", "v": rng.choice(values)}
+                                 for i in range(rng.randrange(0, 6))]}
+        text = json.dumps(document, ensure_ascii=rng.random() < 0.5,
+                          indent=rng.choice([None, 1]))
+        source = text if rng.random() < 0.5 else text.encode()
+        got: dict = {}
+        for member in read_export(source):
+            if member.index is None:
+                got[member.key] = [] if member.value is STREAMED else member.value
+            else:
+                got[member.key].append(member.value)
+        assert got == json.loads(text), text
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ('{"format": "llmdeck.conversation"} trailing', "there is more text after the export"),
+    ('{"messages": [{"id": "m"}, ]}', "message 1 is not valid JSON"),
+    ('{"messages": [{"id": "m", "content": "never closed', "message 0 is cut short"),
+    ('{"format": 1, "format": 2}', "it has two 'format' members"),
+    ('{"messages": [' + "[" * 5000 + "]" * 5000 + "]}", "message 0 is nested too deeply"),
+], ids=["trailing", "bad-element", "cut-short", "repeated-key", "deep"])
+def test_the_streamed_reader_says_what_is_wrong(store: Store, text: str, says: str) -> None:
+    with pytest.raises(StoreError) as info:
+        store.import_json(text)
+    assert says in info.value.message, info.value.message
+    assert store.list_conversations() == []
