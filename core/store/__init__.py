@@ -14,7 +14,8 @@ Call everything from one dedicated thread (the runtime's store worker), never th
     store.messages(cid, before=page[0].id)        # older page
     store.search("query")                         # SearchHit per conversation, «» marks
     store.edit_message(mid, text) / store.branches(mid) / store.switch_branch(mid)
-    store.export_json(cid) / store.import_json(text) / store.export_markdown(cid)
+    store.export_json(cid) / store.import_json(text, path or file: streamed, bounded)
+    / store.export_markdown(cid)
 
 Every StoreError has a stable `code` (errors.py) and a `message` to show as is.
 """

@@ -681,9 +681,11 @@ class Store(AttachmentRows):
             out[:0] = page
         return out
 
-    def import_json(self, text: str) -> str:
-        """Import an export_json document; returns the conversation id (the original one,
-        or fresh ids for everything when that conversation already exists here)."""
+    def import_json(self, text: exchange.ImportSource) -> str:
+        """Import an export_json document (text, a file path or a binary file, read as a
+        stream within the limits in core/store/export_reader.py); returns the conversation
+        id: the original one, or fresh ids for everything when that conversation already
+        exists here (a message or attachment id alone that is taken gets a new one)."""
         with self._write() as conn:
             return exchange.import_json(conn, text)
 

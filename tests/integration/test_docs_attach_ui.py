@@ -25,6 +25,9 @@ def test_progress_line_reads_like_a_sentence() -> None:
         "Indexing c.md: 64 of 13,000 passages (0%), about 15 min left · Esc cancels")
     assert progress_line("c.md", "embedding", 64, 128, 12.4).endswith(
         "(50%), about 12 s left · Esc cancels")
+    # the documents worker's pulse while a converter runs: seconds, against its time limit
+    assert progress_line("d.docx", "converting", 3, 180) == (
+        "Converting d.docx: 3 s (gives up at 180 s) · Esc cancels")
 
 
 async def test_esc_cancels_a_file_being_read_and_nothing_is_attached(tmp_path: Path) -> None:

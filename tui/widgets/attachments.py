@@ -236,6 +236,8 @@ def progress_line(name: str, stage: str, done: int, total: int,
         what = f"Reading {name}: {done / MIB:.1f} of {total / MIB:.1f} MB{pct}"
     elif stage == "pages":
         what = f"Reading {name}: page {done} of {total}"
+    elif stage == "converting":  # done: seconds so far; total: when the worker gives up
+        return f"Converting {name}: {done} s (gives up at {total} s) · Esc cancels"
     else:
         what = f"Indexing {name}: {done:,} of {total:,} passages{pct}"
     if left_s is not None and left_s >= 60:
