@@ -121,7 +121,7 @@ def lookup_stream(llm: Any, tokens: list[int], *, max_tokens: int, stop: list[st
             yield {"choices": [{"text": text, "finish_reason": "stop"}]}
             return
         if generated >= max_tokens:
-            tail = stops.feed(decoder.decode(b"", final=True))[0] + stops.finish()
+            tail = stops.feed(decoder.decode(b"", final=True))[0] + stops.finish(cut=True)
             yield {"choices": [{"text": text + tail, "finish_reason": "length"}]}
             return
         yield {"choices": [{"text": text, "finish_reason": None}]}

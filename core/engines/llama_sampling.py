@@ -11,6 +11,7 @@ output uses llama.cpp's own grammar sampler (a JSON schema converted to GBNF).
 from __future__ import annotations
 
 import codecs
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,13 +52,24 @@ def completion_options(sp: SamplingParams, n_vocab: int, repetition_penalty: flo
 
 
 def json_grammar(schema: str) -> Any:
-    """llama.cpp's own GBNF grammar for a JSON schema, enforced by its sampler chain."""
-    from llama_cpp.llama_grammar import LlamaGrammar
+    """llama.cpp's own GBNF grammar for a JSON schema, enforced by its sampler chain.
+
+    llama-cpp-python's converter lets a string hold any character but a quote or a
+    backslash: raw newlines and control characters too, which JSON forbids (the reply then
+    fails to parse), and a newline inside a string let a base model's turn marker
+    ("\nUser:") end the reply mid-JSON. Strings get llama.cpp's own character class."""
+    from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf
 
     try:
-        return LlamaGrammar.from_json_schema(schema, verbose=False)
+        gbnf = _JSON_CHAR.sub(lambda m: m.group(1) + _STRICT_CHAR + " |", json_schema_to_gbnf(schema))
+        return LlamaGrammar.from_string(gbnf, verbose=False)
     except Exception as exc:  # noqa: BLE001 - its converter raises whatever it meets
         raise ValueError(f"response_format: this JSON schema cannot be enforced: {exc}") from None
+
+
+# The string-character rule of llama-cpp-python's JSON grammar (see json_grammar).
+_JSON_CHAR = re.compile(r'^(char\S* ::= )\[\^"\\\\\] \|', re.M)
+_STRICT_CHAR = r'[^"\\\x7F\x00-\x1F]'  # GBNF: no quote, backslash, DEL or control character
 
 
 class _LogprobRecorder:

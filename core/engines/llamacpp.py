@@ -41,6 +41,8 @@ from core.engines.tool_grammar import (
     LlamaProcessors,
     LlamaToolProcessor,
     ToolGrammars,
+    forces_generic_call,
+    generic_call_messages,
     llama_tool_grammars,
 )
 from core.events import Done, Error, Event, Logprobs, TextDelta, Usage
@@ -55,12 +57,15 @@ class _Active:
     """The one request this engine is generating."""
 
     def __init__(self, request: GenerationRequest, stream: Iterator[dict], prompt_tokens: int,
-                 cached: int) -> None:
+                 cached: int, stops: list[str]) -> None:
         self.request = request
         self.stream = stream
         self.prompt_tokens = prompt_tokens
         self.cached = cached
-        self.stops = StopMatcher(request.sampling.stop)
+        # Every stop (the request's, the prompt's turn markers) is matched here, not by
+        # llama-cpp-python: at max_tokens it flushes the text it held back as a possible
+        # stop, so a base model's reply ended "Hello,\n\nUser".
+        self.stops = StopMatcher(stops)
         self.started = time.perf_counter()
         self.first_token_at: float | None = None
         self.completion_tokens = 0
@@ -229,10 +234,12 @@ class LlamaCppEngine:
         s = request.sampling
         raw = request.prompt is not None  # /v1/completions: text as is, no template
         penalty = s.repetition_penalty if raw else self._repetition_penalty(s)
+        family = detect_family(self._template, self._model_type)
+        generic = forces_generic_call(request, family, self.base_model)
         try:
             options = completion_options(s, self._llm.n_vocab(), penalty)
             if request.tools:  # core.engines.tool_grammar
-                options.update(self._tool_options(request))
+                options.update(self._tool_options(request, family, generic))
         except Unsupported as exc:
             return rid, [Error("UNSUPPORTED", str(exc)), Done("error")]
         except ValueError as exc:
@@ -240,6 +247,8 @@ class LlamaCppEngine:
         # llama.cpp reads the penalties' window from here when it builds the sampler.
         self._llm.last_n_tokens_size = penalty_window(s, penalty)
         messages, images = request.messages, image_paths(request.messages)
+        if generic:
+            messages = generic_call_messages(messages, request.tools, request.tool_name)
         if images and self._vision is None:
             return rid, [Error("UNSUPPORTED", "This model cannot see images: it has no vision "
                                "projector (an mmproj GGUF beside the model file)."), Done("error")]
@@ -289,17 +298,19 @@ class LlamaCppEngine:
         cached = prefill.cached if prefill else _common_prefix(
             self._llm._input_ids[: self._llm.n_tokens].tolist(), tokens)
         s = request.sampling
-        stop = [x for x in (*stop, *(() if raw else self._turn_stops)) if x]
+        stop = [x for x in (*s.stop, *stop, *(() if raw else self._turn_stops)) if x]
+        if s.json_schema is not None or generic:  # the grammar alone ends a constrained reply
+            stop = [x for x in s.stop if x]
         if s.logprobs:
             stream = logprob_stream(
                 self._llm, tokens, top=s.top_logprobs, max_tokens=min(s.max_tokens, budget),
-                stop=stop, sampling=dict(options, temp=s.temperature, top_p=s.top_p,
+                stop=[], sampling=dict(options, temp=s.temperature, top_p=s.top_p,
                                          top_k=s.top_k, min_p=s.min_p, repeat_penalty=penalty))
         elif (self.speculative and speculable(s) and not s.logit_bias
               and prefill is None and "logits_processor" not in options):  # core.engines.llama_lookup
             self.acceptance = Acceptance()
             stream = lookup_stream(
-                self._llm, tokens, max_tokens=min(s.max_tokens, budget), stop=stop,
+                self._llm, tokens, max_tokens=min(s.max_tokens, budget), stop=[],
                 penalties=Penalties(self._llm.last_n_tokens_size, penalty,
                                     s.frequency_penalty, s.presence_penalty),
                 acceptance=self.acceptance)
@@ -312,11 +323,10 @@ class LlamaCppEngine:
                 top_k=s.top_k,
                 min_p=s.min_p,
                 repeat_penalty=penalty,
-                stop=stop,
                 stream=True,
                 **options,
             )
-        self._active = _Active(request, iter(stream), len(tokens), min(cached, len(tokens)))
+        self._active = _Active(request, iter(stream), len(tokens), min(cached, len(tokens)), stop)
         if prefill is not None:  # the images were encoded above: their time is the TTFT's
             self._active.started = prefill.started
         self._active.trim_start = self._base is not None and not raw  # "Assistant:" leaves a space
@@ -334,15 +344,17 @@ class LlamaCppEngine:
                 f"of {n_ctx} tokens can hold. Start a new chat or raise the context size.")
         return self._vision.prefill(self._llm, text, images, add_bos=add_bos, special=special)
 
-    def _tool_options(self, request: GenerationRequest) -> dict[str, Any]:
+    def _tool_options(self, request: GenerationRequest, family: str,
+                      generic: bool) -> dict[str, Any]:
         """A logits processor that holds an opened tool call to the offered tools'
-        schemas (none under a JSON response_format, which holds the whole reply)."""
+        schemas (none under a JSON response_format, which holds the whole reply);
+        `generic`: the whole reply is one bare JSON call (tool_grammar.GENERIC)."""
         if request.sampling.json_schema is not None:
             return {}
         if self._tool_grammars is None:
-            family = detect_family(self._template, self._model_type)
             self._tool_grammars = llama_tool_grammars(self._llm, family)
-        guide = self._tool_grammars.guide(request.tools, request.tool_choice, request.tool_name)
+        guide = self._tool_grammars.guide(request.tools, request.tool_choice, request.tool_name,
+                                          generic=generic)
         if guide is None:
             return {}
         return {"logits_processor": LlamaProcessors([LlamaToolProcessor(guide, self._llm.n_vocab())])}
@@ -402,7 +414,7 @@ class LlamaCppEngine:
                 return rid, events
         else:
             reason = "stop"
-        tail = active.stops.finish()
+        tail = active.stops.finish(cut=reason == "length")
         if tail:
             events.append(TextDelta(tail))
         active.completion_tokens = self._sampled(active)

@@ -25,7 +25,7 @@ import os
 import pkgutil
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,11 @@ from core.engines.speculative import (  # noqa: E402
     accepted,
     speculable,
 )
-from core.engines.tool_grammar import ToolGrammars  # noqa: E402
+from core.engines.tool_grammar import (  # noqa: E402
+    ToolGrammars,
+    forces_generic_call,
+    generic_call_messages,
+)
 from core.engines.tool_rows import ToolCallProcessor  # noqa: E402
 from core.events import Done, Error, Event, Logprobs, TextDelta, Usage  # noqa: E402
 from core.parsing.detect import detect_family  # noqa: E402
@@ -459,10 +463,14 @@ class MlxEngine:
         processors: list[Any] = []
         marks: tuple[tuple[int, int], ...] = ()
         base = self._base if request.prompt is None else None  # raw text: no transcript stops
+        generic = forces_generic_call(request, self._tool_grammars.family, self.base_model)
+        if generic:  # the reply is one bare JSON call: say so, and list the tools
+            request = replace(request, messages=generic_call_messages(
+                request.messages, request.tools, request.tool_name))
         try:
             sp.validate()
             processors = self._logits_processors(sp, raw=request.prompt is not None)
-            processors += self._tool_processors(request)
+            processors += self._tool_processors(request, generic)
             if prompt is None:
                 text = self.render_text(request)
                 prompt, marks = self._tokens_for(text, raw=request.prompt is not None)
@@ -476,7 +484,9 @@ class MlxEngine:
             sampler=self._sampler(sp),
             processors=processors,
             detok=_fresh_detokenizer(self._tokenizer, keep_leading_space=request.prompt is not None),
-            stops=StopMatcher((*sp.stop, *self._base.stops) if base else sp.stop),
+            # a constrained reply ends where its grammar accepts, never at a turn marker
+            stops=StopMatcher((*sp.stop, *self._base.stops)
+                              if base and sp.json_schema is None and not generic else sp.stop),
             submitted=submitted,
             text=text,
             marks=marks,
@@ -521,12 +531,15 @@ class MlxEngine:
         return ToolGrammars(family, make_tokenizer, lambda t: tokenizer.decode([t]),
                             single_token, vocab)
 
-    def _tool_processors(self, request: GenerationRequest) -> list[Any]:
+    def _tool_processors(self, request: GenerationRequest, generic: bool) -> list[Any]:
         """The row's tool-call constraint when it offers tools (none under a JSON
-        response_format, whose grammar already holds the whole reply)."""
-        if not request.tools or request.sampling.json_schema is not None or self._base:
+        response_format, whose grammar already holds the whole reply; on a base model,
+        only a forced call, which is `generic`: tool_grammar.GENERIC)."""
+        if not request.tools or request.sampling.json_schema is not None \
+                or (self._base and not generic):
             return []
-        guide = self._tool_grammars.guide(request.tools, request.tool_choice, request.tool_name)
+        guide = self._tool_grammars.guide(request.tools, request.tool_choice, request.tool_name,
+                                          generic=generic)
         return [] if guide is None else [ToolCallProcessor(guide, self._vocab_size)]
 
     def _schedule(self, out: dict[str, list[Event]]) -> None:
@@ -1087,7 +1100,7 @@ class MlxEngine:
             segment = ""
         if reason != "cancelled" and not act.stops.stopped:
             text, stopped = act.stops.feed(segment)
-            tail = text + ("" if stopped else act.stops.finish())
+            tail = text + ("" if stopped else act.stops.finish(cut=reason == "length"))
             if tail:
                 events.append(TextDelta(tail))
         events.append(self._usage(act))

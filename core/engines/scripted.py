@@ -129,7 +129,7 @@ class ScriptedEngine:
                     events += [self._usage(run), Done("stop")]
                     self._finished(self._runs.pop(rid))
                 elif not run.pieces:
-                    tail = run.stops.finish()
+                    tail = run.stops.finish(cut=run.truncated)
                     if tail:
                         events.append(TextDelta(tail))
                     events += [self._usage(run), Done("length" if run.truncated else "stop")]

@@ -74,6 +74,37 @@ FORMATS: dict[str, ToolFormat] = {
 }
 # Mistral v11+ tokenizers (those with an [ARGS] token) write `[TOOL_CALLS]name[ARGS]{..}`.
 MISTRAL_NAMED = ToolFormat("[TOOL_CALLS]", "", named="[ARGS]", thinks=_MISTRAL_THINKS)
+# A forced call on a model whose own format cannot be forced (a base model, a family whose
+# calls are not JSON between markers): the whole reply is one bare JSON call object, as
+# llama.cpp's server does for any model; the worker reads it with the "json-call" reader.
+GENERIC = ToolFormat("", "", thinks=())
+
+
+def forces_generic_call(request: Any, family: str, base_model: bool) -> bool:
+    """Whether this request's reply is a GENERIC call: it forces a call (tool_choice
+    "required" or a named tool) on a chat request, and the model has no format of its own
+    to force (a base model is prompted as a transcript, where no format applies)."""
+    if not request.tools or request.prompt is not None or request.sampling.json_schema is not None:
+        return False
+    if request.tool_choice != "required" and request.tool_name is None:
+        return False
+    return base_model or tool_format(family) is None
+
+
+def generic_call_messages(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]],
+                          tool_name: str | None) -> tuple[dict[str, Any], ...]:
+    """The messages with a system note that says what to write: the grammar makes the
+    reply a well-formed call whatever the model knows, this makes it a sensible one."""
+    listed = []
+    for tool in tools:
+        fn = tool.get("function", tool) if isinstance(tool, dict) else {}
+        if not isinstance(fn, dict) or (tool_name is not None and fn.get("name") != tool_name):
+            continue
+        listed.append(json.dumps({k: fn[k] for k in ("name", "description", "parameters") if k in fn}))
+    note = ("Answer by calling a tool: write one JSON object "
+            '{"name": <the tool\'s name>, "arguments": {<its parameters>}} and nothing else. '
+            "Tools:\n" + "\n".join(listed))
+    return ({"role": "system", "content": note}, *messages)
 
 _NO_SPACES = {"whitespace_flexible": False}
 
@@ -127,7 +158,7 @@ def call_grammar(fmt: ToolFormat, schema: dict[str, Any], *, with_opener: bool,
         return _lark_literal(text, token_of(text))
 
     head = ""
-    if with_opener:
+    if with_opener and fmt.opener:
         head = (lit(fmt.section) + " " if fmt.section else "") + lit(fmt.opener) + " "
     end = f' "\\n"? {lit(fmt.closer)}' if fmt.closer else ""
     if fmt.named:  # name[ARGS]{arguments} (Kimi: functions.name:0<|..argument_begin|>{..})
@@ -143,8 +174,9 @@ def call_grammar(fmt: ToolFormat, schema: dict[str, Any], *, with_opener: bool,
     if fmt.array:
         schema = {"type": "array", "items": {k: v for k, v in schema.items() if k != "x-guidance"},
                   "minItems": 1, "x-guidance": _NO_SPACES}
+    lead = '"\\n"? ' if fmt.opener else ""  # a generic call is the reply: it starts with "{"
     return ("%llguidance {}\n"
-            f'start: {head}"\\n"? body{end}\n'
+            f'start: {head}{lead}body{end}\n'
             f"body: %json {json.dumps(schema)}\n")
 
 
@@ -185,6 +217,8 @@ class ToolCallGuide:
                 self._tail = ""
             return
         opener = self._fmt.opener
+        if not opener:  # a GENERIC call is the whole reply: nothing opens another
+            return
         text = self._tail + self._text(token)
         thinks = self._fmt.thinks
         while True:  # the parser's view: <tool_call> inside <think>...</think> is reasoning
@@ -243,6 +277,7 @@ class ToolGrammars:
     def __init__(self, family: str, make_tokenizer: Callable[[], Any],
                  token_text: Callable[[int], str], single_token: Callable[[str], int | None],
                  vocab_size: int) -> None:
+        self.family = family
         self.format = tool_format(family)
         if family == "mistral" and single_token(MISTRAL_NAMED.named) is not None:
             self.format = MISTRAL_NAMED  # a v11+ tokenizer: the parser reads name[ARGS]{..}
@@ -252,7 +287,7 @@ class ToolGrammars:
         self._single_token = single_token  # the id of the one token spelling a marker
         self._texts: dict[int, str] = {}
         self._ll: Any = None
-        self._grammars: OrderedDict[tuple[str, bool], str] = OrderedDict()
+        self._grammars: OrderedDict[tuple[str, bool, str], str] = OrderedDict()
 
     def _tokenizer(self) -> Any:
         if self._ll is None:
@@ -266,43 +301,45 @@ class ToolGrammars:
         return known
 
     def guide(self, tools: Sequence[dict[str, Any]], tool_choice: str = "auto",
-              tool_name: str | None = None) -> ToolCallGuide | None:
+              tool_name: str | None = None, *, generic: bool = False) -> ToolCallGuide | None:
         """A fresh guide for a request offering `tools`; None where nothing is constrained
         (no tools, tool_choice "none", or a family whose calls are not JSON between
         markers). tool_choice "required", or `tool_name` (the one tool a request named),
-        makes the reply start with a call. ValueError, with a sentence, for a forced call
-        whose tools' schemas cannot be enforced or that this model's format cannot write
-        (left free, a tool whose schema cannot be enforced takes any JSON object)."""
-        fmt = self.format
-        forced = tool_choice == "required" or tool_name is not None
+        makes the reply start with a call; `generic` (forces_generic_call) makes the whole
+        reply one bare JSON call (GENERIC). ValueError, with a sentence, for a forced call
+        whose tools' schemas cannot be enforced (left free, a tool whose schema cannot be
+        enforced takes any JSON object)."""
+        fmt = GENERIC if generic else self.format
+        forced = generic or tool_choice == "required" or tool_name is not None
         if not tools or tool_choice == "none":
             return None
         if fmt is None:
-            if forced:
+            if forced:  # the engines ask for `generic` here; kept for any other caller
                 raise ValueError("tool_choice: this model's tool-call format cannot be forced "
                                  "while decoding; send tool_choice \"auto\"")
             return None
         try:
             schema = calls_schema(tools, tool_name, fmt.args_key)
-            self._matcher(schema, True)  # a bad schema is found now, not mid-reply
+            self._matcher(schema, True, fmt)  # a bad schema is found now, not mid-reply
         except ValueError:
             if forced:
                 raise
             # Left free to call or not, the model still gets well-formed calls: a tool whose
             # parameters cannot be enforced (an MCP server's, say) takes any JSON object.
             schema = calls_schema(self._relaxed(tools), args_key=fmt.args_key)
-            self._matcher(schema, True)
-        return ToolCallGuide(fmt, lambda with_opener: self._matcher(schema, with_opener),
+            self._matcher(schema, True, fmt)
+        return ToolCallGuide(fmt, lambda with_opener: self._matcher(schema, with_opener, fmt),
                              self.text, self._tokenizer().tokenize_str, forced=forced)
 
-    def _matcher(self, schema: dict[str, Any], with_opener: bool) -> Any:
+    def _matcher(self, schema: dict[str, Any], with_opener: bool,
+                 fmt: ToolFormat | None = None) -> Any:
         """A fresh matcher for one call under `schema` (its Lark text cached); ValueError
         with llguidance's reason when the schema cannot be enforced."""
         import llguidance
 
-        fmt = self.format
+        fmt = fmt or self.format
         assert fmt is not None
-        key = (json.dumps(schema, sort_keys=True), with_opener)
+        key = (json.dumps(schema, sort_keys=True), with_opener, fmt.opener)
         grammar = self._grammars.get(key)
         if grammar is None:
             grammar = call_grammar(fmt, schema, with_opener=with_opener,

@@ -7,12 +7,13 @@
 """
 
 from .detect import detect_family, opens_reasoning
-from .families import FAMILIES, UnknownFamilyError
+from .families import FAMILIES, JSON_CALL, UnknownFamilyError
 from .stops import StopMatcher
 from .stream import StreamParser, family_markers, family_uses_think
 
 __all__ = [
     "FAMILIES",
+    "JSON_CALL",
     "StopMatcher",
     "StreamParser",
     "UnknownFamilyError",

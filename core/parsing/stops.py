@@ -47,9 +47,11 @@ class StopMatcher:
         self._buffer = ""
         return buf, False
 
-    def finish(self) -> str:
-        """The held-back tail once the stream ends without a stop."""
-        out, self._buffer = ("" if self.stopped else self._buffer), ""
+    def finish(self, *, cut: bool = False) -> str:
+        """The held-back tail once the stream ends without a stop. `cut`: the reply was
+        cut by max_tokens, and the tail is the start of a stop it was writing (a base
+        model's "\nUser"): it is dropped, not shown as the reply's last words."""
+        out, self._buffer = ("" if self.stopped or cut else self._buffer), ""
         return out
 
     def _held_tail(self, buf: str) -> int:

@@ -48,6 +48,7 @@ class _Parsers:
     def __init__(self, engine_info: dict[str, Any]) -> None:
         self.family = "plain"
         self._factory = None
+        self._base_model = bool(engine_info.get("base_model"))
         try:
             from core.parsing import StreamParser, detect_family
 
@@ -62,7 +63,12 @@ class _Parsers:
     def start(self, request: GenerationRequest) -> None:
         # A raw prompt's completion (/v1/completions) is text as the model wrote it.
         if self._factory is not None and request.prompt is None:
-            self._active[request.request_id] = self._factory(self.family)
+            family = self.family
+            if request.tools and _forces_generic_call(request, family, self._base_model):
+                from core.parsing import JSON_CALL
+
+                family = JSON_CALL  # the engine holds the reply to one bare JSON call
+            self._active[request.request_id] = self._factory(family)
 
     def process(self, request_id: str, events: list[Event]) -> list[Event]:
         parser = self._active.get(request_id)
@@ -78,6 +84,12 @@ class _Parsers:
                     self._active.pop(request_id, None)
                 out.append(event)
         return out
+
+
+def _forces_generic_call(request: GenerationRequest, family: str, base_model: bool) -> bool:
+    from core.engines.tool_grammar import forces_generic_call
+
+    return forces_generic_call(request, family, base_model)
 
 
 def worker_main(conn: Connection, spec: ModelSpec, parent_pid: int) -> None:

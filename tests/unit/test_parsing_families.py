@@ -141,3 +141,22 @@ def test_family_and_in_reasoning_exposed() -> None:
     assert parser.feed("thinking") == [ReasoningDelta("thinking")]
     # Families without a reasoning block ignore in_reasoning.
     assert StreamParser("gemma", in_reasoning=True).feed("hi") == [TextDelta("hi")]
+
+
+def test_the_json_call_reader_turns_a_bare_call_into_a_tool_call_for_any_chunking() -> None:
+    """A forced call on a model without its own format (core.engines.tool_grammar.GENERIC)."""
+    from core.events import TextDelta, ToolCall
+    from core.parsing import JSON_CALL
+
+    reply = '{"name":"set_alarm","arguments":{"hour":7,"loud":true}}'
+    for size in (1, 3, len(reply)):
+        parser = StreamParser(JSON_CALL)
+        events = [e for i in range(0, len(reply), size) for e in parser.feed(reply[i:i + size])]
+        events += parser.finish()
+        [call] = events
+        assert isinstance(call, ToolCall) and call.error is None
+        assert (call.name, call.arguments) == ("set_alarm", {"hour": 7, "loud": True})
+    cut = StreamParser(JSON_CALL)  # cut by max_tokens: shown as the text it is
+    events = cut.feed('{"name":"set_al') + cut.finish()
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == '{"name":"set_al'
+    assert JSON_CALL not in FAMILIES  # a reader, not a family settings may name

@@ -55,3 +55,16 @@ def test_after_a_stop_input_is_ignored() -> None:
     assert matcher.feed("aSTOPb") == ("a", True)
     assert matcher.feed("more") == ("", True)
     assert matcher.finish() == ""
+
+
+def test_a_reply_cut_by_max_tokens_drops_the_start_of_a_stop_it_was_writing() -> None:
+    """A base model's "Hello,\\n\\nUser" at max_tokens is the next turn's marker begun: the
+    held tail is dropped when the reply is cut, and shown when it ends otherwise."""
+    stops = ["\nUser:", "\nAssistant:", "\n\n\n"]
+    for pieces in (["Hello,", "\n\n", "User"], list("Hello,\n\nUser")):
+        matcher = StopMatcher(stops)
+        shown = "".join(matcher.feed(p)[0] for p in pieces)
+        assert shown + matcher.finish(cut=True) == "Hello,\n"
+        matcher = StopMatcher(stops)
+        shown = "".join(matcher.feed(p)[0] for p in pieces)
+        assert shown + matcher.finish() == "Hello,\n\nUser"

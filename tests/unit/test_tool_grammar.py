@@ -114,3 +114,56 @@ def test_a_mistral_call_drafted_in_a_think_block_stays_free() -> None:
         for t in tok.tokenize_str("ok [TOOL_CALLS]"):
             guide.advance(t)
         assert guide.constrained and guide.calls == 1, draft
+
+
+def _forcing(tool_choice: str = "required", tool_name: str | None = None, **kw):
+    from core.engines.base import GenerationRequest, SamplingParams
+
+    return GenerationRequest("r", ({"role": "user", "content": "hi"},), SamplingParams(**kw),
+                             tools=TOOLS, tool_choice=tool_choice, tool_name=tool_name)
+
+
+def test_a_forced_call_is_generic_where_the_model_has_no_format_to_force() -> None:
+    from core.engines.tool_grammar import forces_generic_call
+
+    assert forces_generic_call(_forcing(), "gemma", base_model=False)
+    assert forces_generic_call(_forcing(tool_name="set_alarm"), "plain", base_model=False)
+    assert forces_generic_call(_forcing(), "hermes", base_model=True)  # a base transcript
+    assert not forces_generic_call(_forcing(), "hermes", base_model=False)  # its own format
+    assert not forces_generic_call(_forcing("auto"), "gemma", base_model=True)
+    assert not forces_generic_call(_forcing(json_schema='{"type": "object"}'), "gemma", False)
+
+
+@pytest.mark.parametrize("family", ["gemma", "plain", "hermes"])
+def test_a_generic_call_is_one_bare_json_object_then_only_the_end_token(family) -> None:
+    from core.engines.tool_grammar import mask_of
+
+    gr, tok = byte_grammars(family)
+    good = '{"name":"set_alarm","arguments":' + GOOD + "}"
+    for text, fits in ((good, True), ('{"name":"set_clock",', False),
+                       ('{"name":"set_alarm","arguments":{"hour":77', False),
+                       ("Sure! " + good, False), ("<tool_call>" + good, False)):
+        guide = gr.guide(TOOLS, "required", generic=True)
+        ids = tok.tokenize_str(text)
+        assert (guide.matcher.try_consume_tokens(ids) == len(ids)) is fits, (family, text)
+    guide = gr.guide(TOOLS, "required", "get_weather", generic=True)
+    assert guide.matcher.try_consume_tokens(tok.tokenize_str(good)) < len(good)  # not named
+    guide = gr.guide(TOOLS, "required", generic=True)
+    first = mask_of(guide.allowed(), tok.vocab_size).nonzero()[0].tolist()
+    assert first == [ord("{")] and tok.eos_token not in first  # no end before the call
+    for t in tok.tokenize_str(good):
+        guide.advance(t)
+    assert mask_of(guide.allowed(), tok.vocab_size).nonzero()[0].tolist() == [tok.eos_token]
+    guide.advance(tok.eos_token)
+    assert not guide.constrained and guide.calls == 1
+
+
+def test_the_generic_prompt_lists_the_tools_it_may_call() -> None:
+    from core.engines.tool_grammar import generic_call_messages
+
+    msgs = ({"role": "user", "content": "Wake me at 7"},)
+    note, user = generic_call_messages(msgs, TOOLS, None)
+    assert note["role"] == "system" and user == msgs[0]
+    assert '"name": "set_alarm"' in note["content"] and '"name": "get_weather"' in note["content"]
+    note, _ = generic_call_messages(msgs, TOOLS, "set_alarm")
+    assert "get_weather" not in note["content"]

@@ -23,7 +23,12 @@ _MODULES = {
 }
 
 FAMILIES: tuple[str, ...] = tuple(_MODULES)
-"""Every family name StreamParser accepts."""
+"""Every model family (what detection and settings may name)."""
+
+# Readers that are not a model's own format: a forced call written as bare JSON on a model
+# whose format cannot be forced (json_call's docstring). StreamParser accepts these too.
+_READERS = {"json-call": "json_call"}
+JSON_CALL = "json-call"
 
 _cache: dict[str, Grammar] = {}
 
@@ -32,7 +37,7 @@ def grammar_for(family: str) -> Grammar:
     """The compiled grammar of a family (imported on first use, then shared)."""
     g = _cache.get(family)
     if g is None:
-        module = _MODULES.get(family)
+        module = _MODULES.get(family) or _READERS.get(family)
         if module is None:
             raise UnknownFamilyError(family)
         g = _cache[family] = import_module(f"{__name__}.{module}").GRAMMAR
