@@ -28,6 +28,7 @@ previous call.
 from __future__ import annotations
 
 import json
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -406,8 +407,10 @@ def llama_tool_grammars(llm: Any, family: str) -> ToolGrammars:
 
         vocab = llm._model.vocab
         ends = {llama_cpp.llama_vocab_eos(vocab), llama_cpp.llama_vocab_eot(vocab)}
-        return llguidance.llamacpp.lltokenizer_from_vocab(
-            vocab, n_vocab=llm.n_vocab(), eos_token=sorted(t for t in ends if t >= 0))
+        with warnings.catch_warnings():  # it calls llama_token_get_attr, deprecated, per token
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return llguidance.llamacpp.lltokenizer_from_vocab(
+                vocab, n_vocab=llm.n_vocab(), eos_token=sorted(t for t in ends if t >= 0))
 
     def single_token(text: str) -> int | None:
         ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
