@@ -27,7 +27,9 @@ STATUS_FOR_CODE: dict[str, int] = {
     "UNSUPPORTED": 400,
     "LOAD_FAILED": 503,
     "TIMEOUT": 504,
-    "CANCELLED": 499,
+    # the service stopped the generation itself (its model unloaded for another, or the
+    # service closing): a client that hung up gets no answer at all, so this one retries
+    "CANCELLED": 503,
     "OOM": 500,
     "MODEL_CORRUPT": 500,
     "WORKER_CRASHED": 500,
