@@ -136,6 +136,8 @@ def test_model_picker(snap_compare) -> None:
 def test_settings_refuses_out_of_range_temperature(snap_compare) -> None:
     async def run_before(pilot) -> None:
         await wait_ready(pilot)
+        pilot.app.main.composer.blur()  # it shows below the dialog: no cursor, drawn or not
+        await pilot.pause()
         await pilot.press("f3")
         await pilot.pause(0.2)
         await pilot.press("end", "backspace", "backspace", "backspace", "3")  # 3: refused
