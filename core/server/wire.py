@@ -72,8 +72,10 @@ def api_error_for(event: Error) -> ApiError:
     code = "context_length_exceeded" if event.code == "CONTEXT_OVERFLOW" else event.code.lower()
     message = event.message
     if event.code == "WORKER_CRASHED":
+        # True of a local model (its worker is respawned) and of a remote or a cluster
+        # (which the person checks and retries), so no promise about who restarts what.
         message = (_CHAT_ADVICE.sub("", message).rstrip(". ") + ". This request was not completed; "
-                   "the server restarts the worker, so retry the request.")
+                   "retry the request (a local model's worker restarts by itself).")
     elif event.code == "CONTEXT_OVERFLOW":
         message = (_CHAT_CONTEXT_ADVICE.sub(".", message) + " Send fewer or shorter messages, or "
                    "serve the model with a larger context size.")

@@ -210,3 +210,15 @@ def test_serve_refuses_public_bind_without_key(monkeypatch: pytest.MonkeyPatch,
     assert serve_main(["--host", "0.0.0.0"]) == 2
     err = capsys.readouterr().err
     assert "without an API key" in err and "127.0.0.1" in err
+
+
+def test_a_dropped_remote_is_not_promised_a_worker_restart() -> None:
+    """A remote or cluster that drops mid-request: the API error keeps its own advice and
+    does not claim the server restarts anything (issue 32, item 7, at the server's edge)."""
+    from core.events import Error
+    from core.server.wire import api_error_for
+
+    error = api_error_for(Error("WORKER_CRASHED", "The remote at http://gpu-box:8000 closed the "
+                                "connection mid-reply; check that it is running, then retry."))
+    assert error.status == 500 and "gpu-box" in error.message
+    assert "the server restarts" not in error.message and "retry" in error.message
