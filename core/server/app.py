@@ -15,7 +15,6 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import TYPE_CHECKING, Any
 
@@ -33,17 +32,16 @@ from core.events import (
     Usage,
 )
 from core.openai_wire import tool_call_body
-from core.remote.backend import Backend, event_batches
+from core.remote.backend import Backend
 from core.server.collect import collect
 from core.server.completions import CompletionsRoute
 from core.server.connections import ServeLimits, busy_middleware
 from core.server.dialect_routes import register as register_dialects
+from core.server.dialects import generation
 from core.server.embeddings import EMBEDDING_MODELS, MAX_INPUTS, EmbeddingService
-from core.server.images import has_images, resolve_images
 from core.server.limits import (
     MAX_BODY_BYTES,
     check_numbers,
-    check_prompt_size,
     check_shape,
     load_body,
     too_large,
@@ -262,31 +260,12 @@ class ChatServer:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         call = parse_chat(await self._body(request), self.runtime.settings.sampling)
-        backend = await self._backend_for(call.model)
-        if backend.kind == "local" and has_images(call.request):  # files, or a 400
-            call = replace(call, request=await resolve_images(
-                call.request, model=call.model, sees=bool(self.runtime.model.info.get("vision")),
-                allow_file_urls=bool(getattr(self.runtime.settings, "serve_allow_file_urls", False)),
-                max_bytes=self.runtime.chat.max_bytes()))
-        if backend.kind == "local":  # before any tokenising: a prompt that cannot fit
-            check_prompt_size(call.request, self.runtime.model.context_size)
-        if backend.queued() >= self.max_queue:
-            raise ApiError(429, f"The queue is full ({self.max_queue} requests waiting); retry shortly.",
-                           code="queue_full")
-        # Nothing awaits between the check above and the generator's first step, which
-        # joins the pool's queue: the count the next request sees is exact.
-        batches = event_batches(backend, call.request)
-        self.active += 1
-        try:
-            first = await anext(batches)
-            if isinstance(first[0], Error):
-                raise api_error_for(first[0])
+        # Admission (backend, images, prompt size, queue), metering and the close that
+        # cancels a vanished client's request: the same for every dialect (dialects.py).
+        async with generation(self, call, "/v1/chat/completions") as (first, batches):
             if call.stream:
                 return await self._stream(request, call, first, batches)
             return await self._complete(call, first, batches)
-        finally:
-            self.active -= 1
-            await batches.aclose()  # a vanished client cancels its request in the worker
 
     async def _complete(self, call: ChatCall, first: list[Event],
                         batches: AsyncIterator[list[Event]]) -> web.Response:

@@ -62,6 +62,8 @@ def test_requests_tokens_and_timings_are_counted_by_route(server: ServerThread) 
     OpenAI(base_url=server.url, api_key="x", max_retries=0).responses.create(
         model="scripted", input=SECRET, stream=False)
     httpx.post(root + "/api/chat", json={"model": "scripted", "messages": ask, "stream": True})
+    OpenAI(base_url=server.url, api_key="x", max_retries=0).chat.completions.create(
+        model="scripted", messages=ask)
     httpx.post(root + f"/{SECRET}/x", json={"secret": SECRET})  # an unknown path
     text, families = _scrape(root)
     assert SECRET not in text and "zebra" not in text
@@ -77,6 +79,8 @@ def test_requests_tokens_and_timings_are_counted_by_route(server: ServerThread) 
     assert _value(tokens_out, "llmdeck_generation_tokens_total", route="/v1/messages") > 10
     assert _value(families["llmdeck_prompt_tokens"], "llmdeck_prompt_tokens_total",
                   route="/api/chat") > 0
+    assert _value(tokens_out, "llmdeck_generation_tokens_total",
+                  route="/v1/chat/completions") > 10  # the OpenAI route is metered too
     ttft = families["llmdeck_time_to_first_token_seconds"]
     assert _value(ttft, "llmdeck_time_to_first_token_seconds_count", route="/v1/messages") == 2
     assert _value(ttft, "llmdeck_time_to_first_token_seconds_bucket", route="/v1/messages",
