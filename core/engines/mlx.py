@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import gc
-import json
 import os
 import pkgutil
 import time
@@ -64,7 +63,12 @@ from core.engines.sampling import (  # noqa: E402
     logits_processors,
     vocab_size,
 )
-from core.engines.select import SelectionError, check_mlx_dir, check_safetensors  # noqa: E402
+from core.engines.select import (  # noqa: E402
+    SelectionError,
+    check_mlx_dir,
+    check_safetensors,
+    json_object,
+)
 from core.engines.speculative import (  # noqa: E402
     Acceptance,
     NgramDrafter,
@@ -1279,7 +1283,10 @@ def _load(path: Path) -> tuple[Any, Any, dict[str, Any]]:
             check_safetensors(w)
     except SelectionError as exc:
         raise EngineLoadError(exc.code, exc.message) from exc
-    config = json.loads((path / "config.json").read_text())
+    try:  # the Hub's words: read bounded (check_mlx_dir has looked at it once already)
+        config = json_object(path / "config.json")
+    except (OSError, ValueError) as exc:
+        raise EngineLoadError("MODEL_CORRUPT", f"config.json is unreadable: {exc}") from exc
     check_architecture(config)
     from mlx_lm.utils import load
 
