@@ -100,7 +100,10 @@ def launcher() -> list[str]:
     if script.exists():
         return [sys.executable, str(script)]
     found = shutil.which("mlx.launch")
-    return [found] if found else [sys.executable, "-m", "mlx._distributed_utils.launch"]
+    # Its module has no `if __name__ == "__main__"`: `-m` would import it and exit 0 having
+    # started nothing, so call its entry point as the console script does.
+    return [found] if found else [sys.executable, "-c", "import sys; from "
+                                  "mlx._distributed_utils.launch import main; sys.exit(main())"]
 
 
 def launch_command(cfg: ClusterConfig, hosts: list[Host], port: int, ring_port: int) -> list[str]:
