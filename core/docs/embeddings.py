@@ -12,10 +12,12 @@ never need it.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import io
 import os
 import shutil
+import sys
 import threading
 import time
 from pathlib import Path
@@ -26,6 +28,12 @@ from core.lazy_numpy import np  # numpy loads on first use (start-up)
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIMENSIONS = 384
 DEFAULT_IDLE_SECONDS = 300.0
+# Texts per forward pass. The pass's activations (attention alone is batch x 12 heads x
+# 256 x 256 floats: 100 MB at 32) are the peak of an embedding run; at 8 the whole
+# ingestion of a 1 MB text peaked 44 MB above the loaded model (272 MB at 32), for the
+# same chunks per second on a CPU (measured in bench/docs.py).
+DEFAULT_BATCH_SIZE = 8
+MMAP_THRESHOLD_BYTES = 128 * 1024
 
 
 def model_dir() -> Path:
@@ -62,6 +70,27 @@ def ensure_model_files() -> Path:
     return target
 
 
+def limit_heap_growth() -> bool:
+    """For a utility worker's first lines (glibc only): allocations over 128 KiB always
+    get their own mapping, returned to the OS when freed.
+
+    glibc raises its mmap threshold each time such a block is freed (up to 32 MiB), after
+    which torch's per-batch tensors come from the heap and are never given back in full:
+    the embedding process grew with every batch (~130 MB per MB of text, 2.1 GiB for a
+    10 MB text). A fixed threshold turns that off. Returns whether it was applied.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt): nothing to do
+        return False
+
+
+_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+
+
 def enter_offline_mode() -> None:
     """For a utility worker's first lines: no Hugging Face network access in this process.
 
@@ -82,7 +111,7 @@ class Embedder:
         self,
         idle_seconds: float = DEFAULT_IDLE_SECONDS,
         model_path: Path | None = None,
-        batch_size: int = 32,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         batch_threads: int | None = None,
     ) -> None:
         self.idle_seconds = idle_seconds

@@ -33,7 +33,7 @@ from core.lazy_numpy import np  # numpy loads on first use (start-up)
 
 DEFAULT_WHOLE_THRESHOLD = 1500
 DEFAULT_TOP_K = 5
-EMBED_BATCH = 32  # chunks per encode call (the embedder batches 32 anyway): the unit of progress
+EMBED_BATCH = 32  # chunks per encode call: the unit of progress, and all that is tokenised at once
 
 CONTEXT_HEADER = (
     "The user attached documents. Answer from the excerpts below and cite each source "
@@ -118,13 +118,16 @@ def ingest(
 
 
 def _embed_batches(embedder: Embedder, texts: list[str], progress: Progress | None) -> np.ndarray:
-    if progress is None or len(texts) <= EMBED_BATCH:
-        return embedder.encode(texts)
-    parts = []
+    """Stream `texts` through the embedder EMBED_BATCH at a time into one preallocated
+    matrix: what is held at once is one batch's tokens and activations plus the result,
+    never every passage tokenised or a second copy of the vectors (np.vstack)."""
+    out = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
     for start in range(0, len(texts), EMBED_BATCH):
-        parts.append(embedder.encode(texts[start : start + EMBED_BATCH]))
-        progress("embedding", min(start + EMBED_BATCH, len(texts)), len(texts))
-    return np.vstack(parts)
+        end = min(start + EMBED_BATCH, len(texts))
+        out[start:end] = embedder.encode(texts[start:end])
+        if progress is not None:
+            progress("embedding", end, len(texts))
+    return out
 
 
 class VectorIndex:

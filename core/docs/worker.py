@@ -92,11 +92,12 @@ def _progress_sender(conn: Connection, request_id: int):
 def utility_main(conn: Connection, parent_pid: int, model_dir: str | None,
                  bounds: ReadBounds | None = None) -> None:
     """Entry point of the utility process: answer requests until told to stop."""
-    from core.docs.embeddings import enter_offline_mode
+    from core.docs.embeddings import enter_offline_mode, limit_heap_growth
     from core.workers.bootstrap import start_child
 
     start_child(log_name="worker")
     enter_offline_mode()
+    limit_heap_growth()  # before torch allocates: its batches would grow the heap for good
     state: dict[str, Any] = {"model_dir": Path(model_dir) if model_dir else None,
                              "bounds": bounds or ReadBounds()}
 
