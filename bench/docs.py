@@ -8,7 +8,13 @@ a utility worker would (markitdown, MiniLM, the index). The `utility_*` keys the
 the real utility worker process: start-up, resident memory with MiniLM loaded, query
 embedding through the pipe, and that it stops when idle.
 
---quick (CI size, CPU, well under 2 minutes): a 25-page PDF and 400 embedded chunks; the
+`index_memory` attaches a plain text (0.15 MB with --quick, else 2 MB) the way the
+documents worker embeds it, before (32 passages per forward pass, glibc's default heap)
+and after (core.docs.embeddings.DEFAULT_BATCH_SIZE, limit_heap_growth), each in a fresh
+process whose RSS is sampled every 50 ms from outside: the peak over the loaded model,
+and the seconds.
+
+--quick (CI size, CPU, well under 3 minutes): a 25-page PDF and 400 embedded chunks; the
 index is filled to 10,000 rows with noisy copies of those real vectors (re-normalised),
 since embedding 10,000 chunks on two cores alone takes minutes. Without --quick every one
 of the 10,000 chunks is a real embedded chunk.
@@ -24,6 +30,7 @@ import json
 import os
 import random
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from core.docs.chunking import Chunk, chunk_sections  # noqa: E402
-from core.docs.embeddings import Embedder  # noqa: E402
+from core.docs.embeddings import DEFAULT_BATCH_SIZE, Embedder, limit_heap_growth  # noqa: E402
 from core.docs.extract import Section, extract  # noqa: E402
 from core.docs.retrieval import IngestResult, VectorIndex, ingest  # noqa: E402
 from tests.fixtures.docs_files import FACTS, filler, make_fact_document, make_pdf  # noqa: E402
@@ -60,8 +67,13 @@ def _numpy_baseline_topk(raw: np.ndarray, query: np.ndarray, k: int) -> np.ndarr
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="CI-size run (CPU, < 2 min)")
+    parser.add_argument("--quick", action="store_true", help="CI-size run (CPU, < 3 min)")
+    parser.add_argument("--index-child", nargs=3, metavar=("BATCH", "HEAP", "PATH"),
+                        help=argparse.SUPPRESS)  # one index_memory run, in its own process
     args = parser.parse_args()
+    if args.index_child:
+        _index_child(int(args.index_child[0]), args.index_child[1] == "1", args.index_child[2])
+        return
     pages = 25 if args.quick else 200
     embed_rows = 400 if args.quick else INDEX_ROWS
     queries = 200 if args.quick else 1000
@@ -172,7 +184,62 @@ def main() -> None:
         out["rss_after_unload_mb"] = round(proc.memory_info().rss / 2**20, 1)
         out["peak_rss_mb"] = _peak_rss_mb()
         out.update(asyncio.run(_utility_worker(pdf, pages, questions[:20])))
+        out["index_memory"] = _index_memory(Path(tmp), 0.15 if args.quick else 2.0)
         print(json.dumps(out))
+
+
+def _index_child(batch: int, heap: bool, path: str) -> None:
+    """Load MiniLM, say so, wait for the go, ingest `path`, print the seconds."""
+    if heap:
+        limit_heap_growth()
+    embedder = Embedder(idle_seconds=0, batch_size=batch)
+    embedder.encode(["load"])
+    print("ready", flush=True)
+    sys.stdin.readline()
+    t0 = time.perf_counter()
+    result = ingest(path, embedder=embedder, whole_threshold=0)
+    assert isinstance(result, IngestResult), result
+    print(json.dumps({"seconds": round(time.perf_counter() - t0, 1),
+                      "chunks": len(result.chunks)}), flush=True)
+
+
+def _index_memory(tmp: Path, mb: float) -> dict[str, object]:
+    """Peak RSS growth over the loaded model and time of ingesting an `mb` MB text, with
+    the old embedding settings and the current ones (see the module docstring)."""
+    import psutil
+
+    rng = random.Random(11)
+    path = tmp / "index-memory.txt"
+    with open(path, "w", encoding="utf-8") as fh:
+        size = 0
+        while size < mb * 2**20:
+            size += fh.write(filler(rng, 9) + "\n\n")
+    out: dict[str, object] = {"text_mb": mb}
+    for name, batch, heap in (("before", 32, False), ("after", DEFAULT_BATCH_SIZE, True)):
+        child = subprocess.Popen(
+            [sys.executable, __file__, "--index-child", str(batch), "1" if heap else "0",
+             str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "ready"
+        proc = psutil.Process(child.pid)
+        time.sleep(0.3)
+        base = peak = proc.memory_info().rss
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        while child.poll() is None:
+            try:
+                peak = max(peak, proc.memory_info().rss)
+            except psutil.Error:
+                break
+            time.sleep(0.05)
+        done = json.loads(child.stdout.readline())
+        child.wait()
+        out["chunks"] = done["chunks"]
+        out[name] = {"batch": batch, "fixed_mmap_threshold": heap,
+                     "rss_loaded_mb": round(base / 2**20, 1),
+                     "peak_growth_mb": round((peak - base) / 2**20, 1),
+                     "seconds": done["seconds"]}
+    return out
 
 
 async def _utility_worker(pdf: Path, pages: int, questions: list[str]) -> dict[str, object]:
