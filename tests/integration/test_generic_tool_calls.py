@@ -37,7 +37,9 @@ def client(bundled_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 def test_llamacpp_forced_calls_are_well_formed_tool_calls(client: OpenAI) -> None:
-    for choice, seed in (("required", 1), ("required", 2),
+    # One "required" and one named call: each costs ~1 s a token on 2 cores (llama.cpp's
+    # JSON grammar walks the whole 262k vocabulary), and the two cover both choices.
+    for choice, seed in (("required", 1),
                          ({"type": "function", "function": {"name": "get_weather"}}, 3)):
         reply = client.chat.completions.create(
             model="gemma", messages=ASK, tools=list(TOOLS), tool_choice=choice,
