@@ -214,16 +214,9 @@ class RemoteBackend:
                 if reply.cut:
                     break
             reply.take_usage(chunk)
-        except reading.RemoteReadError as exc:
-            for event in reply.broken(exc):
-                yield event
-            return
-        except (ValueError, TypeError) as exc:
-            for event in reply.garbled(exc):
-                yield event
-            return
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            for event in reply.lost(exc):
+        except (reading.RemoteReadError, ValueError, TypeError, TimeoutError,
+                aiohttp.ClientError, OSError) as exc:
+            for event in _ended_by(reply, exc):
                 yield event
             return
         for event in reply.end():
@@ -256,21 +249,24 @@ class RemoteBackend:
                 if reply.cut:  # past the client's max_tokens: stop the remote, keep the text
                     response.close()
                     break
-        except reading.RemoteReadError as exc:
-            for event in reply.broken(exc):
-                yield event
-            return
-        except (ValueError, TypeError) as exc:  # JSON that is not an OpenAI stream
-            for event in reply.garbled(exc):
-                yield event
-            return
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            for event in reply.lost(exc):
+        except (reading.RemoteReadError, ValueError, TypeError, TimeoutError,
+                aiohttp.ClientError, OSError) as exc:
+            for event in _ended_by(reply, exc):
                 yield event
             return
         for event in reply.end():
             yield event
 
+
+
+def _ended_by(reply: _Reply, exc: BaseException) -> list[Event]:
+    """The events that end a reply a read broke off: a bound it crossed, a body that is not
+    an OpenAI stream, or a connection lost: the same three endings for both readers."""
+    if isinstance(exc, reading.RemoteReadError):
+        return reply.broken(exc)
+    if isinstance(exc, (ValueError, TypeError)):
+        return reply.garbled(exc)
+    return reply.lost(exc)
 
 # What a person can do when a remote fails them: its own advice, not a local worker's.
 CHECK_ENDPOINT = ("Check that the remote is running and reachable (its URL is in settings, "
