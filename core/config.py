@@ -197,6 +197,7 @@ class Settings:
     vision_model: str | None = None  # an mlx-vlm model folder: describes images for text models
     vision_idle_unload_s: float = 180.0  # the vision model unloads after this long unused
     memory_budget_gb: float = 0  # what loaded models may take together; 0 = automatic
+    kv_disk_gb: float = 4  # KV caches kept on disk between runs (core.engines.kv_store); 0 = off
     serve_allow_file_urls: bool = False  # `llmdeck serve`: accept file:// image URLs
     mcp_servers: list[McpServerConfig] = field(default_factory=list)  # [[mcp_servers]]
     # What `llmdeck mcp` offers other agents; nothing unless the person turns it on.
@@ -420,6 +421,7 @@ _TOP_LEVEL: dict[str, Callable[[Any], Any]] = {
     "vision_model": _words("The vision model", optional=True),
     "vision_idle_unload_s": _ruled(rules.vision_idle_unload_s),
     "memory_budget_gb": _ruled(rules.memory_budget_gb),
+    "kv_disk_gb": _ruled(rules.kv_disk_gb),
     "serve_allow_file_urls": _flag("serve_allow_file_urls"),
     "mcp_share_conversations": _flag("mcp_share_conversations"),
     "mcp_share_documents": _flag("mcp_share_documents"),

@@ -189,6 +189,15 @@ def memory_budget_gb(text: str) -> float:
     return value
 
 
+def kv_disk_gb(text: str) -> float:
+    """Disk the KV-cache store may fill (core.engines.kv_store), in GB; 0 turns it off."""
+    value = _number(text, "The KV cache on disk", float)
+    if not 0 <= value <= MAX_MEMORY_BUDGET_GB:  # also refuses nan
+        raise Refused(f"The KV cache on disk must be 0 (off) or a number of GB up to "
+                      f"{MAX_MEMORY_BUDGET_GB}.")
+    return value
+
+
 # [[clusters]] (core.cluster): one model across several Macs on MLX's distributed engine.
 CLUSTER_BACKENDS = ("ring", "jaccl")  # TCP on any network; RDMA over Thunderbolt 5
 CLUSTER_MODES = ("tensor", "pipeline")

@@ -1,0 +1,210 @@
+"""One KV-cache file on disk: a header saying what it holds, then checksummed raw sections.
+
+A cache file is data from a past run that the next run feeds straight into a model, so it
+is read as data only (never unpickled), and a damaged, truncated or foreign file must be
+recognised before any byte of it reaches an engine. Hence a format of our own, the same
+for both engines (MLX's per-layer keys and values, llama.cpp's sequence state bytes):
+
+    MAGIC | header length (8 bytes, little-endian) | header (JSON) | sections, back to back
+
+The header names the model identity the file belongs to, the token ids its cache covers,
+and each section's dtype, shape, size and SHA-256. The file's length must be exactly the
+header's sum, so a truncated or padded file is refused before anything is hashed; each
+section is hashed (in parallel: hashlib releases the GIL) before it is handed out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.json_text import loads
+
+MAGIC = b"LLMDECK-KV\x00\x01"
+SUFFIX = ".kv"
+# A header holds the token ids (about 7 bytes each as JSON) and a rendered prompt's text
+# (at most 64 characters a token); 64 MiB covers a million-token context.
+MAX_HEADER_BYTES = 64 * 1024**2
+# Stored dtype -> the numpy dtype its bytes are read as (bfloat16 travels as raw uint16).
+DTYPES: dict[str, str] = {
+    "float32": "<f4",
+    "float16": "<f2",
+    "bfloat16": "<u2",
+    "uint8": "u1",
+    "int32": "<i4",
+}
+_HASH_THREADS = min(8, os.cpu_count() or 1)
+
+
+class BadKvFile(ValueError):
+    """A cache file that must not be used: the reason is for the debug log only."""
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class KvHeader:
+    """What a cache file says about itself, checked against the file's length."""
+
+    identity: str
+    tokens: np.ndarray  # int64 token ids the cache covers
+    sections: tuple[Section, ...]
+    meta: dict[str, Any]
+    payload_at: int  # where the first section starts
+    text: str | None = None  # what the tokens spell (chat prompts), for exact re-use
+    marks: tuple[tuple[int, int], ...] = ()  # (chars, tokens) exact boundaries in text
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes for s in self.sections)
+
+
+def write_file(path: Path, identity: str, tokens: Sequence[int],
+               sections: Sequence[tuple[str, str, np.ndarray]], meta: dict[str, Any],
+               text: str | None = None, marks: Sequence[tuple[int, int]] = ()) -> int:
+    """Write a cache file atomically (a private temp file renamed into place); returns
+    its size. `sections` are (name, stored dtype, contiguous array of that dtype's bytes).
+    OSError (a full disk, a folder gone) propagates: the caller decides it is harmless."""
+    arrays = [np.ascontiguousarray(a) for _, _, a in sections]
+    for (_, dtype, _), a in zip(sections, arrays, strict=True):
+        if dtype not in DTYPES or a.dtype.itemsize != np.dtype(DTYPES[dtype]).itemsize:
+            raise ValueError(f"section dtype {dtype} does not match array dtype {a.dtype}")
+    digests = _hash_all([memoryview(a).cast("B") for a in arrays])
+    header: dict[str, Any] = {
+        "identity": identity,
+        "tokens": [int(t) for t in tokens],
+        "sections": [
+            {"name": name, "dtype": dtype, "shape": list(a.shape), "nbytes": int(a.nbytes),
+             "sha256": digest}
+            for (name, dtype, _), a, digest in zip(sections, arrays, digests, strict=True)
+        ],
+        "meta": meta,
+    }
+    if text is not None:
+        header["text"] = text
+        header["marks"] = [list(m) for m in marks]
+    from json import dumps
+
+    blob = dumps(header, separators=(",", ":")).encode("utf-8")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(MAGIC)
+            f.write(struct.pack("<Q", len(blob)))
+            f.write(blob)
+            for a in arrays:
+                f.write(memoryview(a).cast("B"))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return len(MAGIC) + 8 + len(blob) + sum(a.nbytes for a in arrays)
+
+
+def read_header(path: Path, identity: str | None = None) -> KvHeader:
+    """The file's header, checked for shape and length; BadKvFile when it is not one of
+    ours, belongs to another model (`identity`), or its length does not add up."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(len(MAGIC) + 8)
+            if len(head) < len(MAGIC) + 8 or head[: len(MAGIC)] != MAGIC:
+                raise BadKvFile("not a cache file")
+            (length,) = struct.unpack("<Q", head[len(MAGIC):])
+            if length > min(MAX_HEADER_BYTES, size):
+                raise BadKvFile("header length out of bounds")
+            blob = f.read(length)
+    except OSError as exc:
+        raise BadKvFile(f"unreadable: {exc.strerror or exc}") from exc
+    if len(blob) != length:
+        raise BadKvFile("truncated header")
+    try:
+        data = loads(blob)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadKvFile("header is not JSON") from exc
+    header = _parse(data, len(MAGIC) + 8 + length)
+    if identity is not None and header.identity != identity:
+        raise BadKvFile("another model's cache")
+    if header.payload_at + header.nbytes != size:
+        raise BadKvFile("file length does not match its header (truncated?)")
+    return header
+
+
+def read_sections(path: Path, header: KvHeader) -> dict[str, np.ndarray]:
+    """Every section as a numpy array, each checked against its SHA-256 first."""
+    buffers: list[bytearray] = []
+    try:
+        with open(path, "rb") as f:
+            f.seek(header.payload_at)
+            for s in header.sections:
+                buf = bytearray(s.nbytes)
+                if f.readinto(buf) != s.nbytes:
+                    raise BadKvFile("truncated section")
+                buffers.append(buf)
+    except OSError as exc:
+        raise BadKvFile(f"unreadable: {exc.strerror or exc}") from exc
+    digests = _hash_all([memoryview(b) for b in buffers])
+    out: dict[str, np.ndarray] = {}
+    for s, buf, digest in zip(header.sections, buffers, digests, strict=True):
+        if digest != s.sha256:
+            raise BadKvFile(f"checksum mismatch in {s.name}")
+        out[s.name] = np.frombuffer(buf, dtype=DTYPES[s.dtype]).reshape(s.shape)
+    return out
+
+
+def _hash_all(views: list[memoryview]) -> list[str]:
+    if len(views) <= 1 or sum(v.nbytes for v in views) < 8 * 1024**2:
+        return [hashlib.sha256(v).hexdigest() for v in views]
+    with ThreadPoolExecutor(_HASH_THREADS) as pool:
+        return list(pool.map(lambda v: hashlib.sha256(v).hexdigest(), views))
+
+
+def _parse(data: Any, payload_at: int) -> KvHeader:
+    """The header's fields, each of the type and range it must have."""
+    if not isinstance(data, dict):
+        raise BadKvFile("header is not an object")
+    identity, tokens, sections, meta = (data.get(k) for k in ("identity", "tokens", "sections", "meta"))
+    if not isinstance(identity, str) or not isinstance(meta, dict):
+        raise BadKvFile("header lacks identity or meta")
+    if not isinstance(tokens, list) or not tokens or not all(
+            type(t) is int and 0 <= t < 2**31 for t in tokens):
+        raise BadKvFile("bad token list")
+    if not isinstance(sections, list):
+        raise BadKvFile("bad section list")
+    parsed: list[Section] = []
+    for s in sections:
+        if not isinstance(s, dict):
+            raise BadKvFile("bad section")
+        name, dtype, shape, nbytes, digest = (s.get(k) for k in ("name", "dtype", "shape", "nbytes", "sha256"))
+        if (not isinstance(name, str) or dtype not in DTYPES or not isinstance(shape, list)
+                or not all(type(d) is int and d >= 0 for d in shape)
+                or type(nbytes) is not int or not isinstance(digest, str) or len(digest) != 64):
+            raise BadKvFile("bad section")
+        if int(np.prod(shape, dtype=np.int64)) * np.dtype(DTYPES[dtype]).itemsize != nbytes:
+            raise BadKvFile(f"section {name}: shape does not match its size")
+        parsed.append(Section(name, dtype, tuple(shape), nbytes, digest))
+    text, marks = data.get("text"), data.get("marks", [])
+    if text is not None and not isinstance(text, str):
+        raise BadKvFile("bad text")
+    if not isinstance(marks, list) or not all(
+            isinstance(m, list) and len(m) == 2 and all(type(x) is int for x in m)
+            and 0 < m[0] <= len(text or "") and 0 < m[1] <= len(tokens) for m in marks):
+        raise BadKvFile("bad marks")
+    return KvHeader(identity, np.asarray(tokens, dtype=np.int64), tuple(parsed), meta,
+                    payload_at, text, tuple((m[0], m[1]) for m in marks))
