@@ -183,6 +183,7 @@ class Settings:
     theme: str = "llmdeck-dark"
     replicas: int = 0  # workers per model; 0 = the engine's default (llama.cpp 2, MLX 1)
     idle_unload_minutes: float = 0  # unload an idle model to free memory; 0 = never
+    service_idle_minutes: float = 30  # the engine service exits this long after its last client; 0 = never
     # Prompt-lookup drafts for a lone greedy reply (core.engines.speculative); read at load.
     speculative: bool = True
     draft_model: str | None = None  # an MLX model folder of the same family: guesses on MLX
@@ -410,6 +411,7 @@ _TOP_LEVEL: dict[str, Callable[[Any], Any]] = {
     "theme": _words("The theme"),
     "replicas": _ruled(rules.replicas),
     "idle_unload_minutes": _ruled(rules.idle_unload_minutes),
+    "service_idle_minutes": _ruled(rules.service_idle_minutes),
     "speculative": _flag("speculative"),
     "draft_model": _words("The draft model", optional=True),
     "tools_enabled": _flag("tools_enabled"),

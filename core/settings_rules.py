@@ -163,6 +163,13 @@ def idle_unload_minutes(text: str) -> float:
     return value
 
 
+def service_idle_minutes(text: str) -> float:
+    value = _number(text, "Service idle minutes", float)
+    if not value >= 0:  # also refuses nan
+        raise Refused("Service idle minutes must be 0 (never) or more.")
+    return value
+
+
 def _positive(label: str, unit: str) -> Callable[[str], float]:
     def rule(text: str) -> float:
         value = _number(text, label, float)

@@ -64,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     cluster = sub.add_parser("cluster", help="start, stop or show a cluster: one model across "
                              "several Macs (up|down|status NAME)", add_help=False)
     cluster.add_argument("rest", nargs=argparse.REMAINDER)
+    service = sub.add_parser("service", help="the engine service every llmdeck front end "
+                             "shares (start|stop|restart|status)", add_help=False)
+    service.add_argument("rest", nargs=argparse.REMAINDER)
     return parser
 
 
@@ -96,6 +99,10 @@ def _dispatch(argv: list[str]) -> int:
         return doctor_main(argv[1:])
     if argv[:1] == ["models"]:  # likewise: `models --help`
         return _models(argv[1:])
+    if argv[:1] == ["service"]:  # likewise: `service run --engine scripted`
+        from core.service import service_main
+
+        return service_main(argv[1:])
     if argv[:1] == ["cluster"]:  # likewise: `cluster up NAME --timeout 60`
         from core.cluster import cluster_main
 
@@ -107,9 +114,12 @@ def _dispatch(argv: list[str]) -> int:
         return mcp_main()
     if args.command == "workers":
         from core.cluster import clusters_report
+        from core.service import service_workers_main
         from core.workers import workers_main
 
-        code = workers_main()
+        code = service_workers_main()
+        if code is None:  # no service runs: the status files of an app or a server
+            code = workers_main()
         clusters = clusters_report()  # several Macs on one model (issue 35)
         if clusters:
             print(f"\nclusters:\n{clusters}")

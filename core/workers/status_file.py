@@ -19,8 +19,9 @@ from core.terminal_text import visible
 from core.workers.pool import WorkerStatus
 
 # One file per role (core.home_lock): an app and a server sharing a home each keep their own.
-FILE_NAMES = {"app": "workers.json", "serve": "workers-serve.json"}
-_TMP = re.compile(r"^\.(workers(?:-serve)?\.json)\.(\d+)\.tmp$")
+FILE_NAMES = {"app": "workers.json", "serve": "workers-serve.json",
+              "service": "workers-service.json"}
+_TMP = re.compile(r"^\.(workers(?:-serve|-service)?\.json)\.(\d+)\.tmp$")
 _swept = False
 
 

@@ -1,0 +1,57 @@
+"""The engine service: one long-lived process per home owning the Runtime (worker pool,
+store writer, turns, tools, MCP), and the clients around it (TUI, `llmdeck serve`,
+`llmdeck workers`, `llmdeck mcp`) over a Unix socket (0600, peer uid checked).
+
+    from core.service import start_or_connect, RemoteRuntime
+    client = await start_or_connect("tui")     # starts the service when none runs
+    runtime = RemoteRuntime(client)            # the Runtime's async calls, forwarded
+
+Modules, one idea each: framing (JSON lines, bounded), protocol (message shapes), codec
+(dataclasses as tagged dicts, allowlisted), peer (who connected), outbox (a client's
+queue, merging deltas when it lags), turns (replies that outlive their client),
+dispatch (the call table), server (the socket side), process (the service itself),
+launch (starting it detached), client, remote_runtime, control (`llmdeck service`),
+http_face (`llmdeck serve` inside the service).
+
+The face below loads what it names only when asked (PEP 562): `llmdeck --help` pays
+nothing for it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from core.service.client import (
+        ServiceCallError,
+        ServiceClient,
+        ServiceUnavailable,
+        connect,
+        run_call,
+    )
+    from core.service.launch import start_or_connect
+    from core.service.remote_runtime import RemoteRuntime, RemoteTurn
+
+__all__ = ["RemoteRuntime", "RemoteTurn", "ServiceCallError", "ServiceClient",
+           "ServiceUnavailable", "connect", "format_status", "run_call", "service_main",
+           "service_status", "service_workers_main", "start_or_connect"]
+
+_FROM = {
+    "ServiceCallError": "core.service.client", "ServiceClient": "core.service.client",
+    "ServiceUnavailable": "core.service.client", "connect": "core.service.client",
+    "run_call": "core.service.client", "start_or_connect": "core.service.launch",
+    "RemoteRuntime": "core.service.remote_runtime", "RemoteTurn": "core.service.remote_runtime",
+    "service_status": "core.service.control", "format_status": "core.service.control",
+}
+
+
+def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name == "service_main":  # `llmdeck service ...`
+        return importlib.import_module("core.service.control").main
+    if name == "service_workers_main":  # `llmdeck workers` while a service runs
+        return importlib.import_module("core.service.control").workers_main
+    if name in _FROM:
+        return getattr(importlib.import_module(_FROM[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

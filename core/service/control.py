@@ -1,0 +1,180 @@
+"""`llmdeck service start|stop|restart|status` (and the hidden `run`, the service itself).
+
+Each prints one short answer a person can act on; status exits 3 when no service runs
+(as service managers do), so scripts can ask.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from typing import Any
+
+from core.service.client import ServiceUnavailable, connect
+from core.service.launch import start_or_connect
+
+STOP_WAIT_S = 60.0
+NOT_RUNNING = 3
+
+USAGE = """usage: llmdeck service {start,stop,restart,status}
+
+  start     start the engine service for this home (the app starts it by itself too)
+  stop      stop it: replies still streaming are stored as stopped, models unload
+  restart   stop it, then start it
+  status    pid, uptime, clients, models loaded, memory (exit 3 when none runs)
+"""
+
+
+def _home() -> str:
+    from core.home_lock import home_label
+
+    return home_label()
+
+
+async def _status() -> dict[str, Any] | None:
+    try:
+        client = await connect("cli")
+    except ServiceUnavailable:
+        return None
+    try:
+        return await client.call("status", timeout=10)
+    finally:
+        await client.close()
+
+
+def service_status() -> dict[str, Any] | None:
+    """The running service's status, or None (for doctor and `llmdeck workers`)."""
+    try:
+        return asyncio.run(_status())
+    except ServiceUnavailable:
+        return None
+
+
+def workers_main() -> int | None:
+    """`llmdeck workers` answered by the engine service when one runs; None when none
+    does (the caller falls back to the status files of an app or a server)."""
+    from core.service.client import run_call
+
+    try:
+        statuses = run_call("worker_status", timeout=10)
+    except ServiceUnavailable:
+        return None
+    from core.workers.status_file import format_table
+
+    print("llmdeck service:")
+    print(format_table(statuses) if statuses else "No model is loaded.")
+    return 0
+
+
+def format_status(status: dict[str, Any]) -> str:
+    from core.terminal_text import visible
+
+    up = int(status.get("uptime_s") or 0)
+    uptime = f"{up // 3600}h{up % 3600 // 60:02d}m" if up >= 3600 else f"{up // 60}m{up % 60:02d}s"
+    rss = int(status.get("rss_bytes") or 0)
+    workers = int(status.get("workers_rss_bytes") or 0)
+    models = ", ".join(visible(str(m)) for m in status.get("models") or []) or "none loaded"
+    lines = [f"pid      {status.get('pid')}",
+             f"uptime   {uptime}",
+             f"clients  {status.get('clients')}  (replies streaming: {status.get('turns')})",
+             f"models   {models}",
+             f"memory   {(rss + workers) / 2**20:.0f} MiB  (service {rss / 2**20:.0f} MiB, "
+             f"workers {workers / 2**20:.0f} MiB)",
+             f"socket   {status.get('socket')}"]
+    if status.get("http"):
+        lines.append(f"http     {status['http']}")
+    idle = status.get("idle_exit_s")
+    lines.append(f"idle     exits after {idle / 60:.0f} min with no client" if idle
+                 else "idle     never exits by itself")
+    return "\n".join(lines)
+
+
+async def _stop() -> int | None:
+    """Ask the service to stop and wait for it to exit; its pid, or None if none ran."""
+    try:
+        client = await connect("cli")
+    except ServiceUnavailable:
+        return None
+    pid = client.pid
+    try:
+        await client.call("shutdown", timeout=10)
+    except ServiceUnavailable:
+        pass  # it went while answering: what we asked for
+    finally:
+        await client.close()
+    deadline = time.monotonic() + STOP_WAIT_S
+    while pid and _alive(pid) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    if pid and _alive(pid):
+        raise ServiceUnavailable(f"The llmdeck service (pid {pid}) did not stop within "
+                                 f"{STOP_WAIT_S:.0f} s; `kill {pid}` ends it.")
+    return pid or 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        import psutil
+
+        return psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except Exception:  # noqa: BLE001 - gone between the two questions
+        return False
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        sys.stdout.write(USAGE)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "run":
+        from core.service.process import main as run_main
+
+        return run_main(rest)
+    try:
+        if command == "status":
+            status = asyncio.run(_status())
+            if status is None:
+                print(f"llmdeck service: not running on {_home()}.")
+                return NOT_RUNNING
+            print(format_status(status))
+            return 0
+        if command in ("stop", "restart"):
+            pid = asyncio.run(_stop())
+            if pid is None and command == "stop":
+                print(f"llmdeck service: not running on {_home()}.")
+                return 0
+            if pid is not None:
+                print(f"llmdeck service: stopped (pid {pid}).")
+            if command == "stop":
+                return 0
+        if command in ("start", "restart"):
+            return _start(rest)
+    except ServiceUnavailable as exc:
+        print(f"llmdeck service: {exc.message}", file=sys.stderr)
+        return 1
+    print(f"llmdeck service: unknown command {command!r}.\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+def _start(service_args: list[str]) -> int:
+    async def _go() -> tuple[int | None, bool]:
+        try:
+            client = await connect("cli")
+            existed = True
+        except ServiceUnavailable as exc:
+            if not isinstance(exc.__cause__, (FileNotFoundError, ConnectionRefusedError)):
+                raise
+            client = await start_or_connect("cli", service_args=tuple(service_args))
+            existed = False
+        pid = client.pid
+        await client.close()
+        return pid, existed
+
+    pid, existed = asyncio.run(_go())
+    word = "already running" if existed else "started"
+    print(f"llmdeck service: {word} (pid {pid}) on {_home()}.")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,238 @@
+"""The service's call table: what a client may ask, by name, and how each is answered.
+
+Most calls are the Runtime's own async methods forwarded as they are (RUNTIME_CALLS):
+adding one the face grows is adding its name here (and RemoteRuntime picks it up from
+the same table). Calls that start a reply hand the Turn to the TurnHub, which streams it
+to the caller and to anyone watching. Service calls (status, subscribe, shutdown, the
+HTTP face) are the rest of the table. Anything not named here does not exist for a
+client: no attribute walking, no private names.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from core.service import codec
+from core.service.protocol import BAD_CALL, NOT_FOUND
+from core.service.turns import TurnHub
+
+# Runtime methods forwarded as they are: name -> True when it is a coroutine.
+RUNTIME_CALLS: dict[str, bool] = {
+    "list_conversations": True,
+    "messages": True,
+    "conversation": True,
+    "messages_around": True,
+    "messages_after": True,
+    "search": True,
+    "branch_positions": True,
+    "step_branch": True,
+    "delete_message": True,
+    "rename_conversation": True,
+    "delete_conversation": True,
+    "export_conversation": True,
+    "ensure_model": True,
+    "reload_model": True,
+    "switch_model": True,
+    "find_model": True,
+    "attachments": True,
+    "detach": True,
+    "images": True,
+    "model_ref": False,
+    "is_active_model": False,
+    "worker_status": False,
+    "check_mentions": False,
+}
+# Runtime methods that return a Turn: the hub runs it and the caller watches it.
+TURN_CALLS = ("start_turn", "regenerate", "edit_and_resend")
+SUBSCRIPTION_TOPICS = ("status", "model")
+DECISIONS = ("allow", "deny", "always")
+
+
+class CallError(Exception):
+    """A call the client got wrong (code BAD_CALL / NOT_FOUND), with the sentence."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Caller(Protocol):
+    """The session a call came from (core.service.server.Session)."""
+
+    topics: set[str]
+
+    def send(self, message: dict[str, Any]) -> None: ...
+
+
+class ServiceControl(Protocol):
+    def status(self) -> dict[str, Any]: ...
+    def request_stop(self, reason: str) -> None: ...
+    async def open_http(self, args: dict[str, Any], owner: Any = None) -> dict[str, Any]: ...
+    async def close_http(self) -> bool: ...
+    def session_gone(self, session: Any) -> None: ...
+
+
+@dataclass
+class CallContext:
+    runtime: Any  # core.runtime.Runtime
+    hub: TurnHub
+    caller: Caller
+    service: ServiceControl
+    call_id: Any = None
+
+
+Handler = Callable[[CallContext, dict[str, Any]], Awaitable[Any]]
+
+
+def _bound(fn: Callable[..., Any], name: str, args: dict[str, Any]) -> inspect.BoundArguments:
+    try:
+        return inspect.signature(fn).bind(**args)
+    except TypeError as exc:
+        raise CallError(BAD_CALL, f"{name}: {exc}.") from None
+
+
+async def _forward(ctx: CallContext, name: str, args: dict[str, Any]) -> Any:
+    fn = getattr(ctx.runtime, name)
+    bound = _bound(fn, name, args)
+    result = fn(*bound.args, **bound.kwargs)
+    return await result if RUNTIME_CALLS[name] else result
+
+
+async def _turn_call(ctx: CallContext, name: str, args: dict[str, Any]) -> Any:
+    fn = getattr(ctx.runtime, name)
+    bound = _bound(fn, name, args)
+    turn = await fn(*bound.args, **bound.kwargs)
+    live = ctx.hub.begin(turn, ctx.caller)
+    return {**live.summary(), "rollover": getattr(turn, "rollover", None),
+            "sources": tuple(getattr(turn, "sources", ()))}
+
+
+async def _attach(ctx: CallContext, args: dict[str, Any]) -> Any:
+    """attach(conversation_id, paths): progress goes to the caller as events of this call."""
+    conversation_id = args.get("conversation_id")
+    paths = args.get("paths")
+    if not isinstance(paths, list) or not all(isinstance(p, (str, Path)) for p in paths):
+        raise CallError(BAD_CALL, "attach: paths must be a list of file paths.")
+    call_id = ctx.call_id
+
+    def progress(name: str, stage: str, done: int, total: int) -> None:
+        ctx.caller.send({"event": "progress", "id": call_id, "data":
+                         {"name": name, "stage": stage, "done": done, "total": total}})
+
+    return await ctx.runtime.attach(conversation_id, list(paths), progress)
+
+
+def _turn_id(args: dict[str, Any]) -> str:
+    turn_id = args.get("turn")
+    if not isinstance(turn_id, str):
+        raise CallError(BAD_CALL, "Name the turn: {\"turn\": \"<id>\"}.")
+    return turn_id
+
+
+async def _watch_turn(ctx: CallContext, args: dict[str, Any]) -> Any:
+    live = None
+    if isinstance(args.get("conversation_id"), str):
+        live = ctx.hub.for_conversation(args["conversation_id"])
+        if live is None:
+            return None  # nothing streams there: the store has the whole conversation
+    else:
+        live = ctx.hub.get(_turn_id(args))
+        if live is None:
+            raise CallError(NOT_FOUND, "That reply is no longer streaming.")
+    ctx.hub.watch(live, ctx.caller)
+    return live.summary()
+
+
+async def _cancel_turn(ctx: CallContext, args: dict[str, Any]) -> Any:
+    return ctx.hub.cancel(_turn_id(args))
+
+
+async def _answer(ctx: CallContext, args: dict[str, Any]) -> Any:
+    ask, decision = args.get("ask"), args.get("decision")
+    if not isinstance(ask, str) or decision not in DECISIONS:
+        raise CallError(BAD_CALL, f"answer_approval wants an ask id and a decision "
+                        f"({', '.join(DECISIONS)}).")
+    return ctx.hub.answer(ask, decision)
+
+
+async def _subscribe(ctx: CallContext, args: dict[str, Any]) -> Any:
+    topic = args.get("topic")
+    if topic not in SUBSCRIPTION_TOPICS:
+        raise CallError(BAD_CALL, f"Topics: {', '.join(SUBSCRIPTION_TOPICS)}.")
+    ctx.caller.topics.add(topic)
+    return ctx.service.status() if topic == "status" else ctx.runtime.model
+
+
+async def _unsubscribe(ctx: CallContext, args: dict[str, Any]) -> Any:
+    ctx.caller.topics.discard(args.get("topic"))
+    return True
+
+
+async def _status(ctx: CallContext, args: dict[str, Any]) -> Any:
+    return ctx.service.status()
+
+
+async def _model_state(ctx: CallContext, args: dict[str, Any]) -> Any:
+    return ctx.runtime.model
+
+
+async def _live_turns(ctx: CallContext, args: dict[str, Any]) -> Any:
+    return ctx.hub.live()
+
+
+async def _shutdown(ctx: CallContext, args: dict[str, Any]) -> Any:
+    ctx.service.request_stop("asked to stop by a client")
+    return True
+
+
+async def _serve_open(ctx: CallContext, args: dict[str, Any]) -> Any:
+    return await ctx.service.open_http(args, ctx.caller)  # closes when the caller goes
+
+
+async def _serve_close(ctx: CallContext, args: dict[str, Any]) -> Any:
+    return await ctx.service.close_http()
+
+
+SERVICE_CALLS: dict[str, Handler] = {
+    "status": _status,
+    "subscribe": _subscribe,
+    "unsubscribe": _unsubscribe,
+    "model_state": _model_state,
+    "live_turns": _live_turns,
+    "watch_turn": _watch_turn,
+    "cancel_turn": _cancel_turn,
+    "answer_approval": _answer,
+    "attach": _attach,
+    "shutdown": _shutdown,
+    "serve_open": _serve_open,
+    "serve_close": _serve_close,
+}
+
+
+async def dispatch(ctx: CallContext, name: Any, raw_args: Any) -> Any:
+    """Run call `name` and return its result encoded for the wire (CallError when the
+    client got it wrong; whatever the call raised otherwise)."""
+    if not isinstance(name, str):
+        raise CallError(BAD_CALL, "A call names what it asks: {\"id\", \"call\", \"args\"}.")
+    if raw_args is None:
+        raw_args = {}
+    if not isinstance(raw_args, dict):
+        raise CallError(BAD_CALL, f"{name}: args must be an object.")
+    try:
+        args = codec.decode(raw_args)
+    except codec.CodecError as exc:
+        raise CallError(BAD_CALL, f"{name}: {exc}.") from None
+    if name in SERVICE_CALLS:
+        result = await SERVICE_CALLS[name](ctx, args)
+    elif name in TURN_CALLS:
+        result = await _turn_call(ctx, name, args)
+    elif name in RUNTIME_CALLS:
+        result = await _forward(ctx, name, args)
+    else:
+        raise CallError(BAD_CALL, f"There is no call named {name[:80]!r}.")
+    return codec.encode(result)

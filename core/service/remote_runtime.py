@@ -1,0 +1,189 @@
+"""RemoteRuntime: the Runtime's async calls, answered by the engine service.
+
+The TUI can hold one instead of an in-process Runtime: each forwarded call (the names in
+core.service.dispatch.RUNTIME_CALLS) goes over the socket and comes back decoded into
+the same dataclasses. A call that starts a reply (start_turn, regenerate,
+edit_and_resend) returns a RemoteTurn, whose events() yields the same events a local
+Turn does (TextDelta, ToolStatus, Done, ...) and whose cancel() stops the reply in the
+service, for every client watching it. watch_turn(conversation_id) attaches to a reply
+that another client (or a client that went away) started.
+
+`model` is kept fresh by the service's "model" pushes, and `listeners` are called with
+it as the in-process Runtime calls its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from core.service import codec
+from core.service.client import ServiceClient, ServiceUnavailable
+from core.service.dispatch import RUNTIME_CALLS, TURN_CALLS
+
+Decision = str  # "allow" | "deny" | "always" (core.tools.approval.Decision)
+
+
+class RemoteTurn:
+    """A reply streaming in the service, as seen by this client."""
+
+    def __init__(self, client: ServiceClient, summary: dict[str, Any]) -> None:
+        self._client = client
+        self.turn_id: str = summary["turn"]
+        self.conversation_id: str = summary["conversation_id"]
+        self.user_message_id: str | None = summary.get("user_message_id")
+        self.assistant_message_id: str | None = summary.get("assistant_message_id")
+        self.rollover: Any = summary.get("rollover")
+        self.sources: tuple[str, ...] = tuple(summary.get("sources") or ())
+        self.cancelled = False
+        # Asked before a tool runs (as Turn.approve); None answers nothing and another
+        # client watching may answer, or the service denies after its wait.
+        self.approve: Callable[[Any], Any] | None = None
+        self.finish_reason: str | None = None
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        asyncio.ensure_future(self._cancel())
+
+    async def _cancel(self) -> None:
+        try:
+            await self._client.call("cancel_turn", turn=self.turn_id, timeout=10)
+        except Exception:  # noqa: BLE001 - the service gone: the reply stopped with it
+            pass
+
+    async def events(self) -> AsyncIterator[Any]:
+        """The reply's events in order; a connection lost mid-reply ends it with an Error
+        and Done("error") (the service stores what arrived)."""
+        from core.events import Done, Error
+
+        try:
+            async for message in self._client.turn_events(self.turn_id):
+                kind = message.get("event")
+                if kind == "turn":
+                    yield codec.decode(message.get("data"))
+                elif kind == "approve":
+                    asyncio.ensure_future(self._answer(message))
+                elif kind == "turn_end":
+                    self.assistant_message_id = message.get("assistant_message_id")
+                    self.finish_reason = message.get("finish_reason")
+        except ServiceUnavailable as exc:
+            yield Error("INTERNAL", f"{exc.message} The reply was stopped; what arrived is saved.")
+            yield Done("error")
+
+    async def _answer(self, message: dict[str, Any]) -> None:
+        if self.approve is None:
+            return
+        decision = await self.approve(codec.decode(message.get("data")))
+        try:
+            await self._client.call("answer_approval", ask=message.get("ask"),
+                                    decision=decision, timeout=10)
+        except Exception:  # noqa: BLE001 - the turn ended meanwhile
+            pass
+
+
+class RemoteRuntime:
+    """What the UI holds when the service owns the Runtime."""
+
+    def __init__(self, client: ServiceClient) -> None:
+        self.client = client
+        self.model: Any = None
+        self.listeners: list[Callable[[Any], None]] = []
+        client.listeners.append(self._on_event)
+
+    async def start(self) -> None:
+        """Fetch the model state and follow its changes."""
+        self.model = await self.client.call("subscribe", topic="model")
+
+    def _on_event(self, message: dict[str, Any]) -> None:
+        if message.get("event") == "model":
+            try:
+                self.model = codec.decode(message.get("data"))
+            except codec.CodecError:
+                return
+            for listener in list(self.listeners):
+                listener(self.model)
+
+    async def call(self, name: str, **args: Any) -> Any:
+        return await self.client.call(name, **args)
+
+    async def _turn(self, name: str, **args: Any) -> RemoteTurn:
+        return RemoteTurn(self.client, await self.client.call(name, **args))
+
+    async def start_turn(self, conversation_id: str | None, text: str) -> RemoteTurn:
+        return await self._turn("start_turn", conversation_id=conversation_id, text=text)
+
+    async def regenerate(self, conversation_id: str, message_id: str) -> RemoteTurn:
+        return await self._turn("regenerate", conversation_id=conversation_id,
+                                message_id=message_id)
+
+    async def edit_and_resend(self, conversation_id: str, message_id: str,
+                              text: str) -> RemoteTurn:
+        return await self._turn("edit_and_resend", conversation_id=conversation_id,
+                                message_id=message_id, text=text)
+
+    async def watch_turn(self, conversation_id: str) -> RemoteTurn | None:
+        """The reply streaming (or just finished) in that conversation, replayed from its
+        start then live; None when none is."""
+        summary = await self.client.call("watch_turn", conversation_id=conversation_id)
+        return RemoteTurn(self.client, summary) if summary else None
+
+    async def live_turns(self) -> list[dict[str, Any]]:
+        return await self.client.call("live_turns")
+
+    async def cancel_turn(self, turn_id: str) -> bool:
+        return await self.client.call("cancel_turn", turn=turn_id)
+
+    async def attach(self, conversation_id: str | None, paths: list[Any],
+                     progress: Callable[[str, str, int, int], None] | None = None) -> Any:
+        def on_progress(message: dict[str, Any]) -> None:
+            data = message.get("data")
+            if progress is not None and message.get("event") == "progress" \
+                    and isinstance(data, dict):
+                progress(str(data.get("name")), str(data.get("stage")),
+                         int(data.get("done", 0)), int(data.get("total", 0)))
+
+        self.client.listeners.append(on_progress)
+        try:
+            return await self.client.call("attach", conversation_id=conversation_id,
+                                          paths=[str(p) for p in paths])
+        finally:
+            self.client.listeners.remove(on_progress)
+
+    async def service_status(self) -> dict[str, Any]:
+        return await self.client.call("status")
+
+    async def close(self) -> None:
+        """Leave the service (it goes on for the other clients and live replies)."""
+        await self.client.close()
+
+
+@functools.cache
+def _parameter_names(name: str) -> tuple[str, ...]:
+    """The Runtime method's parameter names, so positional arguments travel by name."""
+    import inspect
+
+    from core.runtime import Runtime
+
+    return tuple(list(inspect.signature(getattr(Runtime, name)).parameters)[1:])
+
+
+def _forwarder(name: str) -> Callable[..., Any]:
+    async def forward(self: RemoteRuntime, *args: Any, **kwargs: Any) -> Any:
+        if args:
+            names = _parameter_names(name)
+            if len(args) > len(names):
+                raise TypeError(f"{name} takes at most {len(names)} arguments")
+            kwargs.update(zip(names, args, strict=False))
+        return await self.client.call(name, **kwargs)
+
+    forward.__name__ = name
+    forward.__doc__ = f"Runtime.{name}, answered by the service (always async here)."
+    return forward
+
+
+for _name in RUNTIME_CALLS:
+    if not hasattr(RemoteRuntime, _name):
+        setattr(RemoteRuntime, _name, _forwarder(_name))
+assert not set(TURN_CALLS) - set(vars(RemoteRuntime))

@@ -1,0 +1,264 @@
+"""The service's listening side: the Unix socket, one Session per client.
+
+Each accepted connection is checked (the peer's uid must be ours), greeted (hello with
+the protocol version, within HELLO_TIMEOUT_S), then read line by line; each call runs in
+its own task so a slow call never holds up the next, and answers go through the client's
+Outbox. Whatever a client does wrong (garbage, a huge line, a stalled line, hanging up
+mid-call) ends that client alone, with an error frame when it can still hear one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from core.service import protocol
+from core.service.dispatch import CallContext, CallError, ServiceControl, dispatch
+from core.service.framing import MAX_OUT_BYTES, FrameError, LineReader, encode_line
+from core.service.outbox import Outbox, SlowClient
+from core.service.peer import peer_of
+from core.service.turns import TurnHub
+
+log = logging.getLogger("llmdeck.service")
+HELLO_TIMEOUT_S = 5.0
+MAX_CALLS_IN_FLIGHT = 64
+MAX_CLIENTS = 64
+
+
+class Session:
+    """One connected client: its outbox, its subscriptions, its calls in flight."""
+
+    def __init__(self, number: int, writer: asyncio.StreamWriter, pid: int | None) -> None:
+        self.number = number
+        self.pid = pid
+        self.writer = writer
+        self.outbox = Outbox()
+        self.topics: set[str] = set()
+        self.calls: set[asyncio.Task[None]] = set()
+        self.connected_at = time.time()
+        self.closed = False
+        self.client = "?"
+
+    def send(self, message: dict[str, Any]) -> None:
+        if self.closed:
+            return
+        try:
+            self.outbox.put(message)
+        except SlowClient as exc:
+            log.warning("client %d dropped: %s", self.number, exc)
+            self.close()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.outbox.close()
+            self.writer.close()
+
+    async def write_loop(self) -> None:
+        while not self.closed:
+            message = await self.outbox.get()
+            try:
+                line = encode_line(message)
+            except ValueError:
+                line = encode_line(protocol.error(protocol.FAILED, "The answer could not be "
+                                                  "written as JSON.", message.get("id")))
+            if len(line) > MAX_OUT_BYTES:
+                line = encode_line(protocol.error(
+                    protocol.TOO_LARGE, f"The answer is over {MAX_OUT_BYTES:,} bytes; ask for "
+                    "a smaller page.", message.get("id")))
+            self.writer.write(line)
+            await self.writer.drain()
+
+
+class ServiceServer:
+    def __init__(self, runtime: Any, path: Path, control: ServiceControl) -> None:
+        self.runtime = runtime
+        self.path = path
+        self.control = control
+        self.sessions: set[Session] = set()
+        self.hub = TurnHub(warning=self._tool_warning, can_always=self._can_always)
+        self.last_active = time.monotonic()
+        self._server: asyncio.AbstractServer | None = None
+        self._numbers = 0
+
+    def _tool_warning(self, name: str) -> str | None:
+        policy = getattr(getattr(self.runtime, "tools", None), "policy", None)
+        return policy.warning(name) if policy is not None else None
+
+    def _can_always(self, name: str) -> bool:
+        policy = getattr(getattr(self.runtime, "tools", None), "policy", None)
+        return bool(policy.can_always_allow(name)) if policy is not None else False
+
+    async def start(self) -> None:
+        """Listen on `path`: a stale socket of a dead service is replaced (the caller holds
+        the home lock, so nobody else listens there); the socket is 0600 from birth."""
+        from core.service.socket_path import prepare_folder
+
+        prepare_folder(self.path.parent)
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        old = os.umask(0o177)
+        try:
+            self._server = await asyncio.start_unix_server(self._accept, path=str(self.path))
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+
+    def broadcast(self, message: dict[str, Any], topic: str | None = None) -> None:
+        for session in list(self.sessions):
+            if topic is None or topic in session.topics:
+                session.send(dict(message))
+
+    def busy(self) -> bool:
+        return bool(self.sessions) or self.hub.live_count() > 0
+
+    async def close(self, reason: str) -> None:
+        self.broadcast({"event": "closing", "message": reason})
+        if self._server is not None:
+            self._server.close()
+        await asyncio.sleep(0.05)  # let the writers flush the closing line
+        for session in list(self.sessions):
+            session.close()
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock: socket.socket | None = writer.get_extra_info("socket")
+        peer = peer_of(sock) if sock is not None else None
+        if peer is None or peer.uid != os.getuid():
+            who = f"uid {peer.uid}" if peer is not None else "a client the system cannot name"
+            log.warning("refused a connection from %s", who)
+            await _say_and_close(writer, protocol.error(
+                protocol.NOT_ALLOWED, f"This llmdeck service belongs to another user; "
+                f"{who} may not use it. Run llmdeck as that user, or set LLMDECK_HOME to "
+                "a folder of your own to run your own service."))
+            return
+        if len(self.sessions) >= MAX_CLIENTS:
+            await _say_and_close(writer, protocol.error(
+                protocol.TOO_LARGE, f"The service already has {MAX_CLIENTS} clients."))
+            return
+        self._numbers += 1
+        session = Session(self._numbers, writer, peer.pid)
+        lines = LineReader(reader)
+        try:
+            first = await asyncio.wait_for(lines.read(), HELLO_TIMEOUT_S)
+        except (TimeoutError, FrameError, ConnectionError, OSError) as exc:
+            code, message = _failure(exc, "No hello within the time allowed.")
+            await _say_and_close(writer, protocol.error(code, message))
+            return
+        hello = first.get("hello") if isinstance(first, dict) else None
+        if not isinstance(hello, dict) or hello.get("protocol") != protocol.PROTOCOL:
+            await _say_and_close(writer, protocol.error(
+                protocol.PROTOCOL_MISMATCH, f"Start with {{\"hello\": {{\"protocol\": "
+                f"{protocol.PROTOCOL}}}}}; this service speaks protocol {protocol.PROTOCOL}."))
+            return
+        session.client = str(hello.get("client", "?"))[:40]
+        self.sessions.add(session)
+        self.last_active = time.monotonic()
+        log.info("client %d connected (%s, pid %s); %d now", session.number, session.client,
+                 session.pid, len(self.sessions))
+        session.send({"hello": {"protocol": protocol.PROTOCOL, "version": _version(),
+                                "pid": os.getpid()}})
+        writing = asyncio.ensure_future(session.write_loop())
+        try:
+            await self._read_loop(session, lines)
+        finally:
+            self.sessions.discard(session)
+            self.hub.unwatch_all(session)
+            self.control.session_gone(session)
+            self.last_active = time.monotonic()
+            await asyncio.sleep(0)  # let a last queued line go
+            session.close()
+            writing.cancel()
+            log.info("client %d gone; %d now", session.number, len(self.sessions))
+
+    async def _read_loop(self, session: Session, lines: LineReader) -> None:
+        while not session.closed:
+            try:
+                message = await lines.read()
+            except FrameError as exc:
+                log.info("client %d: %s", session.number, exc.code)
+                await _say_and_close(session.writer, protocol.error(exc.code, exc.message))
+                session.closed = True
+                return
+            except (ConnectionError, OSError):
+                return
+            if message is None:
+                return
+            call_id = message.get("id")
+            if not protocol.valid_id(call_id) or "call" not in message:
+                session.send(protocol.error(protocol.BAD_CALL, "A call is {\"id\": <number or "
+                                            "short string>, \"call\": <name>, \"args\": {...}}.",
+                                            call_id if protocol.valid_id(call_id) else None))
+                continue
+            if len(session.calls) >= MAX_CALLS_IN_FLIGHT:
+                session.send(protocol.error(protocol.BAD_CALL, f"Over {MAX_CALLS_IN_FLIGHT} "
+                                            "calls at once; wait for some answers.", call_id))
+                continue
+            task = asyncio.ensure_future(self._call(session, call_id, message))
+            session.calls.add(task)
+            task.add_done_callback(session.calls.discard)
+
+    async def _call(self, session: Session, call_id: Any, message: dict[str, Any]) -> None:
+        """One call, answered to its session (a session gone by then just drops it)."""
+        name = message.get("call")
+        ctx = CallContext(self.runtime, self.hub, session, self.control, call_id)
+        self.last_active = time.monotonic()
+        try:
+            result = await dispatch(ctx, name, message.get("args"))
+        except CallError as exc:
+            session.send(protocol.error(exc.code, exc.message, call_id))
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the call failed; the service goes on
+            session.send(protocol.error(protocol.FAILED, _sentence(exc), call_id))
+            log.warning("call %r failed: %s", str(name)[:60], type(exc).__name__)
+            return
+        session.send({"id": call_id, "result": result})
+
+
+def _sentence(exc: Exception) -> str:
+    """What a failed call tells the client: the exception's own sentence where it has one
+    (StoreError.message, WorkerLoadError.message, LookupError's text)."""
+    message = getattr(exc, "message", None)
+    if isinstance(message, str) and message:
+        return message
+    if isinstance(exc, (LookupError, ValueError, OSError)) and str(exc):
+        return str(exc)
+    return f"The service could not do that ({type(exc).__name__}); see the service log."
+
+
+def _failure(exc: BaseException, timeout_text: str) -> tuple[str, str]:
+    if isinstance(exc, FrameError):
+        return exc.code, exc.message
+    if isinstance(exc, TimeoutError):
+        return protocol.TIMEOUT, timeout_text
+    return protocol.BAD_FRAME, "The connection broke during the greeting."
+
+
+async def _say_and_close(writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:
+    try:
+        writer.write(encode_line(message))
+        await asyncio.wait_for(writer.drain(), 1.0)
+    except (OSError, TimeoutError, ConnectionError):
+        pass
+    writer.close()
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llmdeck")
+    except PackageNotFoundError:
+        return "0+unknown"
