@@ -50,6 +50,23 @@ class WorkerStatus:
     memory_bytes: int = 0  # its share of what admission counts for its model (memory_budget)
 
 
+@dataclass(slots=True)
+class ModelStatus:
+    """One model the pool holds, for F4, the hub's Local models and the API's lists."""
+
+    key: str
+    label: str
+    engine: str
+    path: str
+    state: str  # loading | idle | busy | failed
+    memory_bytes: int  # what admission counts for it (weights + KV cache at its context)
+    rss_bytes: int  # its workers' resident memory now
+    requests: int  # replies running on it or waiting for it (its leases)
+    last_used: float  # wall-clock time (time.time()) its last reply ended, or it loaded
+    idle_left_s: float | None  # seconds until it unloads when idle; None: kept loaded
+    error: str | None = None
+
+
 class _Stream:
     """Events of one request on their way to its consumer.
 
@@ -358,6 +375,14 @@ class _ModelGroup:
         self.suspects: OrderedDict[int, int] = OrderedDict()
         # What admission granted: (need, bytes of the budget free then, the budget).
         self.admitted: tuple[memory_budget.Need, int, memory_budget.Budget] | None = None
+        # Requests holding the model: from a request's start (a load it waits for included)
+        # to its stream's end. A model with leases is never evicted or idle-unloaded, and
+        # unload(wait_s=...) waits for them.
+        self.leases = 0
+        self.last_used = time.monotonic()
+        # Seconds it stays loaded once idle: None = the pool's idle_unload_s, < 0 = for
+        # ever, 0 = unloaded as soon as its last reply ends (Ollama's keep_alive).
+        self.keep_alive_s: float | None = None
 
     def held_bytes(self) -> int:
         """The budget this model holds: its admitted need while a worker of it is up, starting
@@ -367,9 +392,38 @@ class _ModelGroup:
         return self.admitted[0].total_bytes if self.admitted is not None and up else 0
 
     def idle(self) -> bool:
-        """Loaded and doing nothing: no request running or queued, no load under way."""
-        return bool(self.workers) and (self.loading is None or self.loading.done()) and all(
+        """Loaded and doing nothing: no request running, queued or waiting for it, no load
+        under way."""
+        return bool(self.workers) and not self.leases and (
+            self.loading is None or self.loading.done()) and all(
             w.state == "ready" and not w.streams and not w.waiting for w in self.workers)
+
+    def idle_deadline(self, default_s: float | None) -> float | None:
+        """When (monotonic) this model unloads if it stays idle; None: never."""
+        keep = self.keep_alive_s if self.keep_alive_s is not None else default_s
+        if keep is None or keep < 0 or keep == float("inf"):
+            return None
+        return self.last_used + keep
+
+    def status(self, default_keep_s: float | None) -> ModelStatus:
+        workers = [w.status() for w in self.workers]
+        states = {w.state for w in workers}
+        state = ("failed" if self.failed and not self._up() else "loading" if "loading" in states
+                 or not workers else "busy" if self.leases or "busy" in states else "idle")
+        deadline = self.idle_deadline(default_keep_s)
+        now = time.monotonic()
+        left = None if deadline is None else max(0.0, deadline - now)
+        if left is not None and self.leases:
+            left = float(self.keep_alive_s if self.keep_alive_s is not None else default_keep_s or 0)
+        return ModelStatus(
+            key=self.key, label=self.label, engine=self.spec.engine, path=self.spec.path,
+            state=state, memory_bytes=self.held_bytes(),
+            rss_bytes=sum(w.rss_bytes for w in workers), requests=self.leases,
+            last_used=time.time() - (now - self.last_used), idle_left_s=left,
+            error=self.failed if state == "failed" else None)
+
+    def _up(self) -> bool:
+        return any(w.state in ("ready", "loading") for w in self.workers)
 
     def killed_while_loading(self) -> str:
         """The sentence for a worker the system killed (SIGKILL) while it loaded this model."""
@@ -449,63 +503,145 @@ class WorkerPool:
         self._idle_task: asyncio.Task[None] | None = None
         self._open: dict[str, _Stream] = {}  # every request from its start to its end
         self._admission = asyncio.Lock()  # one load decides against the budget at a time
+        self._lease_change: asyncio.Future[None] | None = None  # woken when a lease ends
+        self._watch_wake: asyncio.Future[None] | None = None  # woken when a deadline moves
         _ALL_POOLS.add(self)
         _start_resource_tracker()
 
     # -- models ----------------------------------------------------------------
-    async def load(self, key: str, spec: ModelSpec, *, replicas: int = 1, label: str | None = None) -> dict[str, Any]:
-        """Start the workers for a model (if not running) and wait until they are ready."""
+    async def load(self, key: str, spec: ModelSpec, *, replicas: int = 1, label: str | None = None,
+                   wait_s: float = 0.0) -> dict[str, Any]:
+        """Start the workers for a model (if not running) and wait until they are ready.
+
+        `wait_s`: when the model fits the budget only once models answering now are done
+        (a switch mid-reply), wait up to this long for their replies to end, then unload
+        the least recently used of them; 0 refuses such a load at once."""
         group = self._groups.get(key)
         if group is None or group.spec != spec:
             if group is not None:
                 await self.unload(key)
             group = _ModelGroup(key, spec, replicas, label or key)
             self._groups[key] = group
+        elif label:
+            group.label = label
         if group.loading is None or group.loading.done() and not self._ready(group):
             group.failed = None
-            group.loading = asyncio.ensure_future(self._admit_then_start(group))
+            group.loading = asyncio.ensure_future(self._admit_then_start(group, wait_s))
         await asyncio.shield(group.loading)
-        if self.idle_unload_s and self._idle_task is None:
-            self._idle_task = asyncio.ensure_future(self._idle_watch())
+        group.last_used = time.monotonic()
+        self._ensure_watch()
         return dict(group.workers[0].info) if group.workers else {}
 
-    async def _admit_then_start(self, group: _ModelGroup) -> None:
+    async def _admit_then_start(self, group: _ModelGroup, wait_s: float = 0.0) -> None:
         """No worker starts before the model has room in the memory budget."""
         try:
-            await self._admit(group)
+            await self._admit(group, wait_s)
         except WorkerLoadError as err:
             group.failed, group.failed_code = err.message, err.code
             raise
-        await self._start_workers(group)
+        try:
+            await self._start_workers(group)
+        finally:
+            self._leases_changed()  # a load that ends may let a waiting admission decide
 
-    async def _admit(self, group: _ModelGroup) -> None:
+    async def _admit(self, group: _ModelGroup, wait_s: float = 0.0) -> None:
         """Weights + KV cache at the context against what the budget has free; idle models,
-        least recently used first, are unloaded when that makes room; otherwise the load is
-        refused at once (OOM) with the numbers. Admissions run one at a time."""
+        least recently used first, are unloaded when that makes room; when only models
+        answering now stand in the way, it waits up to `wait_s` for their replies to end;
+        otherwise the load is refused (OOM) with the numbers. Decisions run one at a time."""
         spec = group.spec
         need, budget = await asyncio.to_thread(lambda: (
             memory_budget.model_need(
                 spec.path, spec.context_size, engine=spec.engine, replicas=group.replicas,
                 prefill_chunk=int(spec.option("prefill_step_size", memory_budget.PREFILL_CHUNK))),
             memory_budget.current_budget()))
-        async with self._admission:
-            while True:
-                others = [g for g in self._groups.values() if g is not group and g.held_bytes()]
-                free = budget.total_bytes - sum(g.held_bytes() for g in others)
-                if not need.known or need.total_bytes <= free:
-                    break
-                idle = sorted((g for g in others if g.idle()),
-                              key=lambda g: max(w.last_used for w in g.workers))
-                if need.total_bytes > free + sum(g.held_bytes() for g in idle):
-                    busy = sum(g.held_bytes() for g in others if g not in idle)
-                    raise WorkerLoadError("OOM", memory_budget.refusal(
-                        group.label, need, free, budget, busy))
-                victim = idle[0]
-                workers, victim.workers = victim.workers, []
-                victim.affinity.clear()
-                victim.loading = None
-                await self._stop_workers(workers, EVICTED)
-            group.admitted = (need, free, budget)
+        deadline = time.monotonic() + max(0.0, wait_s)
+        while True:
+            async with self._admission:
+                free = await self._make_room(group, need, budget, time.monotonic() < deadline)
+                if free is not None:
+                    group.admitted = (need, free, budget)
+                    return
+            try:  # a reply in the way: wait for a lease to end, then decide again
+                await self._lease_wait(deadline - time.monotonic())
+            except TimeoutError:
+                pass
+
+    async def _make_room(self, group: _ModelGroup, need: memory_budget.Need,
+                         budget: memory_budget.Budget, may_wait: bool) -> int | None:
+        """The budget's free bytes once `need` fits (idle models evicted, least recently
+        used first); None when it would fit once busy models are done and `may_wait`;
+        otherwise the load is refused."""
+        while True:
+            others = [g for g in self._groups.values() if g is not group and g.held_bytes()]
+            free = budget.total_bytes - sum(g.held_bytes() for g in others)
+            if not need.known or need.total_bytes <= free:
+                return free
+            idle = sorted((g for g in others if g.idle()), key=lambda g: g.last_used)
+            idle_bytes = sum(g.held_bytes() for g in idle)
+            if need.total_bytes > free + idle_bytes:
+                busy = sum(g.held_bytes() for g in others if g not in idle)
+                if may_wait and need.total_bytes <= free + idle_bytes + busy:
+                    return None
+                raise WorkerLoadError("OOM", memory_budget.refusal(
+                    group.label, need, free, budget, busy))
+            await self._evict(idle[0], EVICTED)
+
+    async def _evict(self, victim: _ModelGroup, reason: str) -> None:
+        """Stop an idle model's workers; it stays known and loads again on its next request."""
+        workers, victim.workers = victim.workers, []
+        victim.affinity.clear()
+        victim.loading = None
+        await self._stop_workers(workers, reason)
+
+    # -- leases ------------------------------------------------------------------
+    def _take_lease(self, group: _ModelGroup | None) -> None:
+        if group is not None:
+            group.leases += 1
+
+    def _end_lease(self, group: _ModelGroup | None) -> None:
+        if group is None:
+            return
+        group.leases -= 1
+        group.last_used = time.monotonic()
+        if not group.leases:
+            self._leases_changed()
+            self._wake_watch()  # keep_alive 0: it unloads now
+
+    def _leases_changed(self) -> None:
+        fut, self._lease_change = self._lease_change, None
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    async def _lease_wait(self, timeout_s: float) -> None:
+        """Wait until some model's last lease ends (or a load ends); TimeoutError after
+        `timeout_s`."""
+        if timeout_s <= 0:
+            raise TimeoutError
+        if self._lease_change is None:
+            self._lease_change = asyncio.get_running_loop().create_future()
+        await asyncio.wait_for(asyncio.shield(self._lease_change), timeout_s)
+
+    def leases(self, key: str) -> int:
+        """Requests running on the model or waiting for it."""
+        group = self._groups.get(key)
+        return group.leases if group is not None else 0
+
+    # -- keep-alive ----------------------------------------------------------------
+    def set_keep_alive(self, key: str, seconds: float | None) -> None:
+        """How long the model stays loaded once idle, from its last reply's end: None for
+        the pool's default, < 0 for ever, 0 to unload as soon as its replies are done."""
+        group = self._groups.get(key)
+        if group is not None:
+            group.keep_alive_s = seconds
+            self._ensure_watch()
+            self._wake_watch()
+
+    def models(self) -> list[ModelStatus]:
+        """Every model with workers up or loading, or failed; least recently used first."""
+        out = [g.status(self.idle_unload_s) for g in self._groups.values()
+               if g.workers or g.failed or (g.loading is not None and not g.loading.done())]
+        return sorted(out, key=lambda m: m.last_used)
 
     def _ready(self, group: _ModelGroup) -> bool:
         return any(w.state == "ready" for w in group.workers)
@@ -528,11 +664,24 @@ class WorkerPool:
             group.failed_code = getattr(err, "code", "LOAD_FAILED")
             raise err
 
-    async def unload(self, key: str) -> None:
-        """Stop the model's workers; its requests end with UNLOADED (text so far kept)."""
-        group = self._groups.pop(key, None)
-        if group is not None:
-            await self._stop_workers(group.workers, UNLOADED)
+    async def unload(self, key: str, *, wait_s: float = 0.0) -> bool:
+        """Stop the model's workers. With `wait_s`, its replies first get up to that long
+        to end by themselves; those still running then end with UNLOADED (text so far
+        kept). True when nothing had to be cut."""
+        group = self._groups.get(key)
+        if group is None:
+            return True
+        deadline = time.monotonic() + wait_s
+        while group.leases and time.monotonic() < deadline:
+            try:
+                await self._lease_wait(deadline - time.monotonic())
+            except TimeoutError:
+                break
+        clean = not group.leases
+        if self._groups.get(key) is group:
+            del self._groups[key]
+        await self._stop_workers(group.workers, UNLOADED)
+        return clean
 
     def queued(self, key: str) -> int:
         """Requests of a model waiting for a free slot; cheap (no psutil), read per request."""
@@ -572,11 +721,14 @@ class WorkerPool:
         timeout or shutdown, its worker crashed), the last batch ends with Done."""
         stream = _Stream(request)
         self._open[request.request_id] = stream  # from here on, cancel() reaches it
+        group = self._groups.get(key)
+        self._take_lease(group)  # from here on, nothing unloads the model under it
         try:
             async for batch in self._generate(key, stream):
                 yield batch
         finally:
             self._open.pop(request.request_id, None)
+            self._end_lease(group)
 
     async def _generate(self, key: str, stream: _Stream) -> AsyncIterator[list[Event]]:
         request = stream.request
@@ -723,17 +875,37 @@ class WorkerPool:
             worker.group.failed = exc.message
 
     # -- idle unload -----------------------------------------------------------------
+    def _ensure_watch(self) -> None:
+        """Start the idle watch once some model can unload by itself."""
+        timed = self.idle_unload_s or any(
+            g.keep_alive_s is not None and g.keep_alive_s >= 0 for g in self._groups.values())
+        if timed and self._idle_task is None and not self.closing:
+            self._idle_task = asyncio.ensure_future(self._idle_watch())
+
+    def _wake_watch(self) -> None:
+        fut, self._watch_wake = self._watch_wake, None
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
     async def _idle_watch(self) -> None:
+        """Unload each idle model at its deadline (its keep-alive after its last reply)."""
         while not self.closing:
-            await asyncio.sleep(min(5.0, self.idle_unload_s or 5.0))
-            cutoff = time.monotonic() - (self.idle_unload_s or 0)
+            now = time.monotonic()
+            deadlines = []
             for group in list(self._groups.values()):
-                idle = [w for w in group.workers if w.state == "ready" and not w.streams and not w.waiting and w.last_used < cutoff]
-                if idle and len(idle) == len(group.workers):
-                    group.workers = []
-                    group.affinity.clear()
-                    group.loading = None
-                    await self._stop_workers(idle, IDLE_UNLOADED)
+                deadline = group.idle_deadline(self.idle_unload_s)
+                if deadline is None or not group.workers:
+                    continue
+                if deadline <= now and group.idle():
+                    await self._evict(group, IDLE_UNLOADED)
+                elif deadline > now:
+                    deadlines.append(deadline)
+            sleep = min([5.0, *(d - time.monotonic() for d in deadlines)])
+            self._watch_wake = wake = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait_for(wake, max(0.02, sleep))
+            except TimeoutError:
+                pass
 
     # -- status and shutdown -----------------------------------------------------------
     def status(self) -> list[WorkerStatus]:
