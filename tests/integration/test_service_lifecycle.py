@@ -1,0 +1,102 @@
+"""The engine service as a person drives it: `llmdeck service start|status|stop`, one per
+home, `llmdeck workers` and `doctor` asking it, kill -9 leaving nothing behind, and the
+idle exit. Real processes throughout (the scripted engine keeps them cheap)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import service_proc as svc
+from tests.helpers.procs import wait_gone
+
+
+@pytest.fixture(autouse=True)
+def _no_service_left(llmdeck_home: Path):  # noqa: ANN202
+    with svc.no_service_left(llmdeck_home):
+        yield
+
+
+def _status() -> str:
+    done = svc.llmdeck("service", "status")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_start_status_stop(llmdeck_home: Path) -> None:
+    pid = svc.start(*svc.scripted_args())
+    assert svc.alive(pid)
+    again = svc.llmdeck("service", "start", *svc.scripted_args())
+    assert again.returncode == 0 and f"already running (pid {pid})" in again.stdout, \
+        "one service per home"
+    out = svc.wait_for(lambda: (s := _status()) and "models   scripted" in s and s,
+                       30, "the model in status")
+    assert f"pid      {pid}" in out and "clients  1" in out  # the status client itself
+    assert "MiB" in out and "uptime" in out
+    # The socket is the user's alone: a 0600 socket in a 0700 folder, checked from outside.
+    sock = svc.socket_path()
+    assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(sock.parent).st_mode) == 0o700
+    workers = svc.descendants(pid)
+    assert workers, "the model's worker runs under the service"
+    table = svc.llmdeck("workers")
+    assert table.returncode == 0 and table.stdout.startswith("llmdeck service:"), table.stdout
+    assert str(workers[0]) in table.stdout or any(str(w) in table.stdout for w in workers)
+    doctor = svc.llmdeck("doctor", "--offline")
+    line = next(x for x in doctor.stdout.splitlines() if " service " in x)
+    assert f"pid {pid}" in line and "scripted" in line, line
+
+    stopped = svc.llmdeck("service", "stop")
+    assert stopped.returncode == 0 and f"stopped (pid {pid})" in stopped.stdout, stopped.stdout
+    assert not svc.alive(pid)
+    assert wait_gone(workers, 10) == [], "stop leaves no worker"
+    assert not sock.exists()
+    gone = svc.llmdeck("service", "status")
+    assert gone.returncode == 3 and "not running" in gone.stdout
+    log = (llmdeck_home / "logs" / "service.log").read_text()
+    assert "service ready" in log and "stopped" in log
+    assert "Hello from the service" not in log, "no conversation text in the log"
+
+
+def test_kill_9_of_the_service_leaves_no_worker_and_a_new_one_starts(llmdeck_home: Path) -> None:
+    pid = svc.start(*svc.scripted_args())
+    workers = svc.wait_for(lambda: svc.descendants(pid), 30, "the worker")
+    os.kill(pid, signal.SIGKILL)
+    assert wait_gone([pid], 10) == []
+    assert wait_gone(workers, 10) == [], "a worker outlived its service's kill -9"
+    # The dead service's socket file is still there; a new service replaces it.
+    fresh = svc.start(*svc.scripted_args())
+    assert fresh != pid and f"pid      {fresh}" in _status()
+
+
+def test_a_deep_home_gets_a_short_socket_path(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setenv("LLMDECK_HOME", str(deep))
+    with svc.no_service_left(deep):
+        pid = svc.start(*svc.scripted_args(), "--no-preload")
+        sock = svc.socket_path()
+        assert len(os.fsencode(sock)) <= 103 and str(sock).startswith(f"/tmp/llmdeck-{os.getuid()}/")
+        assert stat.S_IMODE(os.stat(sock.parent).st_mode) == 0o700
+        assert f"pid      {pid}" in _status()
+        assert svc.llmdeck("service", "stop").returncode == 0
+        assert not sock.exists()
+
+
+def test_idle_exit_with_no_client(llmdeck_home: Path) -> None:
+    pid = svc.start(*svc.scripted_args(), "--idle-seconds", "2")
+    workers = svc.wait_for(lambda: svc.descendants(pid), 30, "the worker")
+    held = svc.raw_client()  # a client holds it open past the idle time
+    time.sleep(3.5)
+    assert svc.alive(pid), "the service exited under a connected client"
+    held.close()
+    started = time.monotonic()
+    assert wait_gone([pid], 15) == [], "no idle exit"
+    assert time.monotonic() - started >= 1.5
+    assert wait_gone(workers, 10) == []
+    assert "idle for 2 s" in (llmdeck_home / "logs" / "service.log").read_text()
