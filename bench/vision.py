@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT))
 RAW = """
 import sys, time, json
 t0 = time.perf_counter()
-from core.vision.vlm import load_vlm, stream_caption
+from core.engines.vlm import load_vlm
+from core.vision.vlm import stream_caption
 model, processor = load_vlm(sys.argv[1])
 loaded = time.perf_counter()
 out = {"load_ms": (loaded - t0) * 1000, "ttft_ms": []}

@@ -1,62 +1,29 @@
 """Errors a user can cause when attaching a document, as values.
 
-Attaching a file is a user action: a missing path or an encrypted PDF is not a bug, so
-extraction returns a `DocError` (code + a sentence a person can act on) instead of
-raising. The composer shows `message`; `to_event` maps it onto the stream vocabulary.
+The value is core.attach_errors.AttachError, shared with images (core.vision) from below
+both rooms; `DocError` is the documents' name for it, the same class, so a refusal from
+either reader is one type to the chat. Here live the documents' own helpers: the
+exception a check deep inside extraction raises, and the size wording of refusals.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from core.attach_errors import AttachError, AttachErrorCode
 
-from core.events import Error
-
-DocErrorCode = Literal[
-    "NOT_FOUND",
-    "IS_DIRECTORY",
-    "TOO_LARGE",
-    "BINARY",
-    "UNSUPPORTED_TYPE",
-    "ENCRYPTED",
-    "CORRUPT",
-    "EMPTY",
-    "UNREADABLE",
-    "UNSAFE",  # built to attack a reader: a DTD with entities, parts that lie about sizes
-    "TIMEOUT",  # reading took longer than a document may take
-]
-
-# Which events.Error code each document error travels as when it has to be streamed.
-_EVENT_CODE: dict[str, str] = {
-    "UNSUPPORTED_TYPE": "UNSUPPORTED",
-    "ENCRYPTED": "UNSUPPORTED",
-    "TIMEOUT": "TIMEOUT",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class DocError:
-    """Why a document could not be attached; `message` is shown to the user as is."""
-
-    code: DocErrorCode
-    message: str
-    path: str = ""
-
-    def to_event(self) -> Error:
-        return Error(_EVENT_CODE.get(self.code, "BAD_REQUEST"), self.message)
+DocError = AttachError
 
 
 class DocRefused(Exception):
     """Raised by a check deep inside extraction; `extract` returns its `error`."""
 
-    def __init__(self, error: DocError) -> None:
+    def __init__(self, error: AttachError) -> None:
         super().__init__(error.message)
         self.error = error
 
 
-def refused(code: DocErrorCode, message: str, path: object) -> DocRefused:
+def refused(code: AttachErrorCode, message: str, path: object) -> DocRefused:
     """The exception for a refusal of the file at `path` (shown as given)."""
-    return DocRefused(DocError(code, message, str(path)))
+    return DocRefused(AttachError(code, message, str(path)))
 
 
 def mb(size: float) -> str:

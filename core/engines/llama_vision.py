@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.model_files import is_mmproj, pair_mmproj, sibling_mmprojs
+
 MARKER = "<__media__>"  # libmtmd's default media marker
 _DEFUSED = "<_media_>"  # what a marker typed in the conversation becomes
 _PLACEHOLDER_ID = 0  # what an image position holds in Llama.input_ids (any valid id)
@@ -90,18 +92,14 @@ def find_mmproj(model: Path, explicit: str | None = None) -> Path | None:
             raise ProjectorError(f"The vision projector {path} does not exist; fix the "
                                  "mmproj option or remove it.")
         return path
-    from core.engines.select import sibling_mmprojs
-
     found, root = sibling_mmprojs(model), model.parent
     if not found and (snapshot := _hub_snapshot(model)) is not None:
         # A hub download keeps the repo's folders: a quant in a subfolder, the projector
         # at the top. Any projector of the same snapshot goes with it.
         root = snapshot
-        found = sorted(p for p in snapshot.rglob("*.gguf") if "mmproj" in p.name.lower())
+        found = sorted(p for p in snapshot.rglob("*.gguf") if is_mmproj(p.name))
     if len(found) <= 1:
         return found[0] if found else None
-    from core.hub.filenames import pair_mmproj  # only when there is a choice to make
-
     names = [p.relative_to(root).as_posix() for p in found]
     chosen = pair_mmproj(model.relative_to(root).as_posix(), names)
     return root / chosen if chosen else found[0]

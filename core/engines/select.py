@@ -10,12 +10,17 @@ MLX still runs model directories on its CPU backend.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from core import json_text
+from core.model_files import (
+    index_shards,
+    is_mmproj,
+    is_vlm_dir,
+    json_object,
+    safetensors_extent,
+    sibling_mmprojs,
+)
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer.tiktoken")
 
@@ -67,7 +72,7 @@ def select_engine(path: str | Path) -> Selection:
                 "GGUF file or a folder with config.json and safetensors weights.",
             )
         mmproj = _sibling_mmproj(p)
-        if "mmproj" in p.name.lower():
+        if is_mmproj(p.name):
             raise SelectionError(
                 "UNSUPPORTED",
                 f"{p.name} is a vision projector, not a language model; select the main "
@@ -79,8 +84,6 @@ def select_engine(path: str | Path) -> Selection:
         return Selection("llamacpp", str(p), mmproj, reason)
     check_mlx_dir(p)
     where = "GPU" if mlx_has_gpu() else "CPU"
-    from core.vision.vlm import is_vlm_dir
-
     if is_vlm_dir(p):  # its config names a vision tower: mlx-vlm, and it sees images
         return Selection("mlx-vlm", str(p), None,
                          f"MLX vision model folder: served by mlx-vlm on the {where}")
@@ -155,61 +158,8 @@ def check_safetensors(path: Path) -> None:
         )
 
 
-# -- reading a model folder's files, which may be anything -----------------------------------
-
-# A model folder comes from the Hub (or anywhere): its JSON files and safetensors headers are
-# read bounded in size as well as in nesting. No real config.json or index comes near 64 MiB
-# (a 1T-parameter index is a few MB); safetensors itself refuses headers over 100 MB.
-MAX_MODEL_JSON_BYTES = 64 << 20
-MAX_SAFETENSORS_HEADER = 100_000_000
-
-
-def json_object(path: Path) -> dict[str, Any]:
-    """The JSON object a model file (config.json, an index) holds; raises ValueError saying
-    why not (bad JSON, bad UTF-8, too big, or JSON of another kind) or OSError."""
-    if path.stat().st_size > MAX_MODEL_JSON_BYTES:
-        raise ValueError(f"it is larger than {MAX_MODEL_JSON_BYTES >> 20} MiB")
-    data = json_text.loads(path.read_bytes())
-    if not isinstance(data, dict):
-        raise ValueError(f"it holds a JSON {type(data).__name__}, not an object")
-    return data
-
-
-def index_shards(index: Path) -> list[str]:
-    """The weight files a *.safetensors.index.json names; ValueError when its weight_map is
-    not a table of plain file names (a name with a folder in it could reach outside)."""
-    weight_map = json_object(index).get("weight_map")
-    if not isinstance(weight_map, dict) or not all(
-            isinstance(v, str) and v and Path(v).name == v and v not in (".", "..")
-            for v in weight_map.values()):
-        raise ValueError("its weight_map is not a table of file names")
-    return sorted(set(weight_map.values()))
-
-
-def safetensors_extent(path: Path) -> tuple[int, int]:
-    """(bytes the file needs, bytes it has), the first from the header alone; ValueError
-    saying what is wrong with a cut or garbled header (OSError: unreadable)."""
-    size = path.stat().st_size
-    if size < 8:
-        raise ValueError(f"{size} bytes")
-    with path.open("rb") as f:
-        (header_len,) = struct.unpack("<Q", f.read(8))
-        if header_len > size - 8:
-            raise ValueError("header cut short")
-        if header_len > MAX_SAFETENSORS_HEADER:
-            raise ValueError("header larger than safetensors allows")
-        raw = f.read(header_len)
-    try:
-        header = json_text.loads(raw)
-        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"),
-                  default=0)
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
-        raise ValueError("unreadable header") from None
-    return 8 + header_len + end, size
-
-
 def _sibling_mmproj(p: Path) -> str | None:
-    if "mmproj" in p.name.lower():
+    if is_mmproj(p.name):
         return None
     found = sibling_mmprojs(p)
     return str(found[0]) if found else None
@@ -220,22 +170,9 @@ def sees_images(path: str | Path) -> bool:
     or a GGUF with a vision projector beside it. Does disk I/O."""
     p = Path(path).expanduser()
     if p.is_file():
-        return p.suffix.lower() == ".gguf" and "mmproj" not in p.name.lower() and bool(
+        return p.suffix.lower() == ".gguf" and not is_mmproj(p.name) and bool(
             sibling_mmprojs(p))
-    from core.vision.vlm import is_vlm_dir
-
     return is_vlm_dir(p)
-
-
-def sibling_mmprojs(p: Path) -> list[Path]:
-    """The vision projectors beside a GGUF model file (mmproj-*.gguf, *-mmproj-*.gguf: the
-    hub's rule), sorted by name; core.engines.llama_vision picks one when there are several."""
-    try:
-        return sorted(f for f in p.parent.iterdir()
-                      if f != p and f.suffix.lower() == ".gguf" and "mmproj" in f.name.lower()
-                      and f.is_file())
-    except OSError:
-        return []
 
 
 def default_model() -> Selection:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,6 @@ class VlmEngine:
     max_concurrency = 1
 
     def __init__(self, spec: ModelSpec) -> None:
-        from core.vision.vlm import load_vlm
-
         self._spec = spec
         try:
             self.model, self.processor = load_vlm(spec.path)
@@ -68,8 +67,6 @@ class VlmEngine:
     def step(self) -> list[tuple[str, list[Event]]]:
         out, self._out = self._out, []
         if self._active is None and self._queue:
-            from core.vision.vlm import stream_chat
-
             request = self._queue.popleft()
             s = request.sampling
             self._active = {"request": request, "started": time.perf_counter(), "tokens": 0,
@@ -103,3 +100,75 @@ class VlmEngine:
     def close(self) -> None:
         self._queue.clear()
         self._active = None
+
+
+# -- mlx-vlm's loader (the vision worker's too) and its generator over a whole chat ------
+# Inputs are prepared by the model's own processor and handed to stream_generate as
+# tensors: mlx-vlm's input helper passes text-only options to the image processor, which
+# transformers 5 refuses (as in core.vision.vlm's captions).
+
+def load_vlm(model_dir: str | Path) -> tuple[Any, Any]:
+    """(model, processor) from a local folder; no network (offline hub)."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from mlx_vlm import load
+
+    return load(str(model_dir))
+
+
+def split_images(messages: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Chat messages for the model's template, and the image paths in the order they appear.
+
+    Image parts arrive as `{"type": "image", "path": ...}` (the app's stored files; the API
+    turns data URLs into such files first); the template sees `{"type": "image"}` where
+    each goes, and the processor gets the files in the same order."""
+    out: list[dict[str, Any]] = []
+    paths: list[str] = []
+    for message in messages:
+        content = message.get("content")
+        if not isinstance(content, list):
+            out.append(message)
+            continue
+        parts: list[dict[str, Any]] = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "image" and part.get("path"):
+                paths.append(str(part["path"]))
+                parts.append({"type": "image"})
+            elif isinstance(part, dict) and part.get("type") == "text":
+                parts.append({"type": "text", "text": str(part.get("text", ""))})
+        out.append({**message, "content": parts})
+    return out, paths
+
+
+def stream_chat(model: Any, processor: Any, messages: Sequence[dict[str, Any]], *,
+                max_tokens: int, temperature: float = 0.0, top_p: float = 1.0) -> Iterator[Any]:
+    """mlx-vlm's results (text piece, token) for a whole chat with its images."""
+    import mlx.core as mx
+    from mlx_vlm import stream_generate
+    from PIL import Image
+
+    chat, paths = split_images(messages)
+    images = []
+    for path in paths:
+        with Image.open(path) as img:
+            images.append(img.convert("RGB"))
+    tokenizer = getattr(processor, "tokenizer", processor)
+    text = None
+    for owner in (processor, tokenizer):
+        try:
+            text = owner.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+            break
+        except (ValueError, AttributeError):
+            continue
+    if text is None:
+        raise ValueError("the model folder has no chat template")
+    inputs = processor(text=text, images=images or None)
+    extra = {k: mx.array(v) for k, v in inputs.items()
+             if k not in ("input_ids", "pixel_values", "attention_mask")}
+    pixels = inputs.get("pixel_values")
+    yield from stream_generate(
+        model, processor, "", input_ids=mx.array(inputs["input_ids"]),
+        pixel_values=mx.array(pixels) if pixels is not None else None,
+        mask=mx.array(inputs["attention_mask"]) if "attention_mask" in inputs else None,
+        max_tokens=max_tokens, temperature=temperature, top_p=top_p, **extra)

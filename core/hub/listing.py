@@ -22,14 +22,7 @@ from core.hub.bounded_http import get_json
 from core.hub.client import ensure_reachable
 from core.hub.endpoint import endpoint
 from core.hub.errors import HubError, classify
-from core.hub.filenames import (
-    gguf_shard,
-    is_gguf,
-    is_mmproj,
-    pair_mmproj,
-    quant_label,
-    suggested_role,
-)
+from core.hub.filenames import suggested_role
 from core.hub.safe_names import (
     COMMIT_RE,
     SHA256_RE,
@@ -37,6 +30,7 @@ from core.hub.safe_names import (
     check_repo_id,
     path_problem,
 )
+from core.model_files import gguf_shard, is_gguf, is_mmproj, pair_mmproj, quant_label
 from core.terminal_text import visible
 
 # What mlx-lm reads from a model directory; everything else (README, images, .bin) stays.

@@ -14,20 +14,13 @@ from pathlib import Path
 
 from core import paths
 from core.bundled import bundled_chat_target, provision_bundled_chat
-from core.engines.select import json_object
 from core.hub import cache_layout as layout
 from core.hub.base_model import is_base_model
 from core.hub.errors import HubError
-from core.hub.filenames import (
-    gguf_shard,
-    is_gguf,
-    is_mmproj,
-    pair_mmproj,
-    quant_label,
-    suggested_role,
-)
+from core.hub.filenames import suggested_role
 from core.hub.runnable import engine_for_format, human_bytes
 from core.hub.validate import check_gguf, check_mlx_dir
+from core.model_files import gguf_shard, is_gguf, is_mmproj, json_object, pair_mmproj, quant_label
 
 BUNDLED_ID = "bundled:gemma-3-270m"
 

@@ -16,8 +16,9 @@ from core.hub.bounded_http import get_json
 from core.hub.client import ensure_reachable
 from core.hub.endpoint import endpoint
 from core.hub.errors import HubError, classify
-from core.hub.filenames import is_gguf, is_mmproj, quant_label, suggested_role
+from core.hub.filenames import suggested_role
 from core.hub.runnable import Runnable, check_runnable
+from core.model_files import is_gguf, is_mmproj, quant_label
 
 Format = Literal["mlx", "gguf", "all"]
 Sort = Literal["downloads", "likes", "recent"]

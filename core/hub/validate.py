@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from core.engines.select import index_shards, json_object, safetensors_extent
+from core.model_files import index_shards, json_object, safetensors_extent
 
 GGUF_MAGIC = b"GGUF"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")

@@ -8,7 +8,7 @@ JPEG, WebP, HEIC where pillow-heif is installed), apply the EXIF rotation, scale
 later step (the preview, the vision worker, the API) reads that file by path; pixels never
 travel through a pipe. A JSON sidecar beside it keeps what the chat shows (name, size,
 original dimensions) and the captions vision models made, so a caption is made once per
-image and model. Refusals are `DocError` values with a sentence a person can act on.
+image and model. Refusals are `AttachError` values with a sentence a person can act on.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from core import json_text
-from core.docs.errors import DocError
+from core.attach_errors import AttachError
 
 IMAGE_SUFFIXES = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WebP",
                   ".heic": "HEIC", ".heif": "HEIC"}
@@ -103,35 +103,35 @@ def load_stored(path: str | Path) -> StoredImage | None:
 
 
 def prepare_image(path: str | Path, *, max_bytes: int, max_side: int = MAX_SIDE,
-                  folder: Path | None = None) -> StoredImage | DocError:
+                  folder: Path | None = None) -> StoredImage | AttachError:
     """Read, check, rotate, scale and store the image at `path` (call off the UI loop).
 
     The same picture attached twice is stored once (named by its hash) and keeps its
-    captions. A missing, huge, corrupt or unsupported file is a DocError; nothing is
+    captions. A missing, huge, corrupt or unsupported file is an AttachError; nothing is
     written then.
     """
     p = Path(str(path)).expanduser()
     shown = str(path)
     kind = IMAGE_SUFFIXES.get(p.suffix.lower())
     if not p.exists():
-        return DocError("NOT_FOUND", f"{shown} does not exist; check the path and try again.",
-                        shown)
+        return AttachError("NOT_FOUND", f"{shown} does not exist; check the path and try again.",
+                           shown)
     if p.is_dir() or kind is None:
-        return DocError("UNSUPPORTED_TYPE", f"{p.name} is not an image this app reads "
-                        "(PNG, JPEG, WebP or HEIC).", shown)
+        return AttachError("UNSUPPORTED_TYPE", f"{p.name} is not an image this app reads "
+                           "(PNG, JPEG, WebP or HEIC).", shown)
     if not os.access(p, os.R_OK):
-        return DocError("UNREADABLE", f"{p.name} cannot be read with your permissions; "
-                        "check who owns it (ls -l).", shown)
+        return AttachError("UNREADABLE", f"{p.name} cannot be read with your permissions; "
+                           "check who owns it (ls -l).", shown)
     size = p.stat().st_size
     if size > max_bytes:
-        return DocError("TOO_LARGE", f"{p.name} is {_size(size)}, over the {_size(max_bytes)} "
-                        "limit for attachments (attach_max_mb in the config file); "
-                        "export a smaller copy and attach that.", shown)
+        return AttachError("TOO_LARGE", f"{p.name} is {_size(size)}, over the {_size(max_bytes)} "
+                           "limit for attachments (attach_max_mb in the config file); "
+                           "export a smaller copy and attach that.", shown)
     if size == 0:
-        return DocError("EMPTY", f"{p.name} is empty; there is no picture in it.", shown)
+        return AttachError("EMPTY", f"{p.name} is empty; there is no picture in it.", shown)
     if kind == "HEIC" and not _heif_opener():
-        return DocError("UNSUPPORTED_TYPE", f"{p.name} is HEIC, which needs the pillow-heif "
-                        "package (pip install pillow-heif); or export it as JPEG.", shown)
+        return AttachError("UNSUPPORTED_TYPE", f"{p.name} is HEIC, which needs the pillow-heif "
+                           "package (pip install pillow-heif); or export it as JPEG.", shown)
     digest = hashlib.sha256()
     with p.open("rb") as fh:
         while chunk := fh.read(_READ_CHUNK):
@@ -153,9 +153,9 @@ def prepare_image(path: str | Path, *, max_bytes: int, max_side: int = MAX_SIDE,
             img = Image.open(p)
         with img:
             if img.width * img.height > MAX_PIXELS:
-                return DocError("TOO_LARGE", f"{p.name} is {img.width}×{img.height} pixels, "
-                                f"over the {MAX_PIXELS // 1_000_000} megapixel limit; "
-                                "export a smaller copy and attach that.", shown)
+                return AttachError("TOO_LARGE", f"{p.name} is {img.width}×{img.height} pixels, "
+                                   f"over the {MAX_PIXELS // 1_000_000} megapixel limit; "
+                                   "export a smaller copy and attach that.", shown)
             width, height = img.size
             if img.getexif().get(_ORIENTATION, 1) in (5, 6, 7, 8):
                 width, height = height, width  # stored sideways: shown a quarter turned
@@ -167,12 +167,12 @@ def prepare_image(path: str | Path, *, max_bytes: int, max_side: int = MAX_SIDE,
             rgb.save(tmp, format="PNG")
             tmp.replace(target)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        return DocError("TOO_LARGE", f"{p.name} has too many pixels to open safely; export "
-                        "a smaller copy and attach that.", shown)
+        return AttachError("TOO_LARGE", f"{p.name} has too many pixels to open safely; export "
+                           "a smaller copy and attach that.", shown)
     except Exception as exc:  # noqa: BLE001 - any decoder failure is a broken file to the user
-        return DocError("CORRUPT", f"{p.name} could not be read as {kind} "
-                        f"({type(exc).__name__}); the file may be damaged or not really an "
-                        "image.", shown)
+        return AttachError("CORRUPT", f"{p.name} could not be read as {kind} "
+                           f"({type(exc).__name__}); the file may be damaged or not really an "
+                           "image.", shown)
     image = StoredImage(p.name, str(target), size, width, height, rgb.width, rgb.height, sha)
     image.save_sidecar()
     return image

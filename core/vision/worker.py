@@ -40,7 +40,8 @@ def vision_main(conn: Connection, parent_pid: int, model_dir: str) -> None:
 
     start_child(log_name="vision")
     try:
-        from core.vision.vlm import load_vlm, stream_caption
+        from core.engines.vlm import load_vlm
+        from core.vision.vlm import stream_caption
 
         model, processor = load_vlm(model_dir)
     except Exception as exc:  # noqa: BLE001 - reported to the app as a load failure

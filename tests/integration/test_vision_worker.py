@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from core.model_files import is_vlm_dir
 from core.vision import prepare_image
-from core.vision.vlm import is_vlm_dir
 from core.vision.worker import VisionError, VisionWorker
 from tests.fixtures.images import make_image
 from tests.fixtures.vlm_models import build_tiny_llava

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.hub.filenames import gguf_shard, is_mmproj, pair_mmproj, quant_label, suggested_role
+from core.hub.filenames import suggested_role
+from core.model_files import gguf_shard, is_mmproj, pair_mmproj, quant_label
 
 
 @pytest.mark.parametrize(

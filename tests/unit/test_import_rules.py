@@ -151,3 +151,56 @@ def test_the_remote_backend_never_reaches_up_into_the_server() -> None:
     """core.remote and core.server share wire helpers from core.openai_wire, below both."""
     assert [f"{e.source}:{e.line}" for e in EDGES
             if e.source.startswith("core.remote") and e.target.startswith("core.server")] == []
+
+
+# Rooms a room must never import: the arrows point down (issue 36). Model-file facts live
+# in core.model_files, below the hub and the engines alike; documents and images refuse
+# files with one error type from core.attach_errors, below both.
+_NEVER_IMPORTS: dict[str, tuple[str, ...]] = {
+    "core.engines": ("core.hub", "core.vision", "core.docs", "core.workers", "core.runtime",
+                     "core.server", "core.store", "core.memory", "core.tools", "core.remote",
+                     "core.cluster", "core.service", "core.chat_context", "tui"),
+    "core.hub": ("core.engines", "core.vision", "core.docs", "core.runtime", "core.server",
+                 "tui"),
+    "core.vision": ("core.docs",),
+    "core.docs": ("core.vision",),
+}
+# The bottom rooms: what each may import from llmdeck at all.
+_ONLY_IMPORTS: dict[str, tuple[str, ...]] = {
+    "core.model_files": ("core.model_files", "core.json_text"),
+    "core.attach_errors": ("core.events",),
+}
+
+
+def _within(module: str, room: str) -> bool:
+    return module == room or module.startswith(room + ".")
+
+
+def _arrows_up(edges: list[Edge]) -> list[str]:
+    """Every import that runs against the rules above, as 'source:line imports target'."""
+    bad = []
+    for e in edges:
+        for room, banned in _NEVER_IMPORTS.items():
+            if _within(e.source, room) and any(_within(e.target, b) for b in banned):
+                bad.append(f"{e.source}:{e.line} imports {e.target}")
+        for room, allowed in _ONLY_IMPORTS.items():
+            if _within(e.source, room) and not any(_within(e.target, a) for a in allowed):
+                bad.append(f"{e.source}:{e.line} imports {e.target}")
+    return bad
+
+
+def test_no_arrow_runs_back_up() -> None:
+    """Engines never reach into the hub, vision or documents (nor the hub into engines);
+    vision and documents never into each other; the bottom rooms import only below."""
+    assert _arrows_up(EDGES) == []
+
+
+def test_the_arrow_rule_sees_each_arrow_it_forbids() -> None:
+    """The three arrows issue 36 found, and a bottom room reaching up, are each caught."""
+    old = [Edge("core.engines.llama_vision", "core.hub.filenames", ("pair_mmproj",), 1),
+           Edge("core.engines.select", "core.vision.vlm", ("is_vlm_dir",), 2),
+           Edge("core.vision.images", "core.docs.errors", ("DocError",), 3),
+           Edge("core.hub.validate", "core.engines.select", ("json_object",), 4),
+           Edge("core.model_files.names", "core.paths", (), 5)]
+    assert len(_arrows_up(old)) == len(old)
+    assert {"core.model_files", "core.attach_errors"} <= set(MODULES)

@@ -118,7 +118,7 @@ def test_huge_images_are_scaled_to_the_default_side_and_heic_needs_its_package(
 
 def test_a_vision_config_nested_too_deep_is_not_a_vision_model(tmp_path) -> None:
     """A config.json from the Hub nested 100,000 deep: 'not a vision model', no RecursionError."""
-    from core.vision.vlm import is_vlm_dir
+    from core.model_files import is_vlm_dir
 
     (tmp_path / "config.json").write_text('{"vision_config": ' + "[" * 100_000
                                           + "]" * 100_000 + "}")

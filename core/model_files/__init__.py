@@ -1,0 +1,34 @@
+"""What a model's files say, read without loading the model.
+
+The one low room for model-file facts: how big a model's JSON files and safetensors
+headers may be and what they hold, which vision projector goes with a GGUF file,
+whether a folder's config names a vision tower. The hub (listing, validating,
+the local registry) and the engines (choosing, loading, pairing a projector) both read it,
+so neither leans on the other; it imports nothing of llmdeck but core.json_text.
+"""
+
+from core.model_files.json_files import MAX_MODEL_JSON_BYTES, is_vlm_dir, json_object
+from core.model_files.names import (
+    gguf_shard,
+    is_gguf,
+    is_mmproj,
+    pair_mmproj,
+    quant_label,
+    sibling_mmprojs,
+)
+from core.model_files.weights import MAX_SAFETENSORS_HEADER, index_shards, safetensors_extent
+
+__all__ = [
+    "MAX_MODEL_JSON_BYTES",
+    "MAX_SAFETENSORS_HEADER",
+    "gguf_shard",
+    "index_shards",
+    "is_gguf",
+    "is_mmproj",
+    "is_vlm_dir",
+    "json_object",
+    "pair_mmproj",
+    "quant_label",
+    "safetensors_extent",
+    "sibling_mmprojs",
+]
