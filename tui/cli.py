@@ -84,11 +84,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(argv: list[str]) -> int:
     if argv[:1] == ["serve"]:  # its own parser: REMAINDER would not pass leading --options
-        from core.server import serve_main
+        from core.service import service_serve_main
 
+        # One `serve` per home still (the refusal names its pid); with the service, the
+        # listener itself opens inside the service, over the app's pool.
         if not {"-h", "--help"} & set(argv) and not _lock_home("serve"):
             return 1
-        return serve_main(argv[1:])
+        return service_serve_main(argv[1:])
     if argv[:1] == ["doctor"] and any(a.startswith("--cluster") for a in argv):
         from core.cluster import cluster_doctor_main
 

@@ -1,4 +1,8 @@
-"""`llmdeck serve`: the OpenAI-compatible server without the TUI, on its own WorkerPool.
+"""`llmdeck serve --standalone`: the OpenAI-compatible server on its own WorkerPool.
+
+Plain `llmdeck serve` opens the same server inside the engine service instead
+(core.service.serve_face), sharing the app's pool; this module is its argument parser
+and the standalone process (also `python -m core.server.cli`, as the tests start it).
 
 Loopback by default; binding elsewhere needs an API key (--api-key or LLMDECK_API_KEY).
 `--engine`/`--option` build the model spec directly (e.g. the scripted engine for
@@ -72,6 +76,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--idle-timeout", type=_seconds(zero=False), default=limits.idle_timeout_s, metavar="S",
                    help=f"close a connection that sends no request for S seconds "
                    f"(default {limits.idle_timeout_s:.0f})")
+    p.add_argument("--standalone", action="store_true",
+                   help="run the server with its own worker pool in this process instead of "
+                   "inside the llmdeck service (where the app's models are shared)")
     p.add_argument("--load-wait", type=_seconds(zero=True), default=limits.load_wait_s, metavar="S",
                    help="how long a request waits for a loading model before 503 "
                    f"(default {limits.load_wait_s:.0f})")

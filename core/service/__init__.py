@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RemoteRuntime", "RemoteTurn", "ServiceCallError", "ServiceClient",
            "ServiceUnavailable", "connect", "format_status", "run_call", "service_main",
-           "service_status", "service_workers_main", "start_or_connect"]
+           "service_serve_main", "service_status", "service_workers_main", "start_or_connect"]
 
 _FROM = {
     "ServiceCallError": "core.service.client", "ServiceClient": "core.service.client",
@@ -50,6 +50,8 @@ def __getattr__(name: str) -> Any:
 
     if name == "service_main":  # `llmdeck service ...`
         return importlib.import_module("core.service.control").main
+    if name == "service_serve_main":  # `llmdeck serve`: the HTTP face in the service
+        return importlib.import_module("core.service.serve_face").main
     if name == "service_workers_main":  # `llmdeck workers` while a service runs
         return importlib.import_module("core.service.control").workers_main
     if name in _FROM:

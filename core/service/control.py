@@ -60,10 +60,15 @@ def workers_main() -> int | None:
         statuses = run_call("worker_status", timeout=10)
     except ServiceUnavailable:
         return None
-    from core.workers.status_file import format_table
+    from core.workers.status_file import format_table, read_status, status_path
 
     print("llmdeck service:")
     print(format_table(statuses) if statuses else "No model is loaded.")
+    for role, label in (("app", "llmdeck"), ("serve", "llmdeck serve --standalone")):
+        others, problem = read_status(status_path(role))  # one with its own pool, beside
+        if problem is None:
+            print(f"\n{label}:")
+            print(format_table(others) if others else "No model is loaded.")
     return 0
 
 

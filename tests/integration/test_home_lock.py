@@ -56,14 +56,14 @@ def test_a_second_app_on_one_home_is_refused_naming_the_first(tmp_path: Path) ->
             assert again.returncode == 1
             assert "llmdeck serve is already running" in again.stderr
             assert f"pid {served.pid}" in again.stderr
-            # Each keeps its own worker status: `llmdeck workers` shows both.
+            # `llmdeck workers` shows both: the server's pool is the engine service's now.
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:
                 workers = _run(home, "workers")
-                if "llmdeck serve:" in workers.stdout and "\nllmdeck:" in workers.stdout:
+                if "llmdeck service:" in workers.stdout and "\nllmdeck:" in workers.stdout:
                     break
                 time.sleep(0.2)
-            assert "llmdeck serve:" in workers.stdout and "\nllmdeck:" in workers.stdout, \
+            assert "llmdeck service:" in workers.stdout and "\nllmdeck:" in workers.stdout, \
                 workers.stdout + workers.stderr
         finally:
             served.terminate()
