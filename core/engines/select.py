@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.model_files import (
+    has_tokenizer,
     index_shards,
     is_mmproj,
     is_vlm_dir,
     json_object,
     safetensors_extent,
     sibling_mmprojs,
+    tokenizer_needs,
 )
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer.tiktoken")
 
 
 class SelectionError(Exception):
@@ -104,10 +104,10 @@ def check_mlx_dir(p: Path) -> list[Path]:
         raise SelectionError(
             "MODEL_CORRUPT", f"{p / 'config.json'} is not a model config ({exc}); re-download it."
         ) from exc
-    if not any((p / name).is_file() for name in TOKENIZER_FILES):
+    if not has_tokenizer(p):
         raise SelectionError(
             "LOAD_FAILED",
-            f"{p} has no tokenizer (expected one of {', '.join(TOKENIZER_FILES)}); "
+            f"{p} has no tokenizer (expected {tokenizer_needs()}); "
             "copy the tokenizer files from the model's repository.",
         )
     indexes = sorted(p.glob("*.safetensors.index.json"))

@@ -11,10 +11,9 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from core.model_files import index_shards, json_object, safetensors_extent
+from core.model_files import has_tokenizer, index_shards, json_object, safetensors_extent
 
 GGUF_MAGIC = b"GGUF"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
 
 
 def check_gguf(path: Path) -> str | None:
@@ -56,7 +55,7 @@ def check_mlx_dir(path: Path) -> str | None:
         json_object(config)
     except (OSError, ValueError):
         return "config.json does not parse"
-    if not any((path / t).is_file() for t in TOKENIZER_FILES):
+    if not has_tokenizer(path):
         return "no tokenizer files"
     shards = sorted(p for p in path.glob("*.safetensors"))
     index = path / "model.safetensors.index.json"
