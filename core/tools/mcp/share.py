@@ -25,8 +25,8 @@ MAX_MESSAGES = 100
 class ReadOnlyHistory:
     """The store, opened on first use with writes refused by SQLite itself."""
 
-    def __init__(self) -> None:
-        self._store: Any = None
+    def __init__(self, store: Any = None) -> None:
+        self._store: Any = store  # the engine service's view when it runs (core.service)
         self._lock = threading.Lock()
 
     def store(self) -> Any:
@@ -136,5 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (settings.mcp_share_conversations or settings.mcp_share_documents):
         print(NOTHING_SHARED.format(path=paths.config_path()), file=sys.stderr)
         return 2
-    build_server(settings).run()
+    from core.service.history_store import service_history_store
+
+    build_server(settings, ReadOnlyHistory(service_history_store())).run()
     return 0
