@@ -45,6 +45,11 @@ TYPES: dict[str, tuple[tuple[str, ...], str]] = {
     "AttachedImage": (("core.vision",), "AttachedImage"),
     "StoredImage": (("core.vision",), "StoredImage"),
     "RolloverMarker": (("core.memory",), "RolloverMarker"),
+    "Settings": (("core.config",), "Settings"),
+    "Sampling": (("core.config",), "Sampling"),
+    "RemoteEndpoint": (("core.config",), "RemoteEndpoint"),
+    "McpServerConfig": (("core.config",), "McpServerConfig"),
+    "ClusterConfig": (("core.config",), "ClusterConfig"),
 }
 MAX_DEPTH = 64
 

@@ -160,6 +160,26 @@ async def _answer(ctx: CallContext, args: dict[str, Any]) -> Any:
     return ctx.hub.answer(ask, decision)
 
 
+async def _get_settings(ctx: CallContext, args: dict[str, Any]) -> Any:
+    return ctx.runtime.settings
+
+
+async def _save_settings(ctx: CallContext, args: dict[str, Any]) -> Any:
+    """Take a client's edited Settings into the running service (field by field, in place:
+    the tools and pool hold this object) and write the file; returns where a file with
+    entries llmdeck could not read was kept aside (Runtime.save_settings), or None."""
+    import dataclasses
+
+    from core.config import Settings
+
+    new = args.get("settings")
+    if not isinstance(new, Settings):
+        raise CallError(BAD_CALL, "save_settings wants {\"settings\": <Settings>}.")
+    for f in dataclasses.fields(new):
+        setattr(ctx.runtime.settings, f.name, getattr(new, f.name))
+    return await ctx.runtime.save_settings()
+
+
 async def _subscribe(ctx: CallContext, args: dict[str, Any]) -> Any:
     topic = args.get("topic")
     if topic not in SUBSCRIPTION_TOPICS:
@@ -208,6 +228,8 @@ SERVICE_CALLS: dict[str, Handler] = {
     "cancel_turn": _cancel_turn,
     "answer_approval": _answer,
     "attach": _attach,
+    "get_settings": _get_settings,
+    "save_settings": _save_settings,
     "shutdown": _shutdown,
     "serve_open": _serve_open,
     "serve_close": _serve_close,

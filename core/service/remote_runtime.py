@@ -89,12 +89,19 @@ class RemoteRuntime:
     def __init__(self, client: ServiceClient) -> None:
         self.client = client
         self.model: Any = None
+        self.settings: Any = None  # core.config.Settings, as the service holds them
         self.listeners: list[Callable[[Any], None]] = []
         client.listeners.append(self._on_event)
 
     async def start(self) -> None:
         """Fetch the model state and follow its changes."""
         self.model = await self.client.call("subscribe", topic="model")
+        self.settings = await self.client.call("get_settings")
+
+    async def save_settings(self) -> Any:
+        """Send `settings` (edited here, as the UI edits Runtime.settings) to the service,
+        which applies and writes them; returns what Runtime.save_settings returns."""
+        return await self.client.call("save_settings", settings=self.settings)
 
     def _on_event(self, message: dict[str, Any]) -> None:
         if message.get("event") == "model":

@@ -137,6 +137,25 @@ def test_garbage_huge_lines_and_hangups_hurt_only_their_client(llmdeck_home: Pat
     assert msgs[1]["content"] == "A steady reply. " * 20
 
 
+def test_silent_and_stalled_clients_are_let_go_and_tags_are_allowlisted(llmdeck_home: Path) -> None:
+    pid = svc.start(*svc.scripted_args(), "--no-preload")
+    silent = svc.raw_client(hello=False)  # connects and says nothing
+    stalled = svc.raw_client()  # begins a line and never ends it
+    stalled.sendall(b'{"id": 1, "call": "sta')
+    started = time.monotonic()
+    assert json.loads(svc.read_line(silent))["error"]["code"] == "TIMEOUT"
+    assert json.loads(svc.read_line(stalled))["error"]["code"] == "TIMEOUT"
+    assert time.monotonic() - started < 15
+    # Only the protocol's own types can be built from a client's arguments.
+    ours = svc.raw_client()
+    for args in ({"x": {"$type": "Popen", "args": ["touch", "/tmp/owned"]}},
+                 {"x": {"$type": "TextDelta", "text": "hi", "extra": 1}},
+                 {"x": {"$eval": "1"}}):
+        answer = _call(ours, 2, "status", **args)
+        assert answer["error"]["code"] == "BAD_CALL", answer
+    assert svc.alive(pid) and _call(ours, 3, "status")["result"]["pid"] == pid
+
+
 def test_a_client_that_stops_reading_gets_merged_text(llmdeck_home: Path) -> None:
     reply = "word " * 20_000  # 100 KB in 4-character pieces: 25,000 deltas (~2 MB as lines)
     config = llmdeck_home / "config" / "config.toml"

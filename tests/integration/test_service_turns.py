@@ -110,6 +110,24 @@ async def test_a_reply_outlives_its_client_and_another_watches_and_stops_it(
         await watcher.close()
 
 
+async def test_settings_edited_in_one_client_reach_the_service_and_the_file(
+        llmdeck_home: Path) -> None:
+    svc.start(*svc.scripted_args(), "--no-preload")
+    a, b = await _runtime("a"), await _runtime("b")
+    try:
+        assert a.settings.system_prompt == ""
+        a.settings.system_prompt = "Answer in one line."
+        a.settings.sampling.temperature = 0.25
+        assert await a.save_settings() is None
+        fresh = await b.call("get_settings")
+        assert fresh.system_prompt == "Answer in one line." and fresh.sampling.temperature == 0.25
+        assert 'system_prompt = "Answer in one line."' in \
+            (llmdeck_home / "config" / "config.toml").read_text()
+    finally:
+        await a.close()
+        await b.close()
+
+
 async def _take(events, n: int):  # noqa: ANN001, ANN202
     count = 0
     async for event in events:
