@@ -135,3 +135,53 @@ async def _take(events, n: int):  # noqa: ANN001, ANN202
         count += 1
         if count >= n:
             return
+
+
+async def test_a_tool_call_is_approved_over_the_socket_by_any_watching_client(
+        llmdeck_home: Path) -> None:
+    from core.tools import ToolStatus
+    from tests.fixtures.tools import HERMES_TEMPLATE, hermes_call
+
+    replies = [hermes_call("now", {}), "Checked the clock.",
+               hermes_call("now", {}), "No clock then."]
+    svc.start(*svc.scripted_args(replies=replies, template=HERMES_TEMPLATE, chunk_chars=7))
+    a, b = await _runtime("a"), await _runtime("b")
+    try:
+        asked: list[str] = []
+
+        async def allow(call):  # noqa: ANN001, ANN202
+            asked.append(call.name)
+            return "allow"
+
+        turn = await a.start_turn(None, "what time is it?")
+        turn.approve = allow
+        events = [e async for e in turn.events()]
+        states = [e.state for e in events if isinstance(e, ToolStatus)]
+        assert asked == ["now"] and states[-1] == "done", states
+        assert "".join(e.text for e in events if isinstance(e, TextDelta)).endswith(
+            "Checked the clock.")
+
+        # The starter does not answer; another client watching the reply does.
+        second = await a.start_turn(turn.conversation_id, "and now?")
+        watcher = await b.watch_turn(turn.conversation_id)
+        assert watcher is not None and watcher.turn_id == second.turn_id
+
+        async def deny(call):  # noqa: ANN001, ANN202
+            return "deny"
+
+        watcher.approve = deny
+        seen_b, seen_a = await asyncio.gather(
+            _collect(watcher.events()), _collect(second.events()))
+        for seen in (seen_a, seen_b):
+            states = [e.state for e in seen if isinstance(e, ToolStatus)]
+            assert states[-1] == "denied", states
+            assert isinstance(seen[-1], Done)
+        stored = await a.messages(turn.conversation_id)
+        assert [m.role for m in stored].count("tool") == 2
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def _collect(events):  # noqa: ANN001, ANN202
+    return [e async for e in events]
