@@ -8,7 +8,6 @@ prefills only what is new; `cached_tokens` reports how much was reused.
 
 from __future__ import annotations
 
-import os
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from typing import Any
 from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, SamplingParams
 from core.engines.base_prompt import BaseFormat, base_format, effective_repetition_penalty
 from core.engines.llama_lookup import Penalties, lookup_stream
-from core.engines.llama_params import load_llama
+from core.engines.llama_params import load_llama, worker_threads
 from core.engines.llama_sampling import (
     Unsupported,
     completion_options,
@@ -96,7 +95,9 @@ class LlamaCppEngine:
             )
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-        threads = spec.option("threads") or max(1, (os.cpu_count() or 2))
+        # Its share of the cores among the model's replicas (core.engines.llama_params).
+        threads = self.threads = worker_threads(
+            spec.option("threads"), spec.option("replicas"), spec.option("replica"))
         # Speculation's verifying passes match one-token passes bit for bit only with flash
         # attention (core.engines.llama_lookup); "flash_attn" overrides.
         flash = bool(spec.option("flash_attn", spec.option("speculative", True)))
@@ -184,6 +185,7 @@ class LlamaCppEngine:
         return {
             "engine": self.name,
             "context_size": self._llm.n_ctx(),
+            "threads": self.threads,
             "model_type": self._model_type,
             "chat_template": self._template,
             "base_model": self.base_model,

@@ -45,3 +45,28 @@ def test_load_restores_llama_cpp_defaults(monkeypatch) -> None:
         llama_params.load_llama(model_path="/nonexistent/model.gguf", verbose=False)
     assert low.llama_model_default_params is original
     assert original().use_extra_bufts
+
+
+@pytest.mark.parametrize("cores", [1, 2, 8, 11, 16])
+def test_two_replicas_share_the_cores_without_overlap(cores: int) -> None:
+    """llama.cpp's default two workers of a model: their threads add up to the cores, each
+    core used once (each took every core before: 2 x cores threads)."""
+    counts = [llama_params.worker_threads(None, 2, i, cores=cores) for i in range(2)]
+    assert all(n >= 1 for n in counts)
+    assert sum(counts) == max(cores, 2)
+    assert max(counts) - min(counts) <= 1
+    assert llama_params.worker_threads(None, 2, None, cores=cores) == max(1, cores // 2)
+
+
+def test_more_replicas_than_cores_each_keep_one_thread() -> None:
+    assert [llama_params.worker_threads(None, 4, i, cores=2) for i in range(4)] == [1, 1, 1, 1]
+
+
+def test_the_threads_option_overrides_the_share_and_a_lone_worker_takes_every_core() -> None:
+    assert llama_params.worker_threads(6, 2, 0, cores=8) == 6
+    assert llama_params.worker_threads(None, None, None, cores=8) == 8
+    assert llama_params.worker_threads(None, 1, 0, cores=8) == 8
+    # An option that is no thread count is ignored rather than handed to llama.cpp.
+    for bad in (0, -3, "many", True, 2.5):
+        assert llama_params.worker_threads(bad, 2, 0, cores=8) == 4
+    assert llama_params.usable_cores() >= 1
