@@ -7,7 +7,8 @@
 
 Every way of not getting an answer is a ServiceUnavailable with a sentence: no service
 runs, it refused us (another user's), it crashed at start (the last line of its log),
-it went away mid-call. A call the service answers with an error is a ServiceCallError
+it went away mid-call. A connection lost without close() is told to the listeners once,
+as {"event": "lost", "message": <sentence>}. A call the service answers with an error is a ServiceCallError
 (code and sentence).
 """
 
@@ -50,7 +51,8 @@ class ServiceClient:
     turn queues (turn_events) and to listeners of pushed topics (on_event)."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 server_hello: dict[str, Any], lines: LineReader) -> None:
+                 server_hello: dict[str, Any], lines: LineReader, name: str = "client") -> None:
+        self.name = name
         self._writer = writer
         self._lines = lines
         self.hello = server_hello
@@ -60,10 +62,13 @@ class ServiceClient:
         self._turns: dict[str, asyncio.Queue[dict[str, Any] | None]] = {}
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
         self.closed_reason: str | None = None
+        self._closing = False
+        self._lost_told = False
         self._reading = asyncio.ensure_future(self._read_loop())
 
     async def _read_loop(self) -> None:
-        reason = "The llmdeck service closed the connection."
+        reason = ("The llmdeck service stopped without a word (it crashed or was killed); "
+                  "see its log.")
         try:
             while True:
                 message = await self._lines.read()
@@ -112,8 +117,13 @@ class ServiceClient:
         return queue
 
     def _fail_all(self, reason: str) -> None:
+        first = self.closed_reason is None or not self._lost_told
         if self.closed_reason is None:
             self.closed_reason = reason
+        if first and not self._closing:
+            self._lost_told = True  # once: the UI says it in a sentence and reconnects
+            for listener in list(self.listeners):
+                listener({"event": "lost", "message": self.closed_reason})
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(ServiceUnavailable(reason))
@@ -165,6 +175,7 @@ class ServiceClient:
                 self._turns.pop(turn_id, None)
 
     async def close(self) -> None:
+        self._closing = True
         self._reading.cancel()
         self._writer.close()
         with contextlib.suppress(Exception):
@@ -196,6 +207,12 @@ async def connect(client: str = "cli", *, path: Path | None = None,
         writer.write(encode_line(protocol.hello(client)))
         await writer.drain()
         first = await asyncio.wait_for(lines.read(), timeout)
+    except (ConnectionResetError, BrokenPipeError) as exc:
+        # Queued on a listener that was closing (a service that just died or idled out):
+        # as good as nobody listening, so the caller may start one.
+        writer.close()
+        raise ServiceUnavailable(f"The llmdeck service at {target} went away as we "
+                                 "connected.") from ConnectionRefusedError(str(exc))
     except (TimeoutError, FrameError, ConnectionError, OSError) as exc:
         writer.close()
         raise ServiceUnavailable("The llmdeck service did not greet us "
@@ -210,7 +227,7 @@ async def connect(client: str = "cli", *, path: Path | None = None,
         writer.close()
         raise ServiceUnavailable("The running llmdeck service speaks another protocol version; "
                                  "restart it with `llmdeck service restart`.")
-    return ServiceClient(reader, writer, hello, lines)
+    return ServiceClient(reader, writer, hello, lines, client)
 
 
 def run_call(name: str, timeout: float = 30.0, **args: Any) -> Any:

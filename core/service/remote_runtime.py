@@ -69,7 +69,8 @@ class RemoteTurn:
                     self.assistant_message_id = message.get("assistant_message_id")
                     self.finish_reason = message.get("finish_reason")
         except ServiceUnavailable as exc:
-            yield Error("INTERNAL", f"{exc.message} The reply was stopped; what arrived is saved.")
+            yield Error("INTERNAL", f"{exc.message} The reply stopped there; what arrived "
+                        "before is saved.")
             yield Done("error")
 
     async def _answer(self, message: dict[str, Any]) -> None:
@@ -91,6 +92,9 @@ class RemoteRuntime:
         self.model: Any = None
         self.settings: Any = None  # core.config.Settings, as the service holds them
         self.listeners: list[Callable[[Any], None]] = []
+        # Called with a sentence when the connection to the service is lost (a crash, a
+        # stop): the UI says so and calls reconnect().
+        self.lost_listeners: list[Callable[[str], None]] = []
         client.listeners.append(self._on_event)
 
     async def start(self) -> None:
@@ -103,7 +107,24 @@ class RemoteRuntime:
         which applies and writes them; returns what Runtime.save_settings returns."""
         return await self.client.call("save_settings", settings=self.settings)
 
+    async def reconnect(self, timeout: float = 60.0) -> None:
+        """After a "lost" event (the service crashed or was stopped): start a service again
+        when none runs, attach to it, and fetch the model and settings afresh. A reply the
+        crash cut is in the store with what arrived; watch_turn finds live ones."""
+        from core.service.launch import start_or_connect
+
+        old = self.client
+        old.listeners.remove(self._on_event)
+        self.client = await start_or_connect(old.name, timeout=timeout)
+        self.client.listeners[:0] = [self._on_event, *old.listeners]
+        await old.close()
+        await self.start()
+
     def _on_event(self, message: dict[str, Any]) -> None:
+        if message.get("event") == "lost":
+            for listener in list(self.lost_listeners):
+                listener(str(message.get("message")))
+            return
         if message.get("event") == "model":
             try:
                 self.model = codec.decode(message.get("data"))

@@ -185,3 +185,56 @@ async def test_a_tool_call_is_approved_over_the_socket_by_any_watching_client(
 
 async def _collect(events):  # noqa: ANN001, ANN202
     return [e async for e in events]
+
+
+async def test_a_crashed_service_is_told_in_a_sentence_and_a_new_one_attached(
+        llmdeck_home: Path) -> None:
+    import os
+    import signal
+
+    (llmdeck_home / "config").mkdir(exist_ok=True)
+    (llmdeck_home / "config" / "config.toml").write_text(
+        'model = "scripted"\nengine = "scripted"\n')  # what a service started bare loads
+    long_reply = "tock " * 400
+    pid = svc.start(*svc.scripted_args(reply=long_reply, tokens_per_s=40, chunk_chars=5))
+    rt = await _runtime("tui")
+    lost: list[str] = []
+    rt.lost_listeners.append(lost.append)
+    turn = await rt.start_turn(None, "until the crash")
+    events = []
+    async for event in turn.events():
+        events.append(event)
+        if len(events) == 20:
+            os.kill(pid, signal.SIGKILL)
+    assert isinstance(events[-1], Done) and events[-1].finish_reason == "error"
+    assert "service" in events[-2].message and "crash" in events[-2].message
+    assert lost and "crash" in lost[0]
+    await rt.reconnect(timeout=60)
+    try:
+        assert rt.client.pid != pid and rt.model is not None
+        stored = await rt.messages(turn.conversation_id)
+        cut = stored[-1]
+        assert cut.role == "assistant" and cut.content and long_reply.startswith(cut.content)
+        assert cut.status == "partial", "what arrived before the crash is kept"
+        fresh = await rt.start_turn(turn.conversation_id, "again")
+        assert [e async for e in fresh.events()][-1] == Done("stop")
+    finally:
+        await rt.close()
+
+
+async def test_status_and_model_pushes_reach_a_subscribed_client(llmdeck_home: Path) -> None:
+    svc.start(*svc.scripted_args(), "--no-preload")
+    rt = await _runtime("f4")
+    pushes: list[dict] = []
+    rt.client.listeners.append(lambda m: pushes.append(m) if m.get("event") == "status" else None)
+    states: list[str] = []
+    rt.listeners.append(lambda model: states.append(model.state))
+    try:
+        first = await rt.call("subscribe", topic="status")
+        assert first["clients"] == 1 and first["pid"] == rt.client.pid
+        assert await rt.ensure_model()
+        await asyncio.sleep(2.5)
+        assert pushes and pushes[-1]["data"]["models"] == ["scripted"]
+        assert states[-2:] == ["loading", "ready"], states
+    finally:
+        await rt.close()
