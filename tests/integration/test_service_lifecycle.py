@@ -10,6 +10,7 @@ import stat
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.helpers import service_proc as svc
@@ -100,3 +101,33 @@ def test_idle_exit_with_no_client(llmdeck_home: Path) -> None:
     assert time.monotonic() - started >= 1.5
     assert wait_gone(workers, 10) == []
     assert "idle for 2 s" in (llmdeck_home / "logs" / "service.log").read_text()
+
+
+def test_two_starts_at_once_give_one_service(llmdeck_home: Path) -> None:
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(svc.ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-m", "tui.cli", "service", "start",
+                               *svc.scripted_args(), "--no-preload"], cwd=svc.ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=90)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    pids = {int(o.split("(pid ")[1].split(")")[0]) for o in outs}
+    assert len(pids) == 1, outs
+    def services() -> list[int]:  # service processes of this home, however started
+        found = []
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if "core.service" in (proc.info["cmdline"] or []) and \
+                        proc.environ().get("LLMDECK_HOME") == str(llmdeck_home):
+                    found.append(proc.info["pid"])
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        return found
+
+    time.sleep(1.0)  # a loser that lost the lock has exited by now
+    assert services() == list(pids), "the second start left a second service running"
+    usage = svc.llmdeck("service")
+    assert usage.returncode == 2 and "start" in usage.stdout and "Traceback" not in usage.stderr
