@@ -7,6 +7,8 @@ one app on the same home, which is what a person running the app in one SSH wind
 the API for their editor in another expects: SQLite (WAL) takes writes from both, model
 downloads and the bundled model's assembly are locked per file, and each process writes
 its own worker-status file. A second server on the same home is refused like a second app.
+The engine service (core.service) holds `service.lock`: one service per home, whoever
+starts it; its clients take no lock of their own.
 
 The lock is an flock(2) on a file in the data folder: the kernel drops it when the process
 dies, even by kill -9, so a crash never leaves a stale lock behind. The file holds the
