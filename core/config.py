@@ -11,6 +11,7 @@ keeps the old file beside the new one first: a hand-written entry is never lost.
 from __future__ import annotations
 
 import os
+import re
 import time
 import tomllib
 from collections.abc import Callable
@@ -205,6 +206,11 @@ class Settings:
     mcp_share_conversations: bool = False
     mcp_share_documents: bool = False
     clusters: list[ClusterConfig] = field(default_factory=list)  # [[clusters]] (core.cluster)
+    # Other names for local models, for API clients and scripts: [aliases] fast = "gemma3:270m-q4_k_m"
+    aliases: dict[str, str] = field(default_factory=dict)
+    # How long each model stays loaded once idle (core.keep_alive: "30m", 0, -1), by id or
+    # alias; a model not named here uses idle_unload_minutes.
+    keep_alive: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list, repr=False, compare=False)
 
     @classmethod
@@ -242,6 +248,41 @@ class Settings:
         self.mcp_servers = self._entries(data, "mcp_servers", McpServerConfig, "MCP server",
                                          _mcp_problem)
         self.clusters = self._entries(data, "clusters", ClusterConfig, "cluster", _cluster_problem)
+        self.aliases = self._names(data, "aliases", _alias_target)
+        self.keep_alive = self._names(data, "keep_alive", _keep_alive_value)
+
+    def _names(self, data: dict[str, Any], key: str,
+               check: Callable[[Any], str]) -> dict[str, str]:
+        """A [key] table of model names to values; each entry refused is a problem."""
+        table = data.get(key, {})
+        if not isinstance(table, dict):
+            self.problems.append(f"{key} = {_shown(table)} ignored: it must be a [{key}] table "
+                                 "of model names")
+            return {}
+        kept: dict[str, str] = {}
+        for name, value in list(table.items())[:MAX_NAMES]:
+            try:
+                if not _MODEL_NAME.fullmatch(name):
+                    raise Refused("a name is letters, digits and . _ - : / (at most 200).")
+                kept[name] = check(value)
+            except Refused as exc:
+                self.problems.append(f"{key}.{name[:60]!r} = {_shown(value)} ignored: {exc}")
+        if len(table) > MAX_NAMES:
+            self.problems.append(f"{key}: only the first {MAX_NAMES} entries are read")
+        return kept
+
+    def keep_alive_for(self, *names: str) -> float | None:
+        """How long a model stays loaded once idle, from [keep_alive], by the first of its
+        `names` listed (its id, an alias of it): seconds, -1.0 for ever, None when it is
+        not listed (idle_unload_minutes then)."""
+        from core import keep_alive
+
+        listed = [n for n in names if n in self.keep_alive]
+        listed += [a for a, target in self.aliases.items() if target in names and a in self.keep_alive]
+        if not listed:
+            return None
+        seconds = keep_alive.parse(self.keep_alive[listed[0]])
+        return -1.0 if seconds is None else seconds
 
     def _apply_sampling(self, samp: Any) -> None:
         if not isinstance(samp, dict):
@@ -307,13 +348,35 @@ class Settings:
         path = path or paths.config_path()
         data = asdict(self)
         data.pop("problems", None)
-        data = {k: v for k, v in data.items() if v is not None}
+        data = {k: v for k, v in data.items()
+                if v is not None and not (k in ("aliases", "keep_alive") and not v)}
         kept = _keep_unreadable(path)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(tomli_w.dumps(data), encoding="utf-8")
         tmp.replace(path)
         self.problems.clear()  # they described the old file; the new one has none
         return kept
+
+
+MAX_NAMES = 256
+_MODEL_NAME = re.compile(r"[A-Za-z0-9._:/-]{1,200}")
+
+
+def _alias_target(value: Any) -> str:
+    if not isinstance(value, str) or not _MODEL_NAME.fullmatch(value):
+        raise Refused("an alias names a model id like \"gemma3:270m-q4_k_m\" (letters, digits "
+                      "and . _ - : /).")
+    return value
+
+
+def _keep_alive_value(value: Any) -> str:
+    from core import keep_alive
+
+    try:
+        keep_alive.parse(value)
+    except keep_alive.KeepAliveError as exc:
+        raise Refused(str(exc)) from None
+    return value if isinstance(value, str) else repr(value)
 
 
 def _mcp_problem(server: McpServerConfig, kept: list[Any]) -> str | None:
@@ -428,7 +491,7 @@ _TOP_LEVEL: dict[str, Callable[[Any], Any]] = {
     "mcp_share_conversations": _flag("mcp_share_conversations"),
     "mcp_share_documents": _flag("mcp_share_documents"),
 }
-_SECTIONS = frozenset({"sampling", "remotes", "mcp_servers", "clusters"})
+_SECTIONS = frozenset({"sampling", "remotes", "mcp_servers", "clusters", "aliases", "keep_alive"})
 
 _SAMPLING: dict[str, Callable[[Any], Any] | None] = {
     "temperature": _ruled(rules.temperature),

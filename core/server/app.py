@@ -32,7 +32,7 @@ from core.events import (
     Usage,
 )
 from core.openai_wire import tool_call_body
-from core.remote.backend import Backend
+from core.remote.backend import Backend, PoolBackend
 from core.server.collect import collect
 from core.server.completions import CompletionsRoute
 from core.server.connections import ServeLimits, busy_middleware
@@ -46,6 +46,8 @@ from core.server.limits import (
     load_body,
     too_large,
 )
+from core.server.local_models import Loaded, LocalModels, describe, keep_alive_of
+from core.server.local_models import add_routes as add_model_routes
 from core.server.sse import json_response, write_stream
 from core.server.wire import (
     ApiError,
@@ -83,6 +85,7 @@ class ChatServer:
         self._remote_backends: dict[str, Backend] = {}
         self.active = 0  # requests streaming now (for the worker pane)
         self._load_waiters = 0  # requests waiting for the model to finish loading
+        self.local_models = LocalModels(self)  # every other local model, by name
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[busy_middleware, self._errors],
@@ -90,6 +93,7 @@ class ChatServer:
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", CompletionsRoute(self).handle)
         app.router.add_get("/v1/models", self.models)
+        add_model_routes(app, self.local_models)  # POST /v1/models/{id}/load, /unload
         app.router.add_post("/v1/embeddings", self.embed)
         app.router.add_get("/health", self.health)
         register_dialects(app, self)  # Anthropic Messages, Ollama, Responses, /metrics
@@ -164,22 +168,36 @@ class ChatServer:
                 backend = self._remote_backends[model] = RemoteBackend(endpoint, remote[1])
             return backend
         rt = self.runtime
+        if model != self.local_name():  # another local model: loaded on request
+            entry = await self.local_models.find(model)
+            if entry is None:
+                raise self._not_served(model)
+            if not self.local_models.is_app_model(entry):
+                return await self.local_models.backend(entry)
         state, error = self.model_health()
         if state == "failed":
             why = "failed to load" if rt.model.state == "failed" else "is not available"
             raise ApiError(503, f"The model {why}: {error}", code="model_unavailable")
         if state == "loading" and rt.model.state != "ready":  # (a respawn: the pool waits for it)
-            if rt.model.state == "loading" and model != self.local_name():
-                raise self._not_served(model)  # the name is known once loading has begun
             await self._wait_for_load()
-        if model != self.local_name():
-            raise self._not_served(model)
         return rt.backend
 
     def _not_served(self, model: str) -> ApiError:
-        return ApiError(404, f"The model {model!r} is not served here; GET /v1/models lists "
-                        f"what is (now: {self.local_name()!r}).", param="model",
+        return ApiError(404, f"The model {model[:200]!r} is not served here: no local model, "
+                        f"alias or remote has that name. GET /v1/models lists what is (the "
+                        f"app's model now: {self.local_name()!r}).", param="model",
                         code="model_not_found")
+
+    def model_facts(self, backend: Backend) -> Loaded:
+        """The context size, vision and load info of the model behind `backend`."""
+        rt = self.runtime
+        if isinstance(backend, PoolBackend) and backend.key != rt.model_key:
+            facts = self.local_models.facts(backend.key)
+            if facts is not None:
+                return facts
+            return Loaded(rt.settings.context_size, False, {})
+        info = rt.model.info or {}
+        return Loaded(rt.model.context_size, bool(info.get("vision")), dict(info))
 
     async def _wait_for_load(self) -> None:
         """Wait for the local model (starting its load if nothing has); 503 on failure or
@@ -224,10 +242,25 @@ class ChatServer:
         return "ready", None  # unloaded while idle: the next request loads it again
 
     async def models(self, request: web.Request) -> web.Response:
+        """The app's model, every local model on disk by id (with which are loaded and
+        their memory), the remotes and the embedding model."""
         now = int(time.time())
         data = []
+        running = self.local_models.running()
+        app_model = running.get(self.runtime.model_key)
         if self.model_health()[0] != "failed":  # a request for it is served (or waits for the load)
-            data.append({"id": self.local_name(), "object": "model", "created": now, "owned_by": "llmdeck"})
+            data.append({"id": self.local_name(), "object": "model", "created": now, "owned_by": "llmdeck",
+                         "loaded": app_model is not None,
+                         **(describe(app_model) if app_model else {})})
+        for entry in await self.local_models.entries():
+            if entry.id == self.local_name():
+                continue
+            key = self.runtime.model_key if self.local_models.is_app_model(entry) else entry.id
+            status = running.get(key)
+            data.append({"id": entry.id, "object": "model", "created": int(entry.modified) or now,
+                         "owned_by": "llmdeck", "name": entry.name, "format": entry.format,
+                         "size_bytes": entry.size_bytes, "loaded": status is not None,
+                         **(describe(status) if status else {})})
         data += [{"id": name, "object": "model", "created": now, "owned_by": f"remote:{ep}"}
                  for name, (ep, _) in self._remote_names().items()]
         data += [{"id": name, "object": "model", "created": now, "owned_by": "llmdeck-embeddings"}
@@ -259,10 +292,12 @@ class ChatServer:
         return body
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        call = parse_chat(await self._body(request), self.runtime.settings.sampling)
+        body = await self._body(request)
+        keep = keep_alive_of(body)  # Ollama's keep_alive, taken here too
+        call = parse_chat(body, self.runtime.settings.sampling)
         # Admission (backend, images, prompt size, queue), metering and the close that
         # cancels a vanished client's request: the same for every dialect (dialects.py).
-        async with generation(self, call, "/v1/chat/completions") as (first, batches):
+        async with generation(self, call, "/v1/chat/completions", keep) as (first, batches):
             if call.stream:
                 return await self._stream(request, call, first, batches)
             return await self._complete(call, first, batches)

@@ -155,6 +155,7 @@ def shape_middleware(renderers: list[tuple[str, Render]], hints: dict[str, str])
 
 @asynccontextmanager
 async def generation(server: Any, call: ChatCall, route: str = "",
+                     keep: float | None | str = "absent",
                      ) -> AsyncIterator[tuple[list[Event], AsyncIterator[list[Event]]]]:
     """Admit `call` as the chat route does and yield (first batch, the rest).
 
@@ -162,17 +163,19 @@ async def generation(server: Any, call: ChatCall, route: str = "",
     into files (or a 400), the prompt's size against the context, the queue limit; an
     error before any output is raised as the ApiError chat would answer. Leaving the
     block closes the generation, which cancels it in the worker if it still runs. Its
-    tokens and timings go to the server's metrics under `route`.
+    tokens and timings go to the server's metrics under `route`. `keep`: the request's
+    keep_alive (core.server.local_models.keep_alive_of), applied to its model.
     """
     rt = server.runtime
     backend = await server._backend_for(call.model)
+    facts = server.model_facts(backend)
     if backend.kind == "local" and has_images(call.request):  # files, or a 400
         call = replace(call, request=await resolve_images(
-            call.request, model=call.model, sees=bool(rt.model.info.get("vision")),
+            call.request, model=call.model, sees=facts.vision,
             allow_file_urls=bool(getattr(rt.settings, "serve_allow_file_urls", False)),
             max_bytes=rt.chat.max_bytes()))
     if backend.kind == "local":
-        check_prompt_size(call.request, rt.model.context_size)
+        check_prompt_size(call.request, facts.context_size)
     if backend.queued() >= server.max_queue:
         raise ApiError(429, f"The queue is full ({server.max_queue} requests waiting); retry "
                        "shortly.", code="queue_full")
@@ -180,6 +183,8 @@ async def generation(server: Any, call: ChatCall, route: str = "",
     meter = metrics_for(server).meter(route or "other")
     server.active += 1
     try:
+        if backend.kind == "local":  # right before the reply takes its lease: nothing between
+            server.local_models.keep(backend.key, keep)
         first = await anext(batches)
         if isinstance(first[0], Error):
             raise api_error_for(first[0])

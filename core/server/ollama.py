@@ -13,9 +13,13 @@ Mapped onto the pool as it is today:
   (num_ctx, num_gpu, num_thread, num_batch, use_mmap, ...) and samplers the engines lack
   (mirostat, typical_p, tfs_z) are accepted and ignored: the model is loaded once, by
   the server, with its own settings.
-- keep_alive is accepted and ignored: the server unloads an idle model after its own
-  idle_unload_minutes. A request with no prompt loads the model (done_reason "load");
-  one that asks to unload (no prompt, keep_alive 0) is refused with a sentence.
+- every local model answers by its id (`gemma3:270m-q4_k_m`), an alias, or its family
+  alone (`gemma3`, `gemma3:latest`) when one of that family is here; a request loads it
+  (core.server.local_models). /api/tags lists them all, /api/ps the loaded ones.
+- keep_alive, as Ollama means it: how long the model stays loaded once idle from this
+  request on (seconds, "5m"; 0 unloads it after the reply; -1 keeps it). A request with
+  no prompt loads the model (done_reason "load"), or with keep_alive 0 unloads it
+  (done_reason "unload"), replies running on it allowed to finish first.
 - `think`: false hides the reasoning; otherwise it comes as `thinking`.
 - /api/generate's raw prompt is sent as is (as /v1/completions does); `context`
   (token arrays), `suffix` and a per-request `template` are refused.
@@ -42,6 +46,7 @@ from core.events import Done, Error, Event, ReasoningDelta, TextDelta, ToolCall,
 from core.server.collect import collect
 from core.server.dialects import generation, guarded
 from core.server.limits import MAX_CHARS_PER_TOKEN, MAX_INT, check_numbers
+from core.server.local_models import describe, keep_alive_of
 from core.server.sse import Sink, json_response
 from core.server.wire import ApiError, ChatCall, api_error_for, parse_chat
 
@@ -114,15 +119,13 @@ def _options(body: Mapping[str, Any], chat: dict[str, Any]) -> None:
                        "the README for those applied and those ignored.")
 
 
-def _keep_alive(body: Mapping[str, Any]) -> Any:
-    value = body.get("keep_alive")
-    if value is not None and (isinstance(value, bool) or not isinstance(value, str | int | float)):
-        raise _bad("'keep_alive' must be a duration like \"5m\" or a number of seconds.")
-    return value
-
-
-def _unloading(keep_alive: Any) -> bool:
-    return keep_alive == 0 or (isinstance(keep_alive, str) and keep_alive.strip() in ("0", "0s", "0m"))
+def _keep_alive(body: Mapping[str, Any]) -> float | None | str:
+    """The request's keep_alive in the pool's terms (local_models.keep_alive_of); a 400 in
+    Ollama's shape when it is unreadable."""
+    try:
+        return keep_alive_of(body)
+    except ApiError as exc:
+        raise _bad(exc.message) from None
 
 
 def _format(body: Mapping[str, Any], chat: dict[str, Any]) -> None:
@@ -244,7 +247,7 @@ class OllamaRoutes:
             return await self._load(model, keep_alive, {"message": {"role": "assistant",
                                                                     "content": ""}})
         call = _checked(chat, self.server)
-        async with generation(self.server, call, "/api/chat") as (first, batches):
+        async with generation(self.server, call, "/api/chat", keep_alive) as (first, batches):
             return await self._answer(request, call, think, stream, first, batches, chat=True)
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
@@ -279,16 +282,16 @@ class OllamaRoutes:
         call = _checked(chat, self.server)
         if raw:
             call = await self._raw(call, prompt)
-        async with generation(self.server, call, "/api/generate") as (first, batches):
+        async with generation(self.server, call, "/api/generate", keep_alive) as (first, batches):
             return await self._answer(request, call, think, stream, first, batches, chat=False)
 
     async def _raw(self, call: ChatCall, prompt: str) -> ChatCall:
         """The prompt as is, no chat template (engines that take one: as /v1/completions)."""
-        rt = self.server.runtime
-        await self.server._backend_for(call.model)
-        if rt.model.info.get("engine") not in ("mlx", "llamacpp", "scripted"):
+        backend = await self.server._backend_for(call.model)
+        facts = self.server.model_facts(backend)
+        if backend.kind != "local" or facts.info.get("engine") not in ("mlx", "llamacpp", "scripted"):
             raise _bad("'raw' needs a local text model (MLX or GGUF); send the prompt without it.")
-        context = rt.model.context_size
+        context = facts.context_size
         if context > 0 and len(prompt) > context * MAX_CHARS_PER_TOKEN:
             raise ApiError(400, f"The prompt is {len(prompt):,} characters long; this model's "
                            f"context is {context:,} tokens. Send a shorter prompt.",
@@ -296,13 +299,33 @@ class OllamaRoutes:
         request: GenerationRequest = replace(call.request, messages=(), prompt=prompt)
         return replace(call, request=request)
 
-    async def _load(self, model: str, keep_alive: Any, empty: dict[str, Any]) -> web.Response:
-        if _unloading(keep_alive):
-            raise _bad("keep_alive 0 (unload now) is not applied per request: this server "
-                       "unloads an idle model after its idle_unload_minutes setting.")
-        await self.server._backend_for(model)  # waits for the load, or says why it failed
+    async def _load(self, model: str, keep_alive: float | None | str,
+                    empty: dict[str, Any]) -> web.Response:
+        """Ollama's empty request: load the model, or with keep_alive 0 unload it."""
+        server = self.server
+        if keep_alive == 0:
+            key = await self._key_of(model)
+            if key is not None:
+                await server.local_models.unload(key)
+            return json_response({"model": model, "created_at": _now(), **empty, "done": True,
+                                  "done_reason": "unload"})
+        backend = await server._backend_for(model)  # waits for the load, or says why it failed
+        if backend.kind == "local":
+            server.local_models.keep(backend.key, keep_alive)
         return json_response({"model": model, "created_at": _now(), **empty, "done": True,
                               "done_reason": "load"})
+
+    async def _key_of(self, model: str) -> str | None:
+        """The pool key of a local model by name, without loading it (404 if unknown)."""
+        server = self.server
+        if model == server.local_name():
+            return server.runtime.model_key
+        entry = await server.local_models.find(model)
+        if entry is None:
+            if model in server._remote_names():
+                return None
+            raise server._not_served(model)
+        return server.runtime.model_key if server.local_models.is_app_model(entry) else entry.id
 
     async def _answer(self, request: web.Request, call: ChatCall, think: bool, stream: bool,
                       first: list[Event], batches: AsyncIterator[list[Event]], *,
@@ -438,6 +461,13 @@ class OllamaRoutes:
             name, details, size, modified = self._local()
             out.append({"name": name, "model": name, "modified_at": modified, "size": size,
                         "digest": _digest(name), "details": details})
+        for entry in self.server.local_models.catalog.cached():
+            if entry.id in {e["name"] for e in out}:
+                continue
+            modified = datetime.fromtimestamp(entry.modified or time.time(), UTC).isoformat()
+            out.append({"name": entry.id, "model": entry.id, "modified_at": modified,
+                        "size": entry.size_bytes, "digest": _digest(entry.id),
+                        "details": _details(entry)})
         for name, (endpoint, _) in self.server._remote_names().items():
             out.append({"name": name, "model": name, "modified_at": _now(), "size": 0,
                         "digest": _digest(name), "details": {"format": f"remote:{endpoint}",
@@ -445,32 +475,48 @@ class OllamaRoutes:
         return out
 
     async def tags(self, request: web.Request) -> web.Response:
+        await self.server.local_models.entries()  # the disk's list, at most a few seconds old
         return json_response({"models": self._entries()})
 
     async def ps(self, request: web.Request) -> web.Response:
-        """The local model while its workers run: their memory (RSS) as its size."""
-        rt = self.server.runtime
-        workers = [w for w in rt.pool.status() if w.model == rt.model.label
-                   and w.state in ("idle", "busy")]
-        if not workers:
-            return json_response({"models": []})
-        name, details, _, _ = self._local()
-        idle = getattr(rt.settings, "idle_unload_minutes", 0) or 0
-        expires = (datetime.now(UTC).timestamp() + idle * 60) if idle > 0 else 4102444800  # 2100
-        return json_response({"models": [{
-            "name": name, "model": name, "size": sum(w.rss_bytes for w in workers),
-            "digest": _digest(name), "details": details, "size_vram": 0,
-            "expires_at": datetime.fromtimestamp(expires, UTC).isoformat(),
-            "context_length": rt.model.context_size}]})
+        """Every loaded model: what admission counts for it (or its workers' memory, when
+        larger) as its size, and when its idle time runs out."""
+        server, rt = self.server, self.server.runtime
+        out = []
+        for key, status in server.local_models.running().items():
+            if status.state == "loading":
+                continue
+            if key == rt.model_key:
+                name, details, _, _ = self._local()
+                context = rt.model.context_size
+            else:
+                entry = next((e for e in server.local_models.catalog.cached() if e.id == key), None)
+                name, details = key, _details(entry) if entry else {}
+                facts = server.local_models.facts(key)
+                context = facts.context_size if facts else rt.settings.context_size
+            expires = describe(status)["expires_at"] or 4102444800  # kept: 2100
+            out.append({"name": name, "model": name,
+                        "size": max(status.memory_bytes, status.rss_bytes),
+                        "digest": _digest(name), "details": details, "size_vram": 0,
+                        "expires_at": datetime.fromtimestamp(expires, UTC).isoformat(),
+                        "context_length": context})
+        return json_response({"models": out})
 
     async def show(self, request: web.Request) -> web.Response:
         body = await self.server._body(request)
         model = _model(body, self.server)
         if model != self.server.local_name():
-            await self.server._backend_for(model)  # 404 (or a remote: little to show)
-            return json_response({"details": {"format": "remote"}, "model_info": {},
-                                  "capabilities": ["completion"], "template": "",
-                                  "parameters": "", "modelfile": ""})
+            entry = await self.server.local_models.find(model)
+            if entry is not None and not self.server.local_models.is_app_model(entry):
+                return json_response({"details": _details(entry), "model_info": {
+                    "general.architecture": entry.family}, "capabilities": ["completion"]
+                    + (["vision"] if entry.vision else []), "template": "", "parameters": "",
+                    "modelfile": f"# served by llmdeck\nFROM {entry.id}\n"})
+            if entry is None:
+                await self.server._backend_for(model)  # 404 (or a remote: little to show)
+                return json_response({"details": {"format": "remote"}, "model_info": {},
+                                      "capabilities": ["completion"], "template": "",
+                                      "parameters": "", "modelfile": ""})
         rt = self.server.runtime
         name, details, _, modified = self._local()
         info = rt.model.info or {}
@@ -492,6 +538,15 @@ class OllamaRoutes:
 
     async def version(self, request: web.Request) -> web.Response:
         return json_response({"version": OLLAMA_API_VERSION})
+
+
+def _details(entry: Any) -> dict[str, Any]:
+    """Ollama's `details` of a catalog entry (core.model_catalog)."""
+    tag = entry.id.split(":", 1)[1] if ":" in entry.id else ""
+    size = tag.split("-", 1)[0] if tag[:1].isdigit() else ""
+    return {"parent_model": "", "format": entry.format, "family": entry.family,
+            "families": [entry.family], "parameter_size": size.upper(),
+            "quantization_level": (entry.quant or "").upper()}
 
 
 def _digest(name: str) -> str:

@@ -622,6 +622,16 @@ class WorkerPool:
             self._lease_change = asyncio.get_running_loop().create_future()
         await asyncio.wait_for(asyncio.shield(self._lease_change), timeout_s)
 
+    async def _leases_end(self, group: _ModelGroup, wait_s: float) -> bool:
+        """Wait up to `wait_s` for the model's replies to end; True when they did."""
+        deadline = time.monotonic() + wait_s
+        while group.leases and time.monotonic() < deadline:
+            try:
+                await self._lease_wait(deadline - time.monotonic())
+            except TimeoutError:
+                break
+        return not group.leases
+
     def leases(self, key: str) -> int:
         """Requests running on the model or waiting for it."""
         group = self._groups.get(key)
@@ -671,16 +681,21 @@ class WorkerPool:
         group = self._groups.get(key)
         if group is None:
             return True
-        deadline = time.monotonic() + wait_s
-        while group.leases and time.monotonic() < deadline:
-            try:
-                await self._lease_wait(deadline - time.monotonic())
-            except TimeoutError:
-                break
-        clean = not group.leases
+        clean = await self._leases_end(group, wait_s)
         if self._groups.get(key) is group:
             del self._groups[key]
         await self._stop_workers(group.workers, UNLOADED)
+        return clean
+
+    async def release(self, key: str, *, wait_s: float = 0.0) -> bool:
+        """Stop the model's workers but keep it known: its next request loads it again
+        (an API client's unload, keep_alive 0). Its replies get up to `wait_s` to end;
+        those still running then end with UNLOADED. True when nothing had to be cut."""
+        group = self._groups.get(key)
+        if group is None:
+            return True
+        clean = await self._leases_end(group, wait_s)
+        await self._evict(group, UNLOADED)
         return clean
 
     def queued(self, key: str) -> int:
