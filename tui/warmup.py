@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 
 # The documents and memory layers (Runtime.chat, made on the first turn) and numpy.
-FIRST_TURN_MODULES = ("core.chat_context", "numpy")
+FIRST_TURN_MODULES = ("core.runtime.context", "numpy")
 
 
 def warm_imports() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from core.chat_context import AttachResult
+from core.runtime import AttachResult
 from core.docs import DocError
 from core.docs.embeddings import ensure_model_files
 from core.runtime import Runtime

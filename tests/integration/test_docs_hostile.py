@@ -20,7 +20,7 @@ import psutil
 import pytest
 import pytest_asyncio
 
-from core.chat_context import AttachResult
+from core.runtime import AttachResult
 from core.docs import DocError
 from core.docs import worker as docs_worker
 from core.docs.budget import ReadBounds

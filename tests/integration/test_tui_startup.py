@@ -150,7 +150,7 @@ app.run(headless=True, size=(100, 30))
 
 
 def test_the_first_frame_comes_without_the_documents_and_memory_layers() -> None:
-    later = ("core.docs", "core.memory", "core.chat_context", "numpy")
+    later = ("core.docs", "core.memory", "core.runtime.context", "numpy")
     code = f"LATER = {later!r}\n" + FIRST_FRAME_PROBE
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                          timeout=60)

@@ -144,7 +144,7 @@ def test_the_rules_see_a_real_circle_and_a_reach_in() -> None:
     """The checks above would fail on the shapes they guard against."""
     assert any(e.source == "tui.app" and e.target.startswith("tui.screens") for e in EDGES)
     assert _core_package("core.hub.cli") == "core.hub"
-    assert _core_package("core.runtime") is None
+    assert _core_package("core.events") is None
 
 
 def test_the_remote_backend_never_reaches_up_into_the_server() -> None:

@@ -24,7 +24,7 @@ from tui.terminal_text import visible
 # The documents and memory layers load after the first frame (tui.warmup): imported here
 # only where a result, marker or error is handled.
 if TYPE_CHECKING:
-    from core.chat_context import AttachResult
+    from core.runtime import AttachResult
     from core.docs import Attachment, DocError, MentionResolution
     from core.memory import RolloverMarker
 
@@ -179,7 +179,7 @@ class AttachmentBar(Vertical):
                  "warning mention")
 
     def show_results(self, results: Sequence[AttachResult | DocError]) -> None:
-        from core.chat_context import AttachResult
+        from core.runtime import AttachResult
         from core.docs import DocError
 
         errors = [r for r in results if isinstance(r, DocError)]
@@ -299,7 +299,7 @@ async def attach_from_composer(screen: Any, argument: str) -> None:
     """
     import asyncio
 
-    from core.chat_context import AttachResult
+    from core.runtime import AttachResult
     from core.docs import DocError
 
     bar = screen.query_one(AttachmentBar)

@@ -1,4 +1,4 @@
-"""ChatContext: what goes into a request besides the user's words, for the Runtime.
+"""ChatContext: context preparation, what goes into a request besides the user's words.
 
 Two things feed a turn: attached documents (whole when small, the top-k chunks with
 "[file.pdf p.3]" citations when large) and the conversation's memory (the context wind
@@ -11,6 +11,9 @@ core.docs and core.memory.
 The memory is rebuilt from the store's active branch on every turn (markers are stored
 messages), so branches, edits and restarts need no extra bookkeeping; only the
 monitor's calibration (real prompt tokens / estimate) is kept in memory.
+
+It is handed the settings, the model lifecycle and the store thread; it never calls back
+into the Runtime that owns it.
 """
 
 from __future__ import annotations
@@ -55,26 +58,17 @@ from core.vision.images import (
 if TYPE_CHECKING:
     from core.config import Settings
     from core.remote.backend import Backend
-    from core.store import Store
+    from core.runtime.store_thread import StoreThread
 
 
-class ChatHost(Protocol):
-    """What ChatContext uses of the Runtime that owns it.
+class ChatModel(Protocol):
+    """What ChatContext uses of the model lifecycle (core.runtime.models.ModelLifecycle):
+    the state's label, context_size and info, the backend for summaries, and ensure()."""
 
-    Named here, below the Runtime, so this module never reaches up to core.runtime: the
-    Runtime satisfies it, and tests may hand in anything that does.
-    """
-
-    settings: Settings
-    model: Any  # core.runtime.ModelState: label and context_size are read
+    state: Any
     backend: Backend
 
-    @property
-    def store_handle(self) -> Store: ...
-
-    async def store_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
-
-    async def ensure_model(self) -> bool: ...
+    async def ensure(self) -> bool: ...
 
 
 class ObservedTurn(Protocol):
@@ -158,15 +152,18 @@ class PreparedTurn:
 class ChatContext:
     """Documents and memory for every conversation of one Runtime."""
 
-    def __init__(self, runtime: ChatHost, *, utility: UtilityWorker | None = None) -> None:
-        self.rt = runtime
+    def __init__(self, settings: Settings, models: ChatModel, store: StoreThread, *,
+                 utility: UtilityWorker | None = None) -> None:
+        self.settings = settings
+        self.models = models
+        self.store = store
         self.utility = utility or UtilityWorker()
         self.docs = DocsService()  # registries and indexes here; embedding in the worker
         self.threshold = 0.7
         self._monitors: dict[int, ContextMonitor] = {}
         self._loaded: set[str] = set()
         self._images: dict[str, dict[str, AttachedImage]] = {}  # conversation -> alias -> image
-        self.captioner = Captioner(lambda: self.rt.settings)  # the "vision" role worker
+        self.captioner = Captioner(lambda: self.settings)  # the "vision" role worker
         # Called with (conversation_id, stage) where stage is "summarising" or "done".
         self.listeners: list[Callable[[str, str], None]] = []
 
@@ -175,8 +172,8 @@ class ChatContext:
         """Bring a conversation's stored attachments into memory (once per runtime)."""
         if conversation_id in self._loaded:
             return
-        results = await self.rt.store_call(load_results, self.rt.store_handle, conversation_id)
-        images = await self.rt.store_call(_load_images, self.rt.store_handle, conversation_id)
+        results = await self.store.call(load_results, self.store.handle, conversation_id)
+        images = await self.store.call(_load_images, self.store.handle, conversation_id)
         if conversation_id not in self._loaded:
             self._loaded.add(conversation_id)
             for result in results:
@@ -234,8 +231,8 @@ class ChatContext:
             return list(results)  # type: ignore[arg-type]
         if conversation_id is None:
             try:
-                conversation_id = await self.rt.store_call(
-                    self.rt.store_handle.create_conversation, model=self.rt.model.label
+                conversation_id = await self.store.call(
+                    self.store.handle.create_conversation, model=self.models.state.label
                 )
             except StoreError as exc:  # a full disk: every file was read, none can be kept
                 for alias in aliases:
@@ -253,8 +250,8 @@ class ChatContext:
                 out.append(await self._save_image(conversation_id, alias, result))
                 continue
             try:
-                await self.rt.store_call(
-                    save_result, self.rt.store_handle, conversation_id, result
+                await self.store.call(
+                    save_result, self.store.handle, conversation_id, result
                 )
             except Exception as exc:  # noqa: BLE001 - the store's errors carry a sentence
                 self.docs.registry(conversation_id).remove(result.alias)
@@ -269,8 +266,8 @@ class ChatContext:
                           image: StoredImage) -> AttachResult | DocError:
         """Store the image's row (the stored copy's path); the chat then shows its card."""
         try:
-            await self.rt.store_call(
-                self.rt.store_handle.add_attachment, conversation_id, alias, image.path,
+            await self.store.call(
+                self.store.handle.add_attachment, conversation_id, alias, image.path,
                 mime=IMAGE_MIME, size=image.size_bytes, text="")
         except Exception as exc:  # noqa: BLE001 - the store's errors carry a sentence
             return DocError("UNREADABLE", f"{alias} was read but not saved: {exc}", image.path)
@@ -308,7 +305,7 @@ class ChatContext:
 
     def max_bytes(self) -> int:
         """The attachment size limit: Settings.attach_max_mb, else the default."""
-        mb = getattr(self.rt.settings, "attach_max_mb", None)
+        mb = getattr(self.settings, "attach_max_mb", None)
         ok = isinstance(mb, int | float) and not isinstance(mb, bool) and mb > 0
         return int(mb * 1024 * 1024) if ok else DEFAULT_MAX_BYTES
 
@@ -336,14 +333,14 @@ class ChatContext:
     async def detach(self, conversation_id: str, alias: str) -> bool:
         """Forget an attachment (and its stored chunks)."""
         await self.ensure_loaded(conversation_id)
-        store = self.rt.store_handle
+        store = self.store.handle
 
         def _delete() -> None:
             for row in store.attachments(conversation_id):
                 if row.alias == alias:
                     store.delete_attachment(row.id)
 
-        await self.rt.store_call(_delete)
+        await self.store.call(_delete)
         self._images.get(conversation_id, {}).pop(alias, None)
         return self.docs.detach(conversation_id, alias)
 
@@ -392,7 +389,7 @@ class ChatContext:
 
     # -- memory ------------------------------------------------------------------------------
     def context_tokens(self) -> int:
-        return int(self.rt.model.context_size or self.rt.settings.context_size or 4096)
+        return int(self.models.state.context_size or self.settings.context_size or 4096)
 
     def monitor(self) -> ContextMonitor:
         size = self.context_tokens()
@@ -416,7 +413,7 @@ class ChatContext:
         monitor = self.monitor()
         memory = resume_from_messages(
             conversation_id, monitor, self._summariser(conversation_id), branch,
-            convert=chat_messages, system_prompt=self.rt.settings.system_prompt or None,
+            convert=chat_messages, system_prompt=self.settings.system_prompt or None,
         )
         user = {"role": "user", "content": f"{docs.text}\n\n{text}" if docs.text else text}
         new_tokens = monitor.used([user], conversation_id)
@@ -440,9 +437,9 @@ class ChatContext:
     async def _model_sees(self) -> bool:
         """Whether the chat model takes images itself (an mlx-vlm folder, a GGUF with its
         mmproj): what the loaded model says, else what its files say."""
-        if self.rt.model.info.get("vision"):
+        if self.models.state.info.get("vision"):
             return True
-        path = self.rt.settings.model
+        path = self.settings.model
         return bool(path) and await asyncio.to_thread(sees_images, str(path))
 
     async def _with_images(self, conversation_id: str, docs: DocContext) -> DocContext:
@@ -480,12 +477,12 @@ class ChatContext:
         size = self.context_tokens()
         summary_tokens = max(32, int(size * SUMMARY_SHARE * 0.8))
         fallback = fallback_summary(messages, summary_tokens)
-        if not await self.rt.ensure_model():
+        if not await self.models.ensure():
             return fallback
         sampling = dataclasses.replace(
-            self.rt.settings.sampling.to_params(),
+            self.settings.sampling.to_params(),
             temperature=0.2,
-            max_tokens=min(summary_tokens, self.rt.settings.sampling.max_tokens),
+            max_tokens=min(summary_tokens, self.settings.sampling.max_tokens),
         )
         request = GenerationRequest(
             request_id=uuid.uuid4().hex,
@@ -494,7 +491,7 @@ class ChatContext:
             session_id=f"{conversation_id}:summary",
         )
         pieces: list[str] = []
-        async for event in self.rt.backend.generate(request):
+        async for event in self.models.backend.generate(request):
             if isinstance(event, TextDelta):
                 pieces.append(event.text)
             elif isinstance(event, Error):

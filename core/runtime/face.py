@@ -1,0 +1,411 @@
+"""Runtime: the one object the UI holds, and the face every front end talks to.
+
+An async API over the model lifecycle (core.runtime.models), the store thread
+(core.runtime.store_thread), turns (core.runtime.turns), tools and the chat context
+(documents and memory, core.runtime.context). The calls here are thin: each says what the
+UI may do and hands the work to the part that owns it. Everything slow happens elsewhere:
+model work in worker processes, SQLite on the one store thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from core import paths
+from core.config import Settings
+from core.engines.base import GenerationRequest, ModelSpec
+from core.remote.backend import Backend
+from core.runtime.models import ModelLifecycle, ModelState
+from core.runtime.store_thread import SIDEBAR_PAGE, StoreThread
+from core.runtime.turns import Turn, TurnParts
+from core.store import Conversation, Message, SearchHit, Store
+from core.tools import ToolKit, chat_messages
+from core.workers.pool import WorkerPool, WorkerStatus
+
+if TYPE_CHECKING:
+    from core.docs import Attachment, DocError, MentionResolution
+    from core.runtime.context import AttachResult, ChatContext
+    from core.vision import AttachedImage
+
+T = TypeVar("T")
+
+
+class Runtime:
+    """Async facade over models, store, turns, tools and settings; the UI's only door."""
+
+    def __init__(self, settings: Settings | None = None, *, pool: WorkerPool | None = None,
+                 model_spec: ModelSpec | None = None) -> None:
+        self.settings = settings or Settings.load()
+        idle = self.settings.idle_unload_minutes
+        self.pool = pool or WorkerPool(idle_unload_s=idle * 60 if idle and idle > 0 else None)
+        self.models = ModelLifecycle(self.settings, self.pool, spec_override=model_spec)
+        self.store_thread = StoreThread()
+        self._status_task: asyncio.Task[None] | None = None
+        self._closed = False
+        self.tools = ToolKit.from_settings(self.settings)
+        self._chat: ChatContext | None = None
+        # Called with (conversation_id, stage), stage "summarising" or "done": the chat
+        # context's listeners, kept here so the UI can listen before it exists.
+        self.memory_listeners: list[Callable[[str, str], None]] = []
+
+    @property
+    def chat(self) -> ChatContext:
+        """Documents and long-conversation memory, made on first use: the documents and
+        memory layers are ~10 ms of imports the first frame does not need (the app imports
+        them in a thread once it is up, tui.warmup)."""
+        if self._chat is None:
+            from core.runtime.context import ChatContext
+
+            self._chat = ChatContext(self.settings, self.models, self.store_thread)
+            self._chat.listeners = self.memory_listeners
+        return self._chat
+
+    def _turn(self, cid: str, user_message_id: str, request: GenerationRequest) -> Turn:
+        parts = TurnParts(models=self.models, store=self.store_thread, tools=self.tools,
+                          context=self.chat)
+        return Turn(parts, cid, user_message_id, request)
+
+    # -- the model (core.runtime.models owns it) -------------------------------------------
+    @property
+    def model(self) -> ModelState:
+        """What the UI shows about the active model."""
+        return self.models.state
+
+    @property
+    def backend(self) -> Backend:
+        """Where generations come from: the pool (local model) or a remote endpoint."""
+        return self.models.backend
+
+    @backend.setter
+    def backend(self, backend: Backend) -> None:  # a cluster wraps the remote backend
+        self.models.backend = backend
+
+    @property
+    def model_key(self) -> str:
+        return self.models.key
+
+    @property
+    def listeners(self) -> list[Callable[[ModelState], None]]:
+        """Called with the ModelState at each change of the model's state."""
+        return self.models.listeners
+
+    async def ensure_model(self) -> bool:
+        """Load the configured model if it is not loaded; False (with model.error) if it can't."""
+        return await self.models.ensure()
+
+    async def reload_model(self) -> bool:
+        """Unload and load the current model again (clears a crash-budget failure)."""
+        return await self.models.reload()
+
+    async def switch_model(self, path: str, engine: str | None = None) -> bool:
+        return await self.models.switch(path, engine)
+
+    def model_ref(self) -> str | None:
+        """What a conversation remembers of the active model (core.model_refs)."""
+        return self.models.ref()
+
+    def is_active_model(self, ref: str) -> bool:
+        """Whether `ref` names the model in use now (then opening needs no switch)."""
+        return self.models.is_active(ref)
+
+    async def find_model(self, ref: str) -> tuple[str, str | None] | None:
+        """(model, engine) to load for a conversation's remembered model, or None when it is
+        no longer here (models.find)."""
+        return await self.models.find(ref)
+
+    # -- the store (core.runtime.store_thread owns it) ------------------------------------
+    def open_store_soon(self) -> None:
+        """Open the store and read the sidebar's first page now (StoreThread.open_soon)."""
+        self.store_thread.open_soon()
+
+    def take_first_page(self) -> list[Conversation] | None:
+        """The first page that open_store_soon read, if it is there now (never waits);
+        given out once, None otherwise."""
+        return self.store_thread.take_first_page()
+
+    @property
+    def store_notice(self) -> str | None:
+        """Said once the store is open when a damaged database was replaced (for the UI)."""
+        return self.store_thread.notice
+
+    @property
+    def store_recovering(self) -> bool:
+        """True while a damaged database is being copied (start() still waits)."""
+        return self.store_thread.recovering
+
+    @property
+    def store_handle(self) -> Store:
+        """The open store; StoreError (with its sentence) when it could not be opened."""
+        return self.store_thread.handle
+
+    async def store_call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await self.store_thread.call(fn, *args, **kwargs)
+
+    def store_call_nowait(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Queue a write on the store thread without waiting (ordered with other calls)."""
+        self.store_thread.call_nowait(fn, *args)
+
+    # -- lifecycle -------------------------------------------------------------
+    async def start(self, *, preload: bool = True) -> None:
+        await self.store_thread.open()
+        if preload:
+            self.models.preload()
+        self._status_task = asyncio.ensure_future(self._publish_status())
+
+    async def _publish_status(self) -> None:
+        """Keep the status file fresh for `llmdeck workers` in another terminal."""
+        from core.workers.status_file import write_status
+
+        while True:
+            try:
+                await asyncio.to_thread(lambda: write_status(self.worker_status()))
+            except OSError:
+                pass
+            await asyncio.sleep(1.0)
+
+    async def close(self) -> None:
+        """Stop workers and close the store; safe to call more than once."""
+        if self._closed:
+            return
+        self._closed = True
+        self.models.stop_loading()
+        if self._status_task is not None:
+            self._status_task.cancel()
+            from core.workers.status_file import status_path
+
+            status_path().unlink(missing_ok=True)
+        if self._chat is not None:
+            await self._chat.close()
+        await self.models.close()
+        await self.tools.close()
+        await self.store_thread.close()
+
+    def worker_status(self) -> list[WorkerStatus]:
+        utility = self._chat.utility.status() if self._chat is not None else None
+        if self._chat is not None:
+            vision = self._chat.captioner.status()
+        elif getattr(self.settings, "vision_model", None):  # listed before its first use
+            from core.vision.captions import Captioner
+
+            vision = Captioner(lambda: self.settings).status()
+        else:
+            vision = None
+        return (self.pool.status() + ([utility] if utility is not None else [])
+                + ([vision] if vision is not None else []) + self.tools.mcp.status())
+
+    # -- conversations -----------------------------------------------------------
+    async def list_conversations(self, limit: int = SIDEBAR_PAGE) -> list[Conversation]:
+        return await self.store_call(self.store_handle.list_conversations, limit)
+
+    async def messages(self, conversation_id: str, limit: int = 50,
+                       before: str | None = None) -> list[Message]:
+        """The active branch's last `limit` messages, or the page just before `before`."""
+        return await self.store_call(self.store_handle.messages, conversation_id, limit, before)
+
+    async def conversation(self, conversation_id: str) -> Conversation | None:
+        return await self.store_call(self.store_handle.get_conversation, conversation_id)
+
+    async def messages_around(self, conversation_id: str, message_id: str,
+                              limit: int = 50) -> tuple[list[Message], bool, bool]:
+        """The page of the active branch around `message_id` (a search hit, possibly on an
+        older branch, which becomes active) and whether older / newer messages exist beyond
+        it. About half the page comes before the hit, so it opens with context both ways."""
+        store = self.store_handle
+        half = max(1, limit // 2)
+
+        def _around() -> tuple[list[Message], bool, bool]:
+            hit = store.get_message(message_id)
+            if hit is None or hit.conversation_id != conversation_id:
+                return [], False, False  # deleted since the search ran
+            store.switch_branch(message_id)
+            through = store.messages_through(conversation_id, message_id, half + 1)
+            older = len(through) > half  # one more than kept: there is more above
+            through = through[-half:]
+            room = limit - len(through)
+            after = store.messages_after(conversation_id, message_id, room + 1)
+            return through + after[:room], older, len(after) > room
+
+        return await self.store_call(_around)
+
+    async def messages_after(self, conversation_id: str, after: str,
+                             limit: int = 50) -> list[Message]:
+        """The active branch's next `limit` messages after `after` (scrolling down from an
+        older page opened at a search hit)."""
+        return await self.store_call(self.store_handle.messages_after, conversation_id, after, limit)
+
+    async def search(self, query: str, limit: int = 50) -> list[SearchHit]:
+        return await self.store_call(self.store_handle.search, query, limit)
+
+    async def start_turn(self, conversation_id: str | None, text: str) -> Turn:
+        """Save the user's message and prepare the reply (history comes from the store)."""
+        store = self.store_handle
+
+        def _open() -> tuple[str, list[Message]]:
+            cid = conversation_id or store.create_conversation(model=self.model_ref())
+            return cid, store.messages(cid, limit=400)
+
+        cid, history = await self.store_call(_open)
+        try:  # attached documents, and a memory rollover when the context is 70% full
+            prepared = await self.chat.prepare_turn(cid, history, text)
+        except Exception:  # never lose the user's message to a documents/memory failure
+            mid = await self.store_call(store.add_message, cid, "user", text)
+            return self._turn(cid, mid, self._request(cid, history[-200:], text))
+        mid = await self.store_call(self.chat.save_turn_start, store, cid, text, prepared)
+        request = replace(self._request(cid, [], text), messages=prepared.messages,
+                          session_id=prepared.session_id)
+        turn = self._turn(cid, mid, request)
+        turn.rollover, turn.sources = prepared.marker, prepared.sources
+        return turn
+
+    # -- documents ----------------------------------------------------------------------
+    async def attach(self, conversation_id: str | None, paths: list[str | Path],
+                     progress: Callable[[str, str, int, int], None] | None = None,
+                     ) -> list[AttachResult | DocError]:
+        """Attach files (several at once) to a conversation; a new one when None, created
+        only if some file attached. Bad files come back as DocError; nothing else changes.
+        `progress(file_name, stage, done, total)`; cancelling the call stops the work."""
+        return await self.chat.attach(conversation_id, paths, progress)
+
+    def check_mentions(self, conversation_id: str | None, text: str) -> MentionResolution:
+        """For the composer: which @doc(...) mentions resolve, which to flag before sending."""
+        return self.chat.check_mentions(conversation_id, text)
+
+    async def attachments(self, conversation_id: str | None) -> list[Attachment]:
+        """The attachments of a conversation (loads them from the store the first time)."""
+        return await self.chat.attachments(conversation_id)
+
+    async def detach(self, conversation_id: str, alias: str) -> bool:
+        return await self.chat.detach(conversation_id, alias)
+
+    async def images(self, conversation_id: str | None) -> list[AttachedImage]:
+        """The conversation's attached images, oldest first (cards in the chat view)."""
+        return await self.chat.images(conversation_id)
+
+    def _request(self, cid: str, history: list[Message], text: str) -> GenerationRequest:
+        """The generation request for `text` after `history` (system prompt first)."""
+        chat: list[dict[str, Any]] = []
+        if self.settings.system_prompt:
+            chat.append({"role": "system", "content": self.settings.system_prompt})
+        chat.extend(chat_messages(history))  # tool calls and results included
+        chat.append({"role": "user", "content": text})
+        return GenerationRequest(
+            request_id=uuid.uuid4().hex,
+            messages=tuple(chat),
+            sampling=self.settings.sampling.to_params(),
+            session_id=cid,
+        )
+
+    # -- message actions (regenerate, edit, branches, delete) ------------------------------
+    async def _turn_for_user_message(self, cid: str, user_id: str) -> Turn:
+        store = self.store_handle
+
+        def _history() -> tuple[Message, list[Message]]:
+            page = store.messages_through(cid, user_id, limit=201)
+            return page[-1], page[:-1]
+
+        user, history = await self.store_call(_history)
+        request = self._request(cid, history, user.content)
+        try:  # documents and memory as for a new turn; a rollover here is not stored
+            prepared = await self.chat.prepare_turn(cid, history, user.content)
+        except Exception:
+            return self._turn(cid, user.id, request)
+        turn = self._turn(cid, user.id, replace(request, messages=prepared.messages,
+                                                session_id=prepared.session_id))
+        turn.sources = prepared.sources
+        return turn
+
+    async def regenerate(self, conversation_id: str, message_id: str) -> Turn:
+        """A new reply to the user message that `message_id` answers (or is): the old reply
+        stays as another branch."""
+        msg = await self.store_call(self.store_handle.get_message, message_id)
+        if msg is None:
+            raise LookupError("That message no longer exists.")
+        user_id = msg.id if msg.role == "user" else msg.parent_id
+        if user_id is None:
+            raise LookupError("There is no user message to answer.")
+        await self.store_call(self.store_handle.switch_branch, user_id)
+        return await self._turn_for_user_message(conversation_id, user_id)
+
+    async def edit_and_resend(self, conversation_id: str, message_id: str, text: str) -> Turn:
+        """Save `text` as a sibling of user message `message_id` (a new branch) and answer it."""
+        new_id = await self.store_call(self.store_handle.edit_message, message_id, text)
+        return await self._turn_for_user_message(conversation_id, new_id)
+
+    async def branch_positions(self, message_ids: list[str]) -> dict[str, tuple[int, int]]:
+        """(1-based index, count) among its siblings for each message that has siblings."""
+        store = self.store_handle
+
+        def _positions() -> dict[str, tuple[int, int]]:
+            out: dict[str, tuple[int, int]] = {}
+            for mid in message_ids:
+                ids = [m.id for m in store.branches(mid)]
+                if len(ids) > 1 and mid in ids:
+                    out[mid] = (ids.index(mid) + 1, len(ids))
+            return out
+
+        return await self.store_call(_positions)
+
+    async def step_branch(self, message_id: str, step: int) -> bool:
+        """Make the previous (-1) or next (+1) sibling of `message_id` active; False at an end."""
+        store = self.store_handle
+
+        def _step() -> bool:
+            ids = [m.id for m in store.branches(message_id)]
+            if message_id not in ids:
+                return False
+            index = ids.index(message_id) + step
+            if not 0 <= index < len(ids):
+                return False
+            store.switch_branch(ids[index])
+            return True
+
+        return await self.store_call(_step)
+
+    async def delete_message(self, message_id: str) -> int:
+        """Delete a message and every reply below it (Store.delete_message); returns how
+        many messages went."""
+        return await self.store_call(self.store_handle.delete_message, message_id)
+
+    # -- conversations: rename, delete, export -----------------------------------------------
+    async def rename_conversation(self, conversation_id: str, title: str) -> None:
+        await self.store_call(self.store_handle.rename_conversation, conversation_id, title)
+
+    async def delete_conversation(self, conversation_id: str) -> None:
+        await self.store_call(self.store_handle.delete_conversation, conversation_id)
+        await self.tools.sandbox.end(conversation_id)  # its variables and scratch go with it
+
+    async def export_conversation(self, conversation_id: str, folder: Path | None = None) -> Path:
+        """Write the active branch as Markdown under data_dir()/exports; returns the file."""
+        store = self.store_handle
+
+        def _export() -> Path:
+            text = store.export_markdown(conversation_id)
+            conv = store.get_conversation(conversation_id)
+            stem = "".join(ch if ch.isalnum() or ch in "-_" else "-"
+                           for ch in (conv.title if conv and conv.title else "conversation"))[:40]
+            out_dir = folder or (paths.data_dir() / "exports")
+            out_dir.mkdir(parents=True, exist_ok=True)
+            path = out_dir / f"{stem.strip('-') or 'conversation'}-{conversation_id[:8]}.md"
+            path.write_text(text, encoding="utf-8")
+            return path
+
+        return await self.store_call(_export)
+
+    # -- settings ------------------------------------------------------------------------------
+    async def save_settings(self) -> Path | None:
+        """Write settings to the TOML config file off the loop; returns where the old file
+        was kept aside, when it held entries llmdeck could not read (Settings.save)."""
+        return await asyncio.to_thread(self.settings.save)
+
+
+def context_use(messages: list[Message]) -> int:
+    """Tokens the conversation fills: prompt + completion of the newest reply with usage."""
+    for m in reversed(messages):
+        if m.usage:
+            return int(m.usage.get("prompt_tokens", 0)) + int(m.usage.get("completion_tokens", 0))
+    return 0

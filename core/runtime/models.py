@@ -1,0 +1,243 @@
+"""Model lifecycle: which model answers, and getting it ready.
+
+Resolves the configured model (a file, the bundled default on first run, a remote endpoint
+or a cluster's rank 0) to a backend, loads it in the worker pool, switches and reloads it,
+and tells listeners each state change (the UI's model line). Turns and the chat context
+only ask `ensure()` and read `state` and `backend`; nothing here knows about turns, the
+store or the UI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core import bundled, model_refs, paths
+from core.config import Settings
+from core.engines.base import ModelSpec
+from core.remote.backend import Backend, PoolBackend
+from core.remote.refs import remote_ref
+from core.workers.pool import WorkerLoadError, WorkerPool
+
+
+@dataclass
+class ModelState:
+    """What the UI shows about the active model."""
+
+    label: str = "no model"
+    state: str = "idle"  # idle | provisioning | loading | ready | failed
+    error: str | None = None
+    context_size: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def engine_for(path: Path) -> str:
+    """Pick the engine from the artifact alone (rules in core.engines.select); does disk I/O.
+
+    Raises WorkerLoadError with a sentence the user can act on when nothing can serve it.
+    """
+    from core.engines.select import SelectionError, select_engine
+
+    if not path.exists():
+        raise WorkerLoadError(
+            "LOAD_FAILED",
+            f"Model file not found: {path}. Pick another model, or restore the bundled one "
+            "with `llmdeck models restore-default`.",
+        )
+    try:
+        return select_engine(path).engine
+    except SelectionError as exc:
+        raise WorkerLoadError(exc.code, exc.message) from None
+
+
+class ModelLifecycle:
+    """The chat model: its state, its backend, and loading / switching it."""
+
+    def __init__(self, settings: Settings, pool: WorkerPool, *,
+                 spec_override: ModelSpec | None = None) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.key = "chat"  # the pool's name for the chat model
+        self.state = ModelState()
+        # Where generations come from: the pool (local model) or a remote endpoint.
+        self.backend: Backend = PoolBackend(self.pool, self.key)
+        self.spec_override = spec_override  # a fixed spec (tests, `serve --model`) over settings
+        self.listeners: list[Callable[[ModelState], None]] = []
+        self._load_task: asyncio.Task[bool] | None = None
+
+    def notify(self) -> None:
+        for listener in list(self.listeners):
+            listener(self.state)
+
+    # -- loading ---------------------------------------------------------------------------
+    def preload(self) -> None:
+        """Start loading the configured model now, without waiting for it."""
+        self._load_task = asyncio.ensure_future(self._load())
+
+    async def ensure(self) -> bool:
+        """Load the configured model if it is not loaded; False (with state.error) if it can't."""
+        crashed = self.pool.crash_failure(self.key)
+        if crashed:
+            self.state.state = "failed"
+            self.state.error = crashed
+            self.notify()
+            return False
+        if self.state.state == "ready" and self.backend.ready():
+            return True
+        if self._load_task is None or self._load_task.done():
+            self._load_task = asyncio.ensure_future(self._load())
+        return await asyncio.shield(self._load_task)
+
+    async def reload(self) -> bool:
+        """Unload and load the current model again (clears a crash-budget failure)."""
+        await self.pool.unload(self.key)
+        self.state.state = "idle"
+        self._load_task = asyncio.ensure_future(self._load())
+        return await asyncio.shield(self._load_task)
+
+    async def switch(self, path: str, engine: str | None = None) -> bool:
+        """Make `path` (a file, or a remote model string) the model and load it."""
+        await self.pool.unload(self.key)
+        self.settings.model = path
+        self.settings.engine = engine
+        self.spec_override = None
+        self.state = ModelState()
+        self._load_task = asyncio.ensure_future(self._load())
+        return await asyncio.shield(self._load_task)
+
+    async def _resolve_spec(self) -> ModelSpec:
+        if self.spec_override is not None:
+            return self.spec_override
+        s = self.settings
+        if s.model:
+            path = Path(s.model).expanduser()
+            label = path.name
+        else:
+            self.state.label = bundled.BUNDLED_CHAT_LABEL
+            target = bundled.bundled_chat_target()
+            if not await asyncio.to_thread(paths.config_path().exists):  # first run
+                self.state.state = "provisioning"
+                self.notify()
+                # The bundled Gemma: its MLX import where MLX has a GPU, else the GGUF.
+                from core.engines.select import default_model
+
+                chosen = await asyncio.to_thread(default_model)
+                target = Path(chosen.path)
+                s.model, s.engine = chosen.path, chosen.engine
+                await asyncio.to_thread(s.save)
+            path, label = target, bundled.BUNDLED_CHAT_LABEL
+        self.state.label = label if label != bundled.BUNDLED_CHAT_NAME else bundled.BUNDLED_CHAT_LABEL
+        engine = s.engine or await asyncio.to_thread(engine_for, path)
+        return ModelSpec(path=str(path), engine=engine, context_size=s.context_size,
+                         options=(("speculative", bool(s.speculative)),
+                                  ("draft_model", s.draft_model if engine == "mlx" else None)))
+
+    async def _use_remote(self, endpoint_name: str, model: str) -> bool:
+        """Point generations at a remote endpoint; nothing loads locally."""
+        endpoint = self.settings.remote(endpoint_name)
+        self.state.label = f"{model} @ {endpoint_name}"
+        if endpoint is None:
+            self.state.state = "failed"
+            self.state.error = (f"No remote endpoint named {endpoint_name!r} is configured; "
+                                "add it under [[remotes]] in settings.")
+            self.notify()
+            return False
+        from core.remote.client import RemoteBackend
+
+        self.backend = RemoteBackend(endpoint, model)
+        self.state.state = "ready"
+        self.state.error = None
+        self.state.info = {"engine": "remote", "url": endpoint.url, "model": model}
+        self.notify()
+        return True
+
+    async def _load(self) -> bool:
+        await self.backend.close()
+        ref = remote_ref(self.settings.model) if self.spec_override is None else None
+        if ref is not None:
+            return await self._use_remote(*ref)
+        self.backend = PoolBackend(self.pool, self.key)
+        try:
+            spec = await self._resolve_spec()
+            if spec.engine == "scripted" and self.spec_override is not None:
+                self.state.label = spec.option("label", "scripted")
+            self.state.state = "loading"
+            self.state.error = None
+            self.notify()
+            # llama.cpp runs one sequence per worker: two workers let two chats stream at
+            # once; MLX batches every session in one worker.
+            replicas = self.settings.replicas or (2 if spec.engine == "llamacpp" else 1)
+            info = await self.pool.load(self.key, spec, replicas=replicas,
+                                        label=self.state.label)
+        except WorkerLoadError as exc:
+            self.state.state = "failed"
+            self.state.error = exc.message
+            self.notify()
+            return False
+        except Exception as exc:  # provisioning (disk full, missing package)
+            self.state.state = "failed"
+            self.state.error = f"Could not prepare the model: {exc}"
+            self.notify()
+            return False
+        self.state.state = "ready"
+        self.state.info = info
+        self.state.context_size = int(info.get("context_size") or 0)
+        self.notify()
+        return True
+
+    # -- which model a conversation remembers ----------------------------------------------
+    def ref(self) -> str | None:
+        """What a conversation remembers of the active model (core.model_refs)."""
+        if self.spec_override is not None:
+            return self.state.label
+        ref = model_refs.make(self.settings.model, self.settings.engine)
+        return ref or (self.state.label if self.state.state != "idle" else None)
+
+    def is_active(self, ref: str) -> bool:
+        """Whether `ref` names the model in use now (then opening needs no switch)."""
+        if ref in (self.ref(), self.state.label):
+            return True
+        parsed = model_refs.parse(ref)
+        current = self.settings.model
+        return (self.spec_override is None and not parsed.is_label and current is not None
+                and Path(parsed.model).expanduser() == Path(current).expanduser()
+                and parsed.engine in (None, self.settings.engine))
+
+    async def find(self, ref: str) -> tuple[str, str | None] | None:
+        """(model, engine) to load for a conversation's remembered model, or None when it is
+        no longer here: its file is gone, or its remote endpoint is no longer configured.
+        Reads the disk, so it runs in a thread."""
+        parsed = model_refs.parse(ref)
+        if parsed.remote is not None:
+            return (parsed.model, None) if self.settings.remote(parsed.remote[0]) else None
+        if not parsed.is_label:
+            exists = await asyncio.to_thread(Path(parsed.model).expanduser().exists)
+            return (parsed.model, parsed.engine) if exists else None
+
+        def _by_label() -> tuple[str, str | None] | None:  # conversations saved before refs
+            from core.hub.registry import list_local_models
+
+            label = parsed.model
+            for m in list_local_models():
+                names = {m.name, m.path.name}
+                if m.source == "bundled":
+                    names.add(bundled.BUNDLED_CHAT_LABEL)
+                if m.valid and label in names:
+                    return str(m.path), m.engine
+            return None
+
+        return await asyncio.to_thread(_by_label)
+
+    # -- closing -----------------------------------------------------------------------------
+    def stop_loading(self) -> None:
+        """Cancel a load in flight (the first step of closing)."""
+        if self._load_task and not self._load_task.done():
+            self._load_task.cancel()
+
+    async def close(self) -> None:
+        """Stop the workers and the backend."""
+        await self.pool.shutdown()
+        await self.backend.close()

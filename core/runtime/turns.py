@@ -1,0 +1,151 @@
+"""Turn: one user message and the assistant reply streaming for it.
+
+A reply is one or more generations: when one ends with tool calls, a tool round runs them
+and the model goes on with the results. Each generation is saved as its own assistant
+message by a ReplyRecorder while it streams. A Turn gets the few parts it uses handed in
+(TurnParts), never the Runtime, so it can be read (and tested) on its own.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from core.engines.base import GenerationRequest
+from core.events import Done, Error, Event, TextDelta, ToolCall, Usage
+from core.runtime.models import ModelLifecycle
+from core.runtime.recorder import ReplyRecorder
+from core.runtime.store_thread import StoreThread
+from core.runtime.tool_round import ToolImages, ToolRound
+from core.store import StoreError
+from core.tools import Approver, ToolKit, ToolStatus
+from core.tools.loop import MAX_ROUNDS
+
+
+class TurnContext(ToolImages, Protocol):
+    """What a turn needs of the chat context: images for the tool round, and to learn the
+    engine's real prompt size (the memory monitor's calibration)."""
+
+    def observe(self, turn: Any, usage: Usage) -> None: ...
+
+
+@dataclass(frozen=True)
+class TurnParts:
+    """The collaborators of a turn, handed in by the Runtime."""
+
+    models: ModelLifecycle  # ensure(), state (label, error, info), backend
+    store: StoreThread
+    tools: ToolKit
+    context: TurnContext
+
+
+class Turn:
+    """One user message and the assistant reply streaming for it."""
+
+    def __init__(self, parts: TurnParts, conversation_id: str, user_message_id: str,
+                 request: GenerationRequest) -> None:
+        self._parts = parts
+        self.conversation_id = conversation_id
+        self.user_message_id = user_message_id
+        self.request = request
+        self.assistant_message_id: str | None = None
+        self.cancelled = False
+        self.approve: Approver | None = None  # asked before a tool runs; None = deny all
+        self.max_rounds = MAX_ROUNDS
+        self._round: ToolRound | None = None
+        self.rollover: Any = None  # a memory RolloverMarker when this turn started a new session
+        self.sources: tuple[str, ...] = ()  # documents cited in this turn's context
+        # Set when the reply could not be (fully) saved; events() reports it before Done.
+        self.store_error: Error | None = None
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self._parts.models.backend.cancel(self.request.request_id)
+        if self._round is not None:
+            self._round.cancel()
+
+    async def events(self) -> AsyncIterator[Event | ToolStatus]:
+        """Stream the reply's events; the reply is saved as it streams.
+
+        When a generation ends with tool calls, each call is shown (ToolStatus), approved,
+        run and stored as a `tool` message, and the model goes on with the results: one
+        Done at the very end, at most `max_rounds` generations.
+        """
+        parts = self._parts
+        parent_id = self.user_message_id
+        for round_no in range(1, self.max_rounds + 1):
+            calls: list[ToolCall] = []
+            text: list[str] = []
+            done: Done | None = None
+            async for event in self._generate(parent_id):
+                if isinstance(event, ToolCall):
+                    calls.append(event)
+                elif isinstance(event, TextDelta):
+                    text.append(event.text)
+                if isinstance(event, Done):
+                    done = event
+                else:
+                    yield event
+            if self.store_error is not None:
+                yield self.store_error
+                if done is not None:
+                    yield done
+                return
+            assistant_id = self.assistant_message_id
+            if not calls or self.cancelled or assistant_id is None or done is None \
+                    or done.finish_reason in ("error", "cancelled"):
+                if done is not None:
+                    yield done
+                return
+            tool_round = ToolRound(parts.tools, parts.store, parts.context,
+                                   self.conversation_id, self.approve)
+            last = round_no == self.max_rounds
+            self._round = tool_round
+            try:
+                async for status in tool_round.run(calls, limit=self.max_rounds if last else None):
+                    yield status
+            finally:
+                self._round = None
+            try:
+                parent_id = await tool_round.save(assistant_id)
+            except StoreError as exc:
+                yield Error("STORE_FAILED", f"{exc.message} The tool results were not saved.")
+                yield Done("error")
+                return
+            if self.cancelled or last:
+                yield Done("cancelled" if self.cancelled else "tool_calls")
+                return
+            follow = await tool_round.follow_up("".join(text), calls)
+            self.request = replace(self.request, request_id=uuid.uuid4().hex,
+                                   messages=self.request.messages + follow)
+
+    async def _generate(self, parent_id: str) -> AsyncIterator[Event]:
+        """One generation of the reply, saved as one assistant message under `parent_id`."""
+        models = self._parts.models
+        recorder = ReplyRecorder(self._parts.store, self.conversation_id,
+                                 model=models.state.label, parent_id=parent_id)
+        try:
+            ok = await models.ensure()
+            if not ok or self.cancelled:
+                if not self.cancelled:
+                    error = Error("LOAD_FAILED", models.state.error or "The model is not available.")
+                    recorder.record(error)
+                    yield error
+                done = Done("cancelled" if self.cancelled else "error")
+                recorder.record(done)
+                yield done
+                return
+            if not self.request.tools:
+                tools = self._parts.tools
+                await tools.prepare(models.state.info)  # MCP servers start on first use
+                self.request = replace(self.request, tools=tools.offer(models.state.info))
+            async for event in models.backend.generate(self.request):
+                if isinstance(event, Usage):
+                    self._parts.context.observe(self, event)
+                recorder.record(event)
+                yield event
+        finally:
+            self.store_error = await recorder.finish(cancelled=self.cancelled)
+            self.assistant_message_id = recorder.message_id
