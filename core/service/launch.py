@@ -22,6 +22,7 @@ from core.service.client import START_TIMEOUT_S, ServiceClient, ServiceUnavailab
 
 EXIT_TAKEN = 3  # core.service.process: another service holds the home (it will answer)
 LOG_NAME = "service.log"
+LOG_MAX_BYTES = 5 * 2**20
 
 
 def log_path() -> Path:
@@ -32,6 +33,7 @@ def spawn_detached(service_args: tuple[str, ...] = ()) -> subprocess.Popen[bytes
     root = Path(__file__).resolve().parents[2]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
+    _rotate(log_path())
     log_fd = os.open(log_path(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         proc = subprocess.Popen(
@@ -42,6 +44,15 @@ def spawn_detached(service_args: tuple[str, ...] = ()) -> subprocess.Popen[bytes
         os.close(log_fd)
     threading.Thread(target=proc.wait, name="llmdeck-service-reaper", daemon=True).start()
     return proc
+
+
+def _rotate(path: Path) -> None:
+    """Keep the log to two files of at most LOG_MAX_BYTES: the current and the one before."""
+    try:
+        if path.stat().st_size > LOG_MAX_BYTES:
+            path.replace(path.with_name(path.name + ".1"))
+    except OSError:
+        pass
 
 
 def log_tail(lines: int = 3) -> str:

@@ -60,6 +60,12 @@ class Session:
             self.writer.close()
 
     async def write_loop(self) -> None:
+        try:
+            await self._write_all()
+        except (ConnectionError, OSError):
+            self.close()  # the client went; its read side ends the session
+
+    async def _write_all(self) -> None:
         while not self.closed:
             message = await self.outbox.get()
             try:
@@ -140,11 +146,11 @@ class ServiceServer:
             await _say_and_close(writer, protocol.error(
                 protocol.NOT_ALLOWED, f"This llmdeck service belongs to another user; "
                 f"{who} may not use it. Run llmdeck as that user, or set LLMDECK_HOME to "
-                "a folder of your own to run your own service."))
+                "a folder of your own to run your own service."), reader)
             return
         if len(self.sessions) >= MAX_CLIENTS:
             await _say_and_close(writer, protocol.error(
-                protocol.TOO_LARGE, f"The service already has {MAX_CLIENTS} clients."))
+                protocol.TOO_LARGE, f"The service already has {MAX_CLIENTS} clients."), reader)
             return
         self._numbers += 1
         session = Session(self._numbers, writer, peer.pid)
@@ -246,10 +252,16 @@ def _failure(exc: BaseException, timeout_text: str) -> tuple[str, str]:
     return protocol.BAD_FRAME, "The connection broke during the greeting."
 
 
-async def _say_and_close(writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:
+async def _say_and_close(writer: asyncio.StreamWriter, message: dict[str, Any],
+                         reader: asyncio.StreamReader | None = None) -> None:
+    """Send one error frame and hang up. With `reader`, what the client already sent (its
+    hello) is read and dropped first: a socket closed with unread input resets the
+    connection, and the client would get ECONNRESET instead of the sentence."""
     try:
         writer.write(encode_line(message))
         await asyncio.wait_for(writer.drain(), 1.0)
+        if reader is not None:
+            await asyncio.wait_for(reader.read(64 * 1024), 0.2)
     except (OSError, TimeoutError, ConnectionError):
         pass
     writer.close()

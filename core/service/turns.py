@@ -79,6 +79,7 @@ class TurnHub:
 
     # -- running a turn ----------------------------------------------------------------
     def begin(self, turn: Any, starter: Subscriber | None) -> LiveTurn:
+        self._forget_old()
         live = LiveTurn(uuid.uuid4().hex[:12], turn, turn.conversation_id)
         if starter is not None:
             live.watchers.add(starter)
