@@ -34,6 +34,7 @@ from core.engines.llama_vision import (
     image_paths,
     with_markers,
 )
+from core.engines.reply_tail import ReplyTail
 from core.engines.speculative import Acceptance, speculable
 from core.engines.templates import fallback_template, template_stops
 from core.engines.tool_grammar import (
@@ -46,7 +47,6 @@ from core.engines.tool_grammar import (
 )
 from core.events import Done, Error, Event, Logprobs, TextDelta, Usage
 from core.parsing.detect import detect_family
-from core.parsing.stops import StopMatcher
 
 # No tokenizer packs more characters into one token (core.server.limits uses the same bound).
 MAX_CHARS_PER_TOKEN = 64
@@ -64,11 +64,10 @@ class _Active:
         # Every stop (the request's, the prompt's turn markers) is matched here, not by
         # llama-cpp-python: at max_tokens it flushes the text it held back as a possible
         # stop, so a base model's reply ended "Hello,\n\nUser".
-        self.stops = StopMatcher(stops)
+        self.tail = ReplyTail(stops)  # and a base prompt's leading space (trim_start)
         self.started = time.perf_counter()
         self.first_token_at: float | None = None
         self.completion_tokens = 0
-        self.trim_start = False  # drop the reply's leading whitespace (base prompts)
 
     def usage(self) -> Usage:
         now = time.perf_counter()
@@ -331,7 +330,7 @@ class LlamaCppEngine:
         self._active = _Active(request, iter(stream), len(tokens), min(cached, len(tokens)), stop)
         if prefill is not None:  # the images were encoded above: their time is the TTFT's
             self._active.started = prefill.started
-        self._active.trim_start = self._base is not None and not raw  # "Assistant:" leaves a space
+        self._active.tail.trim_start = self._base is not None and not raw  # "Assistant:" leaves a space
         return None
 
     def _prefill(self, text: str, images: list[str], *, add_bos: bool,
@@ -402,10 +401,7 @@ class LlamaCppEngine:
             if active.first_token_at is None:
                 active.first_token_at = time.perf_counter()
             active.completion_tokens += 1
-            shown, stopped = active.stops.feed(text)
-            if active.trim_start and shown:
-                shown = shown.lstrip()
-                active.trim_start = not shown
+            shown, stopped = active.tail.feed(text)
             if shown:
                 events.append(TextDelta(shown))
             reason = choice.get("finish_reason")
@@ -416,7 +412,7 @@ class LlamaCppEngine:
                 return rid, events
         else:
             reason = "stop"
-        tail = active.stops.finish(cut=reason == "length")
+        tail = active.tail.end(cut=reason == "length")
         if tail:
             events.append(TextDelta(tail))
         active.completion_tokens = self._sampled(active)

@@ -56,6 +56,7 @@ from core.engines.prefill_order import (  # noqa: E402
     padded_tokens,
 )
 from core.engines.prefix_cache import DEFAULT_MAX_BYTES, PrefixCache  # noqa: E402
+from core.engines.reply_tail import ReplyTail  # noqa: E402
 from core.engines.sampling import (  # noqa: E402
     LogprobRecorder,
     SamplerCache,
@@ -83,7 +84,6 @@ from core.engines.tool_grammar import (  # noqa: E402
 from core.engines.tool_rows import ToolCallProcessor  # noqa: E402
 from core.events import Done, Error, Event, Logprobs, TextDelta, Usage  # noqa: E402
 from core.parsing.detect import detect_family  # noqa: E402
-from core.parsing.stops import StopMatcher  # noqa: E402
 
 # Modules of mlx_lm.models that are building blocks, not architectures.
 _NOT_ARCHITECTURES = frozenset(
@@ -139,7 +139,7 @@ class _Request:
     sampler: Any
     processors: list[Any]
     detok: Any
-    stops: StopMatcher
+    tail: ReplyTail  # stops, a base model's leading space (core.engines.reply_tail)
     submitted: float
     cached: int = 0
     generated: list[int] = field(default_factory=list)
@@ -151,7 +151,6 @@ class _Request:
     text: str | None = None  # the rendered prompt (None for raw-token requests)
     raw: str = ""  # everything generated, stop strings and end-of-turn included
     marks: tuple[tuple[int, int], ...] = ()  # exact text/token boundaries in the prompt
-    trim_start: bool = False  # drop the reply's leading whitespace (base-model prompts)
     spec: Acceptance | None = None  # prompt-lookup drafting (alone and greedy only)
     draft_cache: list[Any] | None = None  # the draft model's KV (when one is loaded) ...
     draft_fed: int = 0  # ... holding this many tokens of prompt + generated
@@ -489,12 +488,12 @@ class MlxEngine:
             processors=processors,
             detok=_fresh_detokenizer(self._tokenizer, keep_leading_space=request.prompt is not None),
             # a constrained reply ends where its grammar accepts, never at a turn marker
-            stops=StopMatcher((*sp.stop, *self._base.stops)
-                              if base and sp.json_schema is None and not generic else sp.stop),
+            tail=ReplyTail((*sp.stop, *self._base.stops)
+                           if base and sp.json_schema is None and not generic else sp.stop,
+                           trim_start=base is not None),
             submitted=submitted,
             text=text,
             marks=marks,
-            trim_start=base is not None,
         )
         if error is None and not prompt:
             error = Error("BAD_REQUEST", "The request rendered to an empty prompt.")
@@ -1065,10 +1064,7 @@ class MlxEngine:
         act.detok.add_token(token)
         segment = act.detok.last_segment
         act.raw += segment
-        text, stopped = act.stops.feed(segment)
-        if act.trim_start and text:
-            text = text.lstrip()
-            act.trim_start = not text
+        text, stopped = act.tail.feed(segment)
         if text:
             events.append(TextDelta(text))
         if stopped:
@@ -1102,9 +1098,8 @@ class MlxEngine:
             act.raw += segment
         else:
             segment = ""
-        if reason != "cancelled" and not act.stops.stopped:
-            text, stopped = act.stops.feed(segment)
-            tail = text + ("" if stopped else act.stops.finish(cut=reason == "length"))
+        if reason != "cancelled":
+            tail = act.tail.end(segment, cut=reason == "length")
             if tail:
                 events.append(TextDelta(tail))
         events.append(self._usage(act))

@@ -204,3 +204,12 @@ def test_the_arrow_rule_sees_each_arrow_it_forbids() -> None:
            Edge("core.model_files.names", "core.paths", (), 5)]
     assert len(_arrows_up(old)) == len(old)
     assert {"core.model_files", "core.attach_errors"} <= set(MODULES)
+
+
+def test_the_per_token_tail_lives_once() -> None:
+    """Both engines end a reply through core.engines.reply_tail; neither matches stop
+    strings itself (each did, issue 36)."""
+    for engine in ("core.engines.mlx", "core.engines.llamacpp"):
+        targets = {e.target for e in EDGES if e.source == engine}
+        assert "core.engines.reply_tail" in targets
+        assert "core.parsing.stops" not in targets
