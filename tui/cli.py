@@ -129,7 +129,8 @@ def _dispatch(argv: list[str]) -> int:
     if args.command == "paths":
         from core import paths
 
-        for name in ("data_dir", "config_dir", "log_dir", "cache_dir", "models_dir", "db_path"):
+        for name in ("data_dir", "config_dir", "log_dir", "cache_dir", "models_dir", "db_path",
+                     "runtime_dir"):
             print(f"{name:12} {getattr(paths, name)()}")
         return 0
     return _run_app(args.model)

@@ -125,7 +125,10 @@ class TurnHub:
             watcher.send(dict(message))
 
     def watch(self, live: LiveTurn, watcher: Subscriber) -> None:
-        """Replay the turn so far to `watcher`, then keep it posted."""
+        """Replay the turn so far to `watcher`, then keep it posted (a watcher already
+        posted, such as the client that started it, gets nothing twice)."""
+        if watcher in live.watchers:
+            return
         for message in live.history:
             watcher.send(dict(message, data=dict(message["data"])))
         for future, event in live.asks.values():
