@@ -14,7 +14,21 @@ and after (core.docs.embeddings.DEFAULT_BATCH_SIZE, limit_heap_growth), each in 
 process whose RSS is sampled every 50 ms from outside: the peak over the loaded model,
 and the seconds.
 
---quick (CI size, CPU, well under 3 minutes): a 25-page PDF and 400 embedded chunks; the
+`embed_backends` (bench/embed_backends.py) embeds the same passages (48 with --quick, else
+400) with torch, the app's backend, and with the same weights under ONNX Runtime (fp32 and
+int8) and OpenVINO (if installed), paired rounds in this process: `embed_onnx_speed_ratio`
+is ONNX passages/s over torch's (ours-new over ours-old, higher is better) and
+`onnx_top5_same` whether every question's top-5 passages stayed the same, in order.
+Measured on the busy 2-core Xeon (1 thread, 8 a pass, 3 runs of --quick):
+ONNX fp32 0.77-0.90x, same top-5 (20/20); ONNX int8 1.35-1.7x but the top-5 changed for
+12-16 of 20 questions (the top passage for 2); OpenVINO f32 0.73-1.12x, same top-5;
+OpenVINO's default (bf16 on this AMX CPU) 2.9-3.5x, a different top-5 order for 1 of 20.
+No backend is both faster and the same, so the app stays on torch.
+
+`--large-text MB [MB ...]` only attaches plain texts of those sizes through the real
+documents worker and prints the peak memory of the worker and of this process tree.
+
+--quick (CI size, CPU, well under 3 minutes on an idle box): a 25-page PDF and 400 embedded chunks; the
 index is filled to 10,000 rows with noisy copies of those real vectors (re-normalised),
 since embedding 10,000 chunks on two cores alone takes minutes. Without --quick every one
 of the 10,000 chunks is a real embedded chunk.
@@ -41,8 +55,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.embed_backends import compare as compare_backends  # noqa: E402
 from core.docs.chunking import Chunk, chunk_sections  # noqa: E402
-from core.docs.embeddings import DEFAULT_BATCH_SIZE, Embedder, limit_heap_growth  # noqa: E402
+from core.docs.embeddings import (  # noqa: E402
+    DEFAULT_BATCH_SIZE,
+    Embedder,
+    ensure_model_files,
+    limit_heap_growth,
+)
 from core.docs.extract import Section, extract  # noqa: E402
 from core.docs.retrieval import IngestResult, VectorIndex, ingest  # noqa: E402
 from tests.fixtures.docs_files import FACTS, filler, make_fact_document, make_pdf  # noqa: E402
@@ -68,11 +88,20 @@ def _numpy_baseline_topk(raw: np.ndarray, query: np.ndarray, k: int) -> np.ndarr
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="CI-size run (CPU, < 3 min)")
+    parser.add_argument("--large-text", nargs="+", type=float, metavar="MB",
+                        help="only attach plain texts of these sizes through the documents "
+                             "worker and print the process tree's peak memory")
     parser.add_argument("--index-child", nargs=3, metavar=("BATCH", "HEAP", "PATH"),
                         help=argparse.SUPPRESS)  # one index_memory run, in its own process
     args = parser.parse_args()
     if args.index_child:
         _index_child(int(args.index_child[0]), args.index_child[1] == "1", args.index_child[2])
+        return
+    if args.large_text:
+        with tempfile.TemporaryDirectory() as tmp:
+            os.environ.setdefault("LLMDECK_HOME", str(Path(tmp) / "home"))
+            print(json.dumps({"large_text": [asyncio.run(_large_text(Path(tmp), mb))
+                                             for mb in args.large_text]}))
         return
     pages = 25 if args.quick else 200
     embed_rows = 400 if args.quick else INDEX_ROWS
@@ -183,6 +212,13 @@ def main() -> None:
         embedder.unload()
         out["rss_after_unload_mb"] = round(proc.memory_info().rss / 2**20, 1)
         out["peak_rss_mb"] = _peak_rss_mb()
+        # After the peak is read: the other backends' sessions are not the worker's memory.
+        backends = compare_backends(
+            ensure_model_files(), texts[: 48 if args.quick else 400], questions[: len(FACTS)],
+            Path(tmp), repeats=3 if args.quick else 5)
+        out["embed_backends"] = backends
+        out["embed_onnx_speed_ratio"] = backends.get("embed_onnx_speed_ratio")
+        out["onnx_top5_same"] = backends.get("onnx_top5_same")
         out.update(asyncio.run(_utility_worker(pdf, pages, questions[:20])))
         out["index_memory"] = _index_memory(Path(tmp), 0.15 if args.quick else 2.0)
         print(json.dumps(out))
@@ -208,12 +244,7 @@ def _index_memory(tmp: Path, mb: float) -> dict[str, object]:
     the old embedding settings and the current ones (see the module docstring)."""
     import psutil
 
-    rng = random.Random(11)
-    path = tmp / "index-memory.txt"
-    with open(path, "w", encoding="utf-8") as fh:
-        size = 0
-        while size < mb * 2**20:
-            size += fh.write(filler(rng, 9) + "\n\n")
+    path = _write_text(tmp / "index-memory.txt", mb)
     out: dict[str, object] = {"text_mb": mb}
     for name, batch, heap in (("before", 32, False), ("after", DEFAULT_BATCH_SIZE, True)):
         child = subprocess.Popen(
@@ -240,6 +271,77 @@ def _index_memory(tmp: Path, mb: float) -> dict[str, object]:
                      "peak_growth_mb": round((peak - base) / 2**20, 1),
                      "seconds": done["seconds"]}
     return out
+
+
+def _write_text(path: Path, mb: float) -> Path:
+    """Plain filler paragraphs, `mb` MB of them."""
+    rng = random.Random(11)
+    with open(path, "w", encoding="utf-8") as fh:
+        size = 0
+        while size < mb * 2**20:
+            size += fh.write(filler(rng, 9) + "\n\n")
+    return path
+
+
+def _tree_rss(proc) -> int:
+    import psutil
+
+    total = 0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+async def _large_text(tmp: Path, mb: float) -> dict[str, object]:
+    """Attach an `mb` MB plain text through the real documents worker, as the app does:
+    the peak resident memory of the worker and of this process tree (this process holds
+    the result, as the app does before it stores it), sampled every 100 ms from outside."""
+    import threading
+
+    import psutil
+
+    from core.docs.worker import UtilityWorker
+
+    path = _write_text(tmp / f"large-{mb}.txt", mb)
+    worker = UtilityWorker(idle_s=3600)
+    try:
+        await worker.encode(["load the model"])
+        await asyncio.sleep(0.3)
+        me, child = psutil.Process(), psutil.Process(worker.pid)
+        base_tree, base_worker = _tree_rss(me), child.memory_info().rss
+        peak, stop = [base_tree, base_worker], threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
+                peak[0] = max(peak[0], _tree_rss(me))
+                try:
+                    peak[1] = max(peak[1], child.memory_info().rss)
+                except psutil.Error:
+                    pass
+                time.sleep(0.1)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        t0 = time.perf_counter()
+        try:
+            result = await worker.ingest(path, alias=path.name, whole_threshold=0)
+        finally:
+            stop.set()
+            sampler.join()
+        seconds = time.perf_counter() - t0
+        assert isinstance(result, IngestResult), result
+        return {"text_mb": mb, "chunks": len(result.chunks), "seconds": round(seconds, 1),
+                "chunks_per_s": round(len(result.chunks) / seconds, 2),
+                "worker_rss_loaded_mb": round(base_worker / 2**20, 1),
+                "worker_peak_mb": round(peak[1] / 2**20, 1),
+                "tree_rss_loaded_mb": round(base_tree / 2**20, 1),
+                "tree_peak_mb": round(peak[0] / 2**20, 1),
+                "tree_peak_growth_mb": round((peak[0] - base_tree) / 2**20, 1)}
+    finally:
+        await worker.shutdown()
 
 
 async def _utility_worker(pdf: Path, pages: int, questions: list[str]) -> dict[str, object]:
