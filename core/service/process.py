@@ -200,6 +200,14 @@ async def _serve(args: argparse.Namespace) -> int:
         print(f"llmdeck service: {getattr(exc, 'message', exc)}", file=sys.stderr, flush=True)
         await runtime.close()
         return 1
+    from core.service.recovery import stop_cut_replies
+
+    try:
+        cut = await stop_cut_replies(runtime)
+        if cut:
+            log.info("%d reply(ies) cut by the last service's end marked stopped", cut)
+    except Exception as exc:  # noqa: BLE001 - a read-only or failing store: go on
+        log.warning("could not mark cut replies: %s", type(exc).__name__)
     service = ServiceProcess(runtime, idle_s or None)
     loop = asyncio.get_running_loop()
     for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):

@@ -215,7 +215,8 @@ async def test_a_crashed_service_is_told_in_a_sentence_and_a_new_one_attached(
         stored = await rt.messages(turn.conversation_id)
         cut = stored[-1]
         assert cut.role == "assistant" and cut.content and long_reply.startswith(cut.content)
-        assert cut.status == "partial", "what arrived before the crash is kept"
+        assert cut.status == "stopped", "the new service marks the cut reply as ended"
+        assert "stopped unexpectedly" in (cut.error or "")
         fresh = await rt.start_turn(turn.conversation_id, "again")
         assert [e async for e in fresh.events()][-1] == Done("stop")
     finally:
