@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -202,6 +203,17 @@ async def connect(client: str = "cli", *, path: Path | None = None,
     except (TimeoutError, OSError) as exc:
         raise ServiceUnavailable(f"Could not reach the llmdeck service at {target} "
                                  f"({exc.__class__.__name__}).") from exc
+    # The other way round too: a socket someone else planted (the /tmp fallback is a
+    # shared folder) must not get our prompts. Whoever listens must be us.
+    from core.service.peer import peer_of
+
+    sock = writer.get_extra_info("socket")
+    peer = peer_of(sock) if sock is not None else None
+    if peer is not None and peer.uid != os.getuid():
+        writer.close()
+        raise ServiceUnavailable(f"The process listening at {target} belongs to another user "
+                                 f"(uid {peer.uid}); llmdeck will not talk to it. Remove the "
+                                 "socket, or set LLMDECK_HOME to a folder of your own.")
     lines = LineReader(reader, max_bytes=MAX_OUT_BYTES + 1024)
     try:
         writer.write(encode_line(protocol.hello(client)))

@@ -181,3 +181,46 @@ def test_a_client_that_stops_reading_gets_merged_text(llmdeck_home: Path) -> Non
     assert "".join(text) == reply, "nothing lost, in order"
     assert messages < 25_000 // 4, f"{messages} messages for 25,000 deltas: not merged"
     assert svc.alive(pid)
+
+
+async def test_a_socket_planted_by_another_user_gets_nothing_from_us(llmdeck_home: Path) -> None:
+    """Someone else listening at our socket path (a shared /tmp fallback): the client asks
+    the kernel who it is and hangs up before sending a word."""
+    import asyncio
+
+    from core.service import ServiceUnavailable, connect
+
+    path = svc.socket_path()
+    os.chmod(path.parent, 0o777)
+    for folder in path.parent.parents:
+        if folder in (Path("/"), Path("/tmp")):
+            break
+        os.chmod(folder, os.stat(folder).st_mode | 0o005)
+    ready, done = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the impostor, as nobody
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.bind(str(path))
+            server.listen(1)
+            os.write(done, b"1")
+            conn, _ = server.accept()
+            conn.settimeout(5)
+            conn.sendall(b'{"hello": {"protocol": 1, "pid": 1}}\n')
+            got = conn.recv(4096)
+            os.write(done, b"heard:" + got[:100] if got else b"nothing")
+        finally:
+            os._exit(0)
+    try:
+        assert os.read(ready, 1) == b"1"
+        with pytest.raises(ServiceUnavailable) as refused:
+            await asyncio.wait_for(connect("tui"), 10)
+        assert "another user" in refused.value.message and f"uid {NOBODY}" in refused.value.message
+        os.close(done)
+        assert os.read(ready, 200) == b"nothing", "our hello reached the impostor"
+    finally:
+        os.waitpid(pid, 0)
+        os.close(ready)
