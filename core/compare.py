@@ -1,0 +1,207 @@
+"""Compare: one message to two models at once, both replies streaming side by side, then
+one of them kept as the reply while the other stays as a sibling branch of it.
+
+Why not two Turns: a turn is the chat model's reply with tools, documents and memory
+around it; a comparison is two plain generations of the same prompt under ONE user
+message. Each is saved by its own ReplyRecorder as a child of that message, so the store's
+branch model (siblings share a parent, the active leaf picks one) holds both with nothing
+new in the schema: keeping one is `switch_branch`, and the chat's branch keys ([ and ])
+step to the other afterwards.
+
+The second model loads into the shared pool under its own key (COMPARE_KEY) beside the
+chat model; the pool's admission may refuse it, and that sentence comes back as a
+CompareRefused value for the UI to show. A top-level core module (not inside
+core.runtime) because the UI may import only the faces of core packages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from core.engines.base import GenerationRequest, ModelSpec
+from core.events import Done, Error, Event, TextDelta, Usage
+from core.remote.backend import Backend, PoolBackend
+from core.runtime.recorder import ReplyRecorder
+from core.tools import chat_messages
+from core.workers.pool import WorkerLoadError
+
+if TYPE_CHECKING:
+    from core.runtime import Runtime
+
+COMPARE_KEY = "compare"  # the pool's name for the second model of a comparison
+HISTORY = 200  # messages of the conversation sent with the compared message
+LEFT, RIGHT = 0, 1
+
+
+@dataclass(frozen=True)
+class CompareRefused:
+    """Why a comparison cannot start, as a sentence a person can act on."""
+
+    message: str
+
+
+@dataclass
+class CompareSide:
+    """One model's half of a comparison: what streamed, its stats, and its stored message."""
+
+    label: str
+    backend: Backend
+    request: GenerationRequest
+    text: str = ""
+    usage: Usage | None = None
+    error: Error | None = None
+    finish_reason: str | None = None
+    message_id: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass(frozen=True)
+class SideEvent:
+    """An event of one side (LEFT: the chat model, RIGHT: the model compared with it)."""
+
+    side: int
+    event: Event
+
+
+@dataclass
+class Comparison:
+    """Two replies to one user message, streaming at once (see the module's docstring)."""
+
+    runtime: Runtime
+    conversation_id: str
+    user_message_id: str
+    sides: tuple[CompareSide, CompareSide]
+    cancelled: bool = False
+    kept: int | None = None
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def events(self) -> AsyncIterator[SideEvent]:
+        """Both streams merged as they come; each side ends with exactly one Done (an
+        Error before it when it failed). Leaving early cancels both."""
+        queue: asyncio.Queue[SideEvent | None] = asyncio.Queue()
+        self._tasks = [asyncio.ensure_future(self._run(i, queue)) for i in (LEFT, RIGHT)]
+        ended = 0
+        try:
+            while ended < 2:
+                item = await queue.get()
+                if item is None:
+                    ended += 1
+                    continue
+                yield item
+        finally:
+            if ended < 2:
+                self.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _run(self, index: int, queue: asyncio.Queue[SideEvent | None]) -> None:
+        side = self.sides[index]
+        recorder = ReplyRecorder(self.runtime.store_thread, self.conversation_id,
+                                 model=side.label, parent_id=self.user_message_id)
+
+        def emit(event: Event) -> None:
+            if isinstance(event, TextDelta):
+                side.text += event.text
+            elif isinstance(event, Usage):
+                side.usage = event
+            elif isinstance(event, Error):
+                side.error = event
+            elif isinstance(event, Done):
+                side.finish_reason = event.finish_reason
+            recorder.record(event)
+            queue.put_nowait(SideEvent(index, event))
+
+        try:
+            async for event in side.backend.generate(side.request):
+                emit(event)
+                if isinstance(event, Done):
+                    break
+        except Exception as exc:  # a backend that breaks still ends this side with a reason
+            emit(Error("INTERNAL", f"{side.label} stopped unexpectedly: {exc}"))
+        finally:
+            if not side.done:
+                emit(Done("cancelled" if self.cancelled else "error"))
+            store_error = await recorder.finish(cancelled=self.cancelled)
+            side.message_id = recorder.message_id
+            if store_error is not None:
+                queue.put_nowait(SideEvent(index, store_error))
+            queue.put_nowait(None)
+
+    def cancel(self) -> None:
+        """Stop both replies (Esc); what streamed is kept, stored as stopped."""
+        self.cancelled = True
+        for side in self.sides:
+            if not side.done:
+                side.backend.cancel(side.request.request_id)
+
+    @property
+    def finished(self) -> bool:
+        return all(side.done for side in self.sides) and all(t.done() for t in self._tasks)
+
+    async def keep(self, index: int) -> str:
+        """Make side `index`'s reply the conversation's reply; the other stays as its
+        sibling branch. Returns the kept message's id."""
+        message_id = self.sides[index].message_id
+        if message_id is None:
+            raise LookupError("That reply was not saved, so it cannot be kept.")
+        store = self.runtime.store_handle
+        await self.runtime.store_call(store.switch_branch, message_id)
+        self.kept = index
+        return message_id
+
+
+def _same_model(runtime: Runtime, other: ModelSpec) -> bool:
+    current = runtime.settings.model
+    return bool(current) and other.engine != "scripted" and \
+        Path(other.path).expanduser() == Path(str(current)).expanduser()
+
+
+async def start_compare(runtime: Runtime, conversation_id: str | None, text: str,
+                        other: ModelSpec, label: str) -> Comparison | CompareRefused:
+    """Get both models ready, save `text` as the user's message and return the comparison
+    (not yet streaming: iterate `events()`); CompareRefused with the reason otherwise.
+
+    The left side is the chat model as it is (a remote endpoint too); the right side is
+    `other`, loaded beside it in the pool. Both get the same messages and sampling; no
+    tools are offered (a tool round would make the two replies incomparable)."""
+    if not text.strip():
+        return CompareRefused("Type the message to compare first, then choose the model.")
+    if _same_model(runtime, other):
+        return CompareRefused("That is the model you are chatting with; choose another one "
+                              "to compare it with.")
+    if not await runtime.ensure_model():
+        return CompareRefused(runtime.model.error or "The chat model could not be loaded.")
+    try:
+        await runtime.pool.load(COMPARE_KEY, other, replicas=1, label=label)
+    except WorkerLoadError as exc:  # the budget's refusal names the numbers
+        return CompareRefused(exc.message)
+    store = runtime.store_handle
+
+    def _save() -> tuple[str, str, list]:
+        cid = conversation_id or store.create_conversation(model=runtime.model_ref())
+        history = store.messages(cid, limit=HISTORY)
+        mid = store.add_message(cid, "user", text)
+        return cid, mid, history
+
+    cid, user_id, history = await runtime.store_call(_save)
+    chat: list[dict] = []
+    if runtime.settings.system_prompt:
+        chat.append({"role": "system", "content": runtime.settings.system_prompt})
+    chat.extend(chat_messages(history))
+    chat.append({"role": "user", "content": text})
+    sampling = runtime.settings.sampling.to_params()
+
+    def request() -> GenerationRequest:
+        return GenerationRequest(request_id=uuid.uuid4().hex, messages=tuple(chat),
+                                 sampling=sampling, session_id=cid)
+
+    left = CompareSide(runtime.model.label, runtime.backend, request())
+    right = CompareSide(label, PoolBackend(runtime.pool, COMPARE_KEY), request())
+    return Comparison(runtime, cid, user_id, (left, right))
