@@ -32,11 +32,19 @@ def _home() -> str:
     return home_label()
 
 
+def _nobody_listens(exc: ServiceUnavailable) -> bool:
+    return isinstance(exc.__cause__, (FileNotFoundError, ConnectionRefusedError))
+
+
 async def _status() -> dict[str, Any] | None:
+    """The status, None when no service runs; ServiceUnavailable when one is there and
+    will not talk (another user's socket, another protocol): that is said, not hidden."""
     try:
         client = await connect("cli")
-    except ServiceUnavailable:
-        return None
+    except ServiceUnavailable as exc:
+        if _nobody_listens(exc):
+            return None
+        raise
     try:
         return await client.call("status", timeout=10)
     finally:
@@ -99,8 +107,10 @@ async def _stop() -> int | None:
     """Ask the service to stop and wait for it to exit; its pid, or None if none ran."""
     try:
         client = await connect("cli")
-    except ServiceUnavailable:
-        return None
+    except ServiceUnavailable as exc:
+        if _nobody_listens(exc):
+            return None
+        raise
     pid = client.pid
     try:
         await client.call("shutdown", timeout=10)
@@ -167,7 +177,7 @@ def _start(service_args: list[str]) -> int:
             client = await connect("cli")
             existed = True
         except ServiceUnavailable as exc:
-            if not isinstance(exc.__cause__, (FileNotFoundError, ConnectionRefusedError)):
+            if not _nobody_listens(exc):
                 raise
             client = await start_or_connect("cli", service_args=tuple(service_args))
             existed = False
