@@ -62,10 +62,10 @@ def test_temporaries_of_dead_processes_are_swept_on_the_first_write(
 
 
 @pytest.mark.parametrize("text", ['[1, 2]', '{"pid": "me"}', '{"pid": 1e400}',
-                                  f'{{"pid": {os.getpid()}, "workers": [{{"worker": 1}}]}}',
-                                  f'{{"pid": {os.getpid()}, "workers": 7}}'])
+                                  '{"pid": PID, "workers": [{"worker": 1}]}',
+                                  '{"pid": PID, "workers": 7}'])  # PID: this live process's,
 def test_a_damaged_status_file_is_a_sentence_not_a_crash(tmp_path: Path, text: str) -> None:
-    path = tmp_path / "status.json"
-    path.write_text(text, encoding="utf-8")
+    path = tmp_path / "status.json"  # put in here so test ids match across pytest-xdist workers
+    path.write_text(text.replace("PID", str(os.getpid())), encoding="utf-8")
     statuses, problem = read_status(path)
     assert statuses == [] and problem is not None and "damaged" in problem and str(path) in problem
