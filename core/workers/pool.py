@@ -48,6 +48,9 @@ class WorkerStatus:
     restarts: int
     error: str | None = None
     memory_bytes: int = 0  # its share of what admission counts for its model (memory_budget)
+    last_used: float = 0.0  # wall-clock time its model's last reply ended (0: not a pool model)
+    idle_left_s: float | None = None  # until its model unloads when idle (None: kept / not known)
+    path: str = ""  # its model's file or folder (the hub marks loaded models by it)
 
 
 @dataclass(slots=True)
@@ -345,6 +348,9 @@ class _Worker:
             restarts=self.restarts,
             error=self.error,
             memory_bytes=self.group.held_bytes() // max(1, len(self.group.workers)),
+            last_used=self.group.last_used_wall(),
+            idle_left_s=self.group.idle_left(self.pool.idle_unload_s),
+            path=self.group.spec.path,
         )
 
 
@@ -405,21 +411,29 @@ class _ModelGroup:
             return None
         return self.last_used + keep
 
+    def idle_left(self, default_keep_s: float | None) -> float | None:
+        """Seconds until it unloads if it stays idle (its whole keep-alive while it
+        answers); None when it is kept loaded."""
+        deadline = self.idle_deadline(default_keep_s)
+        if deadline is None:
+            return None
+        if self.leases:
+            return float(self.keep_alive_s if self.keep_alive_s is not None else default_keep_s or 0)
+        return max(0.0, deadline - time.monotonic())
+
+    def last_used_wall(self) -> float:
+        return time.time() - (time.monotonic() - self.last_used)
+
     def status(self, default_keep_s: float | None) -> ModelStatus:
         workers = [w.status() for w in self.workers]
         states = {w.state for w in workers}
         state = ("failed" if self.failed and not self._up() else "loading" if "loading" in states
                  or not workers else "busy" if self.leases or "busy" in states else "idle")
-        deadline = self.idle_deadline(default_keep_s)
-        now = time.monotonic()
-        left = None if deadline is None else max(0.0, deadline - now)
-        if left is not None and self.leases:
-            left = float(self.keep_alive_s if self.keep_alive_s is not None else default_keep_s or 0)
         return ModelStatus(
             key=self.key, label=self.label, engine=self.spec.engine, path=self.spec.path,
             state=state, memory_bytes=self.held_bytes(),
             rss_bytes=sum(w.rss_bytes for w in workers), requests=self.leases,
-            last_used=time.time() - (now - self.last_used), idle_left_s=left,
+            last_used=self.last_used_wall(), idle_left_s=self.idle_left(default_keep_s),
             error=self.failed if state == "failed" else None)
 
     def _up(self) -> bool:

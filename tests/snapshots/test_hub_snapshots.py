@@ -7,9 +7,12 @@ transfer's rate and ETA differ on every run.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from core.hub import DownloadProgress, HubError, recommended
+from core.workers import WorkerStatus
 from tests.fakes.hub_repos import (  # noqa: F401  (fixtures)
     GATED_REPO,
     GGUF_REPO,
@@ -131,6 +134,14 @@ def test_local_models_and_delete_confirm(snap_compare, fake_hub: FakeHub) -> Non
         await pilot.pause()
         await pilot.press("delete")
         await wait_until(pilot, lambda: type(pilot.app.screen).__name__ == "ConfirmDialog")
+        # what is loaded: shown as if the pool held the download (fixed figures; the hub
+        # does not refresh them under a dialog)
+        [model] = [m for m in table.models if m.repo_id == VISION_REPO]
+        screen.show_loaded(table.models, workers=[WorkerStatus(
+            "w1", model.name, "llamacpp", "idle", 4243, 9 * MB, 0, 0, 0.0, 0,
+            memory_bytes=int(3.4 * MB), last_used=time.time() - 42.4, idle_left_s=239.6,
+            path=str(model.path))])
+        await pilot.pause()
 
     assert snap_compare(hub_app(), terminal_size=SIZE, run_before=run_before)
 

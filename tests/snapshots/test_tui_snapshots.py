@@ -3,6 +3,8 @@ behind the real worker pool and store (so the bytes on screen are identical ever
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from core.config import Settings
@@ -108,14 +110,20 @@ def test_search_results_highlight_matches(snap_compare) -> None:
 
 
 def fixed_worker_status_for_snapshot() -> list[WorkerStatus]:
-    """Real RSS and pids differ every run; the pane's layout is what this pins down."""
+    """Real RSS and pids differ every run; the pane's layout is what this pins down: two
+    models loaded at once, one answering (kept loaded), one idle (unloads in 4 minutes)."""
+    now = time.time()
     return [WorkerStatus("w0", "scripted-test", "scripted", "busy", 4242, 512 * 1024 * 1024,
-                         1, 2, 98.5, 1)]
+                         1, 2, 98.5, 1, memory_bytes=1_300_000_000, last_used=now - 0.5),
+            WorkerStatus("w1", "qwen3:4b-4bit", "mlx", "idle", 4243, 2300 * 1024 * 1024,
+                         0, 0, 0.0, 0, memory_bytes=2_600_000_000, last_used=now - 42.4,
+                         idle_left_s=239.6)]
 
 
 def test_worker_pane(snap_compare) -> None:
     async def run_before(pilot) -> None:
         await wait_ready(pilot)
+        pilot.app.main.composer.blur()  # its cursor's blink phase must not decide the frame
         pane = pilot.app.main.query_one("#worker-pane")
         pane._read = fixed_worker_status_for_snapshot
         await pilot.press("f4")

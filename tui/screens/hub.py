@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from rich.console import Group
+from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -40,6 +42,7 @@ from core.hub import (
     plan_download,
     search_models,
 )
+from core.workers import WorkerStatus
 from tui.terminal_text import visible
 from tui.widgets import hub_format as fmt
 from tui.widgets.hub_confirm import ConfirmDialog
@@ -48,8 +51,10 @@ from tui.widgets.hub_files import FilesTable
 from tui.widgets.hub_local import LocalTable
 from tui.widgets.hub_recommended import RecommendedTable
 from tui.widgets.hub_results import ResultsTable
+from tui.widgets.worker_pane import loaded_lines
 
 SCREEN_NAME = "hub"
+LOADED_REFRESH_S = 2.0  # the Local tab's Loaded column while it shows
 FORMATS = ("all", "gguf", "mlx")
 SORTS = ("downloads", "likes", "recent")
 RECOMMENDED_TAB = "hub-recommended-tab"
@@ -111,6 +116,7 @@ class HubScreen(Screen):
             with TabPane("Local models", id=LOCAL_TAB):
                 yield Static("", id="hub-local-status", classes="hub-status", markup=False)
                 yield LocalTable(id="hub-local")
+                yield Static("", id="hub-local-loaded", markup=False)
         yield DownloadsPanel(id="hub-downloads")
         yield Footer()
 
@@ -120,6 +126,7 @@ class HubScreen(Screen):
         self.query_one(RecommendedTable).focus()
         self.refresh_recommended()
         self.refresh_local()
+        self.set_interval(LOADED_REFRESH_S, self._refresh_loaded)
 
     # -- small helpers -----------------------------------------------------------------------
     def _status(self, selector: str, text: str, error: bool = False) -> None:
@@ -347,10 +354,32 @@ class HubScreen(Screen):
         except OSError as exc:
             self._status("#hub-local-status", f"Cannot read the models folders: {exc}", True)
             return
-        self.query_one(LocalTable).show(models, select=select)
+        self.show_loaded(models, select=select)
         count = f"{len(models)} model" + ("" if len(models) == 1 else "s")
         self._status("#hub-local-status", f"{count} on this machine · l loads "
                      "one into the chat · Delete removes its files")
+
+    def _workers(self) -> list[WorkerStatus]:
+        runtime = getattr(self.app, "runtime", None)
+        try:
+            return list(runtime.worker_status()) if runtime is not None else []
+        except Exception:  # noqa: BLE001 - the pool is shutting down: show nothing loaded
+            return []
+
+    def _refresh_loaded(self) -> None:
+        """Loaded models come and go, and their last use and time left age."""
+        if self.app.screen is self and self.on_local_tab:  # not under a dialog
+            self.show_loaded(self.query_one(LocalTable).models)
+
+    def show_loaded(self, models: list[LocalModel], workers: list[WorkerStatus] | None = None,
+                    select: str | None = None) -> None:
+        """The table's Loaded column, and one line per loaded model under it (memory,
+        last use, when it unloads if left idle), as F4 shows them."""
+        workers = self._workers() if workers is None else workers
+        self.query_one(LocalTable).show(models, select=select, loaded=workers)
+        lines = loaded_lines(workers)
+        self.query_one("#hub-local-loaded", Static).update(
+            Group(Text("Loaded now:", style="bold"), *lines) if lines else "")
 
     def on_local_table_refresh_requested(self, _: LocalTable.RefreshRequested) -> None:
         self.refresh_local()

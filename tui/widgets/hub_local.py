@@ -1,15 +1,19 @@
-"""Models on this machine: format, engine, size, validity; load or delete one."""
+"""Models on this machine: format, engine, size, validity, which are loaded and what each
+takes; load or delete one."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from textual.binding import Binding
 from textual.message import Message
 
 from core.hub import LocalModel
+from core.workers import WorkerStatus
 from tui.widgets import hub_format as fmt
 from tui.widgets.measured_table import MeasuredTable
 
-COLUMNS = ("Model", "Format", "Engine", "Quant", "Role", "Size", "Source", "Valid")
+COLUMNS = ("Model", "Format", "Engine", "Quant", "Role", "Size", "Loaded", "Source", "Valid")
 
 
 class LocalTable(MeasuredTable):
@@ -38,15 +42,24 @@ class LocalTable(MeasuredTable):
     def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self.models: list[LocalModel] = []
+        self.loaded: dict[Path, list[WorkerStatus]] = {}
 
     def on_mount(self) -> None:
         self.show([])
 
-    def show(self, models: list[LocalModel], select: str | None = None) -> None:
-        """Fill the table, keeping the cursor on `select` (a model id) when given."""
+    def show(self, models: list[LocalModel], select: str | None = None,
+             loaded: list[WorkerStatus] | None = None) -> None:
+        """Fill the table, keeping the cursor on `select` (a model id) when given;
+        `loaded`: the pool's workers now (the Loaded column), else the last ones given."""
         previous = self.current.id if self.current else None
         self.models = list(models)
-        self.fill(COLUMNS, [_cells(m) for m in self.models], [m.id for m in self.models])
+        if loaded is not None:
+            self.loaded = {}
+            for w in loaded:
+                if w.path and w.state in ("idle", "busy", "loading"):
+                    self.loaded.setdefault(Path(w.path).expanduser(), []).append(w)
+        self.fill(COLUMNS, [_cells(m, self.loaded.get(m.path, [])) for m in self.models],
+                  [m.id for m in self.models])
         want = select or previous
         for i, m in enumerate(self.models):
             if m.id == want:
@@ -71,11 +84,21 @@ class LocalTable(MeasuredTable):
         self.post_message(self.RefreshRequested())
 
 
-def _cells(m: LocalModel) -> tuple[str, ...]:
+def _cells(m: LocalModel, workers: list[WorkerStatus]) -> tuple[str, ...]:
     """A model's row, one string per column of COLUMNS."""
     name = m.repo_id + "/" + m.name if m.repo_id and m.format == "gguf" else (m.repo_id or m.name)
     return (name, m.format, m.engine or "none", m.quant or "", m.role, fmt.size(m.size_bytes),
-            m.source, _state(m))
+            _loaded(workers), m.source, _state(m))
+
+
+def _loaded(workers: list[WorkerStatus]) -> str:
+    """What a loaded model takes ('0.3 GB'); its last use and time left are in the lines
+    under the table (hub screen), where they do not push Source and Valid off the screen."""
+    if not workers:
+        return ""
+    if all(w.state == "loading" for w in workers):
+        return "loading"
+    return fmt.size(sum(w.memory_bytes for w in workers) or sum(w.rss_bytes for w in workers))
 
 
 def _state(m: LocalModel) -> str:

@@ -1,11 +1,16 @@
 """The worker status pane: one row per worker process, refreshed every second.
 
+Several models can be loaded at once: each row says what admission counts for its model
+(memory), when the model last answered and when it unloads if it stays idle ("kept": it
+stays; keep_alive and idle_unload_minutes decide).
+
 Reading the pool's status is a cheap in-memory snapshot, so the refresh runs on the UI
 loop via set_interval; the interval is paused while the pane is hidden.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from rich.console import Group
@@ -43,11 +48,69 @@ def status_table(rows: list[WorkerStatus]) -> Table | Text | Group:
     # Reasons under the table, whole: in the state column a long one squeezed every other
     # column (an MCP server's "command not found; ..." hid its name).
     errors = [Text(visible(f"{w.model}: {w.error}"), style="red") for w in rows if w.error]
-    return Group(table, *errors) if errors else table
+    return Group(table, *loaded_lines(rows), *errors)
+
+
+def decimal_bytes(n: int) -> str:
+    """'3.4 MB', '1.3 GB': decimal units, as the memory budget's sentences and the hub count."""
+    for unit, size in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def loaded_lines(rows: list[WorkerStatus]) -> list[Text]:
+    """One line per loaded model (the pane is half the screen: a column each would cut
+    every cell): what admission counts for it, its last use, when it unloads if idle."""
+    models: dict[str, list[WorkerStatus]] = {}
+    for w in rows:
+        if w.last_used and w.state in ("idle", "busy", "loading"):
+            models.setdefault(w.model, []).append(w)
+    now = time.time()
+    out = []
+    for name, workers in models.items():
+        memory = sum(w.memory_bytes for w in workers)
+        last, unloads = idle_cells(workers[0], now)
+        parts = [decimal_bytes(memory) if memory else "", f"used {last}",
+                 "kept loaded" if unloads == "kept" else f"unloads {unloads}"]
+        out.append(Text(visible(f"{name}: " + " · ".join(p for p in parts if p)), style="dim"))
+    return out
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 2:
+        return "now"
+    if seconds < 60:
+        return f"{seconds:.0f}s ago"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m ago"
+    return f"{seconds / 3600:.0f}h ago"
+
+
+def _after(seconds: float) -> str:
+    if seconds < 60:
+        return f"in {seconds:.0f}s"
+    if seconds < 3600:
+        return f"in {seconds / 60:.0f}m"
+    return f"in {seconds / 3600:.1f}h"
+
+
+def idle_cells(w: WorkerStatus, now: float) -> tuple[str, str]:
+    """(last use, unloads): blank for processes that are not the pool's models."""
+    if not w.last_used:
+        return "", ""
+    if w.idle_left_s is None:
+        unloads = "kept"
+    elif w.idle_left_s <= 0 and w.state == "busy":
+        unloads = "after reply"
+    else:
+        unloads = _after(w.idle_left_s)
+    return _ago(max(0.0, now - w.last_used)), unloads
 
 
 class WorkerPane(Static):
-    """Toggle with f4; shows model, state, tok/s, queue, RSS and restarts per worker."""
+    """Toggle with f4; shows model, state, tok/s, queue, memory, last use, when it unloads
+    and restarts per worker."""
 
     def __init__(self, read: Callable[[], list[WorkerStatus]], **kwargs) -> None:
         super().__init__("", **kwargs)
