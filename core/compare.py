@@ -157,6 +157,22 @@ class Comparison:
         return message_id
 
 
+async def spec_for(path: str, engine: str | None, context_size: int, *,
+                   bundled: bool = False) -> ModelSpec:
+    """A picked local model as the pool loads it: the bundled one unpacked first (it may
+    not be on disk yet), the engine chosen from the artifact when the listing did not say
+    (WorkerLoadError with its sentence when nothing can serve it)."""
+    if bundled:
+        from core.bundled import provision_bundled_chat
+
+        path = str(await asyncio.to_thread(provision_bundled_chat))
+    if engine is None:
+        from core.runtime import engine_for
+
+        engine = await asyncio.to_thread(engine_for, Path(path))
+    return ModelSpec(path=path, engine=engine, context_size=context_size)
+
+
 def _same_model(runtime: Runtime, other: ModelSpec) -> bool:
     current = runtime.settings.model
     return bool(current) and other.engine != "scripted" and \

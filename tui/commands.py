@@ -65,3 +65,5 @@ class AppCommands(_ListedCommands):
         yield "New chat", main.action_new_chat, "Start an empty conversation"
         yield "Export conversation", main.action_export, "Write it as Markdown"
         yield "Reload model", main.action_reload_model, "Unload and load the model again"
+        yield ("Compare with…", main.action_compare,
+               "Send the composer's message to this model and another, side by side (ctrl+t)")

@@ -131,6 +131,7 @@ class MainScreen(Screen):
         Binding("f5", "pick_model", "Model"),
         Binding("f8", "run_code", "Run code", show=False),  # F6/F7 select text in the composer
         Binding("f9", "fix_code", "Fix code", show=False),
+        Binding("ctrl+t", "compare", "Compare with…", show=False),  # tui/screens/compare.py
     ]
     # Focus lands on the composer as the screen is composed, so the first frame already
     # shows it focused (on_mount's focus() would only apply a frame or two later).
@@ -313,6 +314,41 @@ class MainScreen(Screen):
                 self.app.use_model(choice)  # type: ignore[attr-defined]
 
         self.app.push_screen(ModelPickerScreen(), _picked)
+
+    # -- compare (issue 31, item 5): the screen and the core live in compare modules --------
+    def action_compare(self) -> None:
+        """Compare with…: the composer's message to the chat model and a picked second one."""
+        from tui.screens.compare import CompareScreen
+        from tui.screens.model_picker import ModelPickerScreen
+
+        text = self.composer.text
+        if self.busy or self.composer.editing_id is not None:
+            self.notify(BUSY if self.busy else "Finish or cancel the edit first (esc).")
+            return
+        if not text.strip():
+            self.notify("Type the message to compare first, then ctrl+t picks the second model.",
+                        timeout=5)
+            return
+
+        def _picked(choice) -> None:
+            if choice is not None:
+                self.composer.load_text("")
+                self.app.push_screen(CompareScreen(self.conversation_id, text, choice, choice.name),
+                                     self._compared)
+
+        self.app.push_screen(ModelPickerScreen(), _picked)
+
+    @work(group="compare")
+    async def _compared(self, outcome) -> None:  # noqa: ANN001  (tui.screens.compare.CompareOutcome)
+        if outcome.refused:
+            self.composer.restore(outcome.text)  # nothing was sent: the text comes back
+            self.notify(outcome.refused, title="Compare", severity="error", timeout=12)
+            return
+        if outcome.conversation_id is not None:
+            with self.store_errors("Compare"):
+                await self.open_conversation(outcome.conversation_id)
+                await self.refresh_sidebar()
+        self.composer.focus()
 
     def action_reload_model(self) -> None:
         if self.busy:
