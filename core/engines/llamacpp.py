@@ -16,6 +16,7 @@ from typing import Any
 
 from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, SamplingParams
 from core.engines.base_prompt import BaseFormat, base_format, effective_repetition_penalty
+from core.engines.kv_llama import LlamaKvKeeper
 from core.engines.llama_lookup import Penalties, lookup_stream
 from core.engines.llama_params import load_llama, worker_threads
 from core.engines.llama_sampling import (
@@ -68,6 +69,9 @@ class _Active:
         self.started = time.perf_counter()
         self.first_token_at: float | None = None
         self.completion_tokens = 0
+        self.kv_text: str | None = None  # the rendered chat prompt, for the disk cache
+        self.kv_prompt: list[int] = []
+        self.reply = ""  # the text streamed out, for the disk cache's next-turn form
 
     def usage(self) -> Usage:
         now = time.perf_counter()
@@ -159,6 +163,13 @@ class LlamaCppEngine:
         self._queue: deque[GenerationRequest] = deque()
         self._active: _Active | None = None
         self._out: list[tuple[str, list[Event]]] = []
+        # kv-disk hook (issue 33): sequence state on disk across restarts (core.engines.kv_llama)
+        self._kv = None if self._vision is not None else LlamaKvKeeper.open(
+            spec.option("kv_disk_gb"), path, llm=self._llm,
+            family=detect_family(self._template, self._model_type),
+            render=lambda msgs, tools: self._formatter(messages=list(msgs),
+                                                       tools=list(tools) or None).prompt,
+            tokenize=lambda text: self._tokenize(text, add_bos=False, special=True))
 
     @staticmethod
     def _load(spec: ModelSpec, path: Path, threads: int, flash: bool) -> Any:
@@ -210,7 +221,8 @@ class LlamaCppEngine:
                 self._out.append((request_id, [Done("cancelled")]))
 
     def has_work(self) -> bool:
-        return bool(self._out or self._active or self._queue)
+        return bool(self._out or self._active or self._queue
+                     or (self._kv is not None and self._kv.busy()))  # kv-disk hook
 
     def step(self) -> list[tuple[str, list[Event]]]:
         out, self._out = self._out, []
@@ -228,6 +240,8 @@ class LlamaCppEngine:
                 return out
         if self._active is not None:
             out.append(self._advance(self._active))
+        elif self._kv is not None and not self._queue:
+            self._kv.idle_step()  # kv-disk hook: the finished reply's state, off its path
         return out
 
     def _start(self, request: GenerationRequest) -> tuple[str, list[Event]] | None:
@@ -298,6 +312,8 @@ class LlamaCppEngine:
             ]
         cached = prefill.cached if prefill else _common_prefix(
             self._llm._input_ids[: self._llm.n_tokens].tolist(), tokens)
+        if prefill is None and self._kv is not None:  # kv-disk hook: a stored state covering more
+            cached = self._kv.lookup(tokens, cached)
         s = request.sampling
         stop = [x for x in (*s.stop, *stop, *(() if raw else self._turn_stops)) if x]
         if s.json_schema is not None or generic:  # the grammar alone ends a constrained reply
@@ -331,6 +347,9 @@ class LlamaCppEngine:
         if prefill is not None:  # the images were encoded above: their time is the TTFT's
             self._active.started = prefill.started
         self._active.tail.trim_start = self._base is not None and not raw  # "Assistant:" leaves a space
+        if not raw and self._base is None and not images:  # kv-disk hook
+            self._active.kv_text = text
+        self._active.kv_prompt = tokens
         return None
 
     def _prefill(self, text: str, images: list[str], *, add_bos: bool,
@@ -404,6 +423,7 @@ class LlamaCppEngine:
             shown, stopped = active.tail.feed(text)
             if shown:
                 events.append(TextDelta(shown))
+                active.reply += shown
             reason = choice.get("finish_reason")
             if stopped:
                 active.stream.close()
@@ -418,12 +438,17 @@ class LlamaCppEngine:
         active.completion_tokens = self._sampled(active)
         events += [active.usage(), Done("length" if reason == "length" else "stop")]
         self._active = None
+        if self._kv is not None:  # kv-disk hook: kept for the next idle step
+            self._kv.finished(active.request, active.kv_text, active.kv_prompt, active.reply + tail)
         return rid, events
 
     def close(self) -> None:
         vision = getattr(self, "_vision", None)
         if vision is not None:
             vision.close()  # before the model it was loaded against
+        kv = getattr(self, "_kv", None)
+        if kv is not None:  # kv-disk hook: the last reply's state is written first
+            kv.close()
         llm = getattr(self, "_llm", None)
         if llm is not None:
             llm.close()

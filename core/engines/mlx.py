@@ -48,6 +48,7 @@ from mlx_lm.models.cache import (  # noqa: E402
 from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, SamplingParams  # noqa: E402
 from core.engines.base_prompt import base_format, effective_repetition_penalty  # noqa: E402
 from core.engines.grammar import Grammars, MaskedProcessor, mask_rows  # noqa: E402
+from core.engines.kv_mlx import MlxKvKeeper  # noqa: E402
 from core.engines.prefill_order import (  # noqa: E402
     FREE_PADDED_TOKENS,
     PADDING_SLACK,
@@ -353,7 +354,14 @@ class MlxEngine:
         sizes = spec.option("warmup_batch_sizes")
         if sizes is None:
             sizes = _default_warmup_sizes(self.max_concurrency)
+        self._kv: MlxKvKeeper | None = None
         self.warmup(tuple(sizes))
+        # kv-disk hook (issue 33): caches on disk across restarts (core.engines.kv_mlx)
+        self._kv = MlxKvKeeper.open(
+            spec.option("kv_disk_gb"), path, model=self._model, tokenizer=self._tokenizer,
+            family=self._tool_grammars.family, stream=self._stream, eos=self._eos,
+            render=lambda msgs, tools: self.render_text(GenerationRequest("", tuple(msgs), tools=tools)),
+            remember=self._prefix.store)
 
     # -- Engine protocol -------------------------------------------------------------
 
@@ -368,7 +376,8 @@ class MlxEngine:
         # then does it while idle (a few per step), not the next request's admission
         # (after a 64-request burst that was 50 entries, 3-20 ms on a lone turn's TTFT).
         return bool(self._pending or self._single or self._batch or self._cancelled
-                    or self._unsaved or self._prefix.pending)
+                    or self._unsaved or self._prefix.pending
+                    or (self._kv is not None and self._kv.busy()))  # kv-disk hook
 
     def step(self) -> list[tuple[str, list[Event]]]:
         out: dict[str, list[Event]] = {}
@@ -388,6 +397,8 @@ class MlxEngine:
             self._save_rows(self._unsaved.popleft())
         elif self._prefix.pending:
             self._prefix.settle(_SETTLE_PER_STEP)
+        elif self._kv is not None and not (self._pending or self._single or self._batch):
+            self._kv.idle_step()  # kv-disk hook: a finished reply's next-turn cache
         self._steps += 1
         return [(rid, events) for rid, events in out.items() if events]
 
@@ -413,6 +424,8 @@ class MlxEngine:
         self._unsaved.clear()
         self._prefix.clear()
         self._bg.close()
+        if self._kv is not None:  # kv-disk hook: queued writes finish first
+            self._kv.close()
 
     # -- Admission -------------------------------------------------------------------
 
@@ -449,6 +462,8 @@ class MlxEngine:
         A chat template writes its own BOS; a base transcript and a raw prompt get the
         tokenizer's, unless the raw text already starts with it (no doubled BOS)."""
         known = self._prefix.tokens_for(text)
+        if known is None and self._kv is not None:  # kv-disk hook: ids a stored file keeps
+            known = self._kv.tokens_for(text)
         if known is None:
             special = self._template is None or raw
             bos = getattr(self._tokenizer, "bos_token", None)
@@ -612,6 +627,8 @@ class MlxEngine:
 
     def _start_single(self, act: _Request) -> None:
         cache, cached = self._prefix.fetch(act.prompt, take_forks=True)
+        if self._kv is not None:  # kv-disk hook: a stored cache covering more
+            cache, cached = self._kv.lookup(act.prompt, cache, cached)
         if cache is None:
             cache = make_prompt_cache(self._model)
         act.cached = cached
@@ -942,6 +959,8 @@ class MlxEngine:
 
     def _insert_batch(self, act: _Request) -> None:
         cache, cached = self._prefix.fetch(act.prompt)
+        if self._kv is not None:  # kv-disk hook: a stored cache covering more
+            cache, cached = self._kv.lookup(act.prompt, cache, cached)
         act.cached = cached
         [uid] = self._bg.insert(
             [act.prompt[cached:]],
@@ -1109,6 +1128,8 @@ class MlxEngine:
         """Keep a finished request's cache, with the text it spells at exact boundaries:
         the prompt's (inherited ones and its end) and, when `tokens` holds every generated
         token, the reply's end. A regenerated or edited turn reuses the ids up to them."""
+        if self._kv is not None:  # kv-disk hook: queued for disk, written off this thread
+            self._kv.finished(act.req, act.prompt, act.text, act.marks, act.raw, tokens, cache)
         if act.text is None:
             self._prefix.store(tokens, cache)
             return

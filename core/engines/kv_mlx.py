@@ -1,0 +1,248 @@
+"""The MLX engine's side of the KV caches on disk (core.engines.kv_store): what it keeps
+after a reply, and what it loads instead of prefilling.
+
+The engine calls four things (each a marked line in core/engines/mlx.py): `finished` when
+a request's cache is remembered, `idle_step` while it has nothing else to do, `lookup`
+when a prompt is admitted, `tokens_for` when a prompt is tokenised.
+
+After a chat reply the cache is not written as generated but as the next turn will need
+it (core.engines.kv_next_turn): the previous prompt's cache plus the reply rendered the
+way the template renders history, prefilled here in idle steps. It goes to the in-memory
+prefix cache too, so a thinking model's next turn reuses its whole history even without a
+restart. Everything else (raw prompts, tool calls, templates that re-render history) is
+written as generated; a next prompt that forks inside it reuses up to the fork.
+
+Device work stays on the engine's thread: keys and values are sliced (views) and queued
+for evaluation here, and the writer thread only copies evaluated buffers to numpy and
+writes them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import KVCache, make_prompt_cache
+
+from core.engines.kv_next_turn import next_turn_prefix, reply_content
+from core.engines.kv_store import KvDiskStore, KvWriter, disk_budget_bytes, kv_root, model_identity
+
+log = logging.getLogger(__name__)
+
+Marks = tuple[tuple[int, int], ...]
+_STORED = {mx.float32: "float32", mx.float16: "float16", mx.bfloat16: "bfloat16"}
+_LOADED = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
+# Follow-ups waiting for an idle step; older ones go first when replies come faster.
+_MAX_FOLLOW_UPS = 4
+# Shorter prompts are not worth a file: prefilling this many tokens costs about what
+# reading and checking a file does.
+MIN_TOKENS = 256
+
+
+@dataclass
+class _FollowUp:
+    messages: tuple[dict[str, Any], ...]
+    tools: tuple[dict[str, Any], ...]
+    prompt: list[int]
+    text: str
+    marks: Marks
+    raw: str
+    layers: list[tuple[mx.array, mx.array]]  # the prompt's keys and values (views)
+    tokens: list[int]  # what the cache held at the end (prompt + reply as generated)
+    full: list[tuple[mx.array, mx.array]]
+
+
+class MlxKvKeeper:
+    """Disk caches for one loaded MLX model (see the module docstring)."""
+
+    def __init__(self, store: KvDiskStore, model: Any, tokenizer: Any, family: str,
+                 render: Callable[[list[dict[str, Any]], tuple[dict[str, Any], ...]], str] | None,
+                 remember: Callable[[list[int], list[Any], str, Marks], None],
+                 stream: Any, eos: set[int]) -> None:
+        self.store = store
+        self.writer = KvWriter()
+        self._model = model
+        self._tokenizer = tokenizer
+        self._family = family
+        self._render = render
+        self._remember = remember
+        self._stream = stream
+        self._eos = eos
+        self._follow_ups: deque[_FollowUp] = deque()
+        self.n_layers = len(make_prompt_cache(model))
+
+    @classmethod
+    def open(cls, option: Any, model_dir: Path, **kwargs: Any) -> MlxKvKeeper | None:
+        """The keeper for this model, or None when the store is off (kv_disk_gb = 0) or
+        its folder cannot be made."""
+        budget = disk_budget_bytes(option)
+        if budget <= 0:
+            return None
+        files = [p for p in model_dir.iterdir() if p.suffix in (".safetensors", ".json")]
+        try:
+            store = KvDiskStore(kv_root(), model_identity("mlx", files), budget)
+        except OSError as exc:
+            log.debug("kv cache on disk off: %s", exc.strerror or exc)
+            return None
+        return cls(store, **kwargs)
+
+    # -- after a reply -------------------------------------------------------------------
+
+    def finished(self, request: Any, prompt: list[int], text: str | None, marks: Marks,
+                 raw: str, tokens: list[int], cache: list[Any]) -> None:
+        """A request's cache was remembered: queue it for disk (cheap; no device sync)."""
+        if not _plain(cache) or request.request_id.startswith("__"):
+            return
+        full = _views(cache, len(tokens))
+        if full is None:
+            return
+        if (text is not None and self._render is not None and request.prompt is None
+                and not request.tools and len(tokens) > len(prompt)):
+            layers = [(k[..., : len(prompt), :], v[..., : len(prompt), :]) for k, v in full]
+            self._follow_ups.append(_FollowUp(request.messages, request.tools, list(prompt), text,
+                                              marks, raw, layers, list(tokens), full))
+            while len(self._follow_ups) > _MAX_FOLLOW_UPS:
+                self._follow_ups.popleft()
+            return
+        if text is None:
+            self._write(list(tokens), full, None, ())
+        else:  # the prompt's ids are exact up to its end; the reply's as generated
+            self._write(list(tokens), full, text, (*marks, (len(text), len(prompt))))
+
+    def busy(self) -> bool:
+        return bool(self._follow_ups)
+
+    def idle_step(self) -> None:
+        """Turn one finished reply into its next-turn cache (or write it as generated)."""
+        if not self._follow_ups:
+            return
+        f = self._follow_ups.popleft()
+        made = self._next_turn(f)
+        if made is None:
+            self._write(f.tokens, f.full, f.text, (*f.marks, (len(f.text), len(f.prompt))))
+            return
+        tokens, cache, text, marks = made
+        self._remember(tokens, cache, text, marks)
+        views = _views(cache, len(tokens))
+        if views is not None:
+            self._write(tokens, views, text, marks)
+
+    def _next_turn(self, f: _FollowUp) -> tuple[list[int], list[Any], str, Marks] | None:
+        visible = f.raw
+        for eos in self._eos:  # the end-of-turn token's text is no part of the reply
+            end = self._tokenizer.decode([eos])
+            if end and visible.endswith(end):
+                visible = visible[: -len(end)]
+        content = reply_content(visible, self._family)
+        if content is None or self._render is None:
+            return None
+        render = self._render
+        text = next_turn_prefix(lambda msgs: render(msgs, f.tools), f.messages, content, f.text)
+        if text is None:
+            return None
+        suffix = list(self._tokenizer.encode(text[len(f.text):], add_special_tokens=False))
+        if not suffix:
+            return None
+        cache = []
+        for k, v in f.layers:
+            c = KVCache()
+            c.keys, c.values, c.offset = k, v, k.shape[2]
+            cache.append(c)
+        with mx.stream(self._stream):
+            for start in range(0, len(suffix), 2048):
+                self._model(mx.array(suffix[start:start + 2048])[None], cache=cache)
+                mx.eval([c.state for c in cache])
+        tokens = f.prompt + suffix
+        marks = (*f.marks, (len(f.text), len(f.prompt)), (len(text), len(tokens)))
+        return tokens, cache, text, marks
+
+    def _write(self, tokens: list[int], layers: list[tuple[mx.array, mx.array]],
+               text: str | None, marks: Marks) -> None:
+        dtype = _STORED.get(layers[0][0].dtype)
+        if dtype is None or len(tokens) < MIN_TOKENS:
+            return
+        if dtype == "bfloat16":  # numpy has no bfloat16: its bits travel as uint16
+            layers = [(k.view(mx.uint16), v.view(mx.uint16)) for k, v in layers]
+        mx.async_eval([a for kv in layers for a in kv])
+        store = self.store
+
+        def job() -> None:  # the writer's thread: buffers evaluated above, copied here
+            sections = []
+            for i, (k, v) in enumerate(layers):
+                sections.append((f"{i}.keys", dtype, np.asarray(k)))
+                sections.append((f"{i}.values", dtype, np.asarray(v)))
+            store.put(tokens, sections, {"engine": "mlx", "layers": len(layers)}, text, marks)
+
+        self.writer.submit(job)
+
+    # -- before a prompt -----------------------------------------------------------------
+
+    def tokens_for(self, text: str) -> tuple[list[int], int, Marks] | None:
+        return self.store.tokens_for(text)
+
+    def lookup(self, prompt: Sequence[int], cache: list[Any] | None, cached: int,
+               ) -> tuple[list[Any] | None, int]:
+        """A cache from disk when one covers more of `prompt` than the in-memory one."""
+        match = self.store.best(prompt)
+        if match is None or match.covered <= max(cached, MIN_TOKENS - 1):
+            return cache, cached
+        sections = self.store.load(match)
+        if sections is None:
+            return cache, cached
+        layers = _layers(sections, match.header.meta, len(match.header.tokens), match.covered)
+        if layers is None or len(layers) != self.n_layers:
+            log.debug("kv cache file %s does not fit this model; removed", match.path.name)
+            match.path.unlink(missing_ok=True)
+            return cache, cached
+        return layers, match.covered
+
+    def close(self) -> None:
+        """Finish what a reply left (a worker stopped right after a turn keeps that turn),
+        within the pool's shutdown grace (3 s before it kills the worker)."""
+        while self._follow_ups:
+            self.idle_step()
+        self.writer.close(timeout=2.0)
+
+
+def _plain(cache: list[Any]) -> bool:
+    return bool(cache) and all(type(c) is KVCache and c.keys is not None for c in cache)
+
+
+def _views(cache: list[Any], n: int) -> list[tuple[mx.array, mx.array]] | None:
+    """The first n positions of every layer's keys and values (lazy slices)."""
+    if not _plain(cache) or any(c.offset < n for c in cache):
+        return None
+    return [(c.keys[..., :n, :], c.values[..., :n, :]) for c in cache]
+
+
+def _layers(sections: dict[str, np.ndarray], meta: dict[str, Any], held: int,
+            n: int) -> list[Any] | None:
+    """KV layers holding the first n of a file's `held` tokens; None when its sections are
+    not a consistent set of (1, heads, held, dim) keys and values."""
+    count = meta.get("layers")
+    if type(count) is not int or count < 1 or len(sections) != 2 * count:
+        return None
+    out = []
+    for i in range(count):
+        k, v = sections.get(f"{i}.keys"), sections.get(f"{i}.values")
+        if k is None or v is None or k.ndim != 4 or v.ndim != 4:
+            return None
+        if k.shape[0] != 1 or k.shape[2] != held or v.shape[:3] != k.shape[:3]:
+            return None
+        c = KVCache()
+        c.keys, c.values = _to_mx(k[:, :, :n, :]), _to_mx(v[:, :, :n, :])
+        c.offset = n
+        out.append(c)
+    return out
+
+
+def _to_mx(a: np.ndarray) -> mx.array:
+    if a.dtype == np.uint16:  # stored bfloat16
+        return mx.array(np.ascontiguousarray(a)).view(mx.bfloat16)
+    return mx.array(np.ascontiguousarray(a))
