@@ -20,6 +20,7 @@ from tui import gc_tuning, warmup
 from tui.commands import AppCommands, ModelCommands
 from tui.key_order import InputOrder
 from tui.screens.main import MainScreen
+from tui.service_runtime import ServiceRuntime
 from tui.terminal_text import visible
 
 
@@ -36,8 +37,10 @@ class LlmdeckApp(App):
         Binding("ctrl+o", "open_hub", "Models"),
     ]
 
-    def __init__(self, runtime: Runtime | None = None, *, preload: bool = True) -> None:
+    def __init__(self, runtime: Runtime | ServiceRuntime | None = None, *,
+                 preload: bool = True) -> None:
         super().__init__()
+        # In process (tests, --in-process), or the engine service's client (`llmdeck`).
         self.runtime = runtime or Runtime()
         self._preload = preload
         self.runtime.open_store_soon()  # read while Textual starts: the first frame lists it
@@ -83,6 +86,9 @@ class LlmdeckApp(App):
         self.main = MainScreen()
         self.push_screen(self.main)
         self.runtime.listeners.append(self._on_model_state)
+        if isinstance(self.runtime, ServiceRuntime):
+            self.runtime.lost_listeners.append(self._on_service_lost)
+            self.runtime.live_listeners.append(self.main.on_live_reply)
         self.run_worker(self.start_runtime(), name="runtime-start", exclusive=True)
 
     def _on_model_state(self, state: ModelState) -> None:
@@ -106,6 +112,8 @@ class LlmdeckApp(App):
         if notice or not self.main.history_listed:  # else on_mount listed the early read
             await self.main.refresh_sidebar()
         self.main.on_model_state(self.runtime.model)
+        if isinstance(self.runtime, ServiceRuntime):
+            await self._open_live_reply()
         # Preload and warm up once the first frame (history listed) is on screen: starting
         # a worker process or importing in a thread competes with painting it.
         painted = asyncio.Event()
@@ -115,6 +123,33 @@ class LlmdeckApp(App):
             self.run_worker(self.runtime.ensure_model(), name="model-preload", exit_on_error=False)
         await asyncio.to_thread(warmup.warm_imports)
         gc_tuning.settle_after_start()
+
+    async def _open_live_reply(self) -> None:
+        """A reply still streaming in the service (its terminal went away) opens at start."""
+        live = [t for t in await self.runtime.live_turns() if not t.get("done")]
+        if live and self.main.conversation_id is None and not self.main.busy:
+            await self.main.open_conversation(live[-1]["conversation_id"])
+
+    def _on_service_lost(self, sentence: str) -> None:
+        self.notify(f"{sentence} Starting a new llmdeck service…", title="Service",
+                    severity="warning", timeout=10)
+        self.run_worker(self._reconnect(), name="service-reconnect", group="service",
+                        exclusive=True, exit_on_error=False)
+
+    async def _reconnect(self) -> None:
+        """Attach to a new service, then show the open conversation as the store has it
+        (a reply the crash cut is stored as stopped with what arrived)."""
+        try:
+            await self.runtime.reconnect()
+        except Exception as exc:  # noqa: BLE001 - said, and the app stays up to quit
+            self.notify(f"Could not start the llmdeck service again: {exc}", title="Service",
+                        severity="error", timeout=30)
+            return
+        self.notify("Connected to a new llmdeck service.", title="Service", timeout=4)
+        self.main.on_model_state(self.runtime.model)
+        await self.main.refresh_sidebar()
+        if self.main.conversation_id is not None and not self.main.busy:
+            await self.main.open_conversation(self.main.conversation_id)
 
     _told_recovering = False
 
@@ -176,7 +211,7 @@ class LlmdeckApp(App):
         ok = await self.runtime.switch_model(path, choice.engine)
         if ok:
             await self.save_settings_or_warn()
-            if main.conversation_id is not None:
+            if main.conversation_id is not None and isinstance(self.runtime, Runtime):
                 try:
                     await self.runtime.store_call(self.runtime.store_handle.set_conversation_model,
                                                   main.conversation_id, self.runtime.model_ref())

@@ -47,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_VersionAction,
                         help="show program's version number and exit")
     parser.add_argument("--model", help="a .gguf file or an MLX model folder to chat with")
+    parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("workers", help="print the worker status table (for a second SSH window)")
     models = sub.add_parser("models", help="search, pull, list, remove or import models",
@@ -133,7 +134,7 @@ def _dispatch(argv: list[str]) -> int:
                      "runtime_dir"):
             print(f"{name:12} {getattr(paths, name)()}")
         return 0
-    return _run_app(args.model)
+    return _run_app(args.model, _in_process(args.in_process))
 
 
 def _models(rest: list[str]) -> int:
@@ -151,22 +152,46 @@ def _models(rest: list[str]) -> int:
     return hub_main(rest)
 
 
-def build_app(model: str | None = None) -> LlmdeckApp:
-    """The app `llmdeck` runs, built as it starts it (bench/ui.py times this same path)."""
+def build_app(model: str | None = None, *, in_process: bool = True) -> LlmdeckApp:
+    """The app `llmdeck` runs, built as it starts it (bench/ui.py times this same path).
+    In process it owns a Runtime (tests, `--in-process`); otherwise it is a client of this
+    home's engine service (tui.service_runtime), which it starts when none runs."""
     from tui import gc_tuning, terminal_answers, terminal_input
 
     gc_tuning.pause_full_collections()  # until the app is up (settle_after_start)
     terminal_input.install()  # a non-UTF-8 paste must not kill the input thread
     terminal_answers.install()  # answers to "what do you draw?" must not become keys
     from core.config import Settings
-    from core.runtime import Runtime
     from tui.app import LlmdeckApp
 
     settings = Settings.load()
+    if not in_process:
+        from tui.service_runtime import ServiceRuntime
+
+        return LlmdeckApp(ServiceRuntime(settings, model=model))
+    from core.runtime import Runtime
+
     if model:
         settings.model = model
         settings.engine = None
     return LlmdeckApp(Runtime(settings))
+
+
+# Whether `llmdeck` is the engine service's client when nothing says otherwise. Off until
+# the suite's tmux tests pin LLMDECK_IN_PROCESS=1 (each would leave a service behind).
+SERVICE_BY_DEFAULT = False
+
+
+def _in_process(argv_flag: bool) -> bool:
+    """The app runs its own Runtime (and takes the home lock) with the hidden
+    `--in-process` flag or LLMDECK_IN_PROCESS=1; LLMDECK_IN_PROCESS=0 makes it the
+    service's client, and otherwise SERVICE_BY_DEFAULT decides."""
+    import os
+
+    wanted = os.environ.get("LLMDECK_IN_PROCESS", "")
+    if argv_flag or wanted not in ("", "0"):
+        return True
+    return wanted != "0" and not SERVICE_BY_DEFAULT
 
 
 def _lock_home(role: str) -> bool:
@@ -182,10 +207,12 @@ def _lock_home(role: str) -> bool:
     return True
 
 
-def _run_app(model: str | None) -> int:
-    if not _lock_home("app"):
+def _run_app(model: str | None, in_process: bool = False) -> int:
+    """Open the app. As the service's client it takes no lock (the service holds the
+    home's): any number of `llmdeck` share one history and one copy of each model."""
+    if in_process and not _lock_home("app"):
         return 1
-    build_app(model).run()
+    build_app(model, in_process=in_process).run()
     return 0
 
 

@@ -389,9 +389,11 @@ class MainScreen(Screen):
         self.notify(f"Exported to {path}", title="Export", timeout=6)
 
     # -- conversations ---------------------------------------------------------------------
-    async def open_conversation(self, conversation_id: str, focus_message: str | None = None) -> None:
+    async def open_conversation(self, conversation_id: str, focus_message: str | None = None,
+                                *, follow: bool = True) -> None:
         """Show the newest page, or with `focus_message` (a search hit) the page around it,
-        scrolled to it and focused; scrolling then loads older or newer pages."""
+        scrolled to it and focused; scrolling then loads older or newer pages. With
+        `follow`, a reply still streaming there in the engine service streams on here."""
         self.conversation_id = conversation_id
         runtime = self.runtime
         messages: list = []
@@ -412,6 +414,45 @@ class MainScreen(Screen):
         if target is not None:
             target.focus()
             self.call_after_refresh(self.chat.scroll_to_center, target, animate=False)
+        if follow and not newer:
+            await self.follow_live_reply(conversation_id)
+
+    # -- a reply streaming in the engine service (issue 30): shown live here too ----------
+    _followed: frozenset[str] = frozenset()
+    """Turn ids this screen streamed (started or followed): never followed again."""
+
+    def on_live_reply(self, summary: dict) -> None:
+        """The service runs a reply in some conversation (tui.service_runtime polls): when
+        it is the open one and this screen shows no reply, follow it."""
+        turn_id = summary.get("turn")
+        if (summary.get("conversation_id") == self.conversation_id and turn_id not in self._followed
+                and not self.busy and not self._sending and self.conversation_id is not None):
+            self._followed = self._followed | {turn_id}
+            self.run_worker(self.follow_live_reply(self.conversation_id), group="follow",
+                            exclusive=True)
+
+    async def follow_live_reply(self, conversation_id: str) -> None:
+        """Stream the reply still running in the service for this conversation (started by
+        another TUI, or by one whose terminal went away) into the chat, from its start:
+        what the store showed of it so far is replaced by the replay. Esc stops it."""
+        watch = getattr(self.runtime, "watch_reply", None)  # the engine service's runtime only
+        if watch is None or self.busy:
+            return
+        turn = await watch(conversation_id)
+        if turn is None or self.busy or self.conversation_id != conversation_id:
+            return
+        self._followed = self._followed | {turn.turn_id}
+        user_view = next((v for v in self.chat.views if v.message_id == turn.user_message_id), None)
+        if user_view is None:  # sent from another TUI after this one listed the chat
+            await self.open_conversation(conversation_id, follow=False)
+            user_view = next((v for v in self.chat.views
+                              if v.message_id == turn.user_message_id), None)
+        views = self.chat.views
+        after = views[views.index(user_view) + 1:] if user_view in views else []
+        for view in after:  # the stored part of the reply: the replay shows it all
+            if view.role != "user":
+                await view.remove()
+        self.run_worker(self.run_turn(turn, user_view), group="turn", exclusive=True)
 
     async def _at_newest(self) -> None:
         """Before a new message is added: leave an older page for the newest one."""
@@ -793,6 +834,7 @@ class MainScreen(Screen):
         """Stream a turn into a new reply view; the shared tail of send/regenerate/edit.
         `branch` labels a regenerated reply while it streams (the store confirms at the end)."""
         self.turn = turn
+        self._followed = self._followed | {getattr(turn, "turn_id", None)}  # a service turn
         self._no_turn.clear()
         self._starting = False  # busy now because the turn streams
         turn.approve = self._approve_tool

@@ -1,0 +1,189 @@
+"""ServiceRuntime: the app's runtime when the engine service owns the real one (issue 30).
+
+`llmdeck` talks to this home's service (core.service) instead of running a pool of its
+own. The app was written against core.runtime.Runtime; RemoteRuntime answers its async
+calls over the socket. What the app reads synchronously (the model state, settings, the
+worker table, the start-up page) is kept here from the service's answers and pushes, so
+no frame ever waits on the socket. Calls not named here go to RemoteRuntime as they are.
+
+Also here: a reply that streams in the service for the open conversation (started by
+another TUI, or by this one before its terminal went away) is found by a light poll of
+`live_turns` and handed to `live_listeners`; a lost service is told to `lost_listeners`
+once, and `reconnect()` starts a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from core.config import Settings
+from core.runtime import ModelState
+
+POLL_S = 0.5  # live replies and the worker table, while connected
+
+
+class _LocalBackend:
+    """What the chat view asks of the backend (a remote endpoint words its errors apart)."""
+
+    kind = "local"
+
+
+class ServiceRuntime:
+    """A Runtime-shaped client of the engine service, for the TUI."""
+
+    def __init__(self, settings: Settings | None = None, *, model: str | None = None,
+                 client_name: str = "tui") -> None:
+        # Until the service answers, the home's own file (the service reads the same one):
+        # the first frame's theme and the composer need them before the socket does.
+        self._settings = settings or Settings.load()
+        self._model_override = model
+        self._client_name = client_name
+        self._remote: Any = None  # core.service.RemoteRuntime once started
+        self._tools: Any = None
+        self._workers: list[Any] = []
+        self._poll: asyncio.Task[None] | None = None
+        self._closed = False
+        self.model = ModelState(label="connecting…", state="loading")
+        self.listeners: list[Callable[[ModelState], None]] = []
+        self.lost_listeners: list[Callable[[str], None]] = []
+        # Called with each live reply's summary ({turn, conversation_id, done, ...}).
+        self.live_listeners: list[Callable[[dict[str, Any]], None]] = []
+        self.backend = _LocalBackend()
+        self.store_notice: str | None = None
+        self.store_recovering = False
+
+    # -- what the app reads without waiting --------------------------------------------
+    @property
+    def settings(self) -> Settings:
+        remote = self._remote.settings if self._remote is not None else None
+        return remote if remote is not None else self._settings
+
+    @property
+    def tools(self) -> Any:
+        """The tool policy, sandbox and MCP prompts as the settings say (approval dialogs
+        and the settings screen read them); the tools that run are the service's."""
+        if self._tools is None:
+            from core.tools import ToolKit
+
+            self._tools = ToolKit.from_settings(self.settings)
+        return self._tools
+
+    def worker_status(self) -> list[Any]:
+        """The service's workers as last polled (the F4 pane reads this every second)."""
+        return list(self._workers)
+
+    def open_store_soon(self) -> None:
+        """The service has the store open already."""
+
+    def take_first_page(self) -> None:
+        return None  # the sidebar lists once start() has connected (a few ms)
+
+    def check_mentions(self, conversation_id: str | None, text: str) -> Any:
+        """@doc(...) mentions are resolved by the service when the turn starts; the
+        composer's warning before sending needs the attachments here, which a sync call
+        cannot fetch: every mention passes here and the service says what it did not find."""
+        from core.docs import MentionResolution
+
+        return MentionResolution(resolved=(), unresolved=(), mentions=())
+
+    def is_active_model(self, ref: str) -> bool:
+        """Opening a conversation does not switch the shared service's model (another TUI
+        may be chatting with it); F5 does."""
+        return True
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def start(self, *, preload: bool = True) -> None:
+        """Connect to this home's service, starting it when none runs."""
+        from core.service import RemoteRuntime, start_or_connect
+
+        client = await start_or_connect(self._client_name)
+        remote = RemoteRuntime(client)
+        remote.listeners.append(self._on_model)
+        remote.lost_listeners.append(self._on_lost)
+        await remote.start()
+        self._remote = remote
+        self._on_model(remote.model)
+        if self._model_override:  # `llmdeck --model PATH`: the service loads it
+            await remote.switch_model(self._model_override, None)
+            self._model_override = None
+        self._poll = asyncio.ensure_future(self._poll_loop())
+
+    async def reconnect(self) -> None:
+        """After the service was lost: start or find one and attach again."""
+        if self._poll is not None:
+            self._poll.cancel()
+        await self._remote.reconnect()
+        self._on_model(self._remote.model)
+        self._poll = asyncio.ensure_future(self._poll_loop())
+
+    @property
+    def connected(self) -> bool:
+        return self._remote is not None and self._remote.client.connected
+
+    def _on_model(self, state: Any) -> None:
+        if isinstance(state, ModelState):
+            self.model = state
+            for listener in list(self.listeners):
+                listener(state)
+
+    def _on_lost(self, sentence: str) -> None:
+        if self._closed:
+            return
+        if self._poll is not None:
+            self._poll.cancel()
+        for listener in list(self.lost_listeners):
+            listener(sentence)
+
+    async def _poll_loop(self) -> None:
+        from core.service import ServiceCallError, ServiceUnavailable
+
+        while True:
+            try:
+                self._workers = list(await self._remote.worker_status())
+                for summary in await self._remote.live_turns():
+                    if not summary.get("done"):
+                        for listener in list(self.live_listeners):
+                            listener(summary)
+            except ServiceUnavailable:
+                return  # the lost event says so
+            except ServiceCallError:
+                pass
+            await asyncio.sleep(POLL_S)
+
+    async def watch_reply(self, conversation_id: str) -> Any:
+        """The reply still streaming in that conversation (a RemoteTurn replaying from its
+        start, then live), or None when none is."""
+        live = [t for t in await self._remote.live_turns()
+                if t.get("conversation_id") == conversation_id and not t.get("done")]
+        if not live:
+            return None
+        return await self._remote.watch_turn(conversation_id)
+
+    async def close(self) -> None:
+        """Leave the service; its replies go on (another TUI or the next one shows them)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._poll is not None:
+            self._poll.cancel()
+        if self._tools is not None:
+            with contextlib.suppress(Exception):
+                await self._tools.close()
+        if self._remote is not None:
+            await self._remote.close()
+
+    async def save_settings(self) -> Any:
+        if self._remote is None:
+            return await asyncio.to_thread(self._settings.save)
+        return await self._remote.save_settings()
+
+    def __getattr__(self, name: str) -> Any:
+        """Every other Runtime call (messages, start_turn, switch_model, …) is the
+        service's (core.service.dispatch lists them)."""
+        remote = self.__dict__.get("_remote")
+        if remote is None or name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(remote, name)
