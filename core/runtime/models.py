@@ -22,6 +22,10 @@ from core.remote.backend import Backend, PoolBackend
 from core.remote.refs import remote_ref
 from core.workers.pool import WorkerLoadError, WorkerPool
 
+# A switch loads the new model beside the old one; when the budget holds only one, the
+# load waits this long for the replies on the old model to end (Esc ends one at once).
+SWITCH_WAIT_S = 600.0
+
 
 @dataclass
 class ModelState:
@@ -53,6 +57,14 @@ def engine_for(path: Path) -> str:
         raise WorkerLoadError(exc.code, exc.message) from None
 
 
+def chat_spec(path: Path, engine: str, settings: Settings) -> ModelSpec:
+    """How a local model is loaded for chat; the API loads models the same way, so the
+    app and the API share one copy of a model in the pool (WorkerPool.key_for)."""
+    return ModelSpec(path=str(path), engine=engine, context_size=settings.context_size,
+                     options=(("speculative", bool(settings.speculative)),
+                              ("draft_model", settings.draft_model if engine == "mlx" else None)))
+
+
 class ModelLifecycle:
     """The chat model: its state, its backend, and loading / switching it."""
 
@@ -60,13 +72,14 @@ class ModelLifecycle:
                  spec_override: ModelSpec | None = None) -> None:
         self.settings = settings
         self.pool = pool
-        self.key = "chat"  # the pool's name for the chat model
+        self.key = "chat"  # the pool's name for the chat model (another one after a switch)
         self.state = ModelState()
         # Where generations come from: the pool (local model) or a remote endpoint.
         self.backend: Backend = PoolBackend(self.pool, self.key)
         self.spec_override = spec_override  # a fixed spec (tests, `serve --model`) over settings
         self.listeners: list[Callable[[ModelState], None]] = []
         self._load_task: asyncio.Task[bool] | None = None
+        self._switched = 0  # pool keys handed out by switches
 
     def notify(self) -> None:
         for listener in list(self.listeners):
@@ -99,14 +112,31 @@ class ModelLifecycle:
         return await asyncio.shield(self._load_task)
 
     async def switch(self, path: str, engine: str | None = None) -> bool:
-        """Make `path` (a file, or a remote model string) the model and load it."""
-        await self.pool.unload(self.key)
+        """Make `path` (a file, or a remote model string) the model and load it.
+
+        The old model is not unloaded under a reply: the new one loads beside it when the
+        memory budget has room, and otherwise waits (SWITCH_WAIT_S) for the replies on it
+        to end, then takes its place (the pool evicts idle models, least recently used
+        first). A reply streaming meanwhile completes, or Esc stops it; the old model
+        stays loaded while it fits, so switching back is instant. A switch to a remote
+        model unloads the local one once its replies are done: nothing local needs it."""
+        if remote_ref(path) is not None:
+            await self.pool.release(self.key, wait_s=SWITCH_WAIT_S)
         self.settings.model = path
         self.settings.engine = engine
         self.spec_override = None
         self.state = ModelState()
-        self._load_task = asyncio.ensure_future(self._load())
+        self._load_task = asyncio.ensure_future(self._load(switching=True))
         return await asyncio.shield(self._load_task)
+
+    def _key_for(self, spec: ModelSpec) -> str:
+        """The pool key of the model switched to: the one it is known under already
+        (loaded by the API, or used before), else a new one."""
+        known = self.pool.key_for(spec)
+        if known is not None:
+            return known
+        self._switched += 1
+        return f"chat-{self._switched}"
 
     async def _resolve_spec(self) -> ModelSpec:
         if self.spec_override is not None:
@@ -131,9 +161,7 @@ class ModelLifecycle:
             path, label = target, bundled.BUNDLED_CHAT_LABEL
         self.state.label = label if label != bundled.BUNDLED_CHAT_NAME else bundled.BUNDLED_CHAT_LABEL
         engine = s.engine or await asyncio.to_thread(engine_for, path)
-        return ModelSpec(path=str(path), engine=engine, context_size=s.context_size,
-                         options=(("speculative", bool(s.speculative)),
-                                  ("draft_model", s.draft_model if engine == "mlx" else None)))
+        return chat_spec(path, engine, s)
 
     async def _use_remote(self, endpoint_name: str, model: str) -> bool:
         """Point generations at a remote endpoint; nothing loads locally."""
@@ -154,7 +182,7 @@ class ModelLifecycle:
         self.notify()
         return True
 
-    async def _load(self) -> bool:
+    async def _load(self, *, switching: bool = False) -> bool:
         await self.backend.close()
         ref = remote_ref(self.settings.model) if self.spec_override is None else None
         if ref is not None:
@@ -162,6 +190,9 @@ class ModelLifecycle:
         self.backend = PoolBackend(self.pool, self.key)
         try:
             spec = await self._resolve_spec()
+            if switching:
+                self.key = self._key_for(spec)
+                self.backend = PoolBackend(self.pool, self.key)
             if spec.engine == "scripted" and self.spec_override is not None:
                 self.state.label = spec.option("label", "scripted")
             self.state.state = "loading"
@@ -171,7 +202,8 @@ class ModelLifecycle:
             # once; MLX batches every session in one worker.
             replicas = self.settings.replicas or (2 if spec.engine == "llamacpp" else 1)
             info = await self.pool.load(self.key, spec, replicas=replicas,
-                                        label=self.state.label)
+                                        label=self.state.label,
+                                        wait_s=SWITCH_WAIT_S if switching else 0.0)
         except WorkerLoadError as exc:
             self.state.state = "failed"
             self.state.error = exc.message

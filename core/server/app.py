@@ -255,8 +255,7 @@ class ChatServer:
         for entry in await self.local_models.entries():
             if entry.id == self.local_name():
                 continue
-            key = self.runtime.model_key if self.local_models.is_app_model(entry) else entry.id
-            status = running.get(key)
+            status = self.local_models.running_at(entry.path)
             data.append({"id": entry.id, "object": "model", "created": int(entry.modified) or now,
                          "owned_by": "llmdeck", "name": entry.name, "format": entry.format,
                          "size_bytes": entry.size_bytes, "loaded": status is not None,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -28,6 +29,7 @@ from core import keep_alive
 from core.engines.base import ModelSpec
 from core.model_catalog import AmbiguousModel, CatalogEntry, ModelCatalog
 from core.remote.backend import PoolBackend
+from core.runtime.models import chat_spec
 from core.server.sse import json_response
 from core.server.wire import ApiError
 from core.workers.pool import ModelStatus, WorkerLoadError
@@ -80,8 +82,6 @@ class LocalModels:
 
     def is_app_model(self, entry: CatalogEntry) -> bool:
         """True when `entry` is the model the app itself runs (it keeps its own door)."""
-        from pathlib import Path
-
         from core import model_refs
 
         ref = self.server.runtime.model_ref()
@@ -93,13 +93,15 @@ class LocalModels:
     # -- load ------------------------------------------------------------------------
     async def backend(self, entry: CatalogEntry) -> PoolBackend:
         """The pool's backend for `entry`, loading it first (waiting up to the load wait;
-        503 with the pool's sentence when it does not fit or fails)."""
-        key = entry.id
+        503 with the pool's sentence when it does not fit or fails). A model the app loaded
+        before (a chat model switched away from) is shared, not loaded twice."""
+        spec = chat_spec(entry.path, entry.engine or "", self.server.runtime.settings)
+        key = self.pool.key_for(spec) or entry.id
         if key not in self.pool.loaded() or key not in self.loaded:
-            await self._load(entry)
+            await self._load(entry, spec, key)
         return PoolBackend(self.pool, key)
 
-    async def _load(self, entry: CatalogEntry) -> None:
+    async def _load(self, entry: CatalogEntry, spec: ModelSpec, key: str) -> None:
         server, rt = self.server, self.server.runtime
         if self.waiters >= server.max_queue:
             raise ApiError(429, f"The queue is full ({server.max_queue} requests waiting for a "
@@ -109,9 +111,6 @@ class LocalModels:
                            f"its format, {entry.format}).", code="model_unavailable")
         wait = server.limits.load_wait_s
         settings = rt.settings
-        spec = ModelSpec(path=str(entry.path), engine=entry.engine,
-                         context_size=settings.context_size,
-                         options=(("speculative", bool(settings.speculative)),))
         replicas = settings.replicas or (2 if entry.engine == "llamacpp" else 1)
         self.waiters += 1
         try:
@@ -119,9 +118,9 @@ class LocalModels:
                 from core.hub import ensure_bundled
 
                 await asyncio.to_thread(ensure_bundled)
-            fresh = entry.id not in self.pool.loaded()
+            fresh = key not in self.pool.loaded()
             info = await asyncio.wait_for(asyncio.shield(self.pool.load(
-                entry.id, spec, replicas=replicas, label=entry.name, wait_s=wait)), wait)
+                key, spec, replicas=replicas, label=entry.name, wait_s=wait)), wait)
         except TimeoutError:
             raise ApiError(503, f"{entry.name} is still loading after {wait:.0f} s of waiting; "
                            "retry in a moment.", code="model_loading") from None
@@ -130,12 +129,12 @@ class LocalModels:
                            code="model_unavailable") from None
         finally:
             self.waiters -= 1
-        self.loaded[entry.id] = Loaded(int(info.get("context_size") or settings.context_size),
-                                       bool(info.get("vision")), dict(info))
+        self.loaded[key] = Loaded(int(info.get("context_size") or settings.context_size),
+                                  bool(info.get("vision")), dict(info))
         if fresh:
             default = settings.keep_alive_for(entry.id, entry.name)
             if default is not None:
-                self.pool.set_keep_alive(entry.id, default)
+                self.pool.set_keep_alive(key, default)
 
     def facts(self, key: str) -> Loaded | None:
         return self.loaded.get(key)
@@ -155,6 +154,16 @@ class LocalModels:
         """The pool's models that are up, by key."""
         return {m.key: m for m in self.pool.models() if m.state != "failed"}
 
+    def running_at(self, path: Path) -> ModelStatus | None:
+        """The loaded model whose file or folder is `path` (under whichever key)."""
+        return next((m for m in self.running().values() if Path(m.path).expanduser() == path),
+                    None)
+
+    def name_of(self, status: ModelStatus) -> str:
+        """The id a loaded model is listed under: its catalog id, else its pool key."""
+        entry = self.catalog.by_path(status.path)
+        return entry.id if entry is not None else status.key
+
     async def entries(self) -> list[CatalogEntry]:
         return await asyncio.to_thread(self.catalog.entries)
 
@@ -171,15 +180,15 @@ class LocalModels:
             key = (await self.backend(entry)).key
         if key is not None:
             self.keep(key, seconds)
-        return json_response(self._state(entry, key))
+        return json_response(self._state(entry))
 
     async def unload_route(self, request: web.Request) -> web.Response:
         name = request.match_info["model"]
         await self._optional_body(request)
         entry = await self._entry(name)
-        key = self.server.runtime.model_key if self.is_app_model(entry) else entry.id
-        clean = await self.unload(key)
-        return json_response({**self._state(entry, key), "replies_cut": not clean})
+        status = self.running_at(entry.path)
+        clean = await self.unload(status.key) if status is not None else True
+        return json_response({**self._state(entry), "replies_cut": not clean})
 
     async def _entry(self, name: str) -> CatalogEntry:
         entry = await self.find(name)
@@ -193,8 +202,8 @@ class LocalModels:
             return None
         return await self.server._body(request)
 
-    def _state(self, entry: CatalogEntry, key: str | None) -> dict[str, Any]:
-        status = self.running().get(key) if key else None
+    def _state(self, entry: CatalogEntry) -> dict[str, Any]:
+        status = self.running_at(entry.path)
         return {"id": entry.id, "object": "model", "name": entry.name,
                 "loaded": status is not None, **(describe(status) if status else {})}
 

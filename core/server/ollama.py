@@ -325,7 +325,8 @@ class OllamaRoutes:
             if model in server._remote_names():
                 return None
             raise server._not_served(model)
-        return server.runtime.model_key if server.local_models.is_app_model(entry) else entry.id
+        status = server.local_models.running_at(entry.path)
+        return status.key if status is not None else None
 
     async def _answer(self, request: web.Request, call: ChatCall, think: bool, stream: bool,
                       first: list[Event], batches: AsyncIterator[list[Event]], *,
@@ -490,8 +491,9 @@ class OllamaRoutes:
                 name, details, _, _ = self._local()
                 context = rt.model.context_size
             else:
-                entry = next((e for e in server.local_models.catalog.cached() if e.id == key), None)
-                name, details = key, _details(entry) if entry else {}
+                name = server.local_models.name_of(status)
+                entry = server.local_models.catalog.by_path(status.path)
+                details = _details(entry) if entry else {}
                 facts = server.local_models.facts(key)
                 context = facts.context_size if facts else rt.settings.context_size
             expires = describe(status)["expires_at"] or 4102444800  # kept: 2100

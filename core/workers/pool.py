@@ -646,6 +646,11 @@ class WorkerPool:
                 break
         return not group.leases
 
+    def key_for(self, spec: ModelSpec) -> str | None:
+        """The key a model with exactly this spec is known under (loaded or not), so that
+        the app and the API share one copy of it."""
+        return next((k for k, g in self._groups.items() if g.spec == spec), None)
+
     def leases(self, key: str) -> int:
         """Requests running on the model or waiting for it."""
         group = self._groups.get(key)
