@@ -125,10 +125,11 @@ class LlmdeckApp(App):
         gc_tuning.settle_after_start()
 
     async def _open_live_reply(self) -> None:
-        """A reply still streaming in the service (its terminal went away) opens at start."""
-        live = [t for t in await self.runtime.live_turns() if not t.get("done")]
-        if live and self.main.conversation_id is None and not self.main.busy:
-            await self.main.open_conversation(live[-1]["conversation_id"])
+        """The conversation of the newest reply the service streams or just finished (its
+        terminal went away mid-reply, say) opens at start, streaming on when it still is."""
+        recent = sorted(await self.runtime.live_turns(), key=lambda t: t.get("started_at", 0))
+        if recent and self.main.conversation_id is None and not self.main.busy:
+            await self.main.open_conversation(recent[-1]["conversation_id"])
 
     def _on_service_lost(self, sentence: str) -> None:
         self.notify(f"{sentence} Starting a new llmdeck service…", title="Service",
@@ -207,7 +208,11 @@ class LlmdeckApp(App):
                             f"({exc.strerror or exc}); free some space and pick it again.",
                             title="Model", severity="error", timeout=15)
                 return
-        self.notify(f"Loading {choice.name}…", timeout=3)
+        from tui import model_presets  # its own preset, before it loads (issue 31, item 4)
+
+        preset = await model_presets.apply_for(self.runtime, path, choice.name)
+        self.notify(f"Loading {choice.name}…" + (f" (preset {preset[0]})" if preset else ""),
+                    timeout=3)
         ok = await self.runtime.switch_model(path, choice.engine)
         if ok:
             await self.save_settings_or_warn()

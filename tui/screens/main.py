@@ -272,6 +272,18 @@ class MainScreen(Screen):
         self.query_one(AttachmentBar).clear()
         await self.chat.show_empty()
         self.query_one(StatusBar).context_used = 0
+        await self._start_from_preset()
+
+    async def _start_from_preset(self) -> None:
+        """A new chat starts from the model's own preset (tui.model_presets, issue 31)."""
+        from tui import model_presets
+
+        try:
+            applied = await model_presets.apply_current(self.runtime)
+        except OSError:
+            return  # an unreadable config folder: the settings as they are
+        if applied is not None and applied[1] and not self.busy:  # its context size
+            self.run_worker(self.runtime.reload_model(), group="model", exclusive=True)
 
     def action_search(self) -> None:
         self.query_one("#search", Input).focus()
@@ -420,6 +432,7 @@ class MainScreen(Screen):
     # -- a reply streaming in the engine service (issue 30): shown live here too ----------
     _followed: frozenset[str] = frozenset()
     """Turn ids this screen streamed (started or followed): never followed again."""
+    _attaching = False
 
     def on_live_reply(self, summary: dict) -> None:
         """The service runs a reply in some conversation (tui.service_runtime polls): when
@@ -436,8 +449,15 @@ class MainScreen(Screen):
         another TUI, or by one whose terminal went away) into the chat, from its start:
         what the store showed of it so far is replaced by the replay. Esc stops it."""
         watch = getattr(self.runtime, "watch_reply", None)  # the engine service's runtime only
-        if watch is None or self.busy:
+        if watch is None or self.busy or self._attaching:
             return
+        self._attaching = True  # the poll and the opening may both find it: one follows
+        try:
+            await self._follow(conversation_id, watch)
+        finally:
+            self._attaching = False
+
+    async def _follow(self, conversation_id: str, watch) -> None:  # noqa: ANN001
         turn = await watch(conversation_id)
         if turn is None or self.busy or self.conversation_id != conversation_id:
             return
@@ -452,6 +472,7 @@ class MainScreen(Screen):
         for view in after:  # the stored part of the reply: the replay shows it all
             if view.role != "user":
                 await view.remove()
+        self.turn = turn  # busy from here: run_turn streams it
         self.run_worker(self.run_turn(turn, user_view), group="turn", exclusive=True)
 
     async def _at_newest(self) -> None:

@@ -49,8 +49,10 @@ class SettingsScreen(ModalScreen[bool]):
 
     BINDINGS = [
         Binding("ctrl+s", "save", "Save", priority=True),
+        Binding("ctrl+r", "save_preset", "Save as model preset", priority=True),
         Binding("escape", "cancel", "Cancel"),
     ]
+    as_preset = False  # this save also files the settings as the model's preset (issue 31)
 
     def compose(self) -> ComposeResult:
         s = self.app.runtime.settings  # type: ignore[attr-defined]
@@ -105,6 +107,7 @@ class SettingsScreen(ModalScreen[bool]):
             yield McpSettings(s, id="mcp-settings")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Save (ctrl+s)", variant="primary", id="save")
+                yield Button("Save as model preset (ctrl+r)", id="save-preset")
                 yield Button("Cancel (esc)", id="cancel")
         yield Footer()
 
@@ -157,6 +160,14 @@ class SettingsScreen(ModalScreen[bool]):
     def _save_pressed(self) -> None:
         self.action_save()
 
+    @on(Button.Pressed, "#save-preset")
+    def _save_preset_pressed(self) -> None:
+        self.action_save_preset()
+
+    def action_save_preset(self) -> None:
+        """Save, and file these settings as the current model's preset (tui.model_presets)."""
+        self.action_save(as_preset=True)
+
     @on(Button.Pressed, "#cancel")
     def _cancel_pressed(self) -> None:
         self.action_cancel()
@@ -166,7 +177,8 @@ class SettingsScreen(ModalScreen[bool]):
         self.app.theme = settings.theme if settings.theme in THEME_NAMES else THEME_NAMES[0]
         self.dismiss(False)
 
-    def action_save(self) -> None:
+    def action_save(self, as_preset: bool = False) -> None:
+        self.as_preset = as_preset
         values, problems = self._validate()
         self._show_problems(problems)
         if values is None:
@@ -220,5 +232,13 @@ class SettingsScreen(ModalScreen[bool]):
                      "and scratch limits when a conversation's sandbox next starts.")
         if kept is not None:
             note += " " + kept_notice(kept)
+        if self.as_preset:  # a new chat with this model starts from them
+            from tui import model_presets
+
+            try:
+                key, where = await model_presets.save_current(runtime)
+                note += f" Saved as the preset of {key} ({where})."
+            except OSError as exc:
+                note += f" The preset was not saved: {exc.strerror or exc}."
         self.notify("Settings saved." + note, timeout=20 if kept else 4)
         self.dismiss(context_changed or speculative_changed)
