@@ -1,0 +1,168 @@
+"""`llmdeck` as the engine service's client, in tmux as a person uses it (issue 30):
+a reply goes on when its terminal goes away and the next `llmdeck` shows it streaming to
+its end, stored once and whole; two terminals on one home chat at once; the app and
+`llmdeck serve` share one worker. The service is a real process (the scripted engine in a
+real worker, paced so a reply takes seconds), and no process of it outlives a test."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.helpers import service_proc as svc
+from tests.helpers.tmux import TmuxSession, llmdeck_command
+
+WORDS = 120
+LONG = " ".join(f"w{i:03d}" for i in range(1, WORDS + 1))  # in order, each once
+LAST = f"w{WORDS:03d}"
+
+
+@pytest.fixture
+def service(llmdeck_home: Path) -> Iterator[int]:
+    """This home's service (scripted, about 12 s a reply), killed with its workers after."""
+    with svc.no_service_left(llmdeck_home):
+        pid = svc.start(*svc.scripted_args(reply=LONG, tokens_per_s=12))
+        kids = svc.descendants(pid)
+        yield pid
+    for p in [pid, *kids]:
+        svc.wait_for(lambda p=p: not svc.alive(p), 15, f"process {p} of the service to end")
+
+
+def _tui(home: Path) -> TmuxSession:
+    tmux = TmuxSession(llmdeck_command(), env={"LLMDECK_HOME": str(home), "HF_HUB_OFFLINE": "1",
+                                               "LLMDECK_IN_PROCESS": "0"}, width=110, height=30)
+    tmux.wait_for(lambda s: "scripted ●" in s, 60, "the app attached to the service's model")
+    return tmux
+
+
+def _app_pid(tmux: TmuxSession) -> int:
+    """The `llmdeck` process in the pane (below the shell tmux started)."""
+    for child in psutil.Process(tmux.pane_pid()).children(recursive=True):
+        if "llmdeck" in " ".join(child.cmdline()):
+            return child.pid
+    raise AssertionError("no llmdeck process in the pane")
+
+
+def _chat_pane(screen: str) -> str:
+    """The chat, right of the sidebar's edge (the sidebar lists every conversation)."""
+    return "\n".join(line.split("▕", 1)[1] for line in screen.splitlines() if "▕" in line)
+
+
+def _messages(home: Path) -> list[tuple[str, str, str, str]]:
+    from core import paths
+
+    with sqlite3.connect(paths.db_path()) as db:
+        return db.execute("SELECT conversation_id, role, content, status FROM messages "
+                          "ORDER BY seq").fetchall()
+
+
+def test_a_reply_outlives_its_terminal_and_the_next_llmdeck_shows_it_to_its_end(
+        llmdeck_home: Path, service: int) -> None:
+    first = _tui(llmdeck_home)
+    try:
+        first.send_line("Count for me")  # text and Enter in one burst
+        first.wait_for(lambda s: "w010" in s, 30, "the reply to stream")
+        app = _app_pid(first)
+        subprocess.run(["tmux", "-L", first.socket, "kill-session", "-t", first.name],
+                       check=True)  # the terminal goes away: SIGHUP
+        svc.wait_for(lambda: not svc.alive(app), 10, "the app to end with its terminal")
+    finally:
+        first.close()
+    assert svc.alive(service), "the service outlives the terminal"
+    assert not any(r[1] == "assistant" and r[3] == "complete" and LAST in r[2]
+                   for r in _messages(llmdeck_home)), "cut mid-reply: not finished yet"
+
+    second = _tui(llmdeck_home)  # opens on the reply still streaming, and shows its end
+    try:
+        screen = second.wait_for(lambda s: LAST in s and "tok/s" in s, 60,
+                                 "the reply to stream on to its end here")
+        assert "Count for me" in screen
+    finally:
+        second.close()
+    rows = _messages(llmdeck_home)
+    assert [(r[1], r[3]) for r in rows] == [("user", "complete"), ("assistant", "complete")]
+    assert rows[1][2] == LONG, "stored whole, in order, once"
+
+
+def test_two_terminals_on_one_home_chat_in_two_conversations_at_once(
+        llmdeck_home: Path, service: int) -> None:
+    one, two = _tui(llmdeck_home), _tui(llmdeck_home)
+    try:
+        one.send_line("First terminal asks")
+        two.send_line("Second terminal asks")
+        one.wait_for(lambda s: "w005" in s, 30, "the first reply to stream")
+        two.wait_for(lambda s: "w005" in s, 30, "the second reply to stream")
+        assert LAST not in one.screen(), "both stream at once"
+        for tmux in (one, two):
+            tmux.wait_for(lambda s: LAST in s and "tok/s" in s, 60, "each reply's end")
+        assert "Second terminal asks" not in _chat_pane(one.screen()), "its own chat only"
+    finally:
+        one.close()
+        two.close()
+    rows = _messages(llmdeck_home)
+    assert sorted(r[2] for r in rows if r[1] == "user") == ["First terminal asks",
+                                                            "Second terminal asks"]
+    replies = [r for r in rows if r[1] == "assistant"]
+    assert len(replies) == 2 and all(r[2] == LONG and r[3] == "complete" for r in replies)
+    assert len({r[0] for r in rows}) == 2, "two conversations"
+
+
+def test_a_second_terminal_on_the_same_conversation_shows_the_reply_live_and_stops_it(
+        llmdeck_home: Path, service: int) -> None:
+    one = _tui(llmdeck_home)
+    one.send_line("Shared question")
+    one.wait_for(lambda s: LAST in s and "tok/s" in s, 60, "the first reply")
+    two = _tui(llmdeck_home)
+    try:
+        two.send("C-f")  # find the conversation, open it: the second terminal has it open
+        two.type("Shared")
+        two.wait_for(lambda s: "Shared question" in s, 15, "the search hit")
+        two.send("Tab")
+        two.send("Enter")
+        two.wait_for(lambda s: LAST in s, 15, "the conversation open in the second terminal")
+        one.send_line("Again please")  # a reply the second terminal did not start
+        two.wait_for(lambda s: "Again please" in s and "w010" in s, 30,
+                     "the reply started elsewhere, live here")
+        two.send("Escape")  # stops it for everyone
+        one.wait_for(lambda s: "tok/s" in s.rsplit("Again please", 1)[-1], 20,
+                     "the first terminal to see it stopped")
+    finally:
+        one.close()
+        two.close()
+    rows = _messages(llmdeck_home)
+    assert rows[-1][1] == "assistant" and rows[-1][3] == "stopped"
+    assert LONG.startswith(rows[-1][2].rstrip()) and LAST not in rows[-1][2]
+
+
+def test_the_app_and_serve_share_one_worker(llmdeck_home: Path, service: int) -> None:
+    tui = _tui(llmdeck_home)
+    env = {**os.environ, "PYTHONPATH": str(svc.ROOT)}
+    serve = subprocess.Popen([sys.executable, "-m", "tui.cli", "serve", "--port", "0"],
+                             cwd=svc.ROOT, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+    try:
+        assert serve.stdout is not None
+        line = serve.stdout.readline()
+        assert re.search(rf"in the llmdeck service, pid {service}\)", line), line
+        tui.send_line("hello")
+        tui.wait_for(lambda s: LAST in s and "tok/s" in s, 60, "the app's reply")
+        table = svc.llmdeck("workers").stdout
+        assert sum(1 for row in table.splitlines() if " scripted " in row) == 1, table
+        assert psutil.Process(serve.pid).children(recursive=True) == []
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        try:
+            serve.wait(30)
+        finally:
+            if serve.poll() is None:
+                serve.kill()
+            tui.close()
