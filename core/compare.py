@@ -17,12 +17,14 @@ core.runtime) because the UI may import only the faces of core packages.
 from __future__ import annotations
 
 import asyncio
+import copy
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core import presets
 from core.engines.base import GenerationRequest, ModelSpec
 from core.events import Done, Error, Event, TextDelta, Usage
 from core.remote.backend import Backend, PoolBackend
@@ -31,6 +33,7 @@ from core.tools import chat_messages
 from core.workers.pool import WorkerLoadError
 
 if TYPE_CHECKING:
+    from core.config import Settings
     from core.runtime import Runtime
 
 COMPARE_KEY = "compare"  # the pool's name for the second model of a comparison
@@ -185,8 +188,9 @@ async def start_compare(runtime: Runtime, conversation_id: str | None, text: str
     (not yet streaming: iterate `events()`); CompareRefused with the reason otherwise.
 
     The left side is the chat model as it is (a remote endpoint too); the right side is
-    `other`, loaded beside it in the pool. Both get the same messages and sampling; no
-    tools are offered (a tool round would make the two replies incomparable)."""
+    `other`, loaded beside it in the pool, with its own preset when it has one (its
+    sampling, system prompt and context size), else the same settings. Both get the same
+    conversation; no tools are offered (a tool round would make the replies incomparable)."""
     if not text.strip():
         return CompareRefused("Type the message to compare first, then choose the model.")
     if _same_model(runtime, other):
@@ -194,6 +198,7 @@ async def start_compare(runtime: Runtime, conversation_id: str | None, text: str
                               "to compare it with.")
     if not await runtime.ensure_model():
         return CompareRefused(runtime.model.error or "The chat model could not be loaded.")
+    other_settings, other = await _with_preset(runtime.settings, other, label)
     try:
         await runtime.pool.load(COMPARE_KEY, other, replicas=1, label=label)
     except WorkerLoadError as exc:  # the budget's refusal names the numbers
@@ -207,17 +212,34 @@ async def start_compare(runtime: Runtime, conversation_id: str | None, text: str
         return cid, mid, history
 
     cid, user_id, history = await runtime.store_call(_save)
-    chat: list[dict] = []
-    if runtime.settings.system_prompt:
-        chat.append({"role": "system", "content": runtime.settings.system_prompt})
-    chat.extend(chat_messages(history))
-    chat.append({"role": "user", "content": text})
-    sampling = runtime.settings.sampling.to_params()
 
-    def request() -> GenerationRequest:
+    def request(settings: Settings) -> GenerationRequest:
+        chat: list[dict] = []
+        if settings.system_prompt:
+            chat.append({"role": "system", "content": settings.system_prompt})
+        chat.extend(chat_messages(history))
+        chat.append({"role": "user", "content": text})
         return GenerationRequest(request_id=uuid.uuid4().hex, messages=tuple(chat),
-                                 sampling=sampling, session_id=cid)
+                                 sampling=settings.sampling.to_params(), session_id=cid)
 
-    left = CompareSide(runtime.model.label, runtime.backend, request())
-    right = CompareSide(label, PoolBackend(runtime.pool, COMPARE_KEY), request())
+    left = CompareSide(runtime.model.label, runtime.backend, request(runtime.settings))
+    right = CompareSide(label, PoolBackend(runtime.pool, COMPARE_KEY), request(other_settings))
     return Comparison(runtime, cid, user_id, (left, right))
+
+
+async def _with_preset(settings: Settings, other: ModelSpec, label: str
+                       ) -> tuple[Settings, ModelSpec]:
+    """The settings and spec the second model answers with: its own preset (core.presets)
+    over the current settings, as a new chat with it would start; the chat's stay as they
+    are."""
+    def _find() -> presets.Preset | None:
+        found = presets.load()
+        key = presets.model_key(None if other.engine == "scripted" else other.path, label)
+        return found.get(key)
+
+    preset = await asyncio.to_thread(_find)
+    mine = copy.deepcopy(settings)
+    if preset is None:
+        return mine, other
+    presets.apply(mine, preset)
+    return mine, replace(other, context_size=mine.context_size)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from core import paths
+from core import paths, presets
 from core.compare import LEFT, RIGHT, CompareRefused, Comparison, start_compare
 from core.config import Settings
 from core.engines.base import ModelSpec
@@ -77,6 +77,26 @@ async def test_both_replies_stream_and_the_kept_one_is_the_reply() -> None:
         # The chat's branch key steps to the other answer, and back.
         assert await rt.step_branch(kept, -1) or await rt.step_branch(kept, 1)
         assert stored(comparison.conversation_id)[-1].content == "Left says Paris."
+    finally:
+        await rt.close()
+
+
+async def test_the_second_model_answers_with_its_own_preset() -> None:
+    settings = Settings(system_prompt="Chat prompt.")
+    settings.sampling.temperature = 0.7
+    presets.save(presets.model_key(None, "right-model"),
+                 presets.Preset(sampling={"temperature": 0.2}, system_prompt="Right prompt."))
+    rt = Runtime(settings, model_spec=scripted("left-model", "L"))
+    await rt.start()
+    try:
+        comparison = await start_compare(rt, None, "hi", scripted("right-model", "R"),
+                                         "right-model")
+        assert isinstance(comparison, Comparison)
+        await run_through(comparison)
+        left, right = (side.request for side in comparison.sides)
+        assert (left.sampling.temperature, left.messages[0]["content"]) == (0.7, "Chat prompt.")
+        assert (right.sampling.temperature, right.messages[0]["content"]) == (0.2, "Right prompt.")
+        assert rt.settings.system_prompt == "Chat prompt."  # the chat's settings stay
     finally:
         await rt.close()
 
