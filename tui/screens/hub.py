@@ -376,10 +376,57 @@ class HubScreen(Screen):
         """The table's Loaded column, and one line per loaded model under it (memory,
         last use, when it unloads if left idle), as F4 shows them."""
         workers = self._workers() if workers is None else workers
-        self.query_one(LocalTable).show(models, select=select, loaded=workers)
+        self.query_one(LocalTable).show(models, select=select, loaded=workers, uses=self._uses())
         lines = loaded_lines(workers)
         self.query_one("#hub-local-loaded", Static).update(
             Group(Text("Loaded now:", style="bold"), *lines) if lines else "")
+
+    def _uses(self) -> dict[Path, str]:
+        """Which local models have a role in the settings (shown in the Role column)."""
+        runtime = getattr(self.app, "runtime", None)
+        out: dict[Path, str] = {}
+        for setting, word in (("vision_model", "vision model"), ("draft_model", "draft model")):
+            value = getattr(runtime.settings, setting, None) if runtime is not None else None
+            if value:
+                path = Path(value).expanduser()
+                out[path] = f"{out[path]}, {word}" if path in out else word
+        return out
+
+    def on_local_table_use_requested(self, event: LocalTable.UseRequested) -> None:
+        self.use_model(event.model, event.role)
+
+    @work(exclusive=True, group="hub-use")
+    async def use_model(self, model: LocalModel, role: str) -> None:
+        """Set (or, on the model already set, clear) the vision or draft model and save it.
+        The vision model takes effect at the next image; the draft model when the chat
+        model next loads (l on it loads it again, beside the running one)."""
+        runtime = getattr(self.app, "runtime", None)
+        if runtime is None:
+            return
+        setting = "vision_model" if role == "vision" else "draft_model"
+        what = "vision model" if role == "vision" else "draft model"
+        current = getattr(runtime.settings, setting, None)
+        if current and Path(current).expanduser() == model.path:
+            setattr(runtime.settings, setting, None)
+            message = f"{model.name} is no longer the {what}."
+        else:
+            problem = _use_problem(model, role)
+            if problem is not None:
+                self._status("#hub-local-status", problem, error=True)
+                return
+            setattr(runtime.settings, setting, str(model.path))
+            message = (f"{model.name} is the vision model: it describes images for text models."
+                       if role == "vision" else
+                       f"{model.name} is the draft model: it guesses tokens for an MLX chat "
+                       "model of its family from its next load (l on the chat model loads it "
+                       "again).")
+        try:
+            await runtime.save_settings()
+        except OSError as exc:
+            self._status("#hub-local-status", f"Could not save the settings: {exc}", True)
+            return
+        self._status("#hub-local-status", message)
+        self.show_loaded(self.query_one(LocalTable).models)
 
     def on_local_table_refresh_requested(self, _: LocalTable.RefreshRequested) -> None:
         self.refresh_local()
@@ -510,3 +557,17 @@ def _delete_detail(model: LocalModel) -> str:
         model.source, model.source)
     extra = " and its vision projector" if model.mmproj else ""
     return f"Frees {fmt.size(model.size_bytes)}: removes the file{extra} from {where}."
+
+
+def _use_problem(model: LocalModel, role: str) -> str | None:
+    """Why `model` cannot take the role, as a sentence, or None."""
+    if not model.valid:
+        return f"{model.name} cannot be used: {model.problem}."
+    if model.format != "mlx":
+        if role == "vision":
+            return (f"{model.name} is a GGUF: the vision model must be an MLX vision folder "
+                    "(mlx-vlm). A GGUF with its projector answers images itself when loaded "
+                    "as the chat model (l).")
+        return (f"{model.name} is a GGUF: a draft model must be an MLX folder of the chat "
+                "model's family (llama.cpp runs no draft model here).")
+    return None

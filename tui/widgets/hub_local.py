@@ -22,6 +22,8 @@ class LocalTable(MeasuredTable):
     BINDINGS = [
         Binding("l", "load", "Load"),
         Binding("enter", "load", "Load", show=False),
+        Binding("v", "use('vision')", "Vision model"),
+        Binding("f", "use('draft')", "Draft model"),
         Binding("delete", "delete", "Delete"),
         Binding("r", "refresh_list", "Refresh"),
     ]
@@ -39,27 +41,40 @@ class LocalTable(MeasuredTable):
     class RefreshRequested(Message):
         pass
 
+    class UseRequested(Message):
+        """Make the model the vision model (describes images for text models) or the
+        draft model (guesses tokens for the MLX chat model); again on it clears the role."""
+
+        def __init__(self, model: LocalModel, role: str) -> None:
+            super().__init__()
+            self.model = model
+            self.role = role  # "vision" | "draft"
+
     def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self.models: list[LocalModel] = []
         self.loaded: dict[Path, list[WorkerStatus]] = {}
+        self.uses: dict[Path, str] = {}  # "vision model", "draft model": shown in Role
 
     def on_mount(self) -> None:
         self.show([])
 
     def show(self, models: list[LocalModel], select: str | None = None,
-             loaded: list[WorkerStatus] | None = None) -> None:
+             loaded: list[WorkerStatus] | None = None,
+             uses: dict[Path, str] | None = None) -> None:
         """Fill the table, keeping the cursor on `select` (a model id) when given;
         `loaded`: the pool's workers now (the Loaded column), else the last ones given."""
         previous = self.current.id if self.current else None
         self.models = list(models)
+        if uses is not None:
+            self.uses = dict(uses)
         if loaded is not None:
             self.loaded = {}
             for w in loaded:
                 if w.path and w.state in ("idle", "busy", "loading"):
                     self.loaded.setdefault(Path(w.path).expanduser(), []).append(w)
-        self.fill(COLUMNS, [_cells(m, self.loaded.get(m.path, [])) for m in self.models],
-                  [m.id for m in self.models])
+        self.fill(COLUMNS, [_cells(m, self.loaded.get(m.path, []), self.uses.get(m.path))
+                            for m in self.models], [m.id for m in self.models])
         want = select or previous
         for i, m in enumerate(self.models):
             if m.id == want:
@@ -76,6 +91,10 @@ class LocalTable(MeasuredTable):
         if (m := self.current) is not None:
             self.post_message(self.LoadRequested(m))
 
+    def action_use(self, role: str) -> None:
+        if (m := self.current) is not None:
+            self.post_message(self.UseRequested(m, role))
+
     def action_delete(self) -> None:
         if (m := self.current) is not None:
             self.post_message(self.DeleteRequested(m))
@@ -84,10 +103,11 @@ class LocalTable(MeasuredTable):
         self.post_message(self.RefreshRequested())
 
 
-def _cells(m: LocalModel, workers: list[WorkerStatus]) -> tuple[str, ...]:
+def _cells(m: LocalModel, workers: list[WorkerStatus], use: str | None) -> tuple[str, ...]:
     """A model's row, one string per column of COLUMNS."""
     name = m.repo_id + "/" + m.name if m.repo_id and m.format == "gguf" else (m.repo_id or m.name)
-    return (name, m.format, m.engine or "none", m.quant or "", m.role, fmt.size(m.size_bytes),
+    role = f"{m.role}, {use}" if use else m.role
+    return (name, m.format, m.engine or "none", m.quant or "", role, fmt.size(m.size_bytes),
             _loaded(workers), m.source, _state(m))
 
 
