@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from core.config import Settings
     from core.runtime import Runtime
 
-COMPARE_KEY = "compare"  # the pool's name for the second model of a comparison
+COMPARE_KEY = "compare"  # the pool's name for the second model of a comparison (_pool_key)
 HISTORY = 200  # messages of the conversation sent with the compared message
 LEFT, RIGHT = 0, 1
 
@@ -176,6 +176,17 @@ async def spec_for(path: str, engine: str | None, context_size: int, *,
     return ModelSpec(path=path, engine=engine, context_size=context_size)
 
 
+def _pool_key(runtime: Runtime, other: ModelSpec) -> str:
+    """Where the second model lives in the pool: the key it is loaded under already (by
+    the API, or as an earlier chat model), so no second copy loads; else COMPARE_KEY,
+    whose previous model a new comparison replaces, unless the chat itself switched to
+    the model known under it (then a second key, so the chat model is never replaced)."""
+    known = runtime.pool.key_for(other)
+    if known is not None:
+        return known
+    return COMPARE_KEY if runtime.model_key != COMPARE_KEY else f"{COMPARE_KEY}-2"
+
+
 def _same_model(runtime: Runtime, other: ModelSpec) -> bool:
     current = runtime.settings.model
     return bool(current) and other.engine != "scripted" and \
@@ -196,11 +207,15 @@ async def start_compare(runtime: Runtime, conversation_id: str | None, text: str
     if _same_model(runtime, other):
         return CompareRefused("That is the model you are chatting with; choose another one "
                               "to compare it with.")
+    if getattr(runtime, "pool", None) is None:  # a client of the engine service
+        return CompareRefused("Compare needs the models in this app's own process for now: "
+                              "start it with `llmdeck --in-process` to compare two models.")
     if not await runtime.ensure_model():
         return CompareRefused(runtime.model.error or "The chat model could not be loaded.")
     other_settings, other = await _with_preset(runtime.settings, other, label)
+    key = _pool_key(runtime, other)
     try:
-        await runtime.pool.load(COMPARE_KEY, other, replicas=1, label=label)
+        await runtime.pool.load(key, other, replicas=1, label=label)
     except WorkerLoadError as exc:  # the budget's refusal names the numbers
         return CompareRefused(exc.message)
     store = runtime.store_handle
@@ -223,7 +238,7 @@ async def start_compare(runtime: Runtime, conversation_id: str | None, text: str
                                  sampling=settings.sampling.to_params(), session_id=cid)
 
     left = CompareSide(runtime.model.label, runtime.backend, request(runtime.settings))
-    right = CompareSide(label, PoolBackend(runtime.pool, COMPARE_KEY), request(other_settings))
+    right = CompareSide(label, PoolBackend(runtime.pool, key), request(other_settings))
     return Comparison(runtime, cid, user_id, (left, right))
 
 

@@ -141,6 +141,29 @@ async def test_an_empty_message_or_the_same_model_is_refused_with_a_sentence() -
         await rt.close()
 
 
+async def test_a_model_loaded_already_is_compared_without_a_second_copy() -> None:
+    rt = Runtime(Settings(), model_spec=scripted("left-model", "L"))
+    await rt.start()
+    try:
+        right = scripted("right-model", "R")
+        await rt.pool.load("api", right, label="right-model")  # as the API would have
+        comparison = await start_compare(rt, None, "hi", right, "right-model")
+        assert isinstance(comparison, Comparison)
+        seen = await run_through(comparison)
+        assert "".join(e.text for e in seen[RIGHT] if isinstance(e, TextDelta)) == "R"
+        assert sorted(rt.pool.loaded()) == ["api", "chat"]  # no "compare" copy
+    finally:
+        await rt.close()
+
+
+async def test_a_client_of_the_engine_service_is_told_how_to_compare() -> None:
+    from tui.service_runtime import ServiceRuntime
+
+    refused = await start_compare(ServiceRuntime(Settings()), None, "hi",
+                                  scripted("right-model", "R"), "right-model")
+    assert isinstance(refused, CompareRefused) and "--in-process" in refused.message
+
+
 @pytest.fixture(scope="module")
 def tiny_qwen(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_model_dir(tmp_path_factory.mktemp("compare") / "tiny-qwen3", QWEN3_SHAPE, seed=3)
