@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,8 @@ from core.config import Settings
 from core.runtime import ModelState
 
 POLL_S = 0.5  # live replies and the worker table, while connected
+RECONNECT_WAIT_S = 90.0  # a call made while the service is lost waits this long for a new one
+NOT_REPEATED = frozenset({"start_turn", "regenerate", "edit_and_resend", "watch_turn"})
 
 
 class _LocalBackend:
@@ -46,6 +49,7 @@ class ServiceRuntime:
         self._workers: list[Any] = []
         self._poll: asyncio.Task[None] | None = None
         self._closed = False
+        self._back = asyncio.Event()  # set while connected (calls in a gap wait on it)
         self.model = ModelState(label="connecting…", state="loading")
         self.listeners: list[Callable[[ModelState], None]] = []
         self.lost_listeners: list[Callable[[str], None]] = []
@@ -105,6 +109,7 @@ class ServiceRuntime:
         remote.lost_listeners.append(self._on_lost)
         await remote.start()
         self._remote = remote
+        self._back.set()
         self._on_model(remote.model)
         if self._model_override:  # `llmdeck --model PATH`: the service loads it
             await remote.switch_model(self._model_override, None)
@@ -116,6 +121,7 @@ class ServiceRuntime:
         if self._poll is not None:
             self._poll.cancel()
         await self._remote.reconnect()
+        self._back.set()
         self._on_model(self._remote.model)
         self._poll = asyncio.ensure_future(self._poll_loop())
 
@@ -132,6 +138,7 @@ class ServiceRuntime:
     def _on_lost(self, sentence: str) -> None:
         if self._closed:
             return
+        self._back.clear()
         if self._poll is not None:
             self._poll.cancel()
         for listener in list(self.lost_listeners):
@@ -182,8 +189,25 @@ class ServiceRuntime:
 
     def __getattr__(self, name: str) -> Any:
         """Every other Runtime call (messages, start_turn, switch_model, …) is the
-        service's (core.service.dispatch lists them)."""
+        service's (core.service.dispatch lists them). One made while the service is lost
+        waits for the new one and is asked again (a reply's tail, a page of the sidebar);
+        one that starts a reply is not repeated (it may have reached the old service)."""
         remote = self.__dict__.get("_remote")
         if remote is None or name.startswith("_"):
             raise AttributeError(name)
-        return getattr(remote, name)
+        fn = getattr(remote, name)
+        if not inspect.iscoroutinefunction(fn) or name in NOT_REPEATED:
+            return fn
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            from core.service import ServiceUnavailable
+
+            try:
+                return await fn(*args, **kwargs)
+            except ServiceUnavailable:
+                if self._closed:
+                    raise
+                await asyncio.wait_for(self._back.wait(), RECONNECT_WAIT_S)
+                return await getattr(self._remote, name)(*args, **kwargs)
+
+        return call

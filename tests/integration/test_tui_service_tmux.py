@@ -29,12 +29,23 @@ LAST = f"w{WORDS:03d}"
 @pytest.fixture
 def service(llmdeck_home: Path) -> Iterator[int]:
     """This home's service (scripted, about 12 s a reply), killed with its workers after."""
+    seen: list[int] = []
     with svc.no_service_left(llmdeck_home):
         pid = svc.start(*svc.scripted_args(reply=LONG, tokens_per_s=12))
-        kids = svc.descendants(pid)
+        seen += [pid, *svc.descendants(pid)]
         yield pid
-    for p in [pid, *kids]:
+        now = _service_pid(llmdeck_home)  # one the app started after a crash, say
+        if now:
+            seen += [now, *svc.descendants(now)]
+    for p in seen:
         svc.wait_for(lambda p=p: not svc.alive(p), 15, f"process {p} of the service to end")
+
+
+def _service_pid(home: Path) -> int:
+    try:
+        return int((home / "data" / "service.lock").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _tui(home: Path) -> TmuxSession:
@@ -141,6 +152,29 @@ def test_a_second_terminal_on_the_same_conversation_shows_the_reply_live_and_sto
     rows = _messages(llmdeck_home)
     assert rows[-1][1] == "assistant" and rows[-1][3] == "stopped"
     assert LONG.startswith(rows[-1][2].rstrip()) and LAST not in rows[-1][2]
+
+
+def test_a_crashed_service_is_said_a_new_one_started_and_the_cut_reply_stored_stopped(
+        llmdeck_home: Path, service: int) -> None:
+    tui = _tui(llmdeck_home)
+    try:
+        tui.send_line("Count before the crash")
+        tui.wait_for(lambda s: "w010" in s, 30, "the reply to stream")
+        kids = svc.descendants(service)
+        os.kill(service, signal.SIGKILL)
+        tui.wait_for(lambda s: "llmdeck service stopped" in s, 15, "the sentence")
+        svc.wait_for(lambda: _service_pid(llmdeck_home) not in (0, service), 60,
+                     "a new service, started by the app")
+        tui.wait_for(lambda s: "Assistant (stopped)" in s, 60,
+                     "the cut reply shown stopped, as stored")
+        for kid in kids:
+            svc.wait_for(lambda kid=kid: not svc.alive(kid), 15, "the dead service's worker gone")
+    finally:
+        tui.close()
+    rows = _messages(llmdeck_home)
+    assert [(r[1], r[3]) for r in rows] == [("user", "complete"), ("assistant", "stopped")]
+    assert rows[1][2] and LONG.startswith(rows[1][2].rstrip()), "what arrived, kept"
+    assert LAST not in rows[1][2]
 
 
 def test_the_app_and_serve_share_one_worker(llmdeck_home: Path, service: int) -> None:
