@@ -130,3 +130,25 @@ def test_unknown_names_and_bad_keep_alive_are_refused_with_a_sentence(server: Se
     gone = httpx.post(f"{server.url}/models/nope:1b/load", timeout=30)
     assert gone.status_code == 404 and "nope:1b" in gone.json()["error"]["message"]
     assert httpx.get(f"{_host(server)}/health", timeout=30).status_code == 200  # still up
+
+
+def test_hostile_load_and_unload_calls_are_refused_and_the_server_stays_up(
+        server: ServerThread) -> None:
+    base = f"{server.url}/models"
+    cases = [
+        (httpx.post(f"{base}/{'x' * 4000}/load", timeout=30), 404, "GET /v1/models"),
+        (httpx.post(f"{base}/..%2F..%2Fetc%2Fpasswd/load", timeout=30), 404, "No local model"),
+        (httpx.post(f"{base}/{LLAMA}/load", content=b"{nope", timeout=30,
+                    headers={"Content-Type": "application/json"}), 400, "JSON"),
+        (httpx.post(f"{base}/{LLAMA}/load", json={"keep_alive": {"a": [1]}}, timeout=30), 400,
+         "keep_alive"),
+        (httpx.post(f"{base}/{LLAMA}/load", json={"keep_alive": "9" * 60}, timeout=30), 400,
+         "keep_alive"),
+        (httpx.get(f"{base}/{LLAMA}/load", timeout=30), 405, "does not accept"),
+    ]
+    for answer, code, words in cases:
+        assert answer.status_code == code, (answer.status_code, answer.text[:200])
+        message = answer.json()["error"]["message"]
+        assert words in message and len(message) < 600, message[:300]
+    assert not _loaded(server)[LLAMA]  # none of them loaded anything
+    assert httpx.get(f"{_host(server)}/health", timeout=30).status_code == 200
