@@ -4,6 +4,7 @@ checks headers), and the choice is handed back to the caller to load."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from rich.text import Text
 from textual import work
@@ -46,13 +47,23 @@ def load_choices() -> tuple[list[ModelChoice], list[tuple[str, str]]]:
     return ok, bad
 
 
-def choice_label(choice: ModelChoice, current: str) -> Text:
+def choice_label(choice: ModelChoice, current: str, loaded: bool = False) -> Text:
+    """● marks the model in use; "loaded" one the pool holds already (picking it answers
+    at once: several models stay loaded)."""
     text = Text("● " if choice.name in current or current in choice.path else "  ", style="bold")
     text.append(visible(choice.name), style="bold")
     text.append(f"  {choice.engine or '?'}", style="dim")
     if choice.base_model:
         text.append("  base model", style="italic dim")
+    if loaded:
+        text.append("  loaded", style="italic")
     return text
+
+
+def loaded_paths(workers: list) -> set[str]:
+    """The files and folders of the models the pool holds now (WorkerStatus.path)."""
+    return {str(Path(w.path).expanduser()) for w in workers
+            if getattr(w, "path", "") and w.state in ("idle", "busy")}
 
 
 class ModelPickerScreen(ModalScreen[ModelChoice | None]):
@@ -82,9 +93,15 @@ class ModelPickerScreen(ModalScreen[ModelChoice | None]):
         self.choices = choices
         options = self.query_one(OptionList)
         options.clear_options()
-        current = self.app.runtime.model.label  # type: ignore[attr-defined]
+        runtime = self.app.runtime  # type: ignore[attr-defined]
+        current = runtime.model.label
+        try:
+            loaded = loaded_paths(runtime.worker_status())
+        except Exception:  # noqa: BLE001 - the pool is shutting down: mark nothing loaded
+            loaded = set()
         for i, c in enumerate(choices):
-            options.add_option(Option(choice_label(c, current), id=str(i)))
+            label = choice_label(c, current, str(Path(c.path).expanduser()) in loaded)
+            options.add_option(Option(label, id=str(i)))
         if not choices:
             options.add_option(Option(Text("No local models: `llmdeck models pull` fetches one.",
                                            style="dim"), disabled=True))
