@@ -169,6 +169,7 @@ def tiny_qwen(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_model_dir(tmp_path_factory.mktemp("compare") / "tiny-qwen3", QWEN3_SHAPE, seed=3)
 
 
+@pytest.mark.slow
 async def test_two_real_models_the_kept_one_is_the_reply_the_other_a_branch(
         tiny_qwen: Path, bundled_gguf: Path) -> None:
     settings = Settings(model=str(bundled_gguf), engine="llamacpp", context_size=512, replicas=1)
