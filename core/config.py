@@ -133,6 +133,9 @@ class ClusterConfig:
     python: str = ""
     port: int = 0  # rank 0's HTTP port
     ring_port: int = 0  # the ring's first port (one more per rank)
+    # A cluster started on demand (the app's model, not `cluster up`) stops every rank after
+    # this long with no request (core.cluster.on_demand); 0 keeps it up until the app quits.
+    idle_minutes: float = 15.0
 
     def problem(self) -> str | None:
         """Why this entry cannot be used, as a sentence, or None."""
@@ -146,6 +149,8 @@ class ClusterConfig:
                 rules.cluster_port(str(port), f"The cluster's {label}")
             for host in self.hosts:
                 rules.cluster_host(host)
+            if not 0 <= self.idle_minutes <= 7 * 24 * 60:
+                raise Refused("idle_minutes must be between 0 (never) and 10080 (a week).")
         except Refused as exc:
             return f"cluster {self.name!r}: {exc}"
         if bool(self.hosts) == bool(self.hostfile):

@@ -42,10 +42,10 @@ class ClusterRun:
         """Wrap the Runtime's remote backend so a rank's death reads as the cluster's sentence."""
         await runtime.ensure_model()
         if getattr(runtime.backend, "kind", "") == "remote":
-            failure = self.cluster.wait_failure if self.cluster is not None else self._ended
+            failure = self.cluster.wait_failure if self.cluster is not None else self.ended
             runtime.backend = ClusterBackend(runtime.backend, self.name, failure)
 
-    async def _ended(self, within_s: float) -> str | None:
+    async def ended(self, within_s: float) -> str | None:
         """How another process's cluster ended, read from its state file (mlx.launch stops
         every rank and exits when one dies, which the file's reader sees by pid)."""
         loop = asyncio.get_running_loop()
