@@ -129,3 +129,20 @@ async def test_a_refused_second_model_gives_the_text_back_with_the_sentence() ->
         await wait_until(pilot, lambda: app.screen is main and main.composer.text == QUESTION)
         assert any("Scripted load failure" in str(n.message) for n in app._notifications)
         assert main.conversation_id is None  # nothing was saved
+
+
+async def test_esc_while_the_second_model_loads_backs_out_with_the_text() -> None:
+    app = scripted_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        main = app.main
+        slow = ModelSpec(path="scripted", engine="scripted", context_size=4096,
+                         options=(("hang_load_s", 30.0),))
+        screen = CompareScreen(None, QUESTION, slow, "slow-loader")
+        app.push_screen(screen, main._compared)
+        await pilot.pause(0.5)
+        assert app.screen is screen and screen.comparison is None  # still loading
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is main and main.composer.text == QUESTION,
+                         timeout=5)
+        assert main.conversation_id is None  # nothing was saved

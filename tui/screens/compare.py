@@ -2,7 +2,8 @@
 streaming side by side (each with its stats line: TTFT, tok/s), then one kept.
 
 The work is core.compare's (both models in the pool, both replies stored under one user
-message); this screen only shows it. Keys: Esc stops both replies while they stream;
+message); this screen only shows it. Keys: Esc backs out while the second model loads
+(the text goes back to the composer) and stops both replies while they stream;
 afterwards 1 keeps the left reply and 2 the right one, and Esc closes keeping the left
 (the chat model's). The other reply stays as a sibling branch of the kept one, so the
 chat's [ and ] step to it. The screen dismisses with a CompareOutcome the main screen
@@ -35,8 +36,8 @@ KEEP_HINT = "1 keeps the left reply · 2 keeps the right · esc closes (the left
 
 @dataclass(frozen=True)
 class CompareOutcome:
-    """What the comparison left: the conversation and the kept reply, or why it did not run
-    (then `text` goes back to the composer)."""
+    """What the comparison left: the conversation and the kept reply, or, when it did not
+    run (refused, or Esc while the second model loaded), `text` for the composer."""
 
     conversation_id: str | None
     kept_id: str | None = None
@@ -131,8 +132,10 @@ class CompareScreen(Screen[CompareOutcome]):
         self.refresh_bindings()
 
     def action_stop_or_close(self) -> None:
-        if self.comparison is None:
-            return  # still loading: the load ends by itself (a refusal closes the screen)
+        if self.comparison is None:  # still loading the second model: back out, text kept
+            self.workers.cancel_group(self, "compare")
+            self.dismiss(CompareOutcome(self.conversation_id, text=self.text))
+            return
         if not self.streamed:
             self.comparison.cancel()
             return

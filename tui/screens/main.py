@@ -352,9 +352,10 @@ class MainScreen(Screen):
 
     @work(group="compare")
     async def _compared(self, outcome) -> None:  # noqa: ANN001  (tui.screens.compare.CompareOutcome)
-        if outcome.refused:
-            self.composer.restore(outcome.text)  # nothing was sent: the text comes back
-            self.notify(outcome.refused, title="Compare", severity="error", timeout=12)
+        if outcome.kept_id is None and outcome.text:  # nothing was sent: the text comes back
+            self.composer.restore(outcome.text)
+            if outcome.refused:
+                self.notify(outcome.refused, title="Compare", severity="error", timeout=12)
             return
         if outcome.conversation_id is not None:
             with self.store_errors("Compare"):
