@@ -5,6 +5,7 @@ The package, one idea per module, lowest first:
 - models.py        model lifecycle: resolve the configured model, load, switch, remote
 - recorder.py      the reply recorder: one assistant message saved as it streams
 - tool_round.py    the tool round between two generations of a reply
+- live.py          live turns: each started reply runs as a task; watchers are cursors
 - turns.py         Turn: one reply streaming, from the parts it is handed
 - context.py       context preparation: documents and memory (imported on first use)
 - face.py          Runtime: the thin public calls the UI makes
@@ -19,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.runtime.face import Runtime, context_use
+from core.runtime.live import LiveTurnInfo, TurnWatch
 from core.runtime.models import ModelState, engine_for
 from core.runtime.recorder import FLUSH_S
 from core.runtime.store_thread import SIDEBAR_PAGE
@@ -26,8 +28,8 @@ from core.runtime.turns import Turn
 
 _CONTEXT_NAMES = frozenset({"AttachResult", "ChatContext", "DocContext", "PreparedTurn"})
 
-__all__ = ["FLUSH_S", "SIDEBAR_PAGE", "ModelState", "Runtime", "Turn", "context_use",
-           "engine_for", *sorted(_CONTEXT_NAMES)]
+__all__ = ["FLUSH_S", "SIDEBAR_PAGE", "LiveTurnInfo", "ModelState", "Runtime", "Turn",
+           "TurnWatch", "context_use", "engine_for", *sorted(_CONTEXT_NAMES)]
 
 
 def __getattr__(name: str) -> Any:

@@ -20,6 +20,7 @@ from core import paths
 from core.config import Settings
 from core.engines.base import GenerationRequest, ModelSpec
 from core.remote.backend import Backend
+from core.runtime.live import LiveTurnInfo, LiveTurns, TurnWatch
 from core.runtime.models import ModelLifecycle, ModelState
 from core.runtime.store_thread import SIDEBAR_PAGE, StoreThread
 from core.runtime.turns import Turn, TurnParts
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from core.vision import AttachedImage
 
 T = TypeVar("T")
+STOP_GRACE_S = 2.0  # how long close() waits for a stopped reply before ending it harder
 
 
 class Runtime:
@@ -45,6 +47,7 @@ class Runtime:
         self.pool = pool or WorkerPool(idle_unload_s=idle * 60 if idle and idle > 0 else None)
         self.models = ModelLifecycle(self.settings, self.pool, spec_override=model_spec)
         self.store_thread = StoreThread()
+        self.live = LiveTurns()  # every started turn runs here to its end
         self._status_task: asyncio.Task[None] | None = None
         self._closed = False
         self.tools = ToolKit.from_settings(self.settings)
@@ -67,8 +70,23 @@ class Runtime:
 
     def _turn(self, cid: str, user_message_id: str, request: GenerationRequest) -> Turn:
         parts = TurnParts(models=self.models, store=self.store_thread, tools=self.tools,
-                          context=self.chat)
+                          context=self.chat, live=self.live)
         return Turn(parts, cid, user_message_id, request)
+
+    # -- live turns (core.runtime.live runs them) -----------------------------------------
+    def live_turns(self) -> list[LiveTurnInfo]:
+        """The replies running now, oldest first."""
+        return self.live.infos()
+
+    def watch_turn(self, conversation_id: str) -> TurnWatch | None:
+        """A view of the reply running in that conversation: what streamed so far
+        (compacted), then live until its Done; None when no reply runs there."""
+        return self.live.watch(conversation_id)
+
+    def cancel_turn(self, conversation_id: str) -> bool:
+        """Stop the reply running in that conversation (its text is kept, stored as
+        stopped); False when none runs there."""
+        return self.live.cancel(conversation_id)
 
     # -- the model (core.runtime.models owns it) -------------------------------------------
     @property
@@ -173,6 +191,10 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
+        # Each running reply stops and is stored as stopped: an engine stops between two
+        # tokens; one that does not within the grace is ended by the pool's shutdown below.
+        self.live.cancel_all()
+        await self.live.settle(STOP_GRACE_S)
         self.models.stop_loading()
         if self._status_task is not None:
             self._status_task.cancel()
@@ -182,6 +204,7 @@ class Runtime:
         if self._chat is not None:
             await self._chat.close()
         await self.models.close()
+        await self.live.settle(STOP_GRACE_S, force=True)  # stored before the store closes
         await self.tools.close()
         await self.store_thread.close()
 

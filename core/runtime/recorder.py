@@ -76,8 +76,10 @@ class ReplyRecorder:
         t, r = self._take()
         error = self.error
         status = "error" if error is not None else "complete"
-        # Esc is no failure; the pool ending a reply (its model unloaded) is, and says why.
-        if error is not None and error.code == "CANCELLED" and self.finish_reason != "error":
+        # Esc is no failure; the pool ending a reply (its model unloaded) is, and says why,
+        # unless the reply was being stopped anyway (Esc, or the Runtime closing).
+        if error is not None and error.code == "CANCELLED" and (
+                self.finish_reason != "error" or cancelled):
             error = None
         if error is not None and error.code == "WORKER_CRASHED":
             status = "partial"

@@ -4,6 +4,10 @@ A reply is one or more generations: when one ends with tool calls, a tool round 
 and the model goes on with the results. Each generation is saved as its own assistant
 message by a ReplyRecorder while it streams. A Turn gets the few parts it uses handed in
 (TurnParts), never the Runtime, so it can be read (and tested) on its own.
+
+Once started (the first `events()`, or `start()`), a turn runs in a task of the Runtime's
+(core.runtime.live) to its end, whoever watches: `events()` is one watcher of it, and
+leaving it does not stop the reply; `cancel()` does.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any, Protocol
 
 from core.engines.base import GenerationRequest
 from core.events import Done, Error, Event, TextDelta, ToolCall, Usage
+from core.runtime.live import LiveTurns, TurnFeed, TurnWatch
 from core.runtime.models import ModelLifecycle
 from core.runtime.recorder import ReplyRecorder
 from core.runtime.store_thread import StoreThread
@@ -39,6 +44,7 @@ class TurnParts:
     store: StoreThread
     tools: ToolKit
     context: TurnContext
+    live: LiveTurns  # runs the turn as a task once it starts
 
 
 class Turn:
@@ -59,6 +65,36 @@ class Turn:
         self.sources: tuple[str, ...] = ()  # documents cited in this turn's context
         # Set when the reply could not be (fully) saved; events() reports it before Done.
         self.store_error: Error | None = None
+        self.turn_id = uuid.uuid4().hex[:12]
+        self.feed = TurnFeed()  # what every watcher reads
+        self._started = False
+
+    def start(self) -> None:
+        """Run the reply to its end in a task of the Runtime's (once; later calls do
+        nothing). Set `approve` and `max_rounds` before."""
+        if not self._started:
+            self._started = True
+            self._parts.live.start(self, self.turn_id, self._parts.models.state.label)
+
+    def events(self) -> TurnWatch:
+        """Watch the reply (starting it if needed): its events from the first, consecutive
+        deltas merged when the watcher falls behind, then live until Done. The reply is
+        saved as it streams; a watcher that stops iterating does not stop it."""
+        self.start()
+        return self.feed.watch(self.cancel)
+
+    async def run(self) -> None:
+        """The reply from start to end, into the feed (the live-turn task runs this)."""
+        try:
+            async for event in self._stream():
+                self.feed.publish(event)
+        except Exception as exc:
+            self.feed.end(exc)  # every watcher gets it, as the one consumer did before
+        except BaseException:  # the task cancelled (Runtime.close): the watchers just end
+            self.feed.end()
+            raise
+        else:
+            self.feed.end()
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -66,8 +102,8 @@ class Turn:
         if self._round is not None:
             self._round.cancel()
 
-    async def events(self) -> AsyncIterator[Event | ToolStatus]:
-        """Stream the reply's events; the reply is saved as it streams.
+    async def _stream(self) -> AsyncIterator[Event | ToolStatus]:
+        """The reply's events, saved as they stream.
 
         When a generation ends with tool calls, each call is shown (ToolStatus), approved,
         run and stored as a `tool` message, and the model goes on with the results: one

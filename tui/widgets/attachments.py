@@ -24,9 +24,9 @@ from tui.terminal_text import visible
 # The documents and memory layers load after the first frame (tui.warmup): imported here
 # only where a result, marker or error is handled.
 if TYPE_CHECKING:
-    from core.runtime import AttachResult
     from core.docs import Attachment, DocError, MentionResolution
     from core.memory import RolloverMarker
+    from core.runtime import AttachResult
 
 ATTACH = "/attach"
 ATTACH_GROUP = "attach"  # the screen's workers reading files; Esc cancels them
@@ -179,8 +179,8 @@ class AttachmentBar(Vertical):
                  "warning mention")
 
     def show_results(self, results: Sequence[AttachResult | DocError]) -> None:
-        from core.runtime import AttachResult
         from core.docs import DocError
+        from core.runtime import AttachResult
 
         errors = [r for r in results if isinstance(r, DocError)]
         done = [r for r in results if isinstance(r, AttachResult)]
@@ -299,8 +299,8 @@ async def attach_from_composer(screen: Any, argument: str) -> None:
     """
     import asyncio
 
-    from core.runtime import AttachResult
     from core.docs import DocError
+    from core.runtime import AttachResult
 
     bar = screen.query_one(AttachmentBar)
     paths = parse_paths(argument)
