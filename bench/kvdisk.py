@@ -22,6 +22,7 @@ Every TTFT is the median of `--repeats` paired runs (each repeat runs cold, warm
 restart, evicted in that order on a fresh store), as the engine's Usage reports it.
 
     python bench/kvdisk.py --quick                  # tiny qwen3 (MLX, CPU) + bundled Gemma GGUF
+                                                    # (llama.cpp: 1.5k tokens; 4k: --llama-tokens 4000)
     python bench/kvdisk.py --shape qwen3-0.6b       # MLX on the GPU, Qwen3-0.6B's shape
 """
 
@@ -118,10 +119,15 @@ def _settle(engine: Any) -> None:
         keeper.writer.flush(60)
 
 
+def _progress(what: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
+
+
 def ttfts(make: Any, messages: list[dict[str, str]], repeats: int, kv_root: Path) -> dict[str, Any]:
     cold, warm, restart, evicted = [], [], [], []
     cached: dict[str, int] = {}
-    for _ in range(repeats):
+    for i in range(repeats):
+        _progress(f"TTFT run {i + 1} of {repeats}")
         shutil.rmtree(kv_root, ignore_errors=True)
         engine = make(4.0)
         reply, u = run(engine, messages)
@@ -170,6 +176,7 @@ def thinking_reuse(make: Any, turns: int, reply_words: int, restart_each_turn: b
     from core.parsing import StreamParser
 
     shutil.rmtree(kv_root, ignore_errors=True)
+    _progress(f"thinking conversation, {turns} turns")
     msgs: list[dict[str, str]] = [{"role": "system", "content": "You think before you answer. "
                                    + _sentence(1, 400)}]
     shares, prefilled = [], []
@@ -273,12 +280,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="tiny MLX model on CPU + bundled GGUF")
     ap.add_argument("--shape", default="tiny", choices=("tiny", "qwen3-0.6b"))
     ap.add_argument("--repeats", type=int, default=0, help="paired runs (default 3 quick, 5)")
-    ap.add_argument("--tokens", type=int, default=4000, help="conversation length")
+    ap.add_argument("--tokens", type=int, default=4000, help="conversation length (MLX)")
+    ap.add_argument("--llama-tokens", type=int, default=0,
+                    help="conversation length on llama.cpp (default 1500 quick, 4000)")
     ap.add_argument("--turns", type=int, default=5, help="turns of the thinking conversation")
     ap.add_argument("--skip-llamacpp", action="store_true")
     ap.add_argument("--skip-mlx", action="store_true")
     args = ap.parse_args(argv)
-    repeats = args.repeats or (3 if args.quick else 5)
+    repeats = args.repeats or (2 if args.quick else 5)
     home = Path(tempfile.mkdtemp(prefix="kvdisk-bench-"))
     os.environ["LLMDECK_HOME"] = str(home)
     work = Path(tempfile.gettempdir()) / "llmdeck-bench-kvdisk"
@@ -289,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_mlx:
             result["mlx"] = bench_mlx(work, args.shape, repeats, args.tokens, args.turns)
         if not args.skip_llamacpp:
-            result["llamacpp"] = bench_llamacpp(repeats, args.tokens, args.turns,
+            result["llamacpp"] = bench_llamacpp(repeats, args.llama_tokens or (
+                1500 if args.quick else args.tokens), args.turns,
                                                 8 if args.quick else 40)
     finally:
         shutil.rmtree(home, ignore_errors=True)
