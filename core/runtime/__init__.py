@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.runtime.face import Runtime, context_use
+from core.runtime.face import Runtime, RuntimeFace, SandboxInfo, TurnHandle, context_use
 from core.runtime.live import LiveTurnInfo, TurnWatch
 from core.runtime.models import ModelState, engine_for
 from core.runtime.recorder import FLUSH_S
@@ -28,8 +28,9 @@ from core.runtime.turns import Turn
 
 _CONTEXT_NAMES = frozenset({"AttachResult", "ChatContext", "DocContext", "PreparedTurn"})
 
-__all__ = ["FLUSH_S", "SIDEBAR_PAGE", "LiveTurnInfo", "ModelState", "Runtime", "Turn",
-           "TurnWatch", "context_use", "engine_for", *sorted(_CONTEXT_NAMES)]
+__all__ = ["FLUSH_S", "SIDEBAR_PAGE", "LiveTurnInfo", "ModelState", "Runtime", "RuntimeFace",
+           "SandboxInfo", "Turn", "TurnHandle", "TurnWatch", "context_use", "engine_for",
+           *sorted(_CONTEXT_NAMES)]
 
 
 def __getattr__(name: str) -> Any:

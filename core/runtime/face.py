@@ -1,5 +1,8 @@
 """Runtime: the one object the UI holds, and the face every front end talks to.
 
+RuntimeFace lists every call the UI makes, with plain data in and out, so the same
+calls can cross the service's socket; Runtime answers them in process.
+
 An async API over the model lifecycle (core.runtime.models), the store thread
 (core.runtime.store_thread), turns (core.runtime.turns), tools and the chat context
 (documents and memory, core.runtime.context). The calls here are thin: each says what the
@@ -11,10 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from core import paths
 from core.config import Settings
@@ -25,16 +28,134 @@ from core.runtime.models import ModelLifecycle, ModelState
 from core.runtime.store_thread import SIDEBAR_PAGE, StoreThread
 from core.runtime.turns import Turn, TurnParts
 from core.store import Conversation, Message, SearchHit, Store
-from core.tools import ToolKit, chat_messages
+from core.tools import Approver, ToolKit, ToolStatus, chat_messages
 from core.workers.pool import WorkerPool, WorkerStatus
 
 if TYPE_CHECKING:
     from core.docs import Attachment, DocError, MentionResolution
+    from core.events import Event
     from core.runtime.context import AttachResult, ChatContext
+    from core.tools.fenced import BlockRun
     from core.vision import AttachedImage
 
 T = TypeVar("T")
 STOP_GRACE_S = 2.0  # how long close() waits for a stopped reply before ending it harder
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxInfo:
+    """The Python sandbox as the settings screen describes it."""
+
+    processes: int  # per conversation's sandbox
+    max_live: int  # conversations that keep theirs alive at once
+    unwalled: str | None  # why code would run with the person's full rights; None: walled
+    running: bool  # a sandbox process is up (memory limits then apply from its next start)
+
+
+class TurnHandle(Protocol):
+    """A reply as the UI holds it (Turn in process; a client's stand-in over a socket)."""
+
+    conversation_id: str
+    user_message_id: str
+    assistant_message_id: str | None
+    approve: Approver | None  # asked before a tool runs; None denies every call
+    rollover: Any  # a memory RolloverMarker when this turn started a new session
+    sources: tuple[str, ...]  # documents cited in this turn's context
+
+    def events(self) -> AsyncIterator[Event | ToolStatus]: ...
+
+    def cancel(self) -> None: ...
+
+
+@runtime_checkable
+class RuntimeFace(Protocol):
+    """Every call a front end makes, and nothing else: its door into the core, in process
+    (Runtime) or over the service's socket (a client forwarding each call by name).
+
+    Arguments and results are plain data (str, int, paths, dataclasses of plain types,
+    core.events): nothing here hands out a part of the core to reach through (the tools,
+    the store, the backend). Two calls take a callable for what arrives later,
+    `listen_model` (model states) and `attach`'s progress, and `mcp_start_soon` gives a
+    future: a client over a socket makes those from the service's pushed events.
+    `settings` is the one shared object: the UI edits it, then calls `apply_settings`
+    and `save_settings`.
+    """
+
+    settings: Settings
+
+    # start and stop
+    def open_store_soon(self) -> None: ...
+    def take_first_page(self) -> list[Conversation] | None: ...
+    async def start(self, *, preload: bool = True) -> None: ...
+    async def close(self) -> None: ...
+    @property
+    def store_notice(self) -> str | None: ...
+    @property
+    def store_recovering(self) -> bool: ...
+
+    # settings
+    def apply_settings(self) -> None: ...
+    async def save_settings(self) -> Path | None: ...
+
+    # the model
+    def model_state(self) -> ModelState: ...
+    def listen_model(self, listener: Callable[[ModelState], None]) -> None: ...
+    def model_is_remote(self) -> bool: ...
+    async def ensure_model(self) -> bool: ...
+    async def reload_model(self) -> bool: ...
+    async def switch_model(self, path: str, engine: str | None = None) -> bool: ...
+    def model_ref(self) -> str | None: ...
+    def is_active_model(self, ref: str) -> bool: ...
+    async def find_model(self, ref: str) -> tuple[str, str | None] | None: ...
+    def worker_status(self) -> list[WorkerStatus]: ...
+
+    # conversations and messages
+    async def list_conversations(self, limit: int = SIDEBAR_PAGE) -> list[Conversation]: ...
+    async def conversation(self, conversation_id: str) -> Conversation | None: ...
+    async def messages(self, conversation_id: str, limit: int = 50,
+                       before: str | None = None) -> list[Message]: ...
+    async def messages_around(self, conversation_id: str, message_id: str,
+                              limit: int = 50) -> tuple[list[Message], bool, bool]: ...
+    async def messages_after(self, conversation_id: str, after: str,
+                             limit: int = 50) -> list[Message]: ...
+    async def search(self, query: str, limit: int = 50) -> list[SearchHit]: ...
+    async def remember_model(self, conversation_id: str) -> None: ...
+    async def rename_conversation(self, conversation_id: str, title: str) -> None: ...
+    async def delete_conversation(self, conversation_id: str) -> None: ...
+    async def export_conversation(self, conversation_id: str,
+                                  folder: Path | None = None) -> Path: ...
+    async def branch_positions(self, message_ids: list[str]) -> dict[str, tuple[int, int]]: ...
+    async def step_branch(self, message_id: str, step: int) -> bool: ...
+    async def delete_message(self, message_id: str) -> int: ...
+
+    # replies
+    async def start_turn(self, conversation_id: str | None, text: str) -> TurnHandle: ...
+    async def regenerate(self, conversation_id: str, message_id: str) -> TurnHandle: ...
+    async def edit_and_resend(self, conversation_id: str, message_id: str,
+                              text: str) -> TurnHandle: ...
+    def live_turns(self) -> list[LiveTurnInfo]: ...
+    def watch_turn(self, conversation_id: str) -> AsyncIterator[Event | ToolStatus] | None: ...
+    def cancel_turn(self, conversation_id: str) -> bool: ...
+
+    # documents and images
+    async def attach(self, conversation_id: str | None, paths: list[str | Path],
+                     progress: Callable[[str, str, int, int], None] | None = None,
+                     ) -> list[AttachResult | DocError]: ...
+    def check_mentions(self, conversation_id: str | None, text: str) -> MentionResolution: ...
+    async def attachments(self, conversation_id: str | None) -> list[Attachment]: ...
+    async def detach(self, conversation_id: str, alias: str) -> bool: ...
+    async def images(self, conversation_id: str | None) -> list[AttachedImage]: ...
+
+    # tools: approval, the Python sandbox, MCP servers
+    def tool_warning(self, name: str) -> str | None: ...
+    def can_always_allow(self, name: str) -> bool: ...
+    async def run_python(self, conversation_id: str, code: str) -> BlockRun: ...
+    def sandbox_info(self) -> SandboxInfo: ...
+    def mcp_prompt_commands(self) -> dict[str, str]: ...
+    def mcp_start_soon(self) -> asyncio.Future[None] | None: ...
+    def mcp_resources(self) -> list[tuple[str, str, str]]: ...
+    async def mcp_prompt(self, command: str, argument: str) -> str: ...
+    async def mcp_save_resource(self, server: str, uri: str) -> Path: ...
 
 
 class Runtime:
@@ -72,6 +193,69 @@ class Runtime:
         parts = TurnParts(models=self.models, store=self.store_thread, tools=self.tools,
                           context=self.chat, live=self.live)
         return Turn(parts, cid, user_message_id, request)
+
+    # -- calls the UI makes instead of reaching into the parts (RuntimeFace) --------------
+    def model_state(self) -> ModelState:
+        """The active model as the UI shows it (label, state, error, context, info)."""
+        return self.models.state
+
+    def listen_model(self, listener: Callable[[ModelState], None]) -> None:
+        """Call `listener` with the ModelState at each change of the model's state."""
+        self.models.listeners.append(listener)
+
+    def model_is_remote(self) -> bool:
+        """Whether replies come from a remote endpoint (errors then name the server)."""
+        return self.models.backend.kind == "remote"
+
+    async def remember_model(self, conversation_id: str) -> None:
+        """Make the conversation remember the model in use now (opening it later offers
+        to switch back to it). StoreError when the store cannot take it."""
+        await self.store_thread.call(self.store_thread.handle.set_conversation_model,
+                                     conversation_id, self.model_ref())
+
+    def apply_settings(self) -> None:
+        """The settings were edited: the next tool call follows the new policy and limits."""
+        self.tools.sync()
+
+    def tool_warning(self, name: str) -> str | None:
+        """What the approval dialog warns about a tool (None: nothing to warn about)."""
+        return self.tools.policy.warning(name)
+
+    def can_always_allow(self, name: str) -> bool:
+        """Whether the approval dialog may offer 'always allow' for this tool."""
+        return self.tools.policy.can_always_allow(name)
+
+    async def run_python(self, conversation_id: str, code: str) -> BlockRun:
+        """Run a fenced block in the conversation's sandbox (F8) and store the record."""
+        from core.tools import run_block
+
+        return await run_block(self, conversation_id, code)
+
+    def sandbox_info(self) -> SandboxInfo:
+        sandbox = self.tools.sandbox
+        return SandboxInfo(sandbox.processes, sandbox.max_live, sandbox.unwalled(),
+                           sandbox.pid is not None)
+
+    def mcp_prompt_commands(self) -> dict[str, str]:
+        """`/server.prompt` -> its hint, for every ready MCP server's prompts."""
+        return self.tools.mcp.prompt_commands()
+
+    def mcp_start_soon(self) -> asyncio.Future[None] | None:
+        """Start the MCP servers in the background (a `/` was typed); a future that is done
+        once they are listed, None when none had to start."""
+        return self.tools.mcp.start_soon()
+
+    def mcp_resources(self) -> list[tuple[str, str, str]]:
+        """(server, uri, name) of every ready MCP server's resources."""
+        return self.tools.mcp.resources()
+
+    async def mcp_prompt(self, command: str, argument: str) -> str:
+        """The text of `/server.prompt ARGUMENT`; McpCallError with the reason."""
+        return await self.tools.mcp.get_prompt(command, argument)
+
+    async def mcp_save_resource(self, server: str, uri: str) -> Path:
+        """An MCP resource read into a file, to attach like a document; McpCallError."""
+        return await self.tools.mcp.save_resource(server, uri)
 
     # -- live turns (core.runtime.live runs them) -----------------------------------------
     def live_turns(self) -> list[LiveTurnInfo]:

@@ -1,0 +1,71 @@
+"""RuntimeFace: the calls a front end makes, with data in and out, so the engine service
+can carry the same calls over its socket. The Runtime answers every one of them; the ones
+that replace a reach into the parts (tools, store, backend, listeners) work in process."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+from pathlib import Path
+
+from core.config import Settings
+from core.engines.base import ModelSpec
+from core.runtime import ModelState, Runtime, RuntimeFace, SandboxInfo
+
+ROOT = Path(__file__).resolve().parents[2]
+# The parts of the Runtime a front end must not reach through (a socket cannot carry them).
+PARTS = {"tools", "store_handle", "store_call", "store_call_nowait", "listeners", "backend",
+         "pool", "models", "store_thread", "chat", "live", "model", "memory_listeners"}
+
+
+def _face_members() -> set[str]:
+    members = {n for n in vars(RuntimeFace) if not n.startswith("_")}
+    return members | set(RuntimeFace.__annotations__)
+
+
+def test_the_runtime_answers_every_call_of_the_face_and_the_face_hands_out_no_part() -> None:
+    face = _face_members()
+    assert {"start_turn", "watch_turn", "live_turns", "cancel_turn", "run_python",
+            "model_state", "listen_model", "mcp_prompt"} <= face
+    assert sorted(n for n in face if n != "settings" and not hasattr(Runtime, n)) == []
+    assert face & PARTS == set()
+    for name in face - {"settings"}:  # plain calls a client can forward by name
+        member = inspect.getattr_static(Runtime, name)
+        assert callable(member) or isinstance(member, property), name
+
+
+def test_the_check_reads_the_face_from_the_source() -> None:
+    """The protocol in face.py lists what the members above say (nothing hidden in a base)."""
+    tree = ast.parse((ROOT / "core" / "runtime" / "face.py").read_text())
+    proto = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "RuntimeFace")
+    listed = {n.name for n in proto.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    assert listed and listed <= _face_members()
+
+
+async def test_the_calls_that_replace_reaches_into_the_parts_work_in_process() -> None:
+    spec = ModelSpec(path="scripted", engine="scripted", context_size=4096,
+                     options=(("reply", "ok"), ("label", "scripted-face")))
+    rt = Runtime(Settings(), model_spec=spec)
+    seen: list[ModelState] = []
+    rt.listen_model(seen.append)
+    await rt.start(preload=False)
+    try:
+        assert await rt.ensure_model()
+        state = rt.model_state()
+        assert (state.label, state.state) == ("scripted-face", "ready") and seen[-1] is state
+        assert rt.model_is_remote() is False
+        info = rt.sandbox_info()
+        assert isinstance(info, SandboxInfo) and info.max_live >= 1 and info.running is False
+        assert dataclasses.asdict(info)  # plain data: it can cross a socket
+        assert rt.mcp_resources() == [] and rt.mcp_prompt_commands() == {}
+        assert rt.mcp_start_soon() is None  # no MCP server is configured: nothing starts
+        assert rt.can_always_allow("python") is False
+        rt.apply_settings()
+        turn = await rt.start_turn(None, "hi")
+        [_ async for _ in turn.events()]
+        await rt.remember_model(turn.conversation_id)
+        conversation = await rt.conversation(turn.conversation_id)
+        assert conversation is not None and conversation.model == rt.model_ref()
+    finally:
+        await rt.close()
