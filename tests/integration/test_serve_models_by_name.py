@@ -45,7 +45,7 @@ def server(home: Path) -> Iterator[ServerThread]:
         env.setenv("LLMDECK_HOME", str(home))
         build_model_dir(paths.models_dir() / "TinyQwen-1M", QWEN3_SHAPE, seed=1)
         build_model_dir(paths.models_dir() / "TinyLlama-2M", LLAMA_SHAPE, seed=2)
-    settings = Settings(aliases={"fast": QWEN}, context_size=512)
+    settings = Settings(aliases={"fast": QWEN}, keep_alive={LLAMA: "7m"}, context_size=512)
     yield from served(scripted_spec(), home, settings=settings)
 
 
@@ -86,6 +86,8 @@ def test_a_request_by_name_loads_the_model_beside_the_apps(server: ServerThread)
     assert loaded[LLAMA] is True and loaded["scripted"] is True  # both at once
     running = {m.model: m for m in ollama.Client(host=_host(server)).ps().models}
     assert {LLAMA, "scripted"} <= set(running) and running[LLAMA].size > 0
+    left = running[LLAMA].expires_at.timestamp() - time.time()  # [keep_alive] in config.toml
+    assert 400 < left <= 421
     # an alias from config.toml names a model too
     reply = client.chat.completions.create(model="fast", messages=HI, max_tokens=3)
     assert reply.choices[0].finish_reason in ("stop", "length") and _loaded(server)[QWEN]
