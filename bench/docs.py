@@ -19,7 +19,8 @@ and the seconds.
 int8) and OpenVINO (if installed), paired rounds in this process: `embed_onnx_speed_ratio`
 is ONNX passages/s over torch's (ours-new over ours-old, higher is better) and
 `onnx_top5_same` whether every question's top-5 passages stayed the same, in order.
-Measured on the busy 2-core Xeon (1 thread, 8 a pass, 3 runs of --quick):
+Measured on the busy 2-core Xeon (1 thread, 8 a pass; a --quick run, 48 passages x 3
+rounds, and one of 40 x 2):
 ONNX fp32 0.77-0.90x, same top-5 (20/20); ONNX int8 1.35-1.7x but the top-5 changed for
 12-16 of 20 questions (the top passage for 2); OpenVINO f32 0.73-1.12x, same top-5;
 OpenVINO's default (bf16 on this AMX CPU) 2.9-3.5x, a different top-5 order for 1 of 20.
@@ -27,6 +28,9 @@ No backend is both faster and the same, so the app stays on torch.
 
 `--large-text MB [MB ...]` only attaches plain texts of those sizes through the real
 documents worker and prints the peak memory of the worker and of this process tree.
+10 MB (11,079 passages, 52 min on the 2-core box at a load of 9-10): the worker 584 MB
+with MiniLM loaded, 681 MB at the peak (+97 MB); the tree +129 MB (this process receives
+the result). The app's tree, 0.9 GiB idle, so peaks near 1.03 GiB (2.1 GiB before).
 
 --quick (CI size, CPU, well under 3 minutes on an idle box): a 25-page PDF and 400 embedded chunks; the
 index is filled to 10,000 rows with noisy copies of those real vectors (re-normalised),
