@@ -140,10 +140,12 @@ def test_a_second_terminal_on_the_same_conversation_shows_the_reply_live_and_sto
         two.send("Tab")
         two.send("Enter")
         two.wait_for(lambda s: LAST in s, 15, "the conversation open in the second terminal")
+        two.send("Escape")  # from the search hit back to the composer, as a person would
         one.send_line("Again please")  # a reply the second terminal did not start
         two.wait_for(lambda s: "Again please" in s and "w010" in s, 30,
                      "the reply started elsewhere, live here")
         two.send("Escape")  # stops it for everyone
+        two.wait_for(lambda s: "Assistant (stopped)" in s, 20, "the reply stopped here")
         one.wait_for(lambda s: "tok/s" in s.rsplit("Again please", 1)[-1], 20,
                      "the first terminal to see it stopped")
     finally:
@@ -175,6 +177,41 @@ def test_a_crashed_service_is_said_a_new_one_started_and_the_cut_reply_stored_st
     assert [(r[1], r[3]) for r in rows] == [("user", "complete"), ("assistant", "stopped")]
     assert rows[1][2] and LONG.startswith(rows[1][2].rstrip()), "what arrived, kept"
     assert LAST not in rows[1][2]
+
+
+def test_leaving_a_followed_reply_for_another_chat_lets_it_finish_in_the_service(
+        llmdeck_home: Path, service: int) -> None:
+    import asyncio
+
+    from core.service import RemoteRuntime, connect
+
+    async def setup() -> None:  # an older chat, and a reply whose terminal went away
+        rt = RemoteRuntime(await connect("gone"))
+        await rt.start()
+        older = await rt.start_turn(None, "Elsewhere entirely")
+        await rt.cancel_turn(older.turn_id)
+        async for _ in older.events():
+            pass
+        await rt.start_turn(None, "Left running")
+        await rt.close()
+
+    asyncio.run(setup())
+    tui = _tui(llmdeck_home)
+    try:
+        tui.wait_for(lambda s: "Left running" in _chat_pane(s) and "w005" in s, 30,
+                     "the reply left running, followed at start")
+        tui.send("C-f")
+        tui.type("Elsewhere")
+        tui.wait_for(lambda s: "Elsewhere entirely" in s, 15, "the search hit")
+        tui.send("Tab")
+        tui.send("Enter")
+        screen = tui.wait_for(lambda s: "Elsewhere entirely" in _chat_pane(s), 15,
+                              "the other chat open")
+        assert "Left running" not in _chat_pane(screen) and "still streaming" not in screen
+    finally:
+        tui.close()
+    svc.wait_for(lambda: any(r[2] == LONG and r[3] == "complete" for r in _messages(llmdeck_home)),
+                 60, "the left reply to finish in the service, stored whole")
 
 
 def test_the_app_and_serve_share_one_worker(llmdeck_home: Path, service: int) -> None:

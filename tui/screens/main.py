@@ -434,6 +434,7 @@ class MainScreen(Screen):
     _followed: frozenset[str] = frozenset()
     """Turn ids this screen streamed (started or followed): never followed again."""
     _attaching = False
+    _following: str | None = None  # the turn id of a reply followed, not started, here
 
     def on_live_reply(self, summary: dict) -> None:
         """The service runs a reply in some conversation (tui.service_runtime polls): when
@@ -474,7 +475,22 @@ class MainScreen(Screen):
             if view.role != "user":
                 await view.remove()
         self.turn = turn  # busy from here: run_turn streams it
+        self._following = turn.turn_id
         self.run_worker(self.run_turn(turn, user_view), group="turn", exclusive=True)
+
+    async def _stop_following(self) -> bool:
+        """Leave a reply this screen only follows (it goes on in the service, where any
+        TUI can open it again); False when the reply streaming here was started here."""
+        if self.turn is None or getattr(self.turn, "turn_id", None) != self._following:
+            return False
+        followed, self._following = self.turn, None
+        self.workers.cancel_group(self, "turn")
+        await self._no_turn.wait()
+        if self.turn is followed:  # cancelled before run_turn began
+            self.turn = None
+            self.refresh_bindings()
+            self._show_composer_state()
+        return True
 
     async def _at_newest(self) -> None:
         """Before a new message is added: leave an older page for the newest one."""
@@ -482,7 +498,7 @@ class MainScreen(Screen):
             await self.open_conversation(self.conversation_id)
 
     async def on_sidebar_opened(self, event: Sidebar.Opened) -> None:
-        if self.busy:
+        if self.busy and not await self._stop_following():
             self.notify(BUSY)
             return
         self.composer.stop_editing()
