@@ -47,6 +47,7 @@ class ServiceRuntime:
         self._remote: Any = None  # core.service.RemoteRuntime once started
         self._tools: Any = None
         self._workers: list[Any] = []
+        self._attached: dict[str, list[Any]] = {}  # conversation id -> its attachments
         self._poll: asyncio.Task[None] | None = None
         self._closed = False
         self._back = asyncio.Event()  # set while connected (calls in a gap wait on it)
@@ -86,12 +87,37 @@ class ServiceRuntime:
         return None  # the sidebar lists once start() has connected (a few ms)
 
     def check_mentions(self, conversation_id: str | None, text: str) -> Any:
-        """@doc(...) mentions are resolved by the service when the turn starts; the
-        composer's warning before sending needs the attachments here, which a sync call
-        cannot fetch: every mention passes here and the service says what it did not find."""
-        from core.docs import MentionResolution
+        """For the composer, without waiting: @doc(...) mentions against the attachments
+        this client last fetched or made for the conversation (the service resolves them
+        again when the turn starts)."""
+        from core.docs import AttachmentRegistry
 
-        return MentionResolution(resolved=(), unresolved=(), mentions=())
+        known = self._attached.get(conversation_id, []) if conversation_id else []
+        return AttachmentRegistry(list(known)).resolve(text)
+
+    async def attachments(self, conversation_id: str | None) -> list[Any]:
+        """The conversation's attachments, kept for check_mentions."""
+        found = list(await self._remote_call("attachments", conversation_id))
+        if conversation_id is not None:
+            self._attached[conversation_id] = found
+        return found
+
+    async def attach(self, conversation_id: str | None, paths: list[Any],
+                     progress: Callable[[str, str, int, int], None] | None = None) -> Any:
+        results = await self._remote.attach(conversation_id, paths, progress)
+        cid = next((getattr(r, "conversation_id", None) for r in results
+                    if getattr(r, "conversation_id", None)), conversation_id)
+        if cid is not None:
+            await self.attachments(cid)
+        return results
+
+    async def detach(self, conversation_id: str, alias: str) -> bool:
+        done = await self._remote_call("detach", conversation_id, alias)
+        await self.attachments(conversation_id)
+        return done
+
+    async def _remote_call(self, name: str, *args: Any) -> Any:
+        return await self.__getattr__(name)(*args)
 
     def is_active_model(self, ref: str) -> bool:
         """Opening a conversation does not switch the shared service's model (another TUI
