@@ -57,6 +57,13 @@ def engine_for(path: Path) -> str:
         raise WorkerLoadError(exc.code, exc.message) from None
 
 
+def cluster_name(model: str | None) -> str | None:
+    """NAME of "cluster:NAME" (issue 35, core.cluster); kept here so start-up does not
+    import core.cluster."""
+    prefix = "cluster:"
+    return model[len(prefix):] or None if model and model.startswith(prefix) else None
+
+
 def chat_spec(path: Path, engine: str, settings: Settings) -> ModelSpec:
     """How a local model is loaded for chat; the API loads models the same way, so the
     app and the API share one copy of a model in the pool (WorkerPool.key_for)."""
@@ -120,7 +127,7 @@ class ModelLifecycle:
         first). A reply streaming meanwhile completes, or Esc stops it; the old model
         stays loaded while it fits, so switching back is instant. A switch to a remote
         model unloads the local one once its replies are done: nothing local needs it."""
-        if remote_ref(path) is not None:
+        if remote_ref(path) is not None or cluster_name(path) is not None:
             await self.pool.release(self.key, wait_s=SWITCH_WAIT_S)
         self.settings.model = path
         self.settings.engine = engine
@@ -182,8 +189,36 @@ class ModelLifecycle:
         self.notify()
         return True
 
+    # -- issue 35: "cluster:NAME", a cluster's rank 0 through the remote backend -----------
+    async def _use_cluster(self, name: str) -> bool:
+        """Start the cluster (core.cluster.open_backend; it stops itself when idle, and when
+        this backend closes) and stream from it as from a remote."""
+        from core.cluster.launch import ClusterError  # not core.cluster: its doctor imports us
+        from core.cluster.on_demand import open_backend
+
+        self.state.label = f"cluster:{name}"
+        self.state.state = "loading"
+        self.state.error = None
+        self.notify()
+        try:
+            self.backend = await open_backend(self.settings, name)
+        except (ClusterError, OSError) as exc:  # OSError: its log or a process could not start
+            self.backend = PoolBackend(self.pool, self.key)
+            self.state.state = "failed"
+            self.state.error = (exc.message if isinstance(exc, ClusterError) else
+                                f"Could not start cluster {name!r}: {exc.strerror or exc}.")
+            self.notify()
+            return False
+        self.state.state = "ready"
+        self.state.info = self.backend.describe()
+        self.notify()
+        return True
+
     async def _load(self, *, switching: bool = False) -> bool:
         await self.backend.close()
+        cluster = cluster_name(self.settings.model) if self.spec_override is None else None
+        if cluster is not None:
+            return await self._use_cluster(cluster)
         ref = remote_ref(self.settings.model) if self.spec_override is None else None
         if ref is not None:
             return await self._use_remote(*ref)
@@ -243,6 +278,8 @@ class ModelLifecycle:
         no longer here: its file is gone, or its remote endpoint is no longer configured.
         Reads the disk, so it runs in a thread."""
         parsed = model_refs.parse(ref)
+        if (name := cluster_name(ref)) is not None:  # issue 35
+            return (ref, None) if self.settings.cluster(name) else None
         if parsed.remote is not None:
             return (parsed.model, None) if self.settings.remote(parsed.remote[0]) else None
         if not parsed.is_label:

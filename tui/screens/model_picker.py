@@ -47,6 +47,13 @@ def load_choices() -> tuple[list[ModelChoice], list[tuple[str, str]]]:
     return ok, bad
 
 
+def cluster_choices(settings: object) -> list[ModelChoice]:
+    """The [[clusters]] entries (issue 35): picking one starts it (core.cluster) and chats
+    with its rank 0; its engine column reads "cluster"."""
+    return [ModelChoice(f"cluster:{c.name}", f"cluster:{c.name}", f"cluster:{c.name}", "cluster",
+                        False) for c in getattr(settings, "clusters", [])]
+
+
 def choice_label(choice: ModelChoice, current: str, loaded: bool = False) -> Text:
     """● marks the model in use; "loaded" one the pool holds already (picking it answers
     at once: several models stay loaded)."""
@@ -87,6 +94,7 @@ class ModelPickerScreen(ModalScreen[ModelChoice | None]):
     @work(thread=True, exclusive=True)
     def _load(self) -> None:
         choices, bad = load_choices()
+        choices += cluster_choices(self.app.runtime.settings)  # type: ignore[attr-defined]
         self.app.call_from_thread(self._show, choices, bad)
 
     def _show(self, choices: list[ModelChoice], bad: list[tuple[str, str]]) -> None:

@@ -108,6 +108,18 @@ def idle_cells(w: WorkerStatus, now: float) -> tuple[str, str]:
     return _ago(max(0.0, now - w.last_used)), unloads
 
 
+def cluster_lines() -> list[Text]:
+    """Each cluster not down (issue 35): host, rank, state, pid and endpoint per rank, as
+    `llmdeck workers` prints them (core.cluster; outside text already made visible)."""
+    from core.cluster import clusters_report
+
+    try:
+        report = clusters_report()
+    except OSError:
+        return []
+    return [Text(""), Text(report)] if report else []
+
+
 class WorkerPane(Static):
     """Toggle with f4; shows model, state, tok/s, queue, memory, last use, when it unloads
     and restarts per worker."""
@@ -128,7 +140,7 @@ class WorkerPane(Static):
         except Exception as exc:  # the pool is shutting down
             self.update(Text(f"Worker status unavailable: {exc}", style="dim"))
             return
-        self.update(status_table(rows))
+        self.update(Group(status_table(rows), *cluster_lines()))
 
     def toggle(self) -> bool:
         """Show or hide the pane; the timer runs only while it is shown."""
