@@ -3,8 +3,9 @@
 Clients written before chat (and many evaluation harnesses) send a prompt and want the
 model to continue it: no chat template, no reasoning or tool-call parsing. The request
 goes to the same backend and worker as chat, as a GenerationRequest carrying `prompt`
-instead of messages; the sampling parameters are chat's (core.server.wire), and errors,
-admission and the load wait are the chat route's (this module is handed the ChatServer).
+instead of messages; the sampling parameters are chat's (core.server.wire), and the
+request's life (admission, the load wait, metrics, cancel on hang-up) is every route's:
+core.server.dialects.generation (this module is handed the ChatServer).
 
 `logprobs` is the legacy shape: an integer 0-20 asks for the sampled tokens'
 log-probabilities plus that many alternatives per token, answered as {tokens,
@@ -30,12 +31,13 @@ from aiohttp import web
 from core.config import Sampling
 from core.engines.base import MAX_TOP_LOGPROBS, GenerationRequest
 from core.events import Done, Error, Event, Logprobs, TextDelta, Usage
-from core.remote.backend import event_batches
 from core.server.collect import collect
+from core.server.dialects import generation
 from core.server.limits import MAX_CHARS_PER_TOKEN
 from core.server.sse import json_response, write_stream
 from core.server.wire import (
     ApiError,
+    ChatCall,
     api_error_for,
     finish_for,
     parse_model,
@@ -152,44 +154,48 @@ def _prompt_terms(error: ApiError) -> ApiError:
 
 
 class CompletionsRoute:
-    """The /v1/completions handler over a ChatServer (its body checks, load wait, queue
-    limit and active count), passed in by core.server.app."""
+    """The /v1/completions handler over a ChatServer, passed in by core.server.app.
+
+    Only the raw-prompt checks are its own; the rest of a request's life (the model's
+    backend and load wait, queue limit, active count, metrics under /v1/completions,
+    the close that cancels a vanished client's request) is chat's, through
+    core.server.dialects.generation."""
 
     def __init__(self, server: Any) -> None:
         self.server = server
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         server = self.server
-        rt = server.runtime
-        call = parse_completion(await server._body(request), rt.settings.sampling)
-        backend = await server._backend_for(call.model)
-        engine = rt.model.info.get("engine") if backend.kind == "local" else None
+        call = parse_completion(await server._body(request), server.runtime.settings.sampling)
+        await self._admit_raw(call)
+        chat = ChatCall(call.model, call.request, call.stream, call.include_usage)
+        try:
+            async with generation(server, chat, "/v1/completions") as (first, batches):
+                if call.stream:
+                    return await self._stream(request, call, first, batches)
+                return await self._complete(call, first, batches)
+        except ApiError as exc:  # an engine's context error, said about a prompt
+            raise _prompt_terms(exc) from None
+
+    async def _admit_raw(self, call: CompletionCall) -> None:
+        """400 unless the model takes a raw prompt and the prompt can fit its context
+        (chat's size check counts messages, and a completion has none)."""
+        server = self.server
+        backend = await server._backend_for(call.model)  # 404/503/load wait, as chat
+        facts = server.model_facts(backend)
+        engine = facts.info.get("engine") if backend.kind == "local" else None
         if engine not in RAW_ENGINES:
             raise ApiError(400, "Text completions need a local text model (MLX or GGUF); this "
                            f"model ({engine or 'remote'}) is served through /v1/chat/completions "
                            "only.", param="model", code="unsupported_model")
-        context = rt.model.context_size
-        if context > 0 and len(call.request.prompt or "") > context * MAX_CHARS_PER_TOKEN:
-            raise ApiError(400, f"The prompt is {len(call.request.prompt or ''):,} characters "
+        context = facts.context_size
+        prompt = call.request.prompt or ""
+        if context > 0 and len(prompt) > context * MAX_CHARS_PER_TOKEN:
+            raise ApiError(400, f"The prompt is {len(prompt):,} characters "
                            f"long; this model's context is {context:,} tokens, which holds at "
                            f"most {context * MAX_CHARS_PER_TOKEN:,} characters however they "
                            "tokenise. Send a shorter prompt.", param="prompt",
                            code="context_length_exceeded")
-        if backend.queued() >= server.max_queue:
-            raise ApiError(429, f"The queue is full ({server.max_queue} requests waiting); retry "
-                           "shortly.", code="queue_full")
-        batches = event_batches(backend, call.request)
-        server.active += 1
-        try:
-            first = await anext(batches)
-            if isinstance(first[0], Error):
-                raise _prompt_terms(api_error_for(first[0]))
-            if call.stream:
-                return await self._stream(request, call, first, batches)
-            return await self._complete(call, first, batches)
-        finally:
-            server.active -= 1
-            await batches.aclose()  # a vanished client cancels its request in the worker
 
     async def _complete(self, call: CompletionCall, first: list[Event],
                         batches: AsyncIterator[list[Event]]) -> web.Response:

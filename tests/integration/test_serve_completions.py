@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from openai import OpenAI
@@ -101,6 +102,40 @@ def test_scripted_text_comes_back_raw_with_echo_stop_and_usage(scripted: OpenAI)
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
     assert finishes[-1] == "stop" and set(finishes[:-1]) == {None}
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == reply.usage.completion_tokens
+
+
+def _completion_metrics(server: ServerThread) -> dict[str, float]:
+    """The /metrics figures of the /v1/completions route, read with prometheus_client's
+    own parser (0 where the route has no sample yet)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    page = httpx.get(server.url.removesuffix("/v1") + "/metrics", timeout=10)
+    assert page.status_code == 200, page.text
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(page.text):
+        for sample in family.samples:
+            if sample.labels.get("route") == "/v1/completions" and "le" not in sample.labels:
+                key = sample.name + ":" + sample.labels.get("status", "")
+                out[key] = out.get(key, 0) + sample.value
+    return out
+
+
+def test_completions_are_metered_like_chat(scripted_server: ServerThread,
+                                           scripted: OpenAI) -> None:
+    """The route shares chat's request lifecycle, so its tokens and first-token times
+    reach /metrics (before, only its request count did)."""
+    before = _completion_metrics(scripted_server)
+    scripted.completions.create(model="scripted", prompt=PROMPT, max_tokens=100)
+    list(scripted.completions.create(model="scripted", prompt=PROMPT, stream=True))
+    after = _completion_metrics(scripted_server)
+
+    def grew(name: str) -> float:
+        return after.get(name, 0) - before.get(name, 0)
+
+    assert grew("llmdeck_requests_total:200") == 2
+    assert grew("llmdeck_generation_tokens_total:") > 0
+    assert grew("llmdeck_prompt_tokens_total:") == 2 * (len(PROMPT) // 4)
+    assert grew("llmdeck_time_to_first_token_seconds_count:") == 2
 
 
 @pytest.mark.parametrize(("kwargs", "param", "words"), [
