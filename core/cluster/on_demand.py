@@ -22,7 +22,7 @@ from core.cluster.launch import Cluster, ClusterError, current
 from core.cluster.serving import CLUSTER_PREFIX, SERVED_MODEL, ClusterRun
 from core.config import ClusterConfig, RemoteEndpoint, Settings
 from core.engines.base import GenerationRequest
-from core.events import Event
+from core.events import Done, Error, Event
 
 MIN_CHECK_S = 0.2
 MAX_CHECK_S = 5.0
@@ -64,9 +64,16 @@ class IdleStop:
                 await self.stop()
                 return
 
-    def cancel(self) -> None:
-        if self._task is not None and not self._task.done() and self._task is not asyncio.current_task():
-            self._task.cancel()
+    async def close(self) -> None:
+        """End the watch; a stop already under way is waited for, not cut (a cut one would
+        leave its ranks to a second stop racing the first)."""
+        task = self._task
+        if task is None or task.done() or task is asyncio.current_task():
+            return
+        if self.stopped:
+            await asyncio.shield(task)
+        else:
+            task.cancel()
 
 
 class OnDemandClusterBackend:
@@ -89,6 +96,12 @@ class OnDemandClusterBackend:
         self.idle_stopped = True
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
+        if self.idle.stopped:  # stopped between the turn's ensure() and now
+            yield Error("WORKER_CRASHED", (
+                f"Cluster {self.cfg.name!r} was stopped after {self.cfg.idle_minutes:g} "
+                "minutes with no request; send the message again to start it."))
+            yield Done("error")
+            return
         self.idle.begin()
         try:
             async for event in self.inner.generate(request):
@@ -118,7 +131,7 @@ class OnDemandClusterBackend:
 
     async def close(self) -> None:
         """Stop every rank this process started (each pid checked by Cluster.down)."""
-        self.idle.cancel()
+        await self.idle.close()
         await self.inner.close()
         if not self.idle_stopped:
             await self.run.close()
