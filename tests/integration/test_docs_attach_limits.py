@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from core.runtime import AttachResult
 from core.docs import DocError
 from core.docs.embeddings import ensure_model_files
-from core.runtime import Runtime
+from core.runtime import AttachResult, Runtime
 from tests.fixtures.docs_runtime import scripted_runtime, wait_for
 from tests.helpers.procs import wait_gone
 

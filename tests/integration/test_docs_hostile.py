@@ -20,11 +20,10 @@ import psutil
 import pytest
 import pytest_asyncio
 
-from core.runtime import AttachResult
 from core.docs import DocError
 from core.docs import worker as docs_worker
 from core.docs.budget import ReadBounds
-from core.runtime import Runtime
+from core.runtime import AttachResult, Runtime
 from tests.fixtures import docs_files as build
 from tests.fixtures.docs_runtime import scripted_runtime
 

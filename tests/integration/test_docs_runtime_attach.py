@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from core.runtime import AttachResult
 from core.docs import DocError
 from core.docs.embeddings import ensure_model_files
 from core.events import TextDelta
-from core.runtime import Runtime
+from core.runtime import AttachResult, Runtime
 from tests.fixtures.docs_files import (
     FACTS,
     make_corrupt_pdf,
