@@ -296,8 +296,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-mlx", action="store_true")
     ap.add_argument("--skip-llamacpp-thinking", action="store_true",
                     help="no thinking conversation on llama.cpp (its JSON grammar makes "
-                         "each forced token a pass over Gemma's whole vocabulary)")
+                         "each forced token a pass over Gemma's whole vocabulary); "
+                         "--quick skips it unless --llamacpp-thinking")
+    ap.add_argument("--llamacpp-thinking", action="store_true",
+                    help="with --quick, run llama.cpp's thinking conversation too (~20 min on "
+                         "a busy 2-core box; --quick must stay under 3 minutes)")
     args = ap.parse_args(argv)
+    skip_llama_thinking = args.skip_llamacpp_thinking or (args.quick and not args.llamacpp_thinking)
     repeats = args.repeats or (2 if args.quick else 5)
     home = Path(tempfile.mkdtemp(prefix="kvdisk-bench-"))
     os.environ["LLMDECK_HOME"] = str(home)
@@ -311,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_llamacpp:
             result["llamacpp"] = bench_llamacpp(repeats, args.llama_tokens or (
                 1500 if args.quick else args.tokens), args.turns,
-                                                8 if args.quick else 40, args.skip_llamacpp_thinking)
+                                                8 if args.quick else 40, skip_llama_thinking)
     finally:
         shutil.rmtree(home, ignore_errors=True)
     result["seconds"] = round(time.perf_counter() - started, 1)
