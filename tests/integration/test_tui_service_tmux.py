@@ -134,15 +134,11 @@ def test_a_second_terminal_on_the_same_conversation_shows_the_reply_live_and_sto
     one.wait_for(lambda s: LAST in s and "tok/s" in s, 60, "the first reply")
     two = _tui(llmdeck_home)
     try:
-        two.send("C-f")  # find the conversation, open it: the second terminal has it open
-        two.type("Shared")
-        two.wait_for(lambda s: "Shared question" in s, 15, "the search hit")
-        two.send("Tab")
-        two.send("Enter")
-        two.wait_for(lambda s: LAST in s, 15, "the conversation open in the second terminal")
-        two.send("Escape")  # from the search hit back to the composer, as a person would
+        # It opens on the newest reply's conversation (just finished): the same one.
+        two.wait_for(lambda s: "Shared question" in _chat_pane(s) and LAST in s, 30,
+                     "the conversation open in the second terminal")
         one.send_line("Again please")  # a reply the second terminal did not start
-        two.wait_for(lambda s: "Again please" in s and "w010" in s, 30,
+        two.wait_for(lambda s: "w030" in s.rsplit("Again please", 1)[-1], 30,
                      "the reply started elsewhere, live here")
         two.send("Escape")  # stops it for everyone
         two.wait_for(lambda s: "Assistant (stopped)" in s, 20, "the reply stopped here")

@@ -464,9 +464,14 @@ class MainScreen(Screen):
         if turn is None or self.busy or self.conversation_id != conversation_id:
             return
         self._followed = self._followed | {turn.turn_id}
+        self.turn = turn  # busy from here, and Esc stops it while the chat below is redrawn
         user_view = next((v for v in self.chat.views if v.message_id == turn.user_message_id), None)
         if user_view is None:  # sent from another TUI after this one listed the chat
-            await self.open_conversation(conversation_id, follow=False)
+            try:
+                await self.open_conversation(conversation_id, follow=False)
+            except BaseException:
+                self.turn = None
+                raise
             user_view = next((v for v in self.chat.views
                               if v.message_id == turn.user_message_id), None)
         views = self.chat.views
@@ -474,7 +479,6 @@ class MainScreen(Screen):
         for view in after:  # the stored part of the reply: the replay shows it all
             if view.role != "user":
                 await view.remove()
-        self.turn = turn  # busy from here: run_turn streams it
         self._following = turn.turn_id
         self.run_worker(self.run_turn(turn, user_view), group="turn", exclusive=True)
 
