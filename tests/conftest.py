@@ -13,6 +13,15 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """`-n N` (pytest-xdist) hands each process a test file at a time (`--dist loadfile`)
+    unless told otherwise: the module fixtures load a real model or server once per file,
+    and xdist's default (test by test) would load them in every process."""
+    if getattr(config.option, "numprocesses", None) and config.option.dist == "no":
+        config.option.dist = "loadfile"
+
+
 @pytest.fixture(autouse=True)
 def llmdeck_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Point every llmdeck path at a fresh folder; keep Hugging Face offline."""
