@@ -152,6 +152,29 @@ def test_a_second_terminal_on_the_same_conversation_shows_a_reply_started_in_the
     assert [r[2] for r in rows if r[1] == "assistant"] == [LONG, LONG], "each stored once"
 
 
+def test_a_crashed_service_is_said_a_new_one_started_and_the_cut_reply_stored_stopped(
+        llmdeck_home: Path, service: int) -> None:
+    tui = _tui(llmdeck_home)
+    try:
+        tui.send_line("Count before the crash")
+        tui.wait_for(lambda s: "w010" in s, 30, "the reply to stream")
+        kids = svc.descendants(service)
+        os.kill(service, signal.SIGKILL)
+        tui.wait_for(lambda s: "llmdeck service stopped" in s, 15, "the sentence")
+        svc.wait_for(lambda: _service_pid(llmdeck_home) not in (0, service), 60,
+                     "a new service, started by the app")
+        tui.wait_for(lambda s: "Assistant (stopped)" in s, 60,
+                     "the cut reply shown stopped, as stored")
+        for kid in kids:
+            svc.wait_for(lambda kid=kid: not svc.alive(kid), 15, "the dead service's worker gone")
+    finally:
+        tui.close()
+    rows = _messages(llmdeck_home)
+    assert [(r[1], r[3]) for r in rows] == [("user", "complete"), ("assistant", "stopped")]
+    assert rows[1][2] and LONG.startswith(rows[1][2].rstrip()), "what arrived, kept"
+    assert LAST not in rows[1][2]
+
+
 def test_leaving_a_followed_reply_for_another_chat_lets_it_finish_in_the_service(
         llmdeck_home: Path, service: int) -> None:
     import asyncio
