@@ -19,6 +19,8 @@ import termios
 import time
 from pathlib import Path
 
+from tests.helpers.tmux import terminal_env
+
 ROOT = Path(__file__).resolve().parents[2]
 # As `llmdeck` starts it (tui/cli.py build_app): lenient input that notices a vanished
 # terminal, and answers to our queries that are not keys; the scripted engine behind it.
@@ -34,7 +36,7 @@ class PtyApp:
                  rows: int = 40, ignore_sighup: bool = False, launch: str = LAUNCH) -> None:
         self.master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
-        full_env = {**os.environ, "TERM": "xterm-256color"}
+        full_env = {**terminal_env(), "TERM": "xterm-256color"}
         for name, value in (env or {}).items():
             if value is None:
                 full_env.pop(name, None)

@@ -19,7 +19,7 @@ class TmuxSession:
             raise RuntimeError("tmux is not installed (apt-get install tmux)")
         self.name = f"llmdeck-test-{uuid.uuid4().hex[:8]}"
         self.socket = f"llmdeck-{uuid.uuid4().hex[:8]}"
-        full_env = {**os.environ, **env, "TERM": env.get("TERM", "xterm-256color")}
+        full_env = {**terminal_env(), **env, "TERM": env.get("TERM", "xterm-256color")}
         self._env = full_env
         exports = " ".join(f"{k}={_q(v)}" for k, v in env.items())
         subprocess.run(
@@ -88,6 +88,13 @@ class TmuxSession:
 
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
+
+
+def terminal_env() -> dict[str, str]:
+    """This process's environment less COLUMNS and LINES, for an app in a terminal of its
+    own: Textual takes them over the terminal's size, and pytest-xdist's workers have
+    COLUMNS=80 LINES=24 (a 120-column tmux pane then drew an 80-column app)."""
+    return {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
 
 
 def llmdeck_command() -> str:

@@ -11,6 +11,8 @@ import time
 import uuid
 from pathlib import Path
 
+from tests.helpers.tmux import terminal_env
+
 
 class RealTmux:
     """A tmux server of its own whose client runs in a pty: the outer terminal is us."""
@@ -23,7 +25,7 @@ class RealTmux:
         self.proc = subprocess.Popen(
             ["tmux", "-L", self.socket, "-f", str(conf), "new-session", "-x", "80", "-y", "24",
              inner], stdin=slave, stdout=slave, stderr=slave,
-            env={**os.environ, "TERM": "xterm-256color"}, start_new_session=True)
+            env={**terminal_env(), "TERM": "xterm-256color"}, start_new_session=True)
         os.close(slave)
         self.output = b""
 
