@@ -235,7 +235,8 @@ async def start_compare(runtime: Runtime, conversation_id: str | None, text: str
         chat.extend(chat_messages(history))
         chat.append({"role": "user", "content": text})
         return GenerationRequest(request_id=uuid.uuid4().hex, messages=tuple(chat),
-                                 sampling=settings.sampling.to_params(), session_id=cid)
+                                 sampling=settings.sampling.to_params(), session_id=cid,
+                                 thinking=settings.thinking)
 
     left = CompareSide(runtime.model.label, runtime.backend, request(runtime.settings))
     right = CompareSide(label, PoolBackend(runtime.pool, key), request(other_settings))

@@ -193,6 +193,9 @@ class Settings:
     # Prompt-lookup drafts for a lone greedy reply (core.engines.speculative); read at load.
     speculative: bool = True
     draft_model: str | None = None  # an MLX model folder of the same family: guesses on MLX
+    # The chat template's thinking switch (Qwen3's enable_thinking); None: the model's
+    # default. Usually set by the model's preset (core.presets).
+    thinking: bool | None = None
     sampling: Sampling = field(default_factory=Sampling)
     remotes: list[RemoteEndpoint] = field(default_factory=list)
     tools_enabled: bool = True  # offer tools to models whose output format has tool calls
@@ -482,6 +485,7 @@ _TOP_LEVEL: dict[str, Callable[[Any], Any]] = {
     "service_idle_minutes": _ruled(rules.service_idle_minutes),
     "speculative": _flag("speculative"),
     "draft_model": _words("The draft model", optional=True),
+    "thinking": _flag("thinking"),
     "tools_enabled": _flag("tools_enabled"),
     "python_asks": _flag("python_asks"),
     "python_timeout_s": _ruled(rules.python_timeout),

@@ -21,10 +21,10 @@ Every value passes the same rule as in the settings (core.settings_rules); a ref
 value, an unknown key or a damaged file becomes a sentence in `problems`, never an
 exception, and the rest of the file still counts.
 
-`thinking` (true/false, absent: the model's own default) is read, checked and kept for
-models whose chat template has a switch (`thinking_switch`), but nothing sends it to the
-model yet: a GenerationRequest carries no chat-template switches (that field belongs to
-the engines' owners), so it takes effect once one does.
+`thinking` (true/false, absent: the model's own default) goes into Settings.thinking
+when the preset is applied, and from there into each GenerationRequest; the engines pass
+it to chat templates that have the switch (`thinking_switch`: Qwen3's enable_thinking)
+and ignore it for the others.
 """
 
 from __future__ import annotations
@@ -225,6 +225,7 @@ def apply(settings: Settings, preset: Preset) -> bool:
         setattr(settings.sampling, key, value)
     if preset.system_prompt is not None:
         settings.system_prompt = preset.system_prompt
+    settings.thinking = preset.thinking  # per model: unset means the model's own default
     changed = preset.context_size is not None and preset.context_size != settings.context_size
     if preset.context_size is not None:
         settings.context_size = preset.context_size

@@ -113,6 +113,9 @@ class GenerationRequest:
 
     `tool_choice` "required", or `tool_name` (the one tool named by the API's
     tool_choice), makes the reply start with a tool call (core.engines.tool_grammar).
+
+    `thinking` (None: the model's own default) is the chat template's thinking switch
+    (Qwen3's enable_thinking), passed only to templates that have it (template_switches).
     """
 
     request_id: str
@@ -123,6 +126,16 @@ class GenerationRequest:
     tool_choice: str = "auto"  # "auto" | "required"
     tool_name: str | None = None
     prompt: str | None = None
+    thinking: bool | None = None
+
+
+def template_switches(template: str | None, thinking: bool | None) -> dict[str, Any]:
+    """The extra variables a chat template is rendered with: enable_thinking when the
+    request sets it and the template reads it (a template without the switch, or a
+    request that leaves it unset, renders exactly as before)."""
+    if thinking is None or not template or "enable_thinking" not in template:
+        return {}
+    return {"enable_thinking": thinking}
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,13 +41,15 @@ class _Finished:
     text: str | None  # the rendered chat prompt (None: raw, base transcript, images)
     prompt: list[int]
     reply: str  # the reply as streamed (before the family parser)
+    thinking: bool | None = None  # the template's switch, rendered the same on the next turn
 
 
 class LlamaKvKeeper:
     """Disk caches for one llama.cpp model (see the module docstring)."""
 
     def __init__(self, store: KvDiskStore, llm: Any, family: str,
-                 render: Callable[[list[dict[str, Any]], tuple[dict[str, Any], ...]], str],
+                 render: Callable[[list[dict[str, Any]], tuple[dict[str, Any], ...], bool | None],
+                                  str],
                  tokenize: Callable[[str], list[int]]) -> None:
         self.store = store
         self.writer = KvWriter()
@@ -73,7 +75,8 @@ class LlamaKvKeeper:
 
     def finished(self, request: Any, text: str | None, prompt: list[int], reply: str) -> None:
         """A reply ended: keep it for the next idle step (its Done goes out first)."""
-        self._pending = _Finished(request.messages, request.tools, text, list(prompt), reply)
+        self._pending = _Finished(request.messages, request.tools, text, list(prompt), reply,
+                                  request.thinking)
 
     def busy(self) -> bool:
         return self._pending is not None
@@ -108,7 +111,8 @@ class LlamaKvKeeper:
         if content is None or f.text is None:
             return
         render = self._render
-        text = next_turn_prefix(lambda msgs: render(msgs, f.tools), f.messages, content, f.text)
+        text = next_turn_prefix(lambda msgs: render(msgs, f.tools, f.thinking), f.messages, content,
+                                f.text)
         if text is None:
             return
         suffix = self._tokenize(text[len(f.text):])

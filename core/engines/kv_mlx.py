@@ -56,13 +56,15 @@ class _FollowUp:
     layers: list[tuple[mx.array, mx.array]]  # the prompt's keys and values (views)
     tokens: list[int]  # what the cache held at the end (prompt + reply as generated)
     full: list[tuple[mx.array, mx.array]]
+    thinking: bool | None = None  # the template's switch, rendered the same on the next turn
 
 
 class MlxKvKeeper:
     """Disk caches for one loaded MLX model (see the module docstring)."""
 
     def __init__(self, store: KvDiskStore, model: Any, tokenizer: Any, family: str,
-                 render: Callable[[list[dict[str, Any]], tuple[dict[str, Any], ...]], str] | None,
+                 render: Callable[[list[dict[str, Any]], tuple[dict[str, Any], ...], bool | None],
+                                  str] | None,
                  remember: Callable[[list[int], list[Any], str, Marks], None],
                  stream: Any, eos: set[int]) -> None:
         self.store = store
@@ -106,7 +108,8 @@ class MlxKvKeeper:
                 and not request.tools and len(tokens) > len(prompt)):
             layers = [(k[..., : len(prompt), :], v[..., : len(prompt), :]) for k, v in full]
             self._follow_ups.append(_FollowUp(request.messages, request.tools, list(prompt), text,
-                                              marks, raw, layers, list(tokens), full))
+                                              marks, raw, layers, list(tokens), full,
+                                              request.thinking))
             while len(self._follow_ups) > _MAX_FOLLOW_UPS:
                 self._follow_ups.popleft()
             return
@@ -143,7 +146,8 @@ class MlxKvKeeper:
         if content is None or self._render is None:
             return None
         render = self._render
-        text = next_turn_prefix(lambda msgs: render(msgs, f.tools), f.messages, content, f.text)
+        text = next_turn_prefix(lambda msgs: render(msgs, f.tools, f.thinking), f.messages, content,
+                                f.text)
         if text is None:
             return None
         suffix = list(self._tokenizer.encode(text[len(f.text):], add_special_tokens=False))

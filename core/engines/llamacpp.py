@@ -14,7 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, SamplingParams
+from core.engines.base import (
+    EngineLoadError,
+    GenerationRequest,
+    ModelSpec,
+    SamplingParams,
+    template_switches,
+)
 from core.engines.base_prompt import BaseFormat, base_format, effective_repetition_penalty
 from core.engines.kv_llama import LlamaKvKeeper
 from core.engines.llama_lookup import Penalties, lookup_stream
@@ -167,8 +173,9 @@ class LlamaCppEngine:
         self._kv = None if self._vision is not None else LlamaKvKeeper.open(
             spec.option("kv_disk_gb"), path, llm=self._llm,
             family=detect_family(self._template, self._model_type),
-            render=lambda msgs, tools: self._formatter(messages=list(msgs),
-                                                       tools=list(tools) or None).prompt,
+            render=lambda msgs, tools, thinking: self._formatter(
+                messages=list(msgs), tools=list(tools) or None,
+                **template_switches(self._template, thinking)).prompt,
             tokenize=lambda text: self._tokenize(text, add_bos=False, special=True))
 
     @staticmethod
@@ -284,7 +291,8 @@ class LlamaCppEngine:
         else:
             try:
                 rendered = self._formatter(messages=list(messages),
-                                           tools=list(request.tools) or None)
+                                           tools=list(request.tools) or None,
+                                           **template_switches(self._template, request.thinking))
             except Exception as exc:
                 return rid, [Error("BAD_REQUEST", f"The chat template failed: {exc}"),
                              Done("error")]

@@ -45,7 +45,13 @@ from mlx_lm.models.cache import (  # noqa: E402
     make_prompt_cache,
 )
 
-from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, SamplingParams  # noqa: E402
+from core.engines.base import (  # noqa: E402
+    EngineLoadError,
+    GenerationRequest,
+    ModelSpec,
+    SamplingParams,
+    template_switches,
+)
 from core.engines.base_prompt import base_format, effective_repetition_penalty  # noqa: E402
 from core.engines.grammar import Grammars, MaskedProcessor, mask_rows  # noqa: E402
 from core.engines.kv_mlx import MlxKvKeeper  # noqa: E402
@@ -360,7 +366,8 @@ class MlxEngine:
         self._kv = MlxKvKeeper.open(
             spec.option("kv_disk_gb"), path, model=self._model, tokenizer=self._tokenizer,
             family=self._tool_grammars.family, stream=self._stream, eos=self._eos,
-            render=lambda msgs, tools: self.render_text(GenerationRequest("", tuple(msgs), tools=tools)),
+            render=lambda msgs, tools, thinking: self.render_text(
+                GenerationRequest("", tuple(msgs), tools=tools, thinking=thinking)),
             remember=self._prefix.store)
 
     # -- Engine protocol -------------------------------------------------------------
@@ -437,7 +444,7 @@ class MlxEngine:
         messages = [dict(m) for m in request.messages]
         if self._base is not None:
             return self._base.render(messages)
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = template_switches(self._template, request.thinking)
         if request.tools and "tools" in self._template:
             kwargs["tools"] = [dict(t) for t in request.tools]
         return self._tokenizer.apply_chat_template(

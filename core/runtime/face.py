@@ -505,6 +505,7 @@ class Runtime:
             messages=tuple(chat),
             sampling=self.settings.sampling.to_params(),
             session_id=cid,
+            thinking=self.settings.thinking,
         )
 
     # -- message actions (regenerate, edit, branches, delete) ------------------------------
