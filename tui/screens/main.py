@@ -147,6 +147,9 @@ class MainScreen(Screen):
         self.outbox: deque[object] = deque()  # texts, and NEW_CHAT where Ctrl+N came
         self._sending = False  # the outbox worker runs (it may still tidy up after a turn)
         self._starting = False  # a message left the outbox; its turn is not streaming yet
+        # Esc came while a reply was about to stream here (its message on its way to the
+        # service, or a reply found there being opened): it stops the reply as it arrives.
+        self._stop_asked = False
         self._no_turn = asyncio.Event()
         self._no_turn.set()
 
@@ -220,7 +223,7 @@ class MainScreen(Screen):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "stop":  # only shown (and bound) when there is something to stop
-            return (self.busy or self.composer.editing_id is not None
+            return (self.busy or self._attaching or self.composer.editing_id is not None
                     or not self.composer.has_focus or attaching(self))
         return True
 
@@ -381,8 +384,8 @@ class MainScreen(Screen):
             self._show_composer_state()
         if self.turn is not None:
             self.turn.cancel()
-        elif self._starting:
-            pass  # the message in flight is about to start: its reply can be stopped then
+        elif self._starting or self._attaching:
+            self._stop_asked = True  # its reply is on its way here: stopped as it comes
         elif self.composer.editing_id is not None:
             self.composer.stop_editing()
             self.notify("Edit cancelled.", timeout=2)
@@ -458,6 +461,7 @@ class MainScreen(Screen):
             await self._follow(conversation_id, watch)
         finally:
             self._attaching = False
+            self._stop_asked = False  # taken by the reply followed, or nothing to stop
 
     async def _follow(self, conversation_id: str, watch) -> None:  # noqa: ANN001
         turn = await watch(conversation_id)
@@ -465,6 +469,7 @@ class MainScreen(Screen):
             return
         self._followed = self._followed | {turn.turn_id}
         self.turn = turn  # busy from here, and Esc stops it while the chat below is redrawn
+        self._take_stop(turn)
         user_view = next((v for v in self.chat.views if v.message_id == turn.user_message_id), None)
         if user_view is None:  # sent from another TUI after this one listed the chat
             try:
@@ -481,6 +486,12 @@ class MainScreen(Screen):
                 await view.remove()
         self._following = turn.turn_id
         self.run_worker(self.run_turn(turn, user_view), group="turn", exclusive=True)
+
+    def _take_stop(self, turn: Turn) -> None:
+        """An Esc pressed before `turn` reached this screen stops it now."""
+        if self._stop_asked:
+            self._stop_asked = False
+            turn.cancel()
 
     async def _stop_following(self) -> bool:
         """Leave a reply this screen only follows (it goes on in the service, where any
@@ -802,6 +813,7 @@ class MainScreen(Screen):
                     await self._new_chat()
                     continue
                 self._starting = True
+                self._stop_asked = False
                 self._show_composer_state()
                 try:
                     if not await self._send_one(str(item)):
@@ -880,6 +892,7 @@ class MainScreen(Screen):
         self._no_turn.clear()
         self._starting = False  # busy now because the turn streams
         turn.approve = self._approve_tool
+        self._take_stop(turn)
         self.refresh_bindings()
         self._show_composer_state()
         chat = self.chat
