@@ -164,6 +164,12 @@ class Turn:
                                  model=models.state.label, parent_id=parent_id)
         try:
             ok = await models.ensure()
+            if ok and not self.cancelled and not self.request.tools:
+                tools = self._parts.tools
+                await tools.prepare(models.state.info)  # MCP servers start on first use
+                self.request = replace(self.request, tools=tools.offer(models.state.info))
+            # Checked after every await before the stream opens: a cancel in that gap finds
+            # no open stream in the backend and would otherwise be lost.
             if not ok or self.cancelled:
                 if not self.cancelled:
                     error = Error("LOAD_FAILED", models.state.error or "The model is not available.")
@@ -173,11 +179,11 @@ class Turn:
                 recorder.record(done)
                 yield done
                 return
-            if not self.request.tools:
-                tools = self._parts.tools
-                await tools.prepare(models.state.info)  # MCP servers start on first use
-                self.request = replace(self.request, tools=tools.offer(models.state.info))
+            resent = False
             async for event in models.backend.generate(self.request):
+                if self.cancelled and not resent:  # cancelled while the stream was opening
+                    resent = True
+                    models.backend.cancel(self.request.request_id)
                 if isinstance(event, Usage):
                     self._parts.context.observe(self, event)
                 recorder.record(event)
