@@ -43,7 +43,9 @@ def client(server: ServerThread) -> ollama.Client:
 
 def test_a_streamed_chat_has_thinking_content_a_tool_call_and_counts(client: ollama.Client) -> None:
     parts = list(client.chat(model="scripted", messages=ASK, tools=[WEATHER], stream=True))
-    assert len(parts) > 3, "streamed in pieces"
+    # Streamed, not whole: under load the pool merges a step's deltas (thinking and text
+    # can share one chunk), so the floor is text, the call, then the done chunk.
+    assert len(parts) >= 3, "streamed in pieces"
     assert all(not p.done for p in parts[:-1]) and parts[-1].done
     assert "".join(p.message.content or "" for p in parts) == "I will look it up."
     assert "".join(p.message.thinking or "" for p in parts) == "The user wants the weather."
