@@ -18,8 +18,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from core.cluster.backend import ClusterBackend
-from core.cluster.launch import Cluster, ClusterError, current
-from core.cluster.serving import CLUSTER_PREFIX, SERVED_MODEL, ClusterRun
+from core.cluster.launch import current
+from core.cluster.serving import CLUSTER_PREFIX, SERVED_MODEL, ClusterRun, up_or_running
 from core.config import ClusterConfig, RemoteEndpoint, Settings
 from core.engines.base import GenerationRequest
 from core.events import Done, Error, Event
@@ -141,19 +141,9 @@ async def open_backend(settings: Settings, name: str) -> OnDemandClusterBackend:
     """Start the cluster `name` (or use the one already up) and return its backend. Settings
     are left as they are (the chat model stays "cluster:NAME"). A cluster that cannot
     start raises ClusterError with its sentence."""
+    run = await up_or_running(settings, name)  # raises for an unknown name
     cfg = settings.cluster(name)
-    if cfg is None:
-        names = ", ".join(c.name for c in settings.clusters)
-        raise ClusterError(f"No cluster named {name!r} is configured"
-                           f"{f' (configured: {names})' if names else ''}; add it under "
-                           "[[clusters]] in settings (see the README, 'Several Macs').")
-    running = current(name)
-    if running is not None and running.state == "up":
-        run = ClusterRun(name, None, running.url)
-    else:
-        cluster = Cluster(cfg)
-        state = await cluster.up()
-        run = ClusterRun(name, cluster, state.url)
+    assert cfg is not None
     from core.remote.client import RemoteBackend
 
     endpoint = RemoteEndpoint(name=f"{CLUSTER_PREFIX}{name}", url=run.url)

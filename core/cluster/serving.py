@@ -66,6 +66,23 @@ class ClusterRun:
             await self.cluster.down()
 
 
+async def up_or_running(settings: Settings, name: str) -> ClusterRun:
+    """The configured cluster `name`: the one already up (not ours to stop), else one we
+    start. An unknown name raises ClusterError naming the configured ones."""
+    cfg = settings.cluster(name)
+    if cfg is None:
+        names = ", ".join(c.name for c in settings.clusters)
+        raise ClusterError(f"No cluster named {name!r} is configured"
+                           f"{f' (configured: {names})' if names else ''}; add it under "
+                           "[[clusters]] in settings (see the README, 'Several Macs').")
+    running = current(name)
+    if running is not None and running.state == "up":
+        return ClusterRun(name, None, running.url)
+    cluster = Cluster(cfg)
+    state = await cluster.up()
+    return ClusterRun(name, cluster, state.url)
+
+
 async def start_for(settings: Settings) -> ClusterRun | None:
     """When settings.model names a cluster: start it (or find it running) and make
     settings.model the remote model of its rank 0. None for any other model; a cluster
@@ -73,17 +90,7 @@ async def start_for(settings: Settings) -> ClusterRun | None:
     name = cluster_ref(settings.model)
     if name is None:
         return None
-    cfg = settings.cluster(name)
-    if cfg is None:
-        raise ClusterError(f"No cluster named {name!r} is configured; add it under [[clusters]] "
-                           "in settings (see the README, 'Several Macs').")
-    running = current(name)
-    if running is not None and running.state == "up":
-        run = ClusterRun(name, None, running.url)
-    else:
-        cluster = Cluster(cfg)
-        state = await cluster.up()
-        run = ClusterRun(name, cluster, state.url)
+    run = await up_or_running(settings, name)
     endpoint = RemoteEndpoint(name=run.served_name, url=run.url)
     settings.remotes = [r for r in settings.remotes if r.name != endpoint.name] + [endpoint]
     settings.model = remote_model_string(endpoint.name, SERVED_MODEL)
