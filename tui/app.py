@@ -121,7 +121,9 @@ class LlmdeckApp(App):
         await painted.wait()
         if self._preload:
             self.run_worker(self.runtime.ensure_model(), name="model-preload", exit_on_error=False)
-        await asyncio.to_thread(warmup.warm_imports)
+        client = isinstance(self.runtime, ServiceRuntime)
+        await asyncio.to_thread(warmup.warm_imports,
+                                warmup.CLIENT_MODULES if client else warmup.IN_PROCESS_MODULES)
         gc_tuning.settle_after_start()
 
     async def _open_live_reply(self) -> None:

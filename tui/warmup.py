@@ -4,19 +4,36 @@ Start-up leaves them out (the first frame does not need them), but the first mes
 the documents layer builds a numpy index for the conversation, and importing numpy on the
 UI loop at that moment froze the screen for ~100 ms. Importing it in a thread right after
 the history is listed moves that cost to where the person is still reading.
+
+Importing in a thread while the UI loop may import the same package lazily (the composer
+checks `@doc(...)` mentions with core.docs) can deadlock: Python takes a submodule's lock
+before it imports the parent package, so a thread importing `core.docs.attachments` while
+the loop runs `core/docs/__init__.py` waits on the loop, which waits on it (CI saw
+`_DeadlockError` this way). So each name is imported parents first: a thread then only
+ever waits on a whole package, never while holding one of its submodules.
 """
 
 from __future__ import annotations
 
 import importlib
 
-# The documents and memory layers (Runtime.chat, made on the first turn) and numpy.
-FIRST_TURN_MODULES = ("core.runtime.context", "numpy")
+# In process: the documents and memory layers (Runtime.chat, made on the first turn) and
+# numpy. The service's client runs no turn itself; it resolves mentions with core.docs.
+IN_PROCESS_MODULES = ("core.docs", "core.memory", "core.runtime.context", "numpy")
+CLIENT_MODULES = ("core.docs",)
 
 
-def warm_imports() -> None:
-    for name in FIRST_TURN_MODULES:
+def parents_first(name: str) -> list[str]:
+    """`a.b.c` -> [`a`, `a.b`, `a.b.c`]: the order that never holds a child's lock while
+    waiting for its parent."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def warm_imports(modules: tuple[str, ...] = IN_PROCESS_MODULES) -> None:
+    for name in modules:
         try:
-            importlib.import_module(name)
+            for step in parents_first(name):
+                importlib.import_module(step)
         except ImportError:  # the feature that needs it reports that itself
             pass

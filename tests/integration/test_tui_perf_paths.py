@@ -80,19 +80,60 @@ def test_gc_settling_is_undone_when_the_app_ends() -> None:
     assert gc.get_threshold() == before
 
 
-def test_warm_up_imports_what_the_first_turn_needs_and_tolerates_a_missing_one(monkeypatch) -> None:
+def test_warm_up_imports_what_the_first_turn_needs_and_tolerates_a_missing_one() -> None:
     from tui import warmup
 
     sys.modules.pop("colorsys", None)
-    monkeypatch.setattr(warmup, "FIRST_TURN_MODULES", ("colorsys", "no_such_module_here"))
-    warmup.warm_imports()
+    warmup.warm_imports(("colorsys", "no_such_module_here"))
     assert "colorsys" in sys.modules
 
 
 def test_the_first_turn_modules_include_the_documents_index_library() -> None:
     from tui import warmup
 
-    assert "numpy" in warmup.FIRST_TURN_MODULES  # core.docs builds a numpy index per turn
+    assert "numpy" in warmup.IN_PROCESS_MODULES  # core.docs builds a numpy index per turn
+    assert "core.docs" in warmup.CLIENT_MODULES  # the composer resolves @doc mentions
+
+
+RACE = """
+import importlib.abc, sys, threading, time
+from tui import warmup
+main, looking_up = threading.current_thread(), threading.Event()
+
+class HoldTheLookUp(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "warmpkg" and threading.current_thread() is main:
+            looking_up.set()
+            time.sleep(0.3)  # the thread runs into its import meanwhile
+        return None
+
+sys.meta_path.insert(0, HoldTheLookUp())
+def warm():
+    looking_up.wait(5)
+    warmup.warm_imports(("warmpkg.sub",))
+thread = threading.Thread(target=warm)
+thread.start()
+import warmpkg  # the loop's lazy import, racing the thread
+thread.join(10)
+print("imported", warmpkg.VALUE)
+"""
+
+
+def test_warming_a_submodule_while_the_loop_imports_its_package_does_not_deadlock(
+        tmp_path) -> None:
+    """CI's crash: the warm-up thread took `core.docs.attachments`' import lock and then
+    asked for the package, which the UI loop had just begun importing; the loop's
+    `core/docs/__init__.py` then asked for that submodule: _DeadlockError on the loop.
+    A finder that holds the loop inside the package's look-up opens that window wide (in
+    a fresh interpreter: pytest's own import hooks close it)."""
+    (tmp_path / "warmpkg").mkdir()
+    (tmp_path / "warmpkg" / "__init__.py").write_text("from warmpkg.sub import VALUE\n")
+    (tmp_path / "warmpkg" / "sub.py").write_text("VALUE = 7\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    done = subprocess.run([sys.executable, "-c", RACE], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert "DeadlockError" not in done.stderr
+    assert done.returncode == 0 and "imported 7" in done.stdout, done.stderr
 
 
 async def test_a_streamed_reply_grows_without_asking_for_a_second_layout() -> None:
