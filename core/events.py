@@ -97,6 +97,10 @@ class Done:
     """The end of one generation; always the last event of a stream."""
 
     finish_reason: FinishReason
+    # The stop string that ended it (finish "stop" only): one of the request's, or a turn
+    # marker the engine watches itself; None for an end-of-turn token or a backend that
+    # does not tell. The Anthropic route answers stop_reason "stop_sequence" with it.
+    stop_sequence: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

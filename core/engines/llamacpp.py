@@ -444,7 +444,8 @@ class LlamaCppEngine:
         if tail:
             events.append(TextDelta(tail))
         active.completion_tokens = self._sampled(active)
-        events += [active.usage(), Done("length" if reason == "length" else "stop")]
+        events += [active.usage(), Done("length", None) if reason == "length"
+                   else Done("stop", active.tail.matched)]
         self._active = None
         if self._kv is not None:  # kv-disk hook: kept for the next idle step
             self._kv.finished(active.request, active.kv_text, active.kv_prompt, active.reply + tail)

@@ -30,6 +30,11 @@ class ReplyTail:
         """A stop string was reached: nothing more of this reply is shown."""
         return self._stops.stopped
 
+    @property
+    def matched(self) -> str | None:
+        """The stop string that ended the reply (for Done.stop_sequence), or None."""
+        return self._stops.matched
+
     def feed(self, piece: str) -> tuple[str, bool]:
         """(text to show now, whether a stop string was reached)."""
         shown, stopped = self._stops.feed(piece)

@@ -126,7 +126,7 @@ class ScriptedEngine:
                     events.append(TextDelta(shown))
                 if stopped:
                     run.pieces.clear()
-                    events += [self._usage(run), Done("stop")]
+                    events += [self._usage(run), Done("stop", run.stops.matched)]
                     self._finished(self._runs.pop(rid))
                 elif not run.pieces:
                     tail = run.stops.finish(cut=run.truncated)

@@ -16,6 +16,7 @@ class StopMatcher:
         self._stops = tuple(dict.fromkeys(s for s in stops if s))
         self._buffer = ""
         self.stopped = False
+        self.matched: str | None = None  # the stop string that ended the text, once stopped
         self._firsts = tuple({s[0] for s in self._stops})
         self._maxlen = max((len(s) for s in self._stops), default=0)
         self._prefixes = frozenset(s[:i] for s in self._stops for i in range(1, len(s)))
@@ -31,14 +32,16 @@ class StopMatcher:
         # does not depend on how the stream was split; a tie goes to the longer stop.
         cut = -1
         best_end = -1
+        matched = None
         for stop in self._stops:
             i = buf.find(stop)
             if i != -1 and (cut == -1 or i + len(stop) < best_end
                             or (i + len(stop) == best_end and i < cut)):
-                cut, best_end = i, i + len(stop)
+                cut, best_end, matched = i, i + len(stop), stop
         if cut != -1:
             self._buffer = ""
             self.stopped = True
+            self.matched = matched
             return buf[:cut], True
         hold = self._held_tail(buf)
         if hold:

@@ -49,6 +49,15 @@ _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool
                  "cancelled": "end_turn", "error": "end_turn"}
 
 
+def _stop_fields(finish: str, matched: str | None, call: ChatCall) -> dict[str, Any]:
+    """stop_reason and stop_sequence: "stop_sequence" with the string when one of the
+    request's stop_sequences ended the reply (not a stop of the engine's own, such as a
+    base model's turn marker, which reads as the end of the turn)."""
+    if finish == "stop" and matched is not None and matched in call.request.sampling.stop:
+        return {"stop_reason": "stop_sequence", "stop_sequence": matched}
+    return {"stop_reason": _STOP_REASONS.get(finish, "end_turn"), "stop_sequence": None}
+
+
 def error_body(error: ApiError) -> dict[str, Any]:
     """{"type": "error", "error": {"type", "message"}}, as Anthropic answers."""
     return {"type": "error", "error": {"type": _ERROR_TYPES.get(error.status, "api_error"),
@@ -328,8 +337,7 @@ class MessagesRoute:
         return json_response({
             "id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
             "model": call.model, "content": content,
-            "stop_reason": _STOP_REASONS.get(finish, "end_turn"), "stop_sequence": None,
-            "usage": _usage(got.usage)})
+            **_stop_fields(finish, got.stop_sequence, call), "usage": _usage(got.usage)})
 
     async def _stream(self, request: web.Request, call: ChatCall, thinking: bool,
                       first: list[Event], batches: AsyncIterator[list[Event]]) -> web.StreamResponse:
@@ -407,8 +415,7 @@ class MessagesRoute:
                     finish = event.finish_reason
                     if state["calls"] and finish == "stop":
                         finish = "tool_calls"
-                    emit("message_delta", {"delta": {"stop_reason": _STOP_REASONS.get(finish, "end_turn"),
-                                                     "stop_sequence": None},
+                    emit("message_delta", {"delta": _stop_fields(finish, event.stop_sequence, call),
                                            "usage": _usage(state["usage"])})
                     emit("message_stop", {})
                     return True

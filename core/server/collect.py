@@ -21,6 +21,7 @@ class Collected:
     logprobs: list[dict[str, Any]] = field(default_factory=list)
     usage: Usage | None = None
     finish: str = "stop"
+    stop_sequence: str | None = None  # the stop string that ended it (Done.stop_sequence)
     error: Error | None = None
 
 
@@ -45,6 +46,7 @@ async def collect(first: list[Event], batches: AsyncIterator[list[Event]]) -> Co
                 return got
             elif isinstance(event, Done):
                 got.finish = event.finish_reason
+                got.stop_sequence = event.stop_sequence
         if isinstance(batch[-1], Done):
             break
         batch = await anext(batches, None)

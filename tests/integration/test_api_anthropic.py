@@ -87,6 +87,24 @@ def test_max_tokens_cuts_the_reply_and_says_so(client: anthropic.Anthropic) -> N
     assert reply.stop_reason == "max_tokens"
 
 
+def test_a_stop_sequence_is_named_as_the_reason_streamed_and_not(
+        client: anthropic.Anthropic) -> None:
+    """Anthropic answers stop_reason "stop_sequence" with the string that matched (it was
+    "end_turn" with stop_sequence null, so a client could not tell it from a finished turn)."""
+    stops = ["never said", "look"]
+    reply = client.messages.create(model="scripted", max_tokens=200, messages=ASK,
+                                   stop_sequences=stops)
+    assert [b.text for b in reply.content if b.type == "text"] == ["I will "]
+    assert (reply.stop_reason, reply.stop_sequence) == ("stop_sequence", "look")
+    events = list(client.messages.create(model="scripted", max_tokens=200, messages=ASK,
+                                         stop_sequences=stops, stream=True))
+    delta = next(e for e in events if e.type == "message_delta").delta
+    assert (delta.stop_reason, delta.stop_sequence) == ("stop_sequence", "look")
+    plain = client.messages.create(model="scripted", max_tokens=200, messages=ASK,
+                                   stop_sequences=["never said"], thinking={"type": "disabled"})
+    assert (plain.stop_reason, plain.stop_sequence) == ("tool_use", None)
+
+
 def test_a_tool_round_trip_reaches_the_model(client: anthropic.Anthropic) -> None:
     """The tool_use goes back as history and the tool_result as the next user turn; a long
     result shows up in the prompt's token count, so it reached the worker."""

@@ -106,3 +106,22 @@ def test_a_prompt_over_the_context_is_400_in_the_apis_terms(gemma_server: Server
     assert "context of 1024" in info.value.message
     assert "Send fewer or shorter messages" in info.value.message
     assert "new chat" not in info.value.message  # the chat window's advice, not an API client's
+
+
+def test_the_stop_string_that_ended_a_reply_is_named_in_done(gemma_server: ServerThread) -> None:
+    """llama.cpp's Done names the stop string that cut the reply (the Anthropic route's
+    stop_sequence), among the engine's own (a turn marker) that it also watches."""
+    def greedy(rid: str, stop: tuple[str, ...]) -> list:
+        return run(gemma_server, GenerationRequest(
+            rid, ({"role": "user", "content": "Count from one to twenty in words."},),
+            SamplingParams(temperature=0.0, max_tokens=40, stop=stop)))
+
+    free = greedy("free", ())
+    text = "".join(e.text for e in free if isinstance(e, TextDelta))
+    words = text.split()
+    assert len(words) > 4, text
+    word = words[len(words) // 2]
+    stopped = greedy("cut", ("never in this reply", word))
+    assert stopped[-1] == Done("stop", word), stopped[-1]
+    assert "".join(e.text for e in stopped if isinstance(e, TextDelta)) == text[:text.index(word)]
+    assert free[-1].stop_sequence != word
