@@ -81,6 +81,7 @@ class Need:
     context: int
     workers: int = 1
     known: bool = True
+    draft_bytes: int = 0  # of the total, what a draft model loaded beside it takes
 
     @property
     def total_bytes(self) -> int:

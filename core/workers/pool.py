@@ -19,55 +19,23 @@ import time
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 from core.engines.base import GenerationRequest, ModelSpec
 from core.events import Done, Error, Event, ReasoningDelta, TextDelta
 from core.workers import memory_budget
 from core.workers import protocol as p
+from core.workers.admission import Admission, measure
+from core.workers.idle_unload import IdleUnloader
+from core.workers.leases import Leases
+from core.workers.load_error import WorkerLoadError
+from core.workers.status import ModelStatus, WorkerStatus
 from core.workers.worker_main import worker_main
+
+__all__ = ["ModelStatus", "WorkerLoadError", "WorkerPool", "WorkerStatus"]
 
 _CTX = mp.get_context("spawn")
 _ALL_POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
-
-
-@dataclass(slots=True)
-class WorkerStatus:
-    """A cheap snapshot of one worker for the status pane and `llmdeck workers`."""
-
-    worker_id: str
-    model: str
-    engine: str
-    state: str  # loading | ready | busy | crashed | idle | failed
-    pid: int | None
-    rss_bytes: int
-    active: int
-    queued: int
-    tokens_per_s: float
-    restarts: int
-    error: str | None = None
-    memory_bytes: int = 0  # its share of what admission counts for its model (memory_budget)
-    last_used: float = 0.0  # wall-clock time its model's last reply ended (0: not a pool model)
-    idle_left_s: float | None = None  # until its model unloads when idle (None: kept / not known)
-    path: str = ""  # its model's file or folder (the hub marks loaded models by it)
-
-
-@dataclass(slots=True)
-class ModelStatus:
-    """One model the pool holds, for F4, the hub's Local models and the API's lists."""
-
-    key: str
-    label: str
-    engine: str
-    path: str
-    state: str  # loading | idle | busy | failed
-    memory_bytes: int  # what admission counts for it (weights + KV cache at its context)
-    rss_bytes: int  # its workers' resident memory now
-    requests: int  # replies running on it or waiting for it (its leases)
-    last_used: float  # wall-clock time (time.time()) its last reply ended, or it loaded
-    idle_left_s: float | None  # seconds until it unloads when idle; None: kept loaded
-    error: str | None = None
 
 
 class _Stream:
@@ -354,15 +322,6 @@ class _Worker:
         )
 
 
-class WorkerLoadError(Exception):
-    """A model could not be loaded; carries an events.Error code and a user sentence."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
 class _ModelGroup:
     """The workers serving one model, and which session sits on which worker."""
 
@@ -514,11 +473,13 @@ class WorkerPool:
         self._groups: dict[str, _ModelGroup] = {}
         self._ids = itertools.count(1)
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._idle_task: asyncio.Task[None] | None = None
         self._open: dict[str, _Stream] = {}  # every request from its start to its end
-        self._admission = asyncio.Lock()  # one load decides against the budget at a time
-        self._lease_change: asyncio.Future[None] | None = None  # woken when a lease ends
-        self._watch_wake: asyncio.Future[None] | None = None  # woken when a deadline moves
+        self._idle = IdleUnloader(lambda: self._groups.values(),
+                                  lambda g: self._evict(g, IDLE_UNLOADED),
+                                  lambda: self.idle_unload_s, lambda: self.closing)
+        self._leases = Leases(on_last_end=self._idle.wake)
+        self._admission = Admission(lambda: self._groups.values(),
+                                    lambda g: self._evict(g, EVICTED), self._leases)
         _ALL_POOLS.add(self)
         _start_resource_tracker()
 
@@ -543,7 +504,7 @@ class WorkerPool:
             group.loading = asyncio.ensure_future(self._admit_then_start(group, wait_s))
         await asyncio.shield(group.loading)
         group.last_used = time.monotonic()
-        self._ensure_watch()
+        self._idle.ensure()
         return dict(group.workers[0].info) if group.workers else {}
 
     async def _admit_then_start(self, group: _ModelGroup, wait_s: float = 0.0) -> None:
@@ -556,50 +517,13 @@ class WorkerPool:
         try:
             await self._start_workers(group)
         finally:
-            self._leases_changed()  # a load that ends may let a waiting admission decide
+            self._leases.changed()  # a load that ends may let a waiting admission decide
 
     async def _admit(self, group: _ModelGroup, wait_s: float = 0.0) -> None:
-        """Weights + KV cache at the context against what the budget has free; idle models,
-        least recently used first, are unloaded when that makes room; when only models
-        answering now stand in the way, it waits up to `wait_s` for their replies to end;
-        otherwise the load is refused (OOM) with the numbers. Decisions run one at a time."""
-        spec = group.spec
-        need, budget = await asyncio.to_thread(lambda: (
-            memory_budget.model_need(
-                spec.path, spec.context_size, engine=spec.engine, replicas=group.replicas,
-                prefill_chunk=int(spec.option("prefill_step_size", memory_budget.PREFILL_CHUNK))),
-            memory_budget.current_budget()))
-        deadline = time.monotonic() + max(0.0, wait_s)
-        while True:
-            async with self._admission:
-                free = await self._make_room(group, need, budget, time.monotonic() < deadline)
-                if free is not None:
-                    group.admitted = (need, free, budget)
-                    return
-            try:  # a reply in the way: wait for a lease to end, then decide again
-                await self._lease_wait(deadline - time.monotonic())
-            except TimeoutError:
-                pass
-
-    async def _make_room(self, group: _ModelGroup, need: memory_budget.Need,
-                         budget: memory_budget.Budget, may_wait: bool) -> int | None:
-        """The budget's free bytes once `need` fits (idle models evicted, least recently
-        used first); None when it would fit once busy models are done and `may_wait`;
-        otherwise the load is refused."""
-        while True:
-            others = [g for g in self._groups.values() if g is not group and g.held_bytes()]
-            free = budget.total_bytes - sum(g.held_bytes() for g in others)
-            if not need.known or need.total_bytes <= free:
-                return free
-            idle = sorted((g for g in others if g.idle()), key=lambda g: g.last_used)
-            idle_bytes = sum(g.held_bytes() for g in idle)
-            if need.total_bytes > free + idle_bytes:
-                busy = sum(g.held_bytes() for g in others if g not in idle)
-                if may_wait and need.total_bytes <= free + idle_bytes + busy:
-                    return None
-                raise WorkerLoadError("OOM", memory_budget.refusal(
-                    group.label, need, free, budget, busy))
-            await self._evict(idle[0], EVICTED)
+        """Room in the budget for the model (core.workers.admission), or WorkerLoadError."""
+        need, budget = await asyncio.to_thread(measure, group.spec, group.replicas)
+        free = await self._admission.admit(group, need, budget, wait_s)
+        group.admitted = (need, free, budget)
 
     async def _evict(self, victim: _ModelGroup, reason: str) -> None:
         """Stop an idle model's workers; it stays known and loads again on its next request."""
@@ -608,44 +532,7 @@ class WorkerPool:
         victim.loading = None
         await self._stop_workers(workers, reason)
 
-    # -- leases ------------------------------------------------------------------
-    def _take_lease(self, group: _ModelGroup | None) -> None:
-        if group is not None:
-            group.leases += 1
-
-    def _end_lease(self, group: _ModelGroup | None) -> None:
-        if group is None:
-            return
-        group.leases -= 1
-        group.last_used = time.monotonic()
-        if not group.leases:
-            self._leases_changed()
-            self._wake_watch()  # keep_alive 0: it unloads now
-
-    def _leases_changed(self) -> None:
-        fut, self._lease_change = self._lease_change, None
-        if fut is not None and not fut.done():
-            fut.set_result(None)
-
-    async def _lease_wait(self, timeout_s: float) -> None:
-        """Wait until some model's last lease ends (or a load ends); TimeoutError after
-        `timeout_s`."""
-        if timeout_s <= 0:
-            raise TimeoutError
-        if self._lease_change is None:
-            self._lease_change = asyncio.get_running_loop().create_future()
-        await asyncio.wait_for(asyncio.shield(self._lease_change), timeout_s)
-
-    async def _leases_end(self, group: _ModelGroup, wait_s: float) -> bool:
-        """Wait up to `wait_s` for the model's replies to end; True when they did."""
-        deadline = time.monotonic() + wait_s
-        while group.leases and time.monotonic() < deadline:
-            try:
-                await self._lease_wait(deadline - time.monotonic())
-            except TimeoutError:
-                break
-        return not group.leases
-
+    # -- leases (core.workers.leases) -------------------------------------------------
     def key_for(self, spec: ModelSpec) -> str | None:
         """The key a model with exactly this spec is known under (loaded or not), so that
         the app and the API share one copy of it."""
@@ -663,8 +550,8 @@ class WorkerPool:
         group = self._groups.get(key)
         if group is not None:
             group.keep_alive_s = seconds
-            self._ensure_watch()
-            self._wake_watch()
+            self._idle.ensure()
+            self._idle.wake()
 
     def models(self) -> list[ModelStatus]:
         """Every model with workers up or loading, or failed; least recently used first."""
@@ -700,7 +587,7 @@ class WorkerPool:
         group = self._groups.get(key)
         if group is None:
             return True
-        clean = await self._leases_end(group, wait_s)
+        clean = await self._leases.until_ended(group, wait_s)
         if self._groups.get(key) is group:
             del self._groups[key]
         await self._stop_workers(group.workers, UNLOADED)
@@ -713,7 +600,7 @@ class WorkerPool:
         group = self._groups.get(key)
         if group is None:
             return True
-        clean = await self._leases_end(group, wait_s)
+        clean = await self._leases.until_ended(group, wait_s)
         await self._evict(group, UNLOADED)
         return clean
 
@@ -756,13 +643,13 @@ class WorkerPool:
         stream = _Stream(request)
         self._open[request.request_id] = stream  # from here on, cancel() reaches it
         group = self._groups.get(key)
-        self._take_lease(group)  # from here on, nothing unloads the model under it
+        self._leases.take(group)  # from here on, nothing unloads the model under it
         try:
             async for batch in self._generate(key, stream):
                 yield batch
         finally:
             self._open.pop(request.request_id, None)
-            self._end_lease(group)
+            self._leases.end(group)
 
     async def _generate(self, key: str, stream: _Stream) -> AsyncIterator[list[Event]]:
         request = stream.request
@@ -908,39 +795,6 @@ class WorkerPool:
             worker.error = exc.message
             worker.group.failed = exc.message
 
-    # -- idle unload -----------------------------------------------------------------
-    def _ensure_watch(self) -> None:
-        """Start the idle watch once some model can unload by itself."""
-        timed = self.idle_unload_s or any(
-            g.keep_alive_s is not None and g.keep_alive_s >= 0 for g in self._groups.values())
-        if timed and self._idle_task is None and not self.closing:
-            self._idle_task = asyncio.ensure_future(self._idle_watch())
-
-    def _wake_watch(self) -> None:
-        fut, self._watch_wake = self._watch_wake, None
-        if fut is not None and not fut.done():
-            fut.set_result(None)
-
-    async def _idle_watch(self) -> None:
-        """Unload each idle model at its deadline (its keep-alive after its last reply)."""
-        while not self.closing:
-            now = time.monotonic()
-            deadlines = []
-            for group in list(self._groups.values()):
-                deadline = group.idle_deadline(self.idle_unload_s)
-                if deadline is None or not group.workers:
-                    continue
-                if deadline <= now and group.idle():
-                    await self._evict(group, IDLE_UNLOADED)
-                elif deadline > now:
-                    deadlines.append(deadline)
-            sleep = min([5.0, *(d - time.monotonic() for d in deadlines)])
-            self._watch_wake = wake = asyncio.get_running_loop().create_future()
-            try:
-                await asyncio.wait_for(wake, max(0.02, sleep))
-            except TimeoutError:
-                pass
-
     # -- status and shutdown -----------------------------------------------------------
     def status(self) -> list[WorkerStatus]:
         out: list[WorkerStatus] = []
@@ -979,8 +833,7 @@ class WorkerPool:
     async def shutdown(self) -> None:
         """Stop every worker; nothing is left running afterwards."""
         self.closing = True
-        if self._idle_task:
-            self._idle_task.cancel()
+        self._idle.stop()
         for task in list(self._tasks):
             task.cancel()
         groups, self._groups = list(self._groups.values()), {}
