@@ -149,7 +149,13 @@ class ChatServer:
 
     # -- models --------------------------------------------------------------------
     def local_name(self) -> str:
-        return self.served_name or self.runtime.model.label
+        """The id the app's model is listed and answered under: --served-name, else its
+        catalog id (Ollama's `name:tag`, as every other local model), else its label.
+        The display name still finds it (core.model_catalog reads names too)."""
+        if self.served_name:
+            return self.served_name
+        entry = self.local_models.app_entry()
+        return entry.id if entry is not None else self.runtime.model.label
 
     def _remote_names(self) -> dict[str, tuple[str, str]]:
         return {f"{r.name}/{m}": (r.name, m) for r in self.runtime.settings.remotes for m in r.models}
@@ -248,13 +254,15 @@ class ChatServer:
         data = []
         running = self.local_models.running()
         app_model = running.get(self.runtime.model_key)
+        entries = await self.local_models.entries()  # first: local_name reads this listing
         if self.model_health()[0] != "failed":  # a request for it is served (or waits for the load)
-            data.append({"id": self.local_name(), "object": "model", "created": now, "owned_by": "llmdeck",
+            data.append({"id": self.local_name(), "object": "model", "created": now,
+                         "owned_by": "llmdeck", "name": self.runtime.model.label,
                          "loaded": app_model is not None,
                          **(describe(app_model) if app_model else {})})
-        for entry in await self.local_models.entries():
-            if entry.id == self.local_name():
-                continue
+        for entry in entries:
+            if entry.id == self.local_name() or self.local_models.is_app_model(entry):
+                continue  # the app's model: listed once, above
             status = self.local_models.running_at(entry.path)
             data.append({"id": entry.id, "object": "model", "created": int(entry.modified) or now,
                          "owned_by": "llmdeck", "name": entry.name, "format": entry.format,

@@ -90,6 +90,11 @@ class LocalModels:
         parsed = model_refs.parse(ref)
         return not parsed.is_label and Path(parsed.model).expanduser() == entry.path
 
+    def app_entry(self) -> CatalogEntry | None:
+        """The catalog's entry for the app's own model (the last listing; no disk read),
+        or None when it is not a model on disk (a scripted or remote one)."""
+        return next((e for e in self.catalog.cached() if self.is_app_model(e)), None)
+
     # -- load ------------------------------------------------------------------------
     async def backend(self, entry: CatalogEntry) -> PoolBackend:
         """The pool's backend for `entry`, loading it first (waiting up to the load wait;

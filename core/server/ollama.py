@@ -463,8 +463,8 @@ class OllamaRoutes:
             out.append({"name": name, "model": name, "modified_at": modified, "size": size,
                         "digest": _digest(name), "details": details})
         for entry in self.server.local_models.catalog.cached():
-            if entry.id in {e["name"] for e in out}:
-                continue
+            if entry.id in {e["name"] for e in out} or self.server.local_models.is_app_model(entry):
+                continue  # the app's model: listed once, above
             modified = datetime.fromtimestamp(entry.modified or time.time(), UTC).isoformat()
             out.append({"name": entry.id, "model": entry.id, "modified_at": modified,
                         "size": entry.size_bytes, "digest": _digest(entry.id),
@@ -483,6 +483,7 @@ class OllamaRoutes:
         """Every loaded model: what admission counts for it (or its workers' memory, when
         larger) as its size, and when its idle time runs out."""
         server, rt = self.server, self.server.runtime
+        await server.local_models.entries()  # the ids (the app's model's too) come from it
         out = []
         for key, status in server.local_models.running().items():
             if status.state == "loading":
