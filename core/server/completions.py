@@ -51,6 +51,27 @@ from core.server.wire import (
 RAW_ENGINES = ("mlx", "llamacpp", "scripted")
 
 
+async def admit_raw_prompt(server: Any, model: str, prompt: str, otherwise: str) -> None:
+    """400 unless `model` takes a raw prompt (no chat template) and `prompt` can fit its
+    context: chat's size check counts messages, and a raw prompt has none. The one check
+    for every door that sends a raw prompt (/v1/completions, Ollama's raw generate);
+    `otherwise` says what that door's client can do instead. Waits for a loading model
+    (404/503 as chat)."""
+    backend = await server._backend_for(model)
+    facts = server.model_facts(backend)
+    engine = facts.info.get("engine") if backend.kind == "local" else None
+    if engine not in RAW_ENGINES:
+        raise ApiError(400, "A raw prompt (no chat template) needs a local text model (MLX or "
+                       f"GGUF); this model ({engine or 'remote'}) {otherwise}.", param="model",
+                       code="unsupported_model")
+    context = facts.context_size
+    if context > 0 and len(prompt) > context * MAX_CHARS_PER_TOKEN:
+        raise ApiError(400, f"The prompt is {len(prompt):,} characters long; this model's "
+                       f"context is {context:,} tokens, which holds at most "
+                       f"{context * MAX_CHARS_PER_TOKEN:,} characters however they tokenise. "
+                       "Send a shorter prompt.", param="prompt", code="context_length_exceeded")
+
+
 @dataclass(frozen=True, slots=True)
 class CompletionCall:
     """A validated /v1/completions body."""
@@ -178,24 +199,8 @@ class CompletionsRoute:
             raise _prompt_terms(exc) from None
 
     async def _admit_raw(self, call: CompletionCall) -> None:
-        """400 unless the model takes a raw prompt and the prompt can fit its context
-        (chat's size check counts messages, and a completion has none)."""
-        server = self.server
-        backend = await server._backend_for(call.model)  # 404/503/load wait, as chat
-        facts = server.model_facts(backend)
-        engine = facts.info.get("engine") if backend.kind == "local" else None
-        if engine not in RAW_ENGINES:
-            raise ApiError(400, "Text completions need a local text model (MLX or GGUF); this "
-                           f"model ({engine or 'remote'}) is served through /v1/chat/completions "
-                           "only.", param="model", code="unsupported_model")
-        context = facts.context_size
-        prompt = call.request.prompt or ""
-        if context > 0 and len(prompt) > context * MAX_CHARS_PER_TOKEN:
-            raise ApiError(400, f"The prompt is {len(prompt):,} characters "
-                           f"long; this model's context is {context:,} tokens, which holds at "
-                           f"most {context * MAX_CHARS_PER_TOKEN:,} characters however they "
-                           "tokenise. Send a shorter prompt.", param="prompt",
-                           code="context_length_exceeded")
+        await admit_raw_prompt(self.server, call.model, call.request.prompt or "",
+                               "is served through /v1/chat/completions only")
 
     async def _complete(self, call: CompletionCall, first: list[Event],
                         batches: AsyncIterator[list[Event]]) -> web.Response:

@@ -44,8 +44,9 @@ from aiohttp import web
 from core.engines.base import GenerationRequest
 from core.events import Done, Error, Event, ReasoningDelta, TextDelta, ToolCall, Usage
 from core.server.collect import collect
+from core.server.completions import admit_raw_prompt
 from core.server.dialects import generation, guarded
-from core.server.limits import MAX_CHARS_PER_TOKEN, MAX_INT, check_numbers
+from core.server.limits import MAX_INT, check_numbers
 from core.server.local_models import describe, keep_alive_of
 from core.server.sse import Sink, json_response
 from core.server.wire import ApiError, ChatCall, api_error_for, parse_chat
@@ -286,16 +287,8 @@ class OllamaRoutes:
             return await self._answer(request, call, think, stream, first, batches, chat=False)
 
     async def _raw(self, call: ChatCall, prompt: str) -> ChatCall:
-        """The prompt as is, no chat template (engines that take one: as /v1/completions)."""
-        backend = await self.server._backend_for(call.model)
-        facts = self.server.model_facts(backend)
-        if backend.kind != "local" or facts.info.get("engine") not in ("mlx", "llamacpp", "scripted"):
-            raise _bad("'raw' needs a local text model (MLX or GGUF); send the prompt without it.")
-        context = facts.context_size
-        if context > 0 and len(prompt) > context * MAX_CHARS_PER_TOKEN:
-            raise ApiError(400, f"The prompt is {len(prompt):,} characters long; this model's "
-                           f"context is {context:,} tokens. Send a shorter prompt.",
-                           code="context_length_exceeded")
+        """The prompt as is, no chat template: /v1/completions' check, then its request."""
+        await admit_raw_prompt(self.server, call.model, prompt, "answers without 'raw' only")
         request: GenerationRequest = replace(call.request, messages=(), prompt=prompt)
         return replace(call, request=request)
 

@@ -90,6 +90,27 @@ def test_generate_streams_and_answers_whole(client: ollama.Client) -> None:
     assert loaded.done and loaded.done_reason == "load"
 
 
+def test_a_raw_prompt_meets_the_same_check_as_a_text_completion(server: ServerThread,
+                                                                client: ollama.Client) -> None:
+    """Ollama's raw generate and /v1/completions send a raw prompt through one check, so a
+    prompt too long for the context gets the same sentence at both doors (Ollama's own copy
+    of the check said less: not how many characters the context holds)."""
+    import openai
+
+    from core.server.limits import MAX_CHARS_PER_TOKEN
+
+    prompt = "x" * (4096 * MAX_CHARS_PER_TOKEN + 1)  # the scripted model's context: 4096
+    with pytest.raises(ollama.ResponseError) as by_ollama:
+        client.generate(model="scripted", prompt=prompt, raw=True, stream=False)
+    with pytest.raises(openai.BadRequestError) as by_openai:
+        openai.OpenAI(base_url=server.url, api_key="x", max_retries=0).completions.create(
+            model="scripted", prompt=prompt, max_tokens=1)
+    assert by_ollama.value.status_code == 400
+    sentence = by_openai.value.body["message"]
+    assert by_ollama.value.error == sentence and "however they tokenise" in sentence
+    assert client.generate(model="scripted", prompt="Still here?", stream=False).done
+
+
 def test_list_show_ps_and_version(server: ServerThread, client: ollama.Client) -> None:
     names = [m.model for m in client.list().models]
     assert "scripted" in names
