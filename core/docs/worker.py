@@ -137,6 +137,20 @@ class UtilityWorker(OnDemandProcess):
     def _child(self) -> tuple[Any, tuple]:
         return utility_main, (self.model_dir, self.read_bounds)
 
+    @property
+    def label(self) -> str:
+        """How the memory budget's sentences and F4 name it."""
+        return "The document reader (MiniLM embeddings)"
+
+    def _memory_need(self):
+        from core.docs.embeddings import ensure_model_files
+        from core.workers.memory_budget import weights_need
+
+        return weights_need(self.model_dir or ensure_model_files())
+
+    def _refused_error(self, message: str) -> Exception:
+        return UtilityWorkerError("OOM", message)
+
     def _dispatch(self, msg: tuple) -> None:
         if msg[0] == READY:
             self._started(msg[1])
@@ -259,7 +273,7 @@ class UtilityWorker(OnDemandProcess):
 
     def status(self):
         """A WorkerStatus row for the status pane (None while no process runs)."""
-        from core.workers.pool import WorkerStatus
+        from core.workers.status import WorkerStatus
 
         pid = self.pid
         if pid is None:
@@ -276,5 +290,6 @@ class UtilityWorker(OnDemandProcess):
             queued=0,
             tokens_per_s=0.0,
             restarts=max(0, self.starts - 1),
+            **self.budget_fields(),
         )
 

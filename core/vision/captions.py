@@ -17,6 +17,7 @@ from typing import Any
 from core.vision.images import AttachedImage, StoredImage
 from core.vision.vlm import DEFAULT_PROMPT
 from core.vision.worker import VisionError, VisionWorker
+from core.workers.on_demand import MemoryGate
 
 RECENT_IMAGES = 4  # a turn describes at most the newest few images of the conversation
 CAPTION_TOKENS = 200
@@ -26,8 +27,9 @@ HEADER = "Images the user attached (described by a vision model; you cannot see 
 class Captioner:
     """The vision worker of the "vision" role, made from the settings when first needed."""
 
-    def __init__(self, settings_of: Callable[[], Any]) -> None:
+    def __init__(self, settings_of: Callable[[], Any], gate: MemoryGate | None = None) -> None:
         self._settings_of = settings_of  # the runtime's settings, read fresh each time
+        self.gate = gate  # the pool's memory budget, which the vision model counts against
         self.worker: VisionWorker | None = None
         self._inflight: dict[tuple[str, str], asyncio.Future[str]] = {}
         self._retired: set[asyncio.Task[None]] = set()
@@ -50,6 +52,7 @@ class Captioner:
                 self._retired.add(task)
                 task.add_done_callback(self._retired.discard)
             self.worker = VisionWorker(path, idle_s=idle)
+            self.worker.gate = self.gate
         self.worker.idle_s = idle
         return self.worker
 

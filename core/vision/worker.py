@@ -21,6 +21,10 @@ from typing import Any
 from core.workers.on_demand import READY, OnDemandProcess, serve
 
 DEFAULT_IDLE_S = 180.0
+# The tokens a caption request holds in the model's cache: an image's tokens (576 for
+# LLaVA 1.5, up to ~1,500 for newer models) plus the prompt and the caption. Admission
+# counts the cache at this length (core.workers.memory_budget).
+CAPTION_CONTEXT = 2048
 FAILED, DELTA, DONE, ERROR = "failed", "delta", "done", "error"
 
 
@@ -88,6 +92,19 @@ class VisionWorker(OnDemandProcess):
     @property
     def name(self) -> str:
         return Path(self.model_dir).name
+
+    @property
+    def label(self) -> str:
+        """How the memory budget's sentences and F4 name it."""
+        return f"The vision model {self.name}"
+
+    def _memory_need(self):
+        from core.workers.memory_budget import weights_need
+
+        return weights_need(self.model_dir, CAPTION_CONTEXT)
+
+    def _refused_error(self, message: str) -> Exception:
+        return VisionError("OOM", message)
 
     @property
     def state(self) -> str:
@@ -175,12 +192,13 @@ class VisionWorker(OnDemandProcess):
 
     def status(self):
         """A WorkerStatus row for the worker pane (always shown once configured)."""
-        from core.workers.pool import WorkerStatus
+        from core.workers.status import WorkerStatus
 
         pid, rss = self.pid, self.rss_bytes()
         return WorkerStatus(
             worker_id="vision#1", model=f"{self.name} (vision)", engine="mlx-vlm",
             state=self.state, pid=pid, rss_bytes=rss, active=len(self._pending), queued=0,
             tokens_per_s=0.0, restarts=max(0, self.loads - 1), error=self.error,
+            **self.budget_fields(),
         )
 

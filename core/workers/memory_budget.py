@@ -92,8 +92,11 @@ class Need:
         if not self.known:
             return "an unknown amount of memory (its files could not be measured)"
         each = f", for {self.workers} workers" if self.workers > 1 else ""
+        draft = f", {gb(self.draft_bytes)} of it the draft model" if self.draft_bytes else ""
+        if not self.kv_bytes and not self.context:
+            return f"{gb(self.total_bytes)} (its weights)"
         return (f"{gb(self.total_bytes)} ({gb(self.weights_bytes)} weights + "
-                f"{gb(self.kv_bytes)} context cache at {self.context:,} tokens{each})")
+                f"{gb(self.kv_bytes)} context cache at {self.context:,} tokens{each}{draft})")
 
 
 UNKNOWN = Need(0, 0, 0, known=False)
@@ -121,6 +124,25 @@ def model_need(path: str | Path, context: int, *, engine: str = "", replicas: in
     if engine == "llamacpp":
         return Need(weights, kv * workers, context, workers)
     return Need(weights * workers, kv * workers, context, workers)
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".npz", ".pt", ".pth")
+
+
+def weights_need(path: str | Path, context: int = 0) -> Need:
+    """What a model whose cache we cannot shape needs: the bytes of its weight files (a
+    sentence-transformers folder, an unusual vision model). model_need first where it knows
+    the layout; UNKNOWN when there are no weight files to count."""
+    need = model_need(path, context)
+    if need.known:
+        return need
+    p = Path(path).expanduser()
+    try:
+        files = [p] if p.is_file() else [f for f in p.rglob("*") if f.is_file()]
+        total = sum(f.stat().st_size for f in files if f.suffix.lower() in WEIGHT_SUFFIXES)
+    except OSError:
+        return UNKNOWN
+    return Need(total, 0, 0) if total else UNKNOWN
 
 
 def _folder_weights(p: Path) -> int:

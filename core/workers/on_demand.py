@@ -27,7 +27,10 @@ import time
 import weakref
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from core.workers.memory_budget import Need
 
 _CTX = mp.get_context("spawn")
 _ALL: weakref.WeakSet[OnDemandProcess] = weakref.WeakSet()
@@ -66,6 +69,15 @@ def serve(conn: Connection, parent_pid: int, handle: Callable[..., None],
 
 
 # -- the app side ------------------------------------------------------------------------------
+class MemoryGate(Protocol):
+    """The pool's admission as a child that holds a model sees it (core.workers.pool):
+    a child's model counts against the same memory budget as the chat models."""
+
+    async def admit_outside(self, holder: OnDemandProcess, need: Need) -> int: ...
+
+    def release_outside(self, holder: OnDemandProcess) -> None: ...
+
+
 class OnDemandProcess:
     """Starts the child on first use, routes requests, unloads it when idle.
 
@@ -91,6 +103,11 @@ class OnDemandProcess:
         self._idle_handle: asyncio.TimerHandle | None = None
         self._closing = False
         self._stopping: asyncio.Future[None] | None = None  # set while a polite stop runs
+        # The memory budget's admission (None: not counted). With a gate, a start first
+        # asks it for the model's bytes (idle chat models may be unloaded for them, or the
+        # start is refused with the numbers); the bytes go back when the process ends.
+        self.gate: MemoryGate | None = None
+        self.memory_bytes = 0  # what admission granted the running child
         _ALL.add(self)
 
     # -- what a subclass says ------------------------------------------------------------------
@@ -123,6 +140,40 @@ class OnDemandProcess:
         """True when the child's exit fails nothing (a subclass may allow clean exits)."""
         return False
 
+    def _memory_need(self) -> Need:
+        """What the child's model takes once loaded (run off the loop: reads files)."""
+        from core.workers.memory_budget import UNKNOWN
+
+        return UNKNOWN
+
+    def _refused_error(self, message: str) -> Exception:
+        """The error a start refused by the memory budget fails with (`message` names the
+        numbers)."""
+        raise NotImplementedError
+
+    # -- as a holder of the memory budget (core.workers.admission) ------------------------------
+    @property
+    def label(self) -> str:
+        return self.process_name
+
+    def held_bytes(self) -> int:
+        return self.memory_bytes
+
+    def budget_fields(self) -> dict[str, Any]:
+        """Its memory, last use and idle time left, as the pool's rows carry them (F4's
+        memory line, `llmdeck workers`); empty while the budget does not count it."""
+        if not self.memory_bytes:
+            return {}
+        ago = time.monotonic() - self.last_used
+        left = max(0.0, self.idle_s - ago) if self.idle_s > 0 and not self._pending else None
+        return {"memory_bytes": self.memory_bytes, "last_used": time.time() - ago,
+                "idle_left_s": left}
+
+    def idle(self) -> bool:
+        """Running, started and with no request in flight: admission may unload it."""
+        return (self.process is not None and self._ready is not None and self._ready.done()
+                and not self._pending and self._stopping is None)
+
     # -- state ------------------------------------------------------------------------------------
     @property
     def pid(self) -> int | None:
@@ -142,6 +193,8 @@ class OnDemandProcess:
             return
         loop = asyncio.get_running_loop()
         self._ready = ready = loop.create_future()
+        if self.gate is not None:
+            await self._admit(self.gate)
         target, args = self._child()
         parent, child = _CTX.Pipe(duplex=True)
         self.process = _CTX.Process(target=target, args=(child, os.getpid(), *args),
@@ -158,6 +211,21 @@ class OnDemandProcess:
             error = self._start_timeout_error()
             self._fail(error)  # callers waiting on the same start get the error too
             raise error from None
+
+    async def _admit(self, gate: MemoryGate) -> None:
+        """Room in the memory budget before the child starts, or the start fails (every
+        caller waiting on it included) with the budget's sentence."""
+        try:
+            need = await asyncio.to_thread(self._memory_need)
+            await gate.admit_outside(self, need)
+        except asyncio.CancelledError:  # the caller went away: the next call starts afresh
+            self._fail(self._cancelled_for_other_error())
+            raise
+        except Exception as exc:  # noqa: BLE001 - the pool's refusal (WorkerLoadError) or a read
+            error = self._refused_error(getattr(exc, "message", str(exc)))
+            self._fail(error)
+            raise error from None
+        self.memory_bytes = need.total_bytes
 
     def _on_readable(self) -> None:
         try:
@@ -221,6 +289,9 @@ class OnDemandProcess:
         self.conn = None
         self._ready = None
         self._cancel_idle()
+        if self.gate is not None:  # its memory goes back to the budget
+            self.memory_bytes = 0
+            self.gate.release_outside(self)
 
     def _stop_now(self) -> None:
         self._detach()

@@ -29,6 +29,7 @@ from core.workers.admission import Admission, measure
 from core.workers.idle_unload import IdleUnloader
 from core.workers.leases import Leases
 from core.workers.load_error import WorkerLoadError
+from core.workers.on_demand import OnDemandProcess
 from core.workers.status import ModelStatus, WorkerStatus
 from core.workers.worker_main import worker_main
 
@@ -478,8 +479,11 @@ class WorkerPool:
                                   lambda g: self._evict(g, IDLE_UNLOADED),
                                   lambda: self.idle_unload_s, lambda: self.closing)
         self._leases = Leases(on_last_end=self._idle.wake)
-        self._admission = Admission(lambda: self._groups.values(),
-                                    lambda g: self._evict(g, EVICTED), self._leases)
+        # Children outside the pool that hold a model (the vision model, the embeddings
+        # reader): counted by admission beside the chat models (core.workers.on_demand).
+        self._outside: dict[int, OnDemandProcess] = {}
+        self._admission = Admission(lambda: [*self._groups.values(), *self._outside.values()],
+                                    self._make_room_from, self._leases)
         _ALL_POOLS.add(self)
         _start_resource_tracker()
 
@@ -524,6 +528,29 @@ class WorkerPool:
         need, budget = await asyncio.to_thread(measure, group.spec, group.replicas)
         free = await self._admission.admit(group, need, budget, wait_s)
         group.admitted = (need, free, budget)
+
+    async def _make_room_from(self, victim: Any) -> None:
+        """Unload an idle holder for another load: a chat model's workers stop (it loads
+        again on its next request); a child outside the pool stops until its next use."""
+        if isinstance(victim, _ModelGroup):
+            await self._evict(victim, EVICTED)
+        else:
+            await victim.unload()  # its end calls release_outside
+
+    async def admit_outside(self, holder: OnDemandProcess, need: memory_budget.Need) -> int:
+        """Admit a child's model (the vision model, the embeddings reader) against the same
+        budget as the chat models: idle chat models, least recently used first, are
+        unloaded to make room; WorkerLoadError(OOM) with the numbers when it cannot fit.
+        It counts from here until release_outside (its process ended)."""
+        budget = await asyncio.to_thread(memory_budget.current_budget)
+        free = await self._admission.admit(holder, need, budget)
+        self._outside[id(holder)] = holder
+        return free
+
+    def release_outside(self, holder: OnDemandProcess) -> None:
+        """The child's process ended: its bytes go back to the budget."""
+        if self._outside.pop(id(holder), None) is not None:
+            self._leases.changed()  # a load waiting for room may decide again
 
     async def _evict(self, victim: _ModelGroup, reason: str) -> None:
         """Stop an idle model's workers; it stays known and loads again on its next request."""

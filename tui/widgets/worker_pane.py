@@ -64,7 +64,7 @@ def loaded_lines(rows: list[WorkerStatus]) -> list[Text]:
     every cell): what admission counts for it, its last use, when it unloads if idle."""
     models: dict[str, list[WorkerStatus]] = {}
     for w in rows:
-        if w.last_used and w.state in ("idle", "busy", "loading"):
+        if w.last_used and w.state in ("idle", "ready", "busy", "loading"):
             models.setdefault(w.model, []).append(w)
     now = time.time()
     out = []
