@@ -1,0 +1,73 @@
+"""Saving finished requests' KV caches for the next turn: the in-memory PrefixCache and
+the disk-KV hooks (issue 33, core.engines.kv_mlx), which see every save too.
+
+A conversation's next turn then prefills only its new tokens; the boundaries saved with
+each cache let a regenerated or edited turn reuse the ids up to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mlx_lm.models.cache import KVCache
+
+from core.engines.base import GenerationRequest, ModelSpec
+from core.engines.kv_mlx import MlxKvKeeper
+from core.engines.mlx.state import FinishedRows, Request
+
+
+class PrefixSaves:
+    """MlxEngine's cache saves (a base class of MlxEngine, which holds the state)."""
+
+    spec: ModelSpec
+    _model: Any
+    _tokenizer: Any
+    _tool_grammars: Any
+    _stream: Any
+    _eos: set[int]
+    _prefix: Any
+    _kv: MlxKvKeeper | None
+    render_text: Callable[[GenerationRequest], str]  # Admission's
+
+    def _open_kv(self, path: Path) -> MlxKvKeeper | None:
+        """kv-disk hook (issue 33): caches on disk across restarts (core.engines.kv_mlx)."""
+        return MlxKvKeeper.open(
+            self.spec.option("kv_disk_gb"), path, model=self._model, tokenizer=self._tokenizer,
+            family=self._tool_grammars.family, stream=self._stream, eos=self._eos,
+            render=lambda msgs, tools, thinking: self.render_text(
+                GenerationRequest("", tuple(msgs), tools=tools, thinking=thinking)),
+            remember=self._prefix.store)
+
+    def _save_rows(self, rows: FinishedRows) -> None:
+        """Split a finished group's gathered KV per request and store it (see above).
+
+        Every row ends at the cache's write index `end`, so a request's KV is its last
+        len(tokens) columns; no padding has to be read back from the device.
+        """
+        for j, (act, tokens) in enumerate(zip(rows.acts, rows.tokens, strict=True)):
+            cache = []
+            for keys, values, end in rows.kv:
+                start = end - len(tokens)
+                c = KVCache()
+                c.keys = keys[j : j + 1, :, start:end]
+                c.values = values[j : j + 1, :, start:end]
+                c.offset = len(tokens)
+                cache.append(c)
+            self._remember(act, tokens, cache)
+
+    def _remember(self, act: Request, tokens: list[int], cache: list[Any]) -> None:
+        """Keep a finished request's cache, with the text it spells at exact boundaries:
+        the prompt's (inherited ones and its end) and, when `tokens` holds every generated
+        token, the reply's end. A regenerated or edited turn reuses the ids up to them."""
+        if self._kv is not None:  # kv-disk hook: queued for disk, written off this thread
+            self._kv.finished(act.req, act.prompt, act.text, act.marks, act.raw, tokens, cache)
+        if act.text is None:
+            self._prefix.store(tokens, cache)
+            return
+        text = act.text + act.raw
+        marks = (*act.marks, (len(act.text), len(act.prompt)))
+        if len(tokens) == len(act.prompt) + len(act.generated):
+            marks = (*marks, (len(text), len(tokens)))
+        self._prefix.store(tokens, cache, text, marks)
