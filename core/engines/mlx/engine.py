@@ -312,7 +312,7 @@ class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, Prefi
             if tail:
                 events.append(TextDelta(tail))
         events.append(self._usage(act))
-        events.append(Done(reason))  # type: ignore[arg-type]
+        events.append(Done(reason, act.tail.matched if reason == "stop" else None))  # type: ignore[arg-type]
 
     def _usage(self, act: Request) -> Usage:
         first = act.first_token_at
