@@ -1,7 +1,7 @@
 """The MLX engine's side of the KV caches on disk (core.engines.kv_store): what it keeps
 after a reply, and what it loads instead of prefilling.
 
-The engine calls four things (each a marked line in core/engines/mlx.py): `finished` when
+The engine calls four things (each a marked line in core/engines/mlx/): `finished` when
 a request's cache is remembered, `idle_step` while it has nothing else to do, `lookup`
 when a prompt is admitted, `tokens_for` when a prompt is tokenised.
 

@@ -41,7 +41,6 @@ def trim_buffer_cache() -> None:
         mx.clear_cache()
 
 
-
 class SinglePath:
     """MlxEngine's single-stream methods (a base class of MlxEngine, which holds the state)."""
 
