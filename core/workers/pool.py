@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
 import itertools
 import multiprocessing as mp
 import os
@@ -85,10 +86,11 @@ class _Stream:
 class _Worker:
     """One worker process and the requests in flight on it."""
 
-    def __init__(self, pool: WorkerPool, group: _ModelGroup, index: int) -> None:
+    def __init__(self, pool: WorkerPool, group: _ModelGroup, index: int, replica: int = 0) -> None:
         self.pool = pool
         self.group = group
         self.worker_id = f"{group.key}#{index}"
+        self.replica = replica  # its place among the model's replicas (0 .. replicas - 1)
         self.process: Any = None
         self.conn: Any = None
         self.state = "loading"
@@ -121,7 +123,7 @@ class _Worker:
         parent_conn, child_conn = _CTX.Pipe(duplex=True)
         self.process = _CTX.Process(
             target=worker_main,
-            args=(child_conn, self.group.spec, os.getpid()),
+            args=(child_conn, self.worker_spec(), os.getpid()),
             name=f"llmdeck-worker-{self.worker_id}",
             daemon=True,
         )
@@ -150,6 +152,14 @@ class _Worker:
             raise WorkerLoadError("TIMEOUT", self.error) from None
         self.slots = asyncio.Semaphore(int(self.info.get("max_concurrency", 1)))
         self.state = "ready"
+
+    def worker_spec(self) -> ModelSpec:
+        """The model's spec plus where this worker stands among its replicas: a llama.cpp
+        worker takes its share of the cores (core.engines.llama_params). The model's own
+        options come after, so an explicit setting (threads, replicas) still wins."""
+        spec = self.group.spec
+        ours = (("replicas", self.group.replicas), ("replica", self.replica))
+        return dataclasses.replace(spec, options=ours + tuple(spec.options))
 
     def _detach(self) -> None:
         loop = asyncio.get_running_loop()
@@ -320,6 +330,7 @@ class _Worker:
             last_used=self.group.last_used_wall(),
             idle_left_s=self.group.idle_left(self.pool.idle_unload_s),
             path=self.group.spec.path,
+            threads=_whole(self.info.get("threads")),
         )
 
 
@@ -590,8 +601,9 @@ class WorkerPool:
         return any(w.state == "ready" for w in group.workers)
 
     async def _start_workers(self, group: _ModelGroup) -> None:
-        missing = group.replicas - len([w for w in group.workers if w.state in ("ready", "loading")])
-        new = [_Worker(self, group, next(self._ids)) for _ in range(max(0, missing))]
+        taken = {w.replica for w in group.workers if w.state in ("ready", "loading")}
+        places = [i for i in range(group.replicas) if i not in taken]
+        new = [_Worker(self, group, next(self._ids), i) for i in places]
         # workers being respawned after a crash: a request waits for them like for a load
         respawning = [w.settled for w in group.workers if w.state == "loading" and w.settled]
         group.workers.extend(new)
@@ -899,6 +911,11 @@ CLOSING = "llmdeck is closing; the reply so far was kept."
 _CODES = {"OOM", "MODEL_CORRUPT", "UNSUPPORTED", "LOAD_FAILED", "TIMEOUT", "INTERNAL"}
 _MAX_SUSPECTS = 256
 _REFUSE_AFTER = 2  # crashes pinned on one request before it is refused
+
+
+def _whole(value: Any) -> int:
+    """A count a worker reported (its engine's info), or 0 when it reported none."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _fingerprint(request: GenerationRequest) -> int:

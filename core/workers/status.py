@@ -28,6 +28,7 @@ class WorkerStatus:
     last_used: float = 0.0  # wall-clock time its model's last reply ended (0: not a pool model)
     idle_left_s: float | None = None  # until its model unloads when idle (None: kept / not known)
     path: str = ""  # its model's file or folder (the hub marks loaded models by it)
+    threads: int = 0  # CPU threads its engine runs (llama.cpp: its share of the cores); 0: n/a
 
 
 @dataclass(slots=True)

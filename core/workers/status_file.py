@@ -102,7 +102,8 @@ def format_table(statuses: list[WorkerStatus]) -> str:
     """The table `llmdeck workers` prints. Every string in it came from outside this
     process (a model's name, an MCP server's last words on stderr), so each goes through
     core.terminal_text.visible: an escape sequence in one is shown, never obeyed."""
-    header = ("WORKER", "MODEL", "ENGINE", "STATE", "PID", "RSS", "MEMORY", "ACTIVE", "QUEUED", "TOK/S", "RESTARTS")
+    header = ("WORKER", "MODEL", "ENGINE", "STATE", "PID", "RSS", "MEMORY", "ACTIVE", "QUEUED", "TOK/S", "THREADS",
+              "RESTARTS")
     rows = [header]
     for s in statuses:
         rows.append((
@@ -110,7 +111,8 @@ def format_table(statuses: list[WorkerStatus]) -> str:
             str(s.pid or "-"),
             f"{s.rss_bytes / 2**20:.0f}M" if s.rss_bytes else "-",
             f"{s.memory_bytes / 10**6:.0f}MB" if s.memory_bytes else "-",  # admission's count
-            str(s.active), str(s.queued), f"{s.tokens_per_s:.1f}", str(s.restarts),
+            str(s.active), str(s.queued), f"{s.tokens_per_s:.1f}", str(s.threads or "-"),
+            str(s.restarts),
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]

@@ -38,3 +38,27 @@ def test_two_replicas_split_the_cores_and_say_so(bundled_gguf: Path) -> None:
 
 def test_the_threads_option_still_sets_the_count(bundled_gguf: Path) -> None:
     assert _threads(bundled_gguf, (("threads", 1), ("replicas", 2), ("replica", 0))) == (1, 1)
+
+
+async def test_the_pools_two_replicas_each_take_their_share_and_show_it(bundled_gguf: Path) -> None:
+    """Through the pool as the app loads it (two replicas by default): each worker is told
+    its place, so llama.cpp gets half the cores each, and the status rows (F4, `llmdeck
+    workers`) say so. Before, the pool told its workers nothing and each took every core."""
+    from core.workers.pool import WorkerPool
+    from core.workers.status_file import format_table
+
+    cores = usable_cores()
+    pool = WorkerPool()
+    try:
+        await pool.load("chat", ModelSpec(str(bundled_gguf), "llamacpp", context_size=256),
+                        replicas=2)
+        rows = pool.status()
+        assert len(rows) == 2
+        threads = sorted(row.threads for row in rows)
+        assert threads == sorted([max(1, cores // 2 + cores % 2), max(1, cores // 2)])
+        assert sum(threads) == max(cores, 2)
+        table = format_table(rows).splitlines()
+        column = table[0].split().index("THREADS")
+        assert sorted(int(line.split()[column]) for line in table[1:3]) == threads
+    finally:
+        await pool.shutdown()

@@ -37,14 +37,14 @@ def human_bytes(n: int) -> str:
 def status_table(rows: list[WorkerStatus]) -> Table | Text | Group:
     if not rows:
         return Text("No worker running: the model loads with the first message.", style="dim")
-    table = Table(box=None, expand=True, pad_edge=False, header_style="bold")
+    table = Table(box=None, expand=True, pad_edge=False, collapse_padding=True, header_style="bold")
     for name, justify in (("model", "left"), ("state", "left"), ("tok/s", "right"),
                           ("active", "right"), ("queue", "right"), ("RSS", "right"),
-                          ("restarts", "right")):
+                          ("threads", "right"), ("restarts", "right")):
         table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for w in rows:
         table.add_row(table_cell(w.model), table_cell(w.state), f"{w.tokens_per_s:.1f}", str(w.active), str(w.queued),
-                      human_bytes(w.rss_bytes), str(w.restarts))
+                      human_bytes(w.rss_bytes), str(w.threads or "-"), str(w.restarts))
     # Reasons under the table, whole: in the state column a long one squeezed every other
     # column (an MCP server's "command not found; ..." hid its name).
     errors = [Text(visible(f"{w.model}: {w.error}"), style="red") for w in rows if w.error]
@@ -121,8 +121,8 @@ def cluster_lines() -> list[Text]:
 
 
 class WorkerPane(Static):
-    """Toggle with f4; shows model, state, tok/s, queue, memory, last use, when it unloads
-    and restarts per worker."""
+    """Toggle with f4; shows model, state, tok/s, queue, memory, threads (a llama.cpp
+    worker's share of the cores), last use, when it unloads and restarts per worker."""
 
     def __init__(self, read: Callable[[], list[WorkerStatus]], **kwargs) -> None:
         super().__init__("", **kwargs)
