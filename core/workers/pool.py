@@ -517,6 +517,10 @@ class WorkerPool:
         if group.loading is None or group.loading.done() and not self._ready(group):
             group.failed = None
             group.loading = asyncio.ensure_future(self._admit_then_start(group, wait_s))
+            # Its failure reaches every caller through the shield below; when every caller
+            # went away (a cancelled load, then close) nobody would read it and asyncio would
+            # log "Task exception was never retrieved": it is read here.
+            group.loading.add_done_callback(_read_outcome)
         await asyncio.shield(group.loading)
         group.last_used = time.monotonic()
         self._idle.ensure()
@@ -911,6 +915,12 @@ CLOSING = "llmdeck is closing; the reply so far was kept."
 _CODES = {"OOM", "MODEL_CORRUPT", "UNSUPPORTED", "LOAD_FAILED", "TIMEOUT", "INTERNAL"}
 _MAX_SUSPECTS = 256
 _REFUSE_AFTER = 2  # crashes pinned on one request before it is refused
+
+
+def _read_outcome(task: asyncio.Task[Any]) -> None:
+    """Mark a task's exception as read (its callers see it through their own await)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _whole(value: Any) -> int:
