@@ -85,10 +85,10 @@ class LlmdeckApp(App):
     def on_mount(self) -> None:
         self.main = MainScreen()
         self.push_screen(self.main)
-        self.runtime.listeners.append(self._on_model_state)
-        if isinstance(self.runtime, ServiceRuntime):
-            self.runtime.lost_listeners.append(self._on_service_lost)
-            self.runtime.live_listeners.append(self.main.on_live_reply)
+        self.runtime.listen_model(self._on_model_state)
+        if isinstance(service := self.runtime, ServiceRuntime):  # the service's client
+            service.lost_listeners.append(self._on_service_lost)
+            service.live_listeners.append(self.main.on_live_reply)
         self.run_worker(self.start_runtime(), name="runtime-start", exclusive=True)
 
     def _on_model_state(self, state: ModelState) -> None:
@@ -111,7 +111,7 @@ class LlmdeckApp(App):
             self.notify(notice, title="History", severity="warning", timeout=60)
         if notice or not self.main.history_listed:  # else on_mount listed the early read
             await self.main.refresh_sidebar()
-        self.main.on_model_state(self.runtime.model)
+        self.main.on_model_state(self.runtime.model_state())
         if isinstance(self.runtime, ServiceRuntime):
             await self._open_live_reply()
         # Preload and warm up once the first frame (history listed) is on screen: starting
@@ -142,14 +142,16 @@ class LlmdeckApp(App):
     async def _reconnect(self) -> None:
         """Attach to a new service, then show the open conversation as the store has it
         (a reply the crash cut is stored as stopped with what arrived)."""
+        service = self.runtime
+        assert isinstance(service, ServiceRuntime)  # only a client hears "lost"
         try:
-            await self.runtime.reconnect()
+            await service.reconnect()
         except Exception as exc:  # noqa: BLE001 - said, and the app stays up to quit
             self.notify(f"Could not start the llmdeck service again: {exc}", title="Service",
                         severity="error", timeout=30)
             return
         self.notify("Connected to a new llmdeck service.", title="Service", timeout=4)
-        self.main.on_model_state(self.runtime.model)
+        self.main.on_model_state(self.runtime.model_state())
         await self.main.refresh_sidebar()
         if self.main.conversation_id is not None and not self.main.busy:
             await self.main.open_conversation(self.main.conversation_id)
@@ -218,13 +220,12 @@ class LlmdeckApp(App):
         ok = await self.runtime.switch_model(path, choice.engine)
         if ok:
             await self.save_settings_or_warn()
-            if main.conversation_id is not None and isinstance(self.runtime, Runtime):
+            if main.conversation_id is not None:
                 try:
-                    await self.runtime.store_call(self.runtime.store_handle.set_conversation_model,
-                                                  main.conversation_id, self.runtime.model_ref())
+                    await self.runtime.remember_model(main.conversation_id)
                 except StoreError as exc:  # a full disk: the model is loaded all the same
                     self.notify(exc.message, title="History", severity="warning", timeout=10)
-            self.notify(f"Model ready: {self.runtime.model.label}", timeout=3)
+            self.notify(f"Model ready: {self.runtime.model_state().label}", timeout=3)
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = True) -> None:
@@ -272,7 +273,7 @@ class LlmdeckApp(App):
         found = await runtime.find_model(ref)
         if found is None:
             self.notify(f"This conversation used {model_refs.display(ref)}, which is no longer "
-                        f"available here; keeping {runtime.model.label}. Pick another with F5.",
+                        f"available here; keeping {runtime.model_state().label}. Pick another with F5.",
                         title="Model", severity="warning", timeout=8)
             return
         if self.main.busy or self.main.conversation_id != conversation_id:

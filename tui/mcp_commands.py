@@ -19,19 +19,19 @@ RESOURCE_PREFIX = "mcp:"
 
 def install(screen: Any) -> None:
     """Let the slash commands include the prompts of the screen's MCP servers."""
-    slash.set_extra_commands(screen.runtime.tools.mcp.prompt_commands)
+    slash.set_extra_commands(screen.runtime.mcp_prompt_commands)
 
 
 def composer_changed(screen: Any, text: str) -> str:
     """Start servers on the first `/`; the hint for `/attach mcp:` ("" when none)."""
     if text.startswith("/"):
-        started = screen.runtime.tools.mcp.start_soon()
+        started = screen.runtime.mcp_start_soon()
         if started is not None:  # show the prompts in the hint once they are listed
             started.add_done_callback(lambda _: _refresh_hint(screen))
     if not text.startswith(f"/attach {RESOURCE_PREFIX}"):
         return ""
     typed = text.removeprefix("/attach ")
-    names = [f"{RESOURCE_PREFIX}{server}:{uri}" for server, uri, _ in screen.runtime.tools.mcp.resources()]
+    names = [f"{RESOURCE_PREFIX}{server}:{uri}" for server, uri, _ in screen.runtime.mcp_resources()]
     shown = [n for n in names if n.startswith(typed)][:6]
     return "  ".join(shown) if shown else "No MCP resource matches (servers list theirs once started)."
 
@@ -47,7 +47,7 @@ def _refresh_hint(screen: Any) -> None:
 async def run_prompt(screen: Any, name: str, argument: str) -> None:
     """`/server.prompt ARGS`: the prompt's text goes into the composer, not straight out."""
     try:
-        text = await screen.runtime.tools.mcp.get_prompt(name, argument)
+        text = await screen.runtime.mcp_prompt(name, argument)
     except McpCallError as exc:
         screen.notify(str(exc), title="MCP prompt", severity="error", timeout=8)
         screen.composer.restore(f"{name} {argument}".rstrip())
@@ -65,7 +65,7 @@ async def attach_resource(screen: Any, argument: str) -> None:
                       severity="warning", timeout=6)
         return
     try:
-        path = await screen.runtime.tools.mcp.save_resource(server, uri)
+        path = await screen.runtime.mcp_save_resource(server, uri)
     except McpCallError as exc:
         screen.notify(str(exc), title="MCP resource", severity="error", timeout=8)
         screen.composer.restore(f"/attach {argument}")

@@ -37,13 +37,13 @@ async def apply_for(runtime: Any, model: str | None, label: str) -> tuple[str, b
 
 async def apply_current(runtime: Any) -> tuple[str, bool] | None:
     """The current model's preset into the settings (a new chat starts from it)."""
-    return await apply_for(runtime, runtime.settings.model, runtime.model.label)
+    return await apply_for(runtime, runtime.settings.model, runtime.model_state().label)
 
 
 async def save_current(runtime: Any) -> tuple[str, Path]:
     """File the current settings as the current model's preset: (its id, the file)."""
     def _save() -> tuple[str, Path]:
-        key = _key(runtime.settings.model, runtime.model.label)
+        key = _key(runtime.settings.model, runtime.model_state().label)
         old = presets.load().get(key)
         thinking = old.thinking if old is not None else None  # set in the file by hand
         return key, presets.save(key, presets.from_settings(runtime.settings, thinking))

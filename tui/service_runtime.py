@@ -18,20 +18,15 @@ import asyncio
 import contextlib
 import inspect
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from core.config import Settings
-from core.runtime import ModelState
+from core.runtime import ModelState, SandboxInfo
 
 POLL_S = 0.5  # live replies and the worker table, while connected
 RECONNECT_WAIT_S = 90.0  # a call made while the service is lost waits this long for a new one
 NOT_REPEATED = frozenset({"start_turn", "regenerate", "edit_and_resend", "watch_turn"})
-
-
-class _LocalBackend:
-    """What the chat view asks of the backend (a remote endpoint words its errors apart)."""
-
-    kind = "local"
 
 
 class ServiceRuntime:
@@ -45,8 +40,10 @@ class ServiceRuntime:
         self._model_override = model
         self._client_name = client_name
         self._remote: Any = None  # core.service.RemoteRuntime once started
-        self._tools: Any = None
         self._workers: list[Any] = []
+        self._mirror: dict[str, Any] = {}  # the service's answers to sync face calls
+        self._mcp_listed = False  # the service's MCP servers were started and listed
+        self._mcp_starting: asyncio.Future[None] | None = None
         self._attached: dict[str, list[Any]] = {}  # conversation id -> its attachments
         self._poll: asyncio.Task[None] | None = None
         self._closed = False
@@ -56,7 +53,6 @@ class ServiceRuntime:
         self.lost_listeners: list[Callable[[str], None]] = []
         # Called with each live reply's summary ({turn, conversation_id, done, ...}).
         self.live_listeners: list[Callable[[dict[str, Any]], None]] = []
-        self.backend = _LocalBackend()
         self.store_notice: str | None = None
         self.store_recovering = False
 
@@ -65,16 +61,6 @@ class ServiceRuntime:
     def settings(self) -> Settings:
         remote = self._remote.settings if self._remote is not None else None
         return remote if remote is not None else self._settings
-
-    @property
-    def tools(self) -> Any:
-        """The tool policy, sandbox and MCP prompts as the settings say (approval dialogs
-        and the settings screen read them); the tools that run are the service's."""
-        if self._tools is None:
-            from core.tools import ToolKit
-
-            self._tools = ToolKit.from_settings(self.settings)
-        return self._tools
 
     def worker_status(self) -> list[Any]:
         """The service's workers as last polled (the F4 pane reads this every second)."""
@@ -120,9 +106,134 @@ class ServiceRuntime:
         return await self.__getattr__(name)(*args)
 
     def is_active_model(self, ref: str) -> bool:
-        """Opening a conversation does not switch the shared service's model (another TUI
-        may be chatting with it); F5 does."""
-        return True
+        """Whether `ref` names the service's model now (Runtime.is_active_model's rule, on
+        the mirrored reference and settings): opening a conversation that had another
+        model switches the service's, as in process."""
+        if ref in (self._mirror.get("model_ref"), self.model.label):
+            return True
+        from pathlib import Path
+
+        from core import model_refs
+
+        parsed = model_refs.parse(ref)
+        current = self.settings.model
+        return (not parsed.is_label and current is not None
+                and Path(parsed.model).expanduser() == Path(current).expanduser()
+                and parsed.engine in (None, self.settings.engine))
+
+    async def switch_model(self, path: str, engine: str | None = None) -> bool:
+        """The service loads it and records it in its settings; this client's copy of the
+        settings takes the new model too (else the next save would put the old one back)."""
+        ok = await self._remote_call("switch_model", path, engine)
+        await self._refresh_settings()
+        return ok
+
+    async def _refresh_settings(self) -> None:
+        """The service's settings, copied field by field into the object the UI holds."""
+        import dataclasses
+
+        from core.service import ServiceCallError, ServiceUnavailable
+
+        try:
+            fresh = await self._remote.call("get_settings")
+        except (ServiceCallError, ServiceUnavailable):
+            return
+        held = self.settings
+        if isinstance(fresh, Settings) and fresh is not held:
+            for f in dataclasses.fields(fresh):
+                setattr(held, f.name, getattr(fresh, f.name))
+
+    # -- the face's synchronous calls, answered from the mirror ------------------------
+    def model_state(self) -> ModelState:
+        return self.model
+
+    def listen_model(self, listener: Callable[[ModelState], None]) -> None:
+        self.listeners.append(listener)
+
+    def model_is_remote(self) -> bool:
+        return bool(self._mirror.get("remote"))
+
+    def tool_warning(self, name: str) -> str | None:
+        """As the service's approval ask for this tool said (it carries the warning)."""
+        hints = self._remote.tool_hints if self._remote is not None else {}
+        return hints.get(name, (None, False))[0]
+
+    def can_always_allow(self, name: str) -> bool:
+        hints = self._remote.tool_hints if self._remote is not None else {}
+        return hints.get(name, (None, False))[1]
+
+    def sandbox_info(self) -> SandboxInfo:
+        """The service's sandbox as last mirrored (limits follow the settings; `running`
+        lags the service by at most one poll)."""
+        found = self._mirror.get("sandbox")
+        return found if isinstance(found, SandboxInfo) else SandboxInfo(0, 0, None, False)
+
+    def apply_settings(self) -> None:
+        """Nothing to do here: the service applies the settings when they are saved
+        (save_settings follows); the MCP servers may have changed, so list them again."""
+        self._mcp_listed = False
+
+    def mcp_prompt_commands(self) -> dict[str, str]:
+        return dict(self._mirror.get("mcp_prompt_commands") or {})
+
+    def mcp_resources(self) -> list[tuple[str, str, str]]:
+        return [tuple(r) for r in self._mirror.get("mcp_resources") or ()]  # type: ignore[misc]
+
+    def mcp_start_soon(self) -> asyncio.Future[None] | None:
+        """Ask the service to start its MCP servers (a `/` was typed); a future done once
+        they are listed here, None when they were listed already or none are configured."""
+        if (self._remote is None or self._mcp_listed or not self.settings.mcp_servers
+                or (self._mcp_starting is not None and not self._mcp_starting.done())):
+            return None
+        self._mcp_starting = asyncio.ensure_future(self._mcp_start())
+        return self._mcp_starting
+
+    async def _mcp_start(self) -> None:
+        from core.service import ServiceCallError, ServiceUnavailable
+
+        try:
+            self._take_mirror(await self._remote.call("mcp_start"))
+            self._mcp_listed = True
+        except (ServiceCallError, ServiceUnavailable):
+            pass  # a server that failed says so in the F4 pane; `/` asks again
+
+    async def mcp_prompt(self, command: str, argument: str) -> str:
+        return await self._mcp_call("mcp_prompt", command, argument)
+
+    async def mcp_save_resource(self, server: str, uri: str) -> Path:
+        return await self._mcp_call("mcp_save_resource", server, uri)
+
+    async def _mcp_call(self, name: str, *args: Any) -> Any:
+        """An MCP call in the service; its failure is the McpCallError the UI words."""
+        from core.service import ServiceCallError
+        from core.tools import McpCallError
+
+        try:
+            return await self._remote_call(name, *args)
+        except ServiceCallError as exc:
+            raise McpCallError(exc.message) from None
+
+    async def remember_model(self, conversation_id: str) -> None:
+        """The service's store remembers the model for the conversation; its StoreError
+        (a full disk) comes back as one."""
+        from core.service import ServiceCallError
+        from core.store import StoreError
+
+        try:
+            await self._remote_call("remember_model", conversation_id)
+        except ServiceCallError as exc:
+            raise StoreError("FAILED", exc.message) from None
+
+    def _take_mirror(self, mirror: Any) -> None:
+        if isinstance(mirror, dict):
+            self._mirror = mirror
+            self._workers = list(mirror.get("workers") or ())
+
+    async def _refresh_mirror(self) -> None:
+        from core.service import ServiceCallError, ServiceUnavailable
+
+        with contextlib.suppress(ServiceCallError, ServiceUnavailable):
+            self._take_mirror(await self._remote.call("mirror"))
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self, *, preload: bool = True) -> None:
@@ -135,10 +246,11 @@ class ServiceRuntime:
         remote.lost_listeners.append(self._on_lost)
         await remote.start()
         self._remote = remote
+        await self._refresh_mirror()
         self._back.set()
         self._on_model(remote.model)
         if self._model_override:  # `llmdeck --model PATH`: the service loads it
-            await remote.switch_model(self._model_override, None)
+            await self.switch_model(self._model_override, None)
             self._model_override = None
         self._poll = asyncio.ensure_future(self._poll_loop())
 
@@ -147,6 +259,8 @@ class ServiceRuntime:
         if self._poll is not None:
             self._poll.cancel()
         await self._remote.reconnect()
+        self._mcp_listed = False
+        await self._refresh_mirror()
         self._back.set()
         self._on_model(self._remote.model)
         self._poll = asyncio.ensure_future(self._poll_loop())
@@ -157,6 +271,8 @@ class ServiceRuntime:
 
     def _on_model(self, state: Any) -> None:
         if isinstance(state, ModelState):
+            if self._remote is not None and state != self.model:
+                asyncio.ensure_future(self._refresh_mirror())  # the model's reference
             self.model = state
             for listener in list(self.listeners):
                 listener(state)
@@ -175,7 +291,7 @@ class ServiceRuntime:
 
         while True:
             try:
-                self._workers = list(await self._remote.worker_status())
+                self._take_mirror(await self._remote.call("mirror"))
                 for summary in await self._remote.live_turns():
                     if not summary.get("done"):
                         for listener in list(self.live_listeners):
@@ -202,16 +318,15 @@ class ServiceRuntime:
         self._closed = True
         if self._poll is not None:
             self._poll.cancel()
-        if self._tools is not None:
-            with contextlib.suppress(Exception):
-                await self._tools.close()
         if self._remote is not None:
             await self._remote.close()
 
     async def save_settings(self) -> Any:
         if self._remote is None:
             return await asyncio.to_thread(self._settings.save)
-        return await self._remote.save_settings()
+        kept = await self._remote.save_settings()
+        await self._refresh_mirror()  # the sandbox's limits, the MCP servers' listing
+        return kept
 
     def __getattr__(self, name: str) -> Any:
         """Every other Runtime call (messages, start_turn, switch_model, …) is the

@@ -10,6 +10,7 @@ client: no attribute walking, no private names.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from core.service import codec
-from core.service.protocol import BAD_CALL, NOT_FOUND
+from core.service.protocol import BAD_CALL, FAILED, NOT_FOUND
 from core.service.turns import TurnHub
 
 # Runtime methods forwarded as they are: name -> True when it is a coroutine.
@@ -41,11 +42,22 @@ RUNTIME_CALLS: dict[str, bool] = {
     "attachments": True,
     "detach": True,
     "images": True,
+    "remember_model": True,
+    "run_python": True,
+    "mcp_prompt": True,
+    "mcp_save_resource": True,
     "model_ref": False,
     "is_active_model": False,
     "worker_status": False,
     "check_mentions": False,
+    "tool_warning": False,
+    "can_always_allow": False,
+    "sandbox_info": False,
+    "mcp_prompt_commands": False,
+    "mcp_resources": False,
+    "model_is_remote": False,
 }
+MCP_CALLS = frozenset({"mcp_prompt", "mcp_save_resource"})
 # Runtime methods that return a Turn: the hub runs it and the caller watches it.
 TURN_CALLS = ("start_turn", "regenerate", "edit_and_resend")
 SUBSCRIPTION_TOPICS = ("status", "model")
@@ -99,6 +111,13 @@ def _bound(fn: Callable[..., Any], name: str, args: dict[str, Any]) -> inspect.B
 async def _forward(ctx: CallContext, name: str, args: dict[str, Any]) -> Any:
     fn = getattr(ctx.runtime, name)
     bound = _bound(fn, name, args)
+    if name in MCP_CALLS:  # McpCallError's text is the sentence the client shows
+        from core.tools import McpCallError
+
+        try:
+            return await fn(*bound.args, **bound.kwargs)
+        except McpCallError as exc:
+            raise CallError(FAILED, str(exc)) from None
     result = fn(*bound.args, **bound.kwargs)
     return await result if RUNTIME_CALLS[name] else result
 
@@ -177,7 +196,27 @@ async def _save_settings(ctx: CallContext, args: dict[str, Any]) -> Any:
         raise CallError(BAD_CALL, "save_settings wants {\"settings\": <Settings>}.")
     for f in dataclasses.fields(new):
         setattr(ctx.runtime.settings, f.name, getattr(new, f.name))
+    ctx.runtime.apply_settings()  # the next tool call follows the new policy and limits
     return await ctx.runtime.save_settings()
+
+
+async def _mirror(ctx: CallContext, args: dict[str, Any]) -> Any:
+    """What a client answers its synchronous face calls from (tui.service_runtime keeps
+    it): the worker table, the sandbox, the MCP servers' prompts and resources, the
+    active model's reference. Face calls only, one round trip."""
+    rt = ctx.runtime
+    return {"workers": rt.worker_status(), "sandbox": rt.sandbox_info(),
+            "mcp_prompt_commands": rt.mcp_prompt_commands(), "mcp_resources": rt.mcp_resources(),
+            "model_ref": rt.model_ref(), "remote": rt.model_is_remote()}
+
+
+async def _mcp_start(ctx: CallContext, args: dict[str, Any]) -> Any:
+    """Start the MCP servers (a `/` was typed in a client) and answer once they are listed,
+    with the mirror (their prompts and resources); the servers stay the service's."""
+    started = ctx.runtime.mcp_start_soon()
+    if started is not None:
+        await asyncio.shield(started)  # a client gone mid-start does not stop the start
+    return await _mirror(ctx, args)
 
 
 async def _subscribe(ctx: CallContext, args: dict[str, Any]) -> Any:
@@ -228,6 +267,8 @@ SERVICE_CALLS: dict[str, Handler] = {
     "cancel_turn": _cancel_turn,
     "answer_approval": _answer,
     "attach": _attach,
+    "mirror": _mirror,
+    "mcp_start": _mcp_start,
     "get_settings": _get_settings,
     "save_settings": _save_settings,
     "shutdown": _shutdown,

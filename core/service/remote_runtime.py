@@ -29,8 +29,10 @@ Decision = str  # "allow" | "deny" | "always" (core.tools.approval.Decision)
 class RemoteTurn:
     """A reply streaming in the service, as seen by this client."""
 
-    def __init__(self, client: ServiceClient, summary: dict[str, Any]) -> None:
+    def __init__(self, client: ServiceClient, summary: dict[str, Any],
+                 hints: dict[str, tuple[str | None, bool]] | None = None) -> None:
         self._client = client
+        self._hints = hints if hints is not None else {}
         self.turn_id: str = summary["turn"]
         self.conversation_id: str = summary["conversation_id"]
         self.user_message_id: str | None = summary.get("user_message_id")
@@ -76,7 +78,13 @@ class RemoteTurn:
     async def _answer(self, message: dict[str, Any]) -> None:
         if self.approve is None:
             return
-        decision = await self.approve(codec.decode(message.get("data")))
+        call = codec.decode(message.get("data"))
+        name = getattr(call, "name", None)
+        if isinstance(name, str):  # what the dialog asks the face (tool_warning, ...)
+            warning = message.get("warning")
+            self._hints[name] = (warning if isinstance(warning, str) else None,
+                                 message.get("can_always") is True)
+        decision = await self.approve(call)
         try:
             await self._client.call("answer_approval", ask=message.get("ask"),
                                     decision=decision, timeout=10)
@@ -92,6 +100,9 @@ class RemoteRuntime:
         self.model: Any = None
         self.settings: Any = None  # core.config.Settings, as the service holds them
         self.listeners: list[Callable[[Any], None]] = []
+        # tool name -> (warning, can always allow), as the service's last approval ask
+        # said: the approval dialog's synchronous questions are answered from here.
+        self.tool_hints: dict[str, tuple[str | None, bool]] = {}
         # Called with a sentence when the connection to the service is lost (a crash, a
         # stop): the UI says so and calls reconnect().
         self.lost_listeners: list[Callable[[str], None]] = []
@@ -137,7 +148,7 @@ class RemoteRuntime:
         return await self.client.call(name, **args)
 
     async def _turn(self, name: str, **args: Any) -> RemoteTurn:
-        return RemoteTurn(self.client, await self.client.call(name, **args))
+        return RemoteTurn(self.client, await self.client.call(name, **args), self.tool_hints)
 
     async def start_turn(self, conversation_id: str | None, text: str) -> RemoteTurn:
         return await self._turn("start_turn", conversation_id=conversation_id, text=text)
@@ -155,7 +166,7 @@ class RemoteRuntime:
         """The reply streaming (or just finished) in that conversation, replayed from its
         start then live; None when none is."""
         summary = await self.client.call("watch_turn", conversation_id=conversation_id)
-        return RemoteTurn(self.client, summary) if summary else None
+        return RemoteTurn(self.client, summary, self.tool_hints) if summary else None
 
     async def live_turns(self) -> list[dict[str, Any]]:
         return await self.client.call("live_turns")

@@ -69,3 +69,50 @@ async def test_the_calls_that_replace_reaches_into_the_parts_work_in_process() -
         assert conversation is not None and conversation.model == rt.model_ref()
     finally:
         await rt.close()
+
+
+RUNTIME_NAMES = {"runtime", "_runtime"}
+
+
+def _runtime_reaches() -> list[tuple[str, int, str]]:
+    """Every `runtime.<name>` (or `x.runtime.<name>`) read anywhere in tui/."""
+    found = []
+    for path in sorted((ROOT / "tui").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Attribute):
+                base = node.value
+                name = base.attr if isinstance(base, ast.Attribute) else (
+                    base.id if isinstance(base, ast.Name) else None)
+                if name in RUNTIME_NAMES:
+                    found.append((str(path.relative_to(ROOT)), node.lineno, node.attr))
+    return found
+
+
+def test_the_ui_calls_only_the_face() -> None:
+    """Every `runtime.<name>` the UI touches is a call of RuntimeFace (R's patch, issue 30
+    item 5: fails on the tree before it, which read runtime.tools.mcp, runtime.model...)."""
+    face = _face_members()
+    assert sorted({f"{f}:{n} runtime.{a}" for f, n, a in _runtime_reaches() if a not in face}) == []
+
+
+def test_the_ui_never_reaches_through_to_the_parts() -> None:
+    assert sorted(f"{f}:{n} runtime.{a}" for f, n, a in _runtime_reaches() if a in PARTS) == []
+    assert not [p for p in (ROOT / "tui").rglob("*.py") if "run_block(" in p.read_text()]
+
+
+def test_the_service_client_answers_every_call_of_the_face() -> None:
+    """tui.service_runtime.ServiceRuntime (what `llmdeck` holds when the service runs)
+    has each call itself or forwards it by the service's call table; a sync call of the
+    face is sync there too (the UI does not await it)."""
+    from core.service.dispatch import RUNTIME_CALLS, SERVICE_CALLS, TURN_CALLS
+    from tui.service_runtime import ServiceRuntime
+
+    client = ServiceRuntime(Settings())  # not started: nothing is asked of a service
+    own = {n for n in [*dir(ServiceRuntime), *vars(client)] if not n.startswith("_")}
+    forwarded = set(RUNTIME_CALLS) | set(TURN_CALLS) | set(SERVICE_CALLS)
+    missing = sorted(n for n in _face_members() - own - forwarded if n != "settings")
+    assert missing == []
+    for name in _face_members() & own:
+        face_fn, client_fn = getattr(RuntimeFace, name, None), getattr(ServiceRuntime, name, None)
+        if callable(face_fn) and callable(client_fn):
+            assert inspect.iscoroutinefunction(face_fn) == inspect.iscoroutinefunction(client_fn), name

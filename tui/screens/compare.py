@@ -68,7 +68,7 @@ class CompareScreen(Screen[CompareOutcome]):
         yield Static(visible(f"Compare · {self.text.strip().splitlines()[0][:200]}"),
                      id="compare-question", markup=False)
         with Horizontal(id="compare-columns"):
-            for side, label in ((LEFT, self.app.runtime.model.label), (RIGHT, self.label)):  # type: ignore[attr-defined]
+            for side, label in ((LEFT, self.app.runtime.model_state().label), (RIGHT, self.label)):  # type: ignore[attr-defined]
                 with Vertical(classes="compare-side", id=f"compare-side-{side}"):
                     yield Static(visible(f"{side + 1}  {label}"), classes="compare-model",
                                  markup=False)
@@ -112,7 +112,7 @@ class CompareScreen(Screen[CompareOutcome]):
         self.comparison = result
         self.query_one("#compare-hint", Static).update("streaming both · esc stops both")
         views = self.views
-        remote = runtime.backend.kind == "remote"
+        remote = runtime.model_is_remote()
         async for item in result.events():
             view, event = views[item.side], item.event
             if isinstance(event, TextDelta):

@@ -24,7 +24,7 @@ from textual.widgets import Footer, Input, Static, TextArea
 from core.events import Done, Error, ReasoningDelta, TextDelta, ToolCall, Usage
 from core.runtime import ModelState, Turn, context_use
 from core.store import StoreError
-from core.tools import RunResult, ToolStatus, fix_prompt, python_blocks, run_block
+from core.tools import RunResult, ToolStatus, fix_prompt, python_blocks
 from tui import mcp_commands, slash
 from tui.dropped_paths import dropped_image_paths
 from tui.screens.dialogs import ConfirmScreen, PromptScreen
@@ -658,9 +658,8 @@ class MainScreen(Screen):
         from tui.screens.tool_approval import ToolApprovalScreen
 
         answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        policy = self.runtime.tools.policy
-        dialog = ToolApprovalScreen(call, can_always=policy.can_always_allow(call.name),
-                                    warning=policy.warning(call.name))
+        dialog = ToolApprovalScreen(call, can_always=self.runtime.can_always_allow(call.name),
+                                    warning=self.runtime.tool_warning(call.name))
         self.app.push_screen(dialog, lambda d: answer.done() or answer.set_result(d or "deny"))
         try:
             return await answer
@@ -697,7 +696,7 @@ class MainScreen(Screen):
         for code in blocks:
             view = await self.chat.add_message(MessageView("tool", tool_results=[
                 {"id": "running", "name": "python", "arguments": {"code": code}, "state": "running"}]))
-            run = await run_block(self.runtime, cid, code)
+            run = await self.runtime.run_python(cid, code)
             view.message_id = run.message_id
             card = view.query_one(ToolCard)
             card.state, card.result = run.record["state"], run.record["content"]
@@ -833,7 +832,7 @@ class MainScreen(Screen):
         if not found:  # not composed yet, or the app is closing
             return
         composer = found.first()
-        state = self.runtime.model.state
+        state = self.runtime.model_state().state
         queued = len(self.queued_texts())
         if queued:
             note = f"{queued} queued: sent after this reply · esc stops and returns them"
@@ -927,7 +926,7 @@ class MainScreen(Screen):
                     reply.set_usage(event)
                     bar.context_used = event.prompt_tokens + event.completion_tokens
                 elif isinstance(event, Error):
-                    reply.show_error(event, remote=self.runtime.backend.kind == "remote")
+                    reply.show_error(event, remote=self.runtime.model_is_remote())
                 elif isinstance(event, Done):
                     if event.finish_reason == "cancelled":
                         reply.set_status("stopped")  # as the store has it (Esc)

@@ -102,7 +102,7 @@ class ModelPickerScreen(ModalScreen[ModelChoice | None]):
         options = self.query_one(OptionList)
         options.clear_options()
         runtime = self.app.runtime  # type: ignore[attr-defined]
-        current = runtime.model.label
+        current = runtime.model_state().label
         try:
             loaded = loaded_paths(runtime.worker_status())
         except Exception:  # noqa: BLE001 - the pool is shutting down: mark nothing loaded

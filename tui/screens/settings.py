@@ -129,12 +129,12 @@ class SettingsScreen(ModalScreen[bool]):
 
     def _limits_text(self, timeout_s: float, memory_mb: int, scratch_mb: int) -> str:
         """The sandbox's limits as a person reads them (each conversation has its own)."""
-        sandbox = self.app.runtime.tools.sandbox  # type: ignore[attr-defined]
+        sandbox = self.app.runtime.sandbox_info()  # type: ignore[attr-defined]
         text = (f"Each conversation's sandbox: {timeout_s:g} s a run; {memory_mb} MiB of "
                 f"memory for all its processes together; {scratch_mb} MiB of scratch files "
                 f"(/tmp); {sandbox.processes} processes. At most {sandbox.max_live} "
                 "conversations keep theirs alive at once.")
-        unwalled = sandbox.unwalled()
+        unwalled = sandbox.unwalled
         return f"{text}\n⚠ {unwalled}" if unwalled else text
 
     @on(Input.Changed)
@@ -217,7 +217,7 @@ class SettingsScreen(ModalScreen[bool]):
         s.python_scratch_mb = values.python_scratch_mb
         s.mcp_servers, s.mcp_share_conversations, s.mcp_share_documents = \
             self.query_one(McpSettings).values()
-        runtime.tools.sync()  # the next tool call follows the new policy and limits
+        runtime.apply_settings()  # the next tool call follows the new policy and limits
         self.app.theme = values.theme
         try:
             kept = await runtime.save_settings()
@@ -227,7 +227,7 @@ class SettingsScreen(ModalScreen[bool]):
             return
         note = (" Reloading the model for the new context size." if context_changed
                 else " Reloading the model." if speculative_changed else "")
-        if memory_changed and runtime.tools.sandbox.pid is not None:
+        if memory_changed and runtime.sandbox_info().running:
             note += (" The Python memory total applies from the next run; the per-process "
                      "and scratch limits when a conversation's sandbox next starts.")
         if kept is not None:
