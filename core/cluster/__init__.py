@@ -1,10 +1,7 @@
 """One model across several machines on MLX's own distributed engine (issue 35).
 
-    run = await start_for(settings)   # settings.model == "cluster:NAME"
-    ...Runtime(settings)...           # streams from rank 0 through core.remote
-    await run.close()
-
-    backend = await open_backend(settings, NAME)  # the app's chat model: stops when idle
+    backend = await open_backend(settings, NAME)  # a Runtime's model "cluster:NAME" (the
+                                                  # app's and serve's): stops when idle
 `llmdeck cluster up|down|status NAME` is core.cluster.cli. mlx.launch and mlx-lm's
 server do the distributed work; this package starts, watches and stops them.
 """
@@ -13,7 +10,7 @@ from __future__ import annotations
 
 from core.cluster.launch import Cluster, ClusterError, current, stop_processes
 from core.cluster.on_demand import OnDemandClusterBackend, open_backend
-from core.cluster.serving import ClusterRun, cluster_ref, start_for
+from core.cluster.serving import ClusterRun, cluster_ref, configured
 from core.cluster.state import ClusterState, RankState, read_state
 
 
@@ -39,5 +36,5 @@ def cluster_main(argv: list[str]) -> int:
 
 __all__ = ["Cluster", "ClusterError", "ClusterRun", "ClusterState", "RankState",
            "cluster_doctor_main", "cluster_main", "clusters_report",
-           "cluster_ref", "current", "open_backend", "OnDemandClusterBackend", "read_state",
-           "start_for", "stop_processes"]
+           "cluster_ref", "configured", "current", "open_backend", "OnDemandClusterBackend",
+           "read_state", "stop_processes"]

@@ -1,5 +1,6 @@
-"""A cluster as the app's chat model: started when it is chosen, streamed from like a remote,
-stopped after `idle_minutes` with no request, and on close.
+"""A cluster as a Runtime's model (the app's chat model, `llmdeck serve --model
+cluster:NAME`): started when it is chosen, streamed from like a remote, stopped after
+`idle_minutes` with no request, and on close.
 
 core.runtime's model lifecycle calls `open_backend(settings, name)` for "cluster:NAME" and
 uses what it returns as any Backend. Why a backend and not a one-off start: the cluster
@@ -108,6 +109,12 @@ class OnDemandClusterBackend:
                 yield event
         finally:
             self.idle.end()
+
+    @property
+    def asleep(self) -> bool:
+        """Stopped (or stopping) after its idle time, not by a failure or `cluster down`:
+        serve starts it again for the next request instead of refusing it."""
+        return self.idle.stopped
 
     def cancel(self, request_id: str) -> None:
         self.inner.cancel(request_id)

@@ -1,17 +1,15 @@
-"""`--model cluster:NAME` (serve, and any Runtime the same way): bring the cluster up, or
-use the one `llmdeck cluster up` left running, and point the settings at rank 0 as a
-remote endpoint, so the Runtime streams from it through core.remote unchanged.
+"""A configured cluster in use by this process: bring it up, or use the one `llmdeck
+cluster up` left running (never stopped from here). core.cluster.on_demand makes it the
+model of a Runtime ("cluster:NAME", the app's picker and `llmdeck serve --model`), rank 0
+streamed through core.remote unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
-from core.cluster.backend import ClusterBackend
 from core.cluster.launch import Cluster, ClusterError, current
-from core.config import RemoteEndpoint, Settings
-from core.remote import remote_model_string
+from core.config import ClusterConfig, Settings
 
 CLUSTER_PREFIX = "cluster:"
 # mlx-lm's server answers this name with the model it was started on; any other name
@@ -34,17 +32,6 @@ class ClusterRun:
         self.cluster = cluster  # None: another process's cluster, used as it is
         self.url = url
 
-    @property
-    def served_name(self) -> str:
-        return f"{CLUSTER_PREFIX}{self.name}"
-
-    async def attach(self, runtime: Any) -> None:
-        """Wrap the Runtime's remote backend so a rank's death reads as the cluster's sentence."""
-        await runtime.ensure_model()
-        if getattr(runtime.backend, "kind", "") == "remote":
-            failure = self.cluster.wait_failure if self.cluster is not None else self.ended
-            runtime.backend = ClusterBackend(runtime.backend, self.name, failure)
-
     async def ended(self, within_s: float) -> str | None:
         """How another process's cluster ended, read from its state file (mlx.launch stops
         every rank and exits when one dies, which the file's reader sees by pid)."""
@@ -66,32 +53,25 @@ class ClusterRun:
             await self.cluster.down()
 
 
-async def up_or_running(settings: Settings, name: str) -> ClusterRun:
-    """The configured cluster `name`: the one already up (not ours to stop), else one we
-    start. An unknown name raises ClusterError naming the configured ones."""
+def configured(settings: Settings, name: str) -> ClusterConfig:
+    """The configuration of cluster `name`; an unknown name raises ClusterError naming the
+    configured ones (serve checks this before it listens)."""
     cfg = settings.cluster(name)
     if cfg is None:
         names = ", ".join(c.name for c in settings.clusters)
         raise ClusterError(f"No cluster named {name!r} is configured"
                            f"{f' (configured: {names})' if names else ''}; add it under "
                            "[[clusters]] in settings (see the README, 'Several Macs').")
+    return cfg
+
+
+async def up_or_running(settings: Settings, name: str) -> ClusterRun:
+    """The configured cluster `name`: the one already up (not ours to stop), else one we
+    start. An unknown name raises ClusterError naming the configured ones."""
+    cfg = configured(settings, name)
     running = current(name)
     if running is not None and running.state == "up":
         return ClusterRun(name, None, running.url)
     cluster = Cluster(cfg)
     state = await cluster.up()
     return ClusterRun(name, cluster, state.url)
-
-
-async def start_for(settings: Settings) -> ClusterRun | None:
-    """When settings.model names a cluster: start it (or find it running) and make
-    settings.model the remote model of its rank 0. None for any other model; a cluster
-    that cannot start raises ClusterError with its sentence."""
-    name = cluster_ref(settings.model)
-    if name is None:
-        return None
-    run = await up_or_running(settings, name)
-    endpoint = RemoteEndpoint(name=run.served_name, url=run.url)
-    settings.remotes = [r for r in settings.remotes if r.name != endpoint.name] + [endpoint]
-    settings.model = remote_model_string(endpoint.name, SERVED_MODEL)
-    return run

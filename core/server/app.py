@@ -186,6 +186,8 @@ class ChatServer:
             raise ApiError(503, f"The model {why}: {error}", code="model_unavailable")
         if state == "loading" and rt.model.state != "ready":  # (a respawn: the pool waits for it)
             await self._wait_for_load()
+        elif getattr(rt.backend, "asleep", False):  # a cluster stopped after its idle time:
+            await self._wait_for_load()  # started again (core.cluster.on_demand)
         return rt.backend
 
     def _not_served(self, model: str) -> ApiError:

@@ -119,18 +119,25 @@ async def serve(args: argparse.Namespace) -> int:
     elif args.model:
         settings.model = args.model
         settings.engine = args.engine
-    from core.cluster import ClusterError, start_for  # --model cluster:NAME (issue 35)
+    # --model cluster:NAME (issue 35): the Runtime opens it as the app does (core.cluster.
+    # on_demand), so serve stops it after its idle_minutes too and starts it for the next
+    # request; it is up before serve listens, and a name or start that fails ends serve.
+    from core.cluster import ClusterError, cluster_ref, configured
 
-    try:
-        cluster = await start_for(settings)
-    except ClusterError as exc:
-        print(f"llmdeck serve: {exc.message}", file=sys.stderr)
-        return 2
-    served = served or (cluster.served_name if cluster else None)
+    cluster = cluster_ref(settings.model) if spec is None else None
+    if cluster is not None:
+        try:
+            configured(settings, cluster)
+        except ClusterError as exc:
+            print(f"llmdeck serve: {exc.message}", file=sys.stderr)
+            return 2
+        served = served or settings.model
     runtime = Runtime(settings, model_spec=spec)
     await runtime.start(preload=True)
-    if cluster is not None:
-        await cluster.attach(runtime)
+    if cluster is not None and not await runtime.ensure_model():
+        print(f"llmdeck serve: {runtime.model.error}", file=sys.stderr)
+        await runtime.close()
+        return 2
     try:
         limits = ServeLimits(max_connections=args.max_connections, idle_timeout_s=args.idle_timeout,
                              load_wait_s=args.load_wait)
@@ -140,8 +147,6 @@ async def serve(args: argparse.Namespace) -> int:
     except ServeError as exc:
         print(f"llmdeck serve: {exc.message}", file=sys.stderr)
         await runtime.close()
-        if cluster is not None:
-            await cluster.close()
         return 2
     print(f"llmdeck serve: listening on {handle.url}", flush=True)
     stop = asyncio.Event()
@@ -154,9 +159,7 @@ async def serve(args: argparse.Namespace) -> int:
     await stop.wait()
     loaded.cancel()
     await handle.stop()
-    await runtime.close()
-    if cluster is not None:
-        await cluster.close()  # every rank it started, checked by pid
+    await runtime.close()  # and every rank of a cluster it started, checked by pid
     return 0
 
 

@@ -197,6 +197,39 @@ def test_a_rank_killed_mid_reply_ends_it_with_the_host_and_no_rank_left(
     assert proc.returncode == 0
 
 
+@pytest.mark.slow
+def test_serve_stops_its_idle_cluster_and_starts_it_for_the_next_request(home: Path) -> None:
+    """`serve --model cluster:NAME` stops the cluster it started after idle_minutes with no
+    request (every rank gone, by pid) and starts it again for the next request, which is
+    answered as the first was; it kept the cluster up until serve exited."""
+    config = home / "config" / "config.toml"
+    config.write_text(config.read_text(encoding="utf-8") + "idle_minutes = 0.05\n",
+                      encoding="utf-8")  # 3 s
+    proc, url = spawn_serve(home, "--model", "cluster:loop")
+    try:
+        client = OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=120)
+
+        def ask() -> str | None:
+            return client.chat.completions.create(model="cluster:loop", messages=MESSAGES,
+                                                  max_tokens=8, temperature=0
+                                                  ).choices[0].message.content
+
+        first_pids = cluster_pids(home)
+        first = ask()
+        deadline = time.monotonic() + 30
+        while running(first_pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert running(first_pids) == [], "the idle cluster was not stopped"
+        assert proc.poll() is None
+        assert ask() == first  # started again on demand
+        second_pids = cluster_pids(home)
+        assert set(second_pids).isdisjoint(first_pids) and len(running(second_pids)) == 3
+    finally:
+        stop(proc)
+    assert proc.returncode == 0
+    assert running(second_pids) == [], "a rank outlived serve"
+
+
 def test_doctor_passes_a_good_loopback_cluster(home: Path) -> None:
     done = llmdeck(home, "doctor", "--cluster", "loop")
     assert done.returncode == 0, done.stdout + done.stderr
