@@ -146,3 +146,21 @@ async def test_a_draft_model_counts_with_its_model(
         assert row.memory_bytes == need_of(folder)
     finally:
         await pool.shutdown()
+
+
+async def test_an_idle_embeddings_reader_makes_room_for_a_chat_model(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = chat_model(tmp_path)
+    reader_need = mb.weights_need(ensure_model_files()).total_bytes
+    budget(monkeypatch, need_of(folder) + reader_need // 2)
+    pool = WorkerPool()
+    reader = UtilityWorker(idle_s=0)
+    reader.gate = pool
+    try:
+        pid = (await reader.ping())["pid"]
+        await pool.load("chat", chat_spec(folder))  # the idle reader is the LRU idle holder
+        assert pool.loaded() == ["chat"]
+        assert reader.pid is None and reader.memory_bytes == 0 and wait_gone([pid], 5.0) == []
+    finally:
+        await reader.shutdown()
+        await pool.shutdown()
