@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -271,8 +272,21 @@ def chat_body(body: Any, *, counting: bool = False) -> dict[str, Any]:
 
 def _thinking_wanted(body: Mapping[str, Any]) -> bool:
     """Reasoning is shown as thinking blocks unless the client turned thinking off."""
+    return _thinking_switch(body) is not False
+
+
+def _thinking_switch(body: Mapping[str, Any]) -> bool | None:
+    """`thinking` as the model's thinking switch (GenerationRequest.thinking): "enabled"
+    on, "disabled" off, absent: the model's own default. Off is more than hiding the
+    blocks: a model with a switch (Qwen3's enable_thinking) then spends no tokens on it.
+    budget_tokens is not applied (nothing here caps reasoning apart from max_tokens)."""
     thinking = body.get("thinking")
-    return not (isinstance(thinking, Mapping) and thinking.get("type") == "disabled")
+    if thinking is None:
+        return None
+    kind = thinking.get("type") if isinstance(thinking, Mapping) else None
+    if kind not in ("enabled", "disabled", "adaptive"):
+        raise _bad("'thinking' must be {type: 'enabled', budget_tokens} or {type: 'disabled'}.")
+    return None if kind == "adaptive" else kind == "enabled"
 
 
 # -- replies out -----------------------------------------------------------------------
@@ -301,7 +315,11 @@ class MessagesRoute:
         chat = chat_body(body, counting=counting)
         if counting:
             chat["max_tokens"] = 1
-        return body, parse_chat(chat, self.server.runtime.settings.sampling)
+        call = parse_chat(chat, self.server.runtime.settings.sampling)
+        thinking = _thinking_switch(body)
+        if thinking is not None:
+            call = replace(call, request=replace(call.request, thinking=thinking))
+        return body, call
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
         body, call = await self._call(request)

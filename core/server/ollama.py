@@ -207,10 +207,20 @@ def _messages(raw: Any) -> list[dict[str, Any]]:
 
 
 def _think(body: Mapping[str, Any]) -> bool:
+    """Whether reasoning is shown (as `thinking`): unless `think` is false."""
+    return _think_switch(body) is not False
+
+
+def _think_switch(body: Mapping[str, Any]) -> bool | None:
+    """`think` as the model's thinking switch (GenerationRequest.thinking): false turns a
+    model's thinking off, as Ollama does (Qwen3's enable_thinking), so it spends no tokens
+    on it; true or a level ("low", ...: not applied) on; absent: the model's default."""
     think = body.get("think")
     if think is not None and not isinstance(think, bool | str):
         raise _bad("'think' must be true, false, or \"low\" / \"medium\" / \"high\".")
-    return think is not False
+    return None if think is None else think is not False
+
+
 
 
 def _stream(body: Mapping[str, Any]) -> bool:
@@ -220,9 +230,14 @@ def _stream(body: Mapping[str, Any]) -> bool:
     return stream
 
 
-def _checked(chat: dict[str, Any], server: Any) -> ChatCall:
+def _checked(chat: dict[str, Any], server: Any, body: Mapping[str, Any]) -> ChatCall:
+    """The translated body through chat's checks, with `think` as the thinking switch."""
     check_numbers(chat)  # options' integers, now top-level, get the edge's bounds
-    return parse_chat(chat, server.runtime.settings.sampling)
+    call = parse_chat(chat, server.runtime.settings.sampling)
+    thinking = _think_switch(body)
+    if thinking is None:
+        return call
+    return replace(call, request=replace(call.request, thinking=thinking))
 
 
 # -- the routes ----------------------------------------------------------------------
@@ -247,7 +262,7 @@ class OllamaRoutes:
         if not chat["messages"]:  # Ollama's "load the model" request
             return await self._load(model, keep_alive, {"message": {"role": "assistant",
                                                                     "content": ""}})
-        call = _checked(chat, self.server)
+        call = _checked(chat, self.server, body)
         async with generation(self.server, call, "/api/chat", keep_alive) as (first, batches):
             return await self._answer(request, call, think, stream, first, batches, chat=True)
 
@@ -280,7 +295,7 @@ class OllamaRoutes:
         chat: dict[str, Any] = {"model": model, "messages": messages}
         _options(body, chat)
         _format(body, chat)
-        call = _checked(chat, self.server)
+        call = _checked(chat, self.server, body)
         if raw:
             call = await self._raw(call, prompt)
         async with generation(self.server, call, "/api/generate", keep_alive) as (first, batches):
