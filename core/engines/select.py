@@ -14,14 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.model_files import (
-    has_tokenizer,
-    index_shards,
+    MlxFolderError,
     is_mmproj,
     is_vlm_dir,
-    json_object,
+    json_object,  # noqa: F401 - read from here by core.workers.memory_budget
+    mlx_weight_files,
     safetensors_extent,
     sibling_mmprojs,
-    tokenizer_needs,
 )
 
 
@@ -91,54 +90,12 @@ def select_engine(path: str | Path) -> Selection:
 
 
 def check_mlx_dir(p: Path) -> list[Path]:
-    """Validate an MLX/HF model folder; return its weight files."""
-    if not (p / "config.json").is_file():
-        raise SelectionError(
-            "LOAD_FAILED",
-            f"{p} has no config.json; an MLX model folder needs config.json, tokenizer "
-            "files and safetensors weights.",
-        )
+    """The folder's weight files, or SelectionError with the sentence the hub shows too
+    (core.model_files.mlx_folder: what mlx-lm really needs)."""
     try:
-        json_object(p / "config.json")
-    except (OSError, ValueError) as exc:
-        raise SelectionError(
-            "MODEL_CORRUPT", f"{p / 'config.json'} is not a model config ({exc}); re-download it."
-        ) from exc
-    if not has_tokenizer(p):
-        raise SelectionError(
-            "LOAD_FAILED",
-            f"{p} has no tokenizer (expected {tokenizer_needs()}); "
-            "copy the tokenizer files from the model's repository.",
-        )
-    indexes = sorted(p.glob("*.safetensors.index.json"))
-    shards = sorted(p.glob("*.safetensors"))
-    if indexes:
-        try:
-            needed = index_shards(indexes[0])
-        except (OSError, ValueError) as exc:
-            raise SelectionError(
-                "MODEL_CORRUPT", f"{indexes[0].name} is not a valid safetensors index ({exc})."
-            ) from exc
-        missing = [n for n in needed if not (p / n).is_file()]
-        if missing:
-            raise SelectionError(
-                "MODEL_CORRUPT",
-                f"{indexes[0].name} lists weight files that are missing: {', '.join(missing)}; "
-                "finish or repeat the download.",
-            )
-        return [p / n for n in needed]
-    if not shards:
-        raise SelectionError(
-            "LOAD_FAILED", f"{p} has no *.safetensors weights; an MLX model folder needs them."
-        )
-    if len(shards) > 1:
-        names = ", ".join(s.name for s in shards)
-        raise SelectionError(
-            "MODEL_CORRUPT",
-            f"{p} has several weight shards ({names}) but no *.safetensors.index.json "
-            "saying how they fit together; download the index file too.",
-        )
-    return shards
+        return mlx_weight_files(p)
+    except MlxFolderError as exc:
+        raise SelectionError(exc.code, exc.message) from exc
 
 
 def check_safetensors(path: Path) -> None:

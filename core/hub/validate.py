@@ -1,9 +1,11 @@
 """Is a model artifact whole? Cheap structural checks, no weights loaded.
 
 The rules are ARCHITECTURE.md's engine rules: a GGUF file starts with the GGUF magic and
-a known version; an MLX directory has config.json, a tokenizer and safetensors (one file,
-or shards with an index that names only files present). Each safetensors header must
-parse and its tensors must fit the file, which catches truncated copies.
+a known version; an MLX directory holds what mlx-lm loads, judged by the one rule the
+engine uses too (core.model_files.mlx_folder: config.json, a tokenizer, model*.safetensors
+weights, shards only with an index that names files present), refused in its sentence.
+Each safetensors header must parse and its tensors must fit the file, which catches
+truncated copies.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from core.model_files import has_tokenizer, index_shards, json_object, safetensors_extent
+from core.model_files import MlxFolderError, mlx_weight_files, safetensors_extent
 
 GGUF_MAGIC = b"GGUF"
 
@@ -47,31 +49,13 @@ def check_safetensors(path: Path) -> str | None:
 
 
 def check_mlx_dir(path: Path) -> str | None:
-    """None when the directory is a loadable MLX model by the engine rules."""
-    config = path / "config.json"
-    if not config.is_file():
-        return "no config.json"
+    """None when the directory is a loadable MLX model by the engine rules, else the
+    sentence the engine would refuse it with (core.model_files.mlx_folder), or what is
+    wrong with a weight file's header."""
     try:
-        json_object(config)
-    except (OSError, ValueError):
-        return "config.json does not parse"
-    if not has_tokenizer(path):
-        return "no tokenizer files"
-    shards = sorted(p for p in path.glob("*.safetensors"))
-    index = path / "model.safetensors.index.json"
-    if not shards:
-        return "no .safetensors weights"
-    if index.is_file():
-        try:
-            names = index_shards(index)
-        except (OSError, ValueError):
-            return "model.safetensors.index.json does not parse"
-        missing = [n for n in sorted(names) if not (path / n).is_file()]
-        if missing:
-            return f"missing shards: {', '.join(missing)}"
-        shards = [path / n for n in sorted(names)]
-    elif len(shards) > 1:
-        return "several safetensors shards but no model.safetensors.index.json"
+        shards = mlx_weight_files(path)
+    except MlxFolderError as exc:
+        return exc.message
     for shard in shards:
         if problem := check_safetensors(shard):
             return problem

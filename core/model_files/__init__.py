@@ -9,6 +9,7 @@ core.json_text.
 """
 
 from core.model_files.json_files import MAX_MODEL_JSON_BYTES, is_vlm_dir, json_object
+from core.model_files.mlx_folder import MLX_WEIGHTS, MlxFolderError, mlx_weight_files
 from core.model_files.names import (
     gguf_shard,
     is_gguf,
@@ -23,6 +24,8 @@ from core.model_files.weights import MAX_SAFETENSORS_HEADER, index_shards, safet
 __all__ = [
     "MAX_MODEL_JSON_BYTES",
     "MAX_SAFETENSORS_HEADER",
+    "MLX_WEIGHTS",
+    "MlxFolderError",
     "TOKENIZER_SETS",
     "gguf_shard",
     "has_tokenizer",
@@ -31,6 +34,7 @@ __all__ = [
     "is_mmproj",
     "is_vlm_dir",
     "json_object",
+    "mlx_weight_files",
     "pair_mmproj",
     "quant_label",
     "safetensors_extent",

@@ -71,13 +71,14 @@ def _tokenizes(folder: Path) -> bool:
         return False
 
 
-def _engine_accepts(folder: Path) -> bool:
+def _engine_refusal(folder: Path) -> str | None:
+    """The engine's sentence refusing the folder (None: accepted)."""
     try:
         engine_check(folder)
     except SelectionError as exc:
         assert "no tokenizer" in exc.message and "merges.txt" in exc.message
-        return False
-    return True
+        return exc.message
+    return None
 
 
 @pytest.mark.parametrize("files", LOADS, ids=lambda f: "+".join(f))
@@ -87,7 +88,7 @@ def test_a_folder_whose_tokenizer_loads_is_valid_to_the_hub_and_the_engine(
     assert _tokenizes(folder)
     assert has_tokenizer(folder)
     assert hub_check(folder) is None
-    assert _engine_accepts(folder)
+    assert _engine_refusal(folder) is None
 
 
 @pytest.mark.parametrize("files", REFUSED, ids=lambda f: "+".join(f) or "none")
@@ -96,5 +97,5 @@ def test_a_folder_whose_tokenizer_does_not_load_is_refused_by_both(
     folder = _folder(tmp_path, sources, files)
     assert not _tokenizes(folder)
     assert not has_tokenizer(folder)
-    assert hub_check(folder) == "no tokenizer files"
-    assert not _engine_accepts(folder)
+    refusal = _engine_refusal(folder)
+    assert refusal is not None and hub_check(folder) == refusal  # one sentence for both

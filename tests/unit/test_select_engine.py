@@ -35,26 +35,26 @@ def test_model_folder_goes_to_mlx(tmp_path):
 
 
 def test_sharded_folder_with_index_goes_to_mlx(tmp_path):
-    d = model_dir(tmp_path / "m", weights=("a-1.safetensors", "a-2.safetensors"))
-    index = {"weight_map": {"x": "a-1.safetensors", "y": "a-2.safetensors"}}
+    d = model_dir(tmp_path / "m", weights=("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"))
+    index = {"weight_map": {"x": "model-00001-of-00002.safetensors", "y": "model-00002-of-00002.safetensors"}}
     (d / "model.safetensors.index.json").write_text(json.dumps(index))
     assert select_engine(d).engine == "mlx"
 
 
 def test_shards_without_index_name_the_files(tmp_path):
-    d = model_dir(tmp_path / "m", weights=("a-1.safetensors", "a-2.safetensors"))
+    d = model_dir(tmp_path / "m", weights=("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"))
     with pytest.raises(SelectionError) as err:
         select_engine(d)
-    assert "a-1.safetensors" in err.value.message and "a-2.safetensors" in err.value.message
+    assert "model-00001-of-00002.safetensors" in err.value.message and "model-00002-of-00002.safetensors" in err.value.message
 
 
 def test_index_naming_a_missing_shard_is_corrupt(tmp_path):
-    d = model_dir(tmp_path / "m", weights=("a-1.safetensors",))
-    index = {"weight_map": {"x": "a-1.safetensors", "y": "a-2.safetensors"}}
+    d = model_dir(tmp_path / "m", weights=("model-00001-of-00002.safetensors",))
+    index = {"weight_map": {"x": "model-00001-of-00002.safetensors", "y": "model-00002-of-00002.safetensors"}}
     (d / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(SelectionError) as err:
         select_engine(d)
-    assert err.value.code == "MODEL_CORRUPT" and "a-2.safetensors" in err.value.message
+    assert err.value.code == "MODEL_CORRUPT" and "model-00002-of-00002.safetensors" in err.value.message
 
 
 def test_folder_without_config_is_refused(tmp_path):

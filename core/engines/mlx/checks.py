@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from core.engines.base import EngineLoadError
-from core.engines.select import SelectionError, check_mlx_dir, check_safetensors, json_object
+from core.engines.select import SelectionError, check_mlx_dir, check_safetensors
+from core.model_files import json_object
 
 # Modules of mlx_lm.models that are building blocks, not architectures.
 _NOT_ARCHITECTURES = frozenset(
