@@ -367,9 +367,27 @@ def parse_stream(body: Mapping[str, Any]) -> tuple[bool, bool]:
     return stream, bool(options.get("include_usage"))
 
 
+def _refuse_unserved(body: Mapping[str, Any]) -> None:
+    """Fields a client would miss if they were dropped in silence (no call comes back, no
+    audio, no search): refused, saying what to send instead."""
+    for name in ("functions", "function_call"):
+        if body.get(name) is not None:
+            raise _bad(f"'{name}' (the deprecated form of tool calling) is not supported; "
+                       "send the functions as 'tools' and the choice as 'tool_choice'.", name)
+    modalities = body.get("modalities")
+    if body.get("audio") is not None or (isinstance(modalities, list)
+                                         and any(m != "text" for m in modalities)):
+        raise _bad("This server answers in text only; leave out 'audio' and send 'modalities' "
+                   "as [\"text\"] or not at all.", "modalities")
+    if body.get("web_search_options") is not None:
+        raise _bad("'web_search_options': this server searches nothing; leave it out (or give "
+                   "the model a search tool of your own in 'tools').", "web_search_options")
+
+
 def parse_chat(body: Any, defaults: Sampling) -> ChatCall:
     """Validate a chat completions body; raise ApiError(400) naming the bad parameter."""
     model = parse_model(body)
+    _refuse_unserved(body)
     json_schema = _response_schema(body)
     logprobs = body.get("logprobs")
     if logprobs is not None and not isinstance(logprobs, bool):

@@ -163,6 +163,12 @@ def test_parallel_streaming_requests_all_complete(client: OpenAI) -> None:
         ({"response_format": {"type": "yaml"}}, "'yaml' is not supported"),
         ({"response_format": {"type": "json_schema", "json_schema": {"name": "w"}}},
          "schema as an object"),
+        # accepted and dropped before: no call, no audio, no search came back, and no word
+        ({"functions": [{"name": "f", "parameters": {"type": "object"}}]}, "as 'tools'"),
+        ({"function_call": "auto"}, "as 'tools'"),
+        ({"modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "wav"}},
+         "in text only"),
+        ({"web_search_options": {}}, "searches nothing"),
     ],
 )
 def test_bad_parameters_are_400_with_a_message(client: OpenAI, kwargs: dict, words: str) -> None:
