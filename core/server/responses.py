@@ -230,6 +230,11 @@ def chat_body(body: Any, history: list[dict[str, Any]]) -> dict[str, Any]:
                             "stream": body.get("stream", False), "user": body.get("user")}
     for name in ("temperature", "top_p", "seed"):
         chat[name] = body.get(name)
+    reasoning = body.get("reasoning")
+    if reasoning is not None:  # its effort is chat's reasoning_effort: "none" turns thinking off
+        if not isinstance(reasoning, Mapping):
+            raise _bad("'reasoning' must be an object like {\"effort\": \"low\"}.", "reasoning")
+        chat["reasoning_effort"] = reasoning.get("effort")
     return {k: v for k, v in chat.items() if v is not None}
 
 

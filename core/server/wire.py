@@ -384,6 +384,23 @@ def _refuse_unserved(body: Mapping[str, Any]) -> None:
                    "the model a search tool of your own in 'tools').", "web_search_options")
 
 
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+
+def _thinking_switch(body: Mapping[str, Any]) -> bool | None:
+    """`reasoning_effort` as the model's thinking switch (GenerationRequest.thinking):
+    "none" turns it off (Qwen3's enable_thinking: no tokens spent reasoning), any level
+    on (the level itself is not applied: a switch has two states); absent: the model's
+    own default."""
+    effort = body.get("reasoning_effort")
+    if effort is None:
+        return None
+    if effort not in REASONING_EFFORTS:
+        raise _bad(f"'reasoning_effort' must be one of {', '.join(REASONING_EFFORTS)} (got "
+                   f"{json.dumps(effort)[:40]}).", "reasoning_effort")
+    return effort != "none"
+
+
 def parse_chat(body: Any, defaults: Sampling) -> ChatCall:
     """Validate a chat completions body; raise ApiError(400) naming the bad parameter."""
     model = parse_model(body)
@@ -403,6 +420,7 @@ def parse_chat(body: Any, defaults: Sampling) -> ChatCall:
         tools=_tools(body.get("tools"), body.get("tool_choice")),
         **_tool_choice(body.get("tool_choice"), body.get("tools")),
         session_id=body.get("user") if isinstance(body.get("user"), str) else None,
+        thinking=_thinking_switch(body),
     )
     return ChatCall(model, request, stream, include_usage)
 

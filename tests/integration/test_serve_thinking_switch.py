@@ -1,8 +1,9 @@
 """The dialects' thinking switches reach the model's chat template on `llmdeck serve`:
-Anthropic's `thinking: {type: "disabled"}` and Ollama's `think: false` turn a model's
+Anthropic's `thinking: {type: "disabled"}`, Ollama's `think: false` and OpenAI's
+`reasoning_effort: "none"` (chat; `reasoning.effort` in Responses) turn a model's
 thinking off (Qwen3's enable_thinking: its prompt ends in an empty think block, so the
-model spends no tokens reasoning), "enabled" / true turn it on. Before, both only hid
-the reasoning the model still wrote.
+model spends no tokens reasoning), "enabled" / true / a level turn it on. Before, the
+first two only hid the reasoning the model still wrote, and the third was dropped.
 
 Seen from outside through each real client: the prompt's token count, which grows by the
 empty think block only when thinking is off. The model is the tiny random-weight
@@ -59,3 +60,30 @@ def test_ollamas_think_reaches_the_template(server: ServerThread) -> None:
     on, off = prompt_tokens(think=True), prompt_tokens(think=False)
     assert off - on >= 2, (on, off)
     assert prompt_tokens() == on
+
+
+def test_openais_reasoning_effort_none_turns_thinking_off(server: ServerThread) -> None:
+    """Chat's `reasoning_effort` and the Responses API's `reasoning.effort`: "none" is
+    off, a level is on (a switch has two states), absent is the model's default."""
+    import openai
+
+    client = openai.OpenAI(base_url=server.url, api_key="x", max_retries=0, timeout=60)
+
+    def chat_tokens(**kwargs: object) -> int:
+        reply = client.chat.completions.create(model="thinker", messages=HI, max_tokens=2,
+                                               **kwargs)
+        return reply.usage.prompt_tokens
+
+    on, off = chat_tokens(reasoning_effort="high"), chat_tokens(reasoning_effort="none")
+    assert off - on >= 2, (on, off)
+    assert chat_tokens() == on
+
+    def responses_tokens(**kwargs: object) -> int:
+        reply = client.responses.create(model="thinker", input="Hi", max_output_tokens=2,
+                                        **kwargs)
+        return reply.usage.input_tokens
+
+    assert responses_tokens(reasoning={"effort": "none"}) == off
+    assert responses_tokens(reasoning={"effort": "low"}) == on
+    with pytest.raises(openai.BadRequestError, match="reasoning_effort"):
+        chat_tokens(reasoning_effort="extreme")
