@@ -22,7 +22,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from core import presets
 from core.engines.base import GenerationRequest, ModelSpec
@@ -34,7 +34,6 @@ from core.workers.pool import WorkerLoadError
 
 if TYPE_CHECKING:
     from core.config import Settings
-    from core.runtime import Runtime
 
 COMPARE_KEY = "compare"  # the pool's name for the second model of a comparison (_pool_key)
 HISTORY = 200  # messages of the conversation sent with the compared message
@@ -78,7 +77,7 @@ class SideEvent:
 class Comparison:
     """Two replies to one user message, streaming at once (see the module's docstring)."""
 
-    runtime: Runtime
+    runtime: Any  # core.runtime.Runtime (whose compare() calls start_compare: no circle)
     conversation_id: str
     user_message_id: str
     sides: tuple[CompareSide, CompareSide]
@@ -170,13 +169,13 @@ async def spec_for(path: str, engine: str | None, context_size: int, *,
 
         path = str(await asyncio.to_thread(provision_bundled_chat))
     if engine is None:
-        from core.runtime import engine_for
+        from core.runtime.models import engine_for
 
         engine = await asyncio.to_thread(engine_for, Path(path))
     return ModelSpec(path=path, engine=engine, context_size=context_size)
 
 
-def _pool_key(runtime: Runtime, other: ModelSpec) -> str:
+def _pool_key(runtime: Any, other: ModelSpec) -> str:
     """Where the second model lives in the pool: the key it is loaded under already (by
     the API, or as an earlier chat model), so no second copy loads; else COMPARE_KEY,
     whose previous model a new comparison replaces, unless the chat itself switched to
@@ -187,13 +186,13 @@ def _pool_key(runtime: Runtime, other: ModelSpec) -> str:
     return COMPARE_KEY if runtime.model_key != COMPARE_KEY else f"{COMPARE_KEY}-2"
 
 
-def _same_model(runtime: Runtime, other: ModelSpec) -> bool:
+def _same_model(runtime: Any, other: ModelSpec) -> bool:
     current = runtime.settings.model
     return bool(current) and other.engine != "scripted" and \
         Path(other.path).expanduser() == Path(str(current)).expanduser()
 
 
-async def start_compare(runtime: Runtime, conversation_id: str | None, text: str,
+async def start_compare(runtime: Any, conversation_id: str | None, text: str,
                         other: ModelSpec, label: str) -> Comparison | CompareRefused:
     """Get both models ready, save `text` as the user's message and return the comparison
     (not yet streaming: iterate `events()`); CompareRefused with the reason otherwise.

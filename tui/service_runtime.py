@@ -26,7 +26,8 @@ from core.runtime import ModelState, SandboxInfo
 
 POLL_S = 0.5  # live replies and the worker table, while connected
 RECONNECT_WAIT_S = 90.0  # a call made while the service is lost waits this long for a new one
-NOT_REPEATED = frozenset({"start_turn", "regenerate", "edit_and_resend", "watch_turn"})
+NOT_REPEATED = frozenset({"start_turn", "regenerate", "edit_and_resend", "watch_turn",
+                          "compare"})
 
 
 class ServiceRuntime:

@@ -32,6 +32,7 @@ from core.tools import Approver, ToolKit, ToolStatus, chat_messages
 from core.workers.pool import WorkerPool, WorkerStatus
 
 if TYPE_CHECKING:
+    from core.compare import CompareRefused, Comparison
     from core.docs import Attachment, DocError, MentionResolution
     from core.events import Event
     from core.runtime.context import AttachResult, ChatContext
@@ -157,6 +158,10 @@ class RuntimeFace(Protocol):
     async def mcp_prompt(self, command: str, argument: str) -> str: ...
     async def mcp_save_resource(self, server: str, uri: str) -> Path: ...
 
+    # compare: one message to the chat model and another, side by side (core.compare)
+    async def compare(self, conversation_id: str | None, text: str, other: ModelSpec,
+                      label: str) -> Comparison | CompareRefused: ...
+
 
 class Runtime:
     """Async facade over models, store, turns, tools and settings; the UI's only door."""
@@ -256,6 +261,14 @@ class Runtime:
     async def mcp_save_resource(self, server: str, uri: str) -> Path:
         """An MCP resource read into a file, to attach like a document; McpCallError."""
         return await self.tools.mcp.save_resource(server, uri)
+
+    async def compare(self, conversation_id: str | None, text: str, other: ModelSpec,
+                      label: str) -> Comparison | CompareRefused:
+        """Both models ready and `text` saved: the comparison to iterate (core.compare),
+        or why it cannot run."""
+        from core.compare import start_compare
+
+        return await start_compare(self, conversation_id, text, other, label)
 
     # -- live turns (core.runtime.live runs them) -----------------------------------------
     def live_turns(self) -> list[LiveTurnInfo]:

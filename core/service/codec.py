@@ -40,6 +40,8 @@ TYPES: dict[str, tuple[tuple[str, ...], str]] = {
     "SandboxInfo": (("core.runtime",), "SandboxInfo"),
     "LiveTurnInfo": (("core.runtime",), "LiveTurnInfo"),
     "RunResult": (("core.tools",), "RunResult"),
+    "ModelSpec": (("core.engines.base",), "ModelSpec"),
+    "CompareRefused": (("core.compare",), "CompareRefused"),
     "BlockRun": (("core.tools", "core.tools.fenced"), "BlockRun"),
     "DocAttachment": (("core.docs",), "Attachment"),
     "Mention": (("core.docs",), "Mention"),

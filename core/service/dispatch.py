@@ -167,6 +167,53 @@ async def _watch_turn(ctx: CallContext, args: dict[str, Any]) -> Any:
     return live.summary()
 
 
+async def _compare(ctx: CallContext, args: dict[str, Any]) -> Any:
+    """compare(conversation_id, text, other, label): the comparison's summary, its two
+    replies streaming to the caller as turns "<compare>.0" and "<compare>.1"; or the
+    CompareRefused with its sentence."""
+    from core.compare import CompareRefused
+    from core.engines.base import ModelSpec
+    from core.service.compare import comparisons_of
+
+    cid, text, other, label = (args.get(k) for k in ("conversation_id", "text", "other", "label"))
+    if not (isinstance(cid, (str, type(None))) and isinstance(text, str)
+            and isinstance(other, ModelSpec) and isinstance(label, str)):
+        raise CallError(BAD_CALL, "compare wants conversation_id, text, other (a ModelSpec) "
+                        "and label.")
+    result = await ctx.runtime.compare(cid, text, other, label)
+    if isinstance(result, CompareRefused):
+        return result
+    compare_id = comparisons_of(ctx.runtime).add(result, ctx.caller)
+    return {"compare": compare_id, "conversation_id": result.conversation_id,
+            "user_message_id": result.user_message_id}
+
+
+async def _compare_cancel(ctx: CallContext, args: dict[str, Any]) -> Any:
+    from core.service.compare import comparisons_of
+
+    comparison = comparisons_of(ctx.runtime).get(args.get("compare"))
+    if comparison is None:
+        return False
+    comparison.cancel()
+    return True
+
+
+async def _compare_keep(ctx: CallContext, args: dict[str, Any]) -> Any:
+    """Keep one side's reply (the other stays its sibling); the kept message's id."""
+    from core.service.compare import comparisons_of
+
+    compare_id, side = args.get("compare"), args.get("side")
+    comparisons = comparisons_of(ctx.runtime)
+    comparison = comparisons.get(compare_id)
+    if comparison is None:
+        raise CallError(NOT_FOUND, "That comparison is over; its replies are in the history.")
+    if side not in (0, 1) or isinstance(side, bool):
+        raise CallError(BAD_CALL, "compare_keep wants side 0 (left) or 1 (right).")
+    kept = await comparison.keep(side)
+    comparisons.drop(compare_id)
+    return kept
+
+
 async def _cancel_turn(ctx: CallContext, args: dict[str, Any]) -> Any:
     return ctx.hub.cancel(_turn_id(args))
 
@@ -268,6 +315,9 @@ SERVICE_CALLS: dict[str, Handler] = {
     "answer_approval": _answer,
     "attach": _attach,
     "mirror": _mirror,
+    "compare": _compare,
+    "compare_cancel": _compare_cancel,
+    "compare_keep": _compare_keep,
     "mcp_start": _mcp_start,
     "get_settings": _get_settings,
     "save_settings": _save_settings,

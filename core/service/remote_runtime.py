@@ -92,6 +92,73 @@ class RemoteTurn:
             pass
 
 
+class RemoteComparison:
+    """A comparison running in the service (core.compare.Comparison as this client sees
+    it): events() yields SideEvents from its two turn streams, cancel() stops both
+    replies, keep(side) makes one the conversation's reply."""
+
+    def __init__(self, client: ServiceClient, summary: dict[str, Any]) -> None:
+        self._client = client
+        self.compare_id: str = summary["compare"]
+        self.conversation_id: str = summary["conversation_id"]
+        self.user_message_id: str | None = summary.get("user_message_id")
+        self.cancelled = False
+
+    async def events(self) -> AsyncIterator[Any]:
+        """Both replies' events as they come, each side ending with its Done (an Error and
+        Done("error") when the connection goes mid-way). Leaving early stops both."""
+        from core.compare import SideEvent
+        from core.events import Done, Error
+
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+
+        async def follow(side: int) -> None:
+            try:
+                async for message in self._client.turn_events(f"{self.compare_id}.{side}"):
+                    if message.get("event") == "turn":
+                        queue.put_nowait(SideEvent(side, codec.decode(message.get("data"))))
+            except ServiceUnavailable as exc:
+                queue.put_nowait(SideEvent(side, Error("INTERNAL", f"{exc.message} The reply "
+                                                       "stopped there; what arrived is saved.")))
+                queue.put_nowait(SideEvent(side, Done("error")))
+            finally:
+                queue.put_nowait(None)
+
+        tasks = [asyncio.ensure_future(follow(side)) for side in (0, 1)]
+        ended = 0
+        try:
+            while ended < 2:
+                item = await queue.get()
+                if item is None:
+                    ended += 1
+                    continue
+                yield item
+        finally:
+            if ended < 2:
+                self.cancel()
+                for task in tasks:
+                    task.cancel()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        asyncio.ensure_future(self._cancel())
+
+    async def _cancel(self) -> None:
+        try:
+            await self._client.call("compare_cancel", compare=self.compare_id, timeout=10)
+        except Exception:  # noqa: BLE001 - the service gone: the replies stopped with it
+            pass
+
+    async def keep(self, side: int) -> str:
+        """The kept message's id; LookupError with the service's sentence otherwise."""
+        from core.service.client import ServiceCallError
+
+        try:
+            return await self._client.call("compare_keep", compare=self.compare_id, side=side)
+        except ServiceCallError as exc:
+            raise LookupError(exc.message) from None
+
+
 class RemoteRuntime:
     """What the UI holds when the service owns the Runtime."""
 
@@ -167,6 +234,13 @@ class RemoteRuntime:
         start then live; None when none is."""
         summary = await self.client.call("watch_turn", conversation_id=conversation_id)
         return RemoteTurn(self.client, summary, self.tool_hints) if summary else None
+
+    async def compare(self, conversation_id: str | None, text: str, other: Any,
+                      label: str) -> Any:
+        """Runtime.compare in the service: a RemoteComparison, or the CompareRefused."""
+        result = await self.client.call("compare", conversation_id=conversation_id,
+                                        text=text, other=other, label=label)
+        return RemoteComparison(self.client, result) if isinstance(result, dict) else result
 
     async def live_turns(self) -> list[dict[str, Any]]:
         return await self.client.call("live_turns")

@@ -22,7 +22,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from core.compare import LEFT, RIGHT, CompareRefused, Comparison, spec_for, start_compare
+from core.compare import LEFT, RIGHT, CompareRefused, Comparison, spec_for
 from core.events import Done, Error, ReasoningDelta, TextDelta, Usage
 from tui.screens.model_picker import ModelChoice
 from tui.terminal_text import visible
@@ -100,8 +100,7 @@ class CompareScreen(Screen[CompareOutcome]):
             if isinstance(other, ModelChoice):
                 other = await spec_for(other.path, other.engine, runtime.settings.context_size,
                                        bundled=other.bundled)
-            result = await start_compare(runtime, self.conversation_id, self.text, other,
-                                         self.label)
+            result = await runtime.compare(self.conversation_id, self.text, other, self.label)
         except Exception as exc:  # a full disk while unpacking, a store failure: say so
             why = getattr(exc, "message", None) or str(exc)  # WorkerLoadError has a sentence
             result = CompareRefused(f"Could not start the comparison: {why}")
