@@ -1,467 +1,40 @@
-"""WorkerPool: spawns, feeds, watches and respawns the worker processes.
+"""WorkerPool: the coordinator of the model worker processes, keyed by model.
 
-Lives in the app process on its asyncio loop. Pipes are read with `loop.add_reader`, so
-the loop never blocks on a worker. A worker that dies fails its open requests with
-Error(WORKER_CRASHED) at once (its process sentinel wakes the loop), and is respawned
-within a restart budget. Sessions stick to the worker that holds their KV cache.
+Lives in the app process on its asyncio loop. It loads a model (admission against the
+memory budget first: core.workers.admission), feeds requests to its workers
+(core.workers.worker_process) with a lease each (core.workers.leases), unloads idle
+models (core.workers.idle_unload), and respawns a crashed worker within a restart budget.
+Sessions stick to the worker that holds their KV cache (core.workers.model_group).
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import dataclasses
 import itertools
-import multiprocessing as mp
-import os
-import signal
 import sys
 import time
 import weakref
-from collections import OrderedDict, deque
 from collections.abc import AsyncIterator
 from typing import Any
 
 from core.engines.base import GenerationRequest, ModelSpec
-from core.events import Done, Error, Event, ReasoningDelta, TextDelta
+from core.events import Done, Error, Event
 from core.workers import memory_budget
 from core.workers import protocol as p
 from core.workers.admission import Admission, measure
 from core.workers.idle_unload import IdleUnloader
 from core.workers.leases import Leases
 from core.workers.load_error import WorkerLoadError
+from core.workers.model_group import ModelGroup
 from core.workers.on_demand import OnDemandProcess
+from core.workers.request_stream import RequestStream
 from core.workers.status import ModelStatus, WorkerStatus
-from core.workers.worker_main import worker_main
+from core.workers.worker_process import CLOSING, WorkerProcess
 
-__all__ = ["ModelStatus", "WorkerLoadError", "WorkerPool", "WorkerStatus"]
+__all__ = ["CLOSING", "ModelStatus", "WorkerLoadError", "WorkerPool", "WorkerStatus"]
 
-_CTX = mp.get_context("spawn")
 _ALL_POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
-
-
-class _Stream:
-    """Events of one request on their way to its consumer.
-
-    A deque and one waiter future: cheaper per token than asyncio.Queue, which matters
-    when one worker step fans out to dozens of streams.
-    """
-
-    __slots__ = ("items", "waiter", "done", "request", "worker")
-
-    def __init__(self, request: GenerationRequest | None = None) -> None:
-        self.items: deque[Event] = deque()
-        self.waiter: asyncio.Future[None] | None = None
-        self.done = False
-        self.request = request  # kept to say which request a crash happened on
-        self.worker: _Worker | None = None  # set once it runs on one (for cancel)
-
-    def put(self, event: Event) -> None:
-        self.items.append(event)
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def end(self, *events: Event) -> None:
-        """Close the stream from the app side (cancel, unload, shutdown): the events
-        already queued stay in front, so the text so far reaches the consumer."""
-        if self.done:
-            return
-        for event in events:
-            self.put(event)
-        self.done = True
-
-    async def get_all(self) -> list[Event]:
-        """Everything queued, in order; waits only when nothing is. A consumer that fell
-        behind gets the backlog at once (the server merges it into fewer chunks)."""
-        while not self.items:
-            self.waiter = asyncio.get_running_loop().create_future()
-            await self.waiter
-            self.waiter = None
-        items = list(self.items)
-        self.items.clear()
-        return items
-
-
-class _Worker:
-    """One worker process and the requests in flight on it."""
-
-    def __init__(self, pool: WorkerPool, group: _ModelGroup, index: int, replica: int = 0) -> None:
-        self.pool = pool
-        self.group = group
-        self.worker_id = f"{group.key}#{index}"
-        self.replica = replica  # its place among the model's replicas (0 .. replicas - 1)
-        self.process: Any = None
-        self.conn: Any = None
-        self.state = "loading"
-        self.info: dict[str, Any] = {}
-        self.streams: dict[str, _Stream] = {}  # running on the worker
-        self.queue: dict[str, _Stream] = {}  # waiting for a free slot on it
-        self.slots = asyncio.Semaphore(1)
-        self.waiting = 0
-        self.stop_reason: str | None = None  # why the pool stopped it (unload, shutdown)
-        self.restarts = 0
-        self.restart_times: deque[float] = deque()
-        self.error: str | None = None
-        self.token_times: deque[tuple[float, int]] = deque()
-        self.last_used = time.monotonic()
-        self.fatal = False  # the worker reported an internal error before exiting
-        self._loaded: asyncio.Future[dict[str, Any]] | None = None
-        self.settled: asyncio.Future[None] | None = None  # done when start() has finished
-
-    # -- lifecycle -------------------------------------------------------------
-    async def start(self) -> None:
-        self.settled = asyncio.get_running_loop().create_future()
-        try:
-            await self._start()
-        finally:
-            if not self.settled.done():
-                self.settled.set_result(None)
-
-    async def _start(self) -> None:
-        loop = asyncio.get_running_loop()
-        parent_conn, child_conn = _CTX.Pipe(duplex=True)
-        self.process = _CTX.Process(
-            target=worker_main,
-            args=(child_conn, self.worker_spec(), os.getpid()),
-            name=f"llmdeck-worker-{self.worker_id}",
-            daemon=True,
-        )
-        self.state = "loading"
-        self.error = None
-        self.fatal = False
-        self.stop_reason = None
-        self._loaded = loop.create_future()
-        self.process.start()
-        child_conn.close()
-        self.conn = parent_conn
-        loop.add_reader(self.conn.fileno(), self._on_readable)
-        loop.add_reader(self.process.sentinel, self._on_exit)
-        try:
-            self.info = await asyncio.wait_for(
-                asyncio.shield(self._loaded), timeout=self.pool.load_timeout_s
-            )
-        except TimeoutError:
-            self._detach()
-            self._kill()
-            self.state = "failed"
-            self.error = (
-                f"The model did not finish loading within {self.pool.load_timeout_s:.0f} s "
-                "and was stopped. Check that the file is a valid model and that memory is free."
-            )
-            raise WorkerLoadError("TIMEOUT", self.error) from None
-        self.slots = asyncio.Semaphore(int(self.info.get("max_concurrency", 1)))
-        self.state = "ready"
-
-    def worker_spec(self) -> ModelSpec:
-        """The model's spec plus where this worker stands among its replicas: a llama.cpp
-        worker takes its share of the cores (core.engines.llama_params). The model's own
-        options come after, so an explicit setting (threads, replicas) still wins."""
-        spec = self.group.spec
-        ours = (("replicas", self.group.replicas), ("replica", self.replica))
-        return dataclasses.replace(spec, options=ours + tuple(spec.options))
-
-    def _detach(self) -> None:
-        loop = asyncio.get_running_loop()
-        for fd in (self._fileno(), self._sentinel()):
-            if fd is not None:
-                loop.remove_reader(fd)
-
-    def _fileno(self) -> int | None:
-        try:
-            return self.conn.fileno() if self.conn and not self.conn.closed else None
-        except OSError:
-            return None
-
-    def _sentinel(self) -> int | None:
-        return self.process.sentinel if self.process is not None else None
-
-    def _kill(self) -> None:
-        if self.process is not None and self.process.is_alive():
-            self.process.kill()
-        if self.process is not None:
-            self.process.join(timeout=2)
-
-    def stop_streams(self, reason: str) -> None:
-        """The pool stops this worker on purpose: every request on it or queued for it
-        ends now with `reason` (its text so far kept), and a load under way fails."""
-        self.stop_reason = reason
-        for stream in [*self.streams.values(), *self.queue.values()]:
-            stream.end(Error("CANCELLED", reason), Done("error"))
-        self.streams.clear()
-        self.queue.clear()
-        if self._loaded is not None and not self._loaded.done():
-            self._loaded.set_exception(WorkerLoadError("LOAD_FAILED", reason))
-            self._loaded.exception()  # retrieved here: start() gets it through wait_for
-
-    # -- pipe ------------------------------------------------------------------
-    def _on_readable(self) -> None:
-        try:
-            while self.conn.poll():
-                self._dispatch(self.conn.recv())
-        except (EOFError, OSError):
-            self._on_exit()
-
-    def _dispatch(self, msg: tuple) -> None:
-        kind = msg[0]
-        if kind == p.STEP:
-            now = time.monotonic()
-            tokens = 0
-            for request_id, events in msg[1]:
-                stream = self.streams.get(request_id)
-                if stream is None:
-                    continue
-                if type(events) is str:  # the compact form of a lone TextDelta
-                    stream.put(TextDelta(events))
-                    tokens += 1
-                    continue
-                for event in events:
-                    stream.put(event)
-                    if isinstance(event, TextDelta | ReasoningDelta):
-                        tokens += 1
-                    elif isinstance(event, Done):
-                        stream.done = True
-                        self.streams.pop(request_id, None)
-            if tokens:
-                self.token_times.append((now, tokens))
-        elif kind == p.LOADED:
-            if self._loaded and not self._loaded.done():
-                self._loaded.set_result(msg[1])
-        elif kind == p.LOAD_FAILED:
-            if self._loaded and not self._loaded.done():
-                self._loaded.set_exception(WorkerLoadError(msg[1], msg[2]))
-        elif kind == p.FATAL:
-            self.error = "The worker hit an internal error and stopped."
-            self.fatal = True
-
-    def _on_exit(self) -> None:
-        """The process ended: fail its requests now, then respawn within the budget."""
-        if self.state in ("crashed", "stopped", "failed"):
-            return
-        self._detach()
-        if self._loaded and not self._loaded.done():
-            if self.process is not None:
-                self.process.join(timeout=1.0)
-            code = self.process.exitcode if self.process else None
-            if code == -signal.SIGKILL:  # the system's OOM killer, almost always: say so
-                error = WorkerLoadError("OOM", self.group.killed_while_loading())
-            else:
-                error = WorkerLoadError("LOAD_FAILED", f"The worker exited while loading (exit code {code}).")
-            self._loaded.set_exception(error)
-            self.state = "failed"
-            return
-        if self.pool.closing:
-            self.state = "stopped"
-            self.stop_streams(CLOSING)
-            return
-        self.process.join(timeout=0.1)
-        code = self.process.exitcode
-        self.state = "crashed"
-        cause = self._cause(code)
-        culprit = self.group.blame([st.request for st in self.streams.values() if st.request])
-        for stream in self.streams.values():
-            if culprit is None:
-                message = f"The model worker {cause}."
-            elif stream.request is culprit:
-                message = f"The model worker {cause} while generating this request."
-            else:
-                message = f"The model worker {cause} while generating another request."
-            stream.put(Error("WORKER_CRASHED", message + " The reply so far was kept; send again "
-                             "to retry."))
-            stream.put(Done("error"))
-            stream.done = True
-        self.streams.clear()
-        self.group.forget_worker(self)
-        self.pool._schedule_respawn(self, counted=culprit is None)
-
-    def _cause(self, code: int | None) -> str:
-        """What happened to the process, in words (exit code 0 means it reported an error)."""
-        if self.fatal or code == 0:
-            return "hit an internal error and stopped"
-        if code is not None and code < 0 and -code == 9:
-            return "was killed (out of memory, or stopped by the system)"
-        if code is not None and code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            return f"crashed ({name})"
-        return f"stopped unexpectedly (exit code {code})"
-
-    def send(self, msg: tuple) -> None:
-        self.conn.send(msg)
-
-    # -- status ----------------------------------------------------------------
-    def tokens_per_s(self, window: float = 10.0) -> float:
-        cutoff = time.monotonic() - window
-        while self.token_times and self.token_times[0][0] < cutoff:
-            self.token_times.popleft()
-        return sum(n for _, n in self.token_times) / window
-
-    def load(self) -> int:
-        return len(self.streams) + self.waiting
-
-    def status(self) -> WorkerStatus:
-        rss = 0
-        pid = self.process.pid if self.process is not None else None
-        if pid and self.state not in ("crashed", "failed", "stopped"):
-            try:
-                import psutil
-
-                rss = psutil.Process(pid).memory_info().rss
-            except Exception:
-                rss = 0
-        state = self.state
-        if state == "ready":
-            state = "busy" if self.streams else "idle"
-        return WorkerStatus(
-            worker_id=self.worker_id,
-            model=self.group.label,
-            engine=self.group.spec.engine,
-            state=state,
-            pid=pid,
-            rss_bytes=rss,
-            active=len(self.streams),
-            queued=self.waiting,
-            tokens_per_s=self.tokens_per_s(),
-            restarts=self.restarts,
-            error=self.error,
-            memory_bytes=self.group.held_bytes() // max(1, len(self.group.workers)),
-            last_used=self.group.last_used_wall(),
-            idle_left_s=self.group.idle_left(self.pool.idle_unload_s),
-            path=self.group.spec.path,
-            threads=_whole(self.info.get("threads")),
-        )
-
-
-class _ModelGroup:
-    """The workers serving one model, and which session sits on which worker."""
-
-    def __init__(self, key: str, spec: ModelSpec, replicas: int, label: str) -> None:
-        self.key = key
-        self.spec = spec
-        self.replicas = replicas
-        self.label = label
-        self.workers: list[_Worker] = []
-        self.affinity: OrderedDict[str, _Worker] = OrderedDict()
-        self.failed: str | None = None
-        self.failed_code = "LOAD_FAILED"
-        self.crash_failed = False  # the restart budget ran out; only an explicit reload clears it
-        self.loading: asyncio.Task[None] | None = None
-        # Requests that were in flight when a worker crashed, by fingerprint -> crashes.
-        self.suspects: OrderedDict[int, int] = OrderedDict()
-        # What admission granted: (need, bytes of the budget free then, the budget).
-        self.admitted: tuple[memory_budget.Need, int, memory_budget.Budget] | None = None
-        # Requests holding the model: from a request's start (a load it waits for included)
-        # to its stream's end. A model with leases is never evicted or idle-unloaded, and
-        # unload(wait_s=...) waits for them.
-        self.leases = 0
-        self.last_used = time.monotonic()
-        # Seconds it stays loaded once idle: None = the pool's idle_unload_s, < 0 = for
-        # ever, 0 = unloaded as soon as its last reply ends (Ollama's keep_alive).
-        self.keep_alive_s: float | None = None
-
-    def held_bytes(self) -> int:
-        """The budget this model holds: its admitted need while a worker of it is up, starting
-        or crashed and about to be respawned."""
-        up = any(w.state in ("ready", "loading", "crashed") for w in self.workers) or (
-            self.loading is not None and not self.loading.done())
-        return self.admitted[0].total_bytes if self.admitted is not None and up else 0
-
-    def idle(self) -> bool:
-        """Loaded and doing nothing: no request running, queued or waiting for it, no load
-        under way."""
-        return bool(self.workers) and not self.leases and (
-            self.loading is None or self.loading.done()) and all(
-            w.state == "ready" and not w.streams and not w.waiting for w in self.workers)
-
-    def idle_deadline(self, default_s: float | None) -> float | None:
-        """When (monotonic) this model unloads if it stays idle; None: never."""
-        keep = self.keep_alive_s if self.keep_alive_s is not None else default_s
-        if keep is None or keep < 0 or keep == float("inf"):
-            return None
-        return self.last_used + keep
-
-    def idle_left(self, default_keep_s: float | None) -> float | None:
-        """Seconds until it unloads if it stays idle (its whole keep-alive while it
-        answers); None when it is kept loaded."""
-        deadline = self.idle_deadline(default_keep_s)
-        if deadline is None:
-            return None
-        if self.leases:
-            return float(self.keep_alive_s if self.keep_alive_s is not None else default_keep_s or 0)
-        return max(0.0, deadline - time.monotonic())
-
-    def last_used_wall(self) -> float:
-        return time.time() - (time.monotonic() - self.last_used)
-
-    def status(self, default_keep_s: float | None) -> ModelStatus:
-        workers = [w.status() for w in self.workers]
-        states = {w.state for w in workers}
-        state = ("failed" if self.failed and not self._up() else "loading" if "loading" in states
-                 or not workers else "busy" if self.leases or "busy" in states else "idle")
-        return ModelStatus(
-            key=self.key, label=self.label, engine=self.spec.engine, path=self.spec.path,
-            state=state, memory_bytes=self.held_bytes(),
-            rss_bytes=sum(w.rss_bytes for w in workers), requests=self.leases,
-            last_used=self.last_used_wall(), idle_left_s=self.idle_left(default_keep_s),
-            error=self.failed if state == "failed" else None)
-
-    def _up(self) -> bool:
-        return any(w.state in ("ready", "loading") for w in self.workers)
-
-    def killed_while_loading(self) -> str:
-        """The sentence for a worker the system killed (SIGKILL) while it loaded this model."""
-        need, free, budget = self.admitted or (memory_budget.UNKNOWN, 0,
-                                               memory_budget.current_budget())
-        return memory_budget.killed_while_loading(self.label, need, free, budget)
-
-    def blame(self, inflight: list[GenerationRequest]) -> GenerationRequest | None:
-        """The request a crash is pinned on, if any, and note every request in flight.
-
-        A crash is one request's doing when that request was the only one in flight, or
-        when it was also in flight at an earlier crash. Such crashes do not spend the
-        model's restart budget (one client's bad input must not take the model down for
-        everyone); a request pinned with two crashes is refused from then on (refusal()).
-        """
-        culprit = inflight[0] if len(inflight) == 1 else None
-        for request in inflight:
-            key = _fingerprint(request)
-            seen = self.suspects.pop(key, 0)
-            if culprit is None and seen:
-                culprit = request
-            self.suspects[key] = seen + 1
-        while len(self.suspects) > _MAX_SUSPECTS:
-            self.suspects.popitem(last=False)
-        return culprit
-
-    def refusal(self, request: GenerationRequest) -> str | None:
-        """Why this request is not sent to a worker (it crashed one twice), or None."""
-        if not self.suspects or self.suspects.get(_fingerprint(request), 0) < _REFUSE_AFTER:
-            return None
-        return ("This request crashed the model worker twice and is refused, so that the model "
-                "stays up for everyone else. Change its messages or tools and send it again.")
-
-    def forget_worker(self, worker: _Worker) -> None:
-        for session, w in list(self.affinity.items()):
-            if w is worker:
-                del self.affinity[session]
-
-    def pick(self, session_id: str | None, max_sessions: int) -> _Worker:
-        live = [w for w in self.workers if w.state == "ready"]
-        if not live:
-            raise WorkerLoadError("LOAD_FAILED", self.failed or "No worker is ready for this model.")
-        if session_id is not None:
-            worker = self.affinity.get(session_id)
-            if worker is not None and worker in live:
-                self.affinity.move_to_end(session_id)
-                return worker
-        worker = min(live, key=lambda w: (w.load(), w.last_used))
-        if session_id is not None:
-            self.affinity[session_id] = worker
-            while len(self.affinity) > max_sessions:
-                self.affinity.popitem(last=False)
-        return worker
 
 
 class WorkerPool:
@@ -482,10 +55,10 @@ class WorkerPool:
         self.max_sessions = max_sessions_per_model
         self.idle_unload_s = idle_unload_s
         self.closing = False
-        self._groups: dict[str, _ModelGroup] = {}
+        self._groups: dict[str, ModelGroup] = {}
         self._ids = itertools.count(1)
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._open: dict[str, _Stream] = {}  # every request from its start to its end
+        self._open: dict[str, RequestStream] = {}  # every request from its start to its end
         self._idle = IdleUnloader(lambda: self._groups.values(),
                                   lambda g: self._evict(g, IDLE_UNLOADED),
                                   lambda: self.idle_unload_s, lambda: self.closing)
@@ -510,7 +83,7 @@ class WorkerPool:
         if group is None or group.spec != spec:
             if group is not None:
                 await self.unload(key)
-            group = _ModelGroup(key, spec, replicas, label or key)
+            group = ModelGroup(key, spec, replicas, label or key)
             self._groups[key] = group
         elif label:
             group.label = label
@@ -526,7 +99,7 @@ class WorkerPool:
         self._idle.ensure()
         return dict(group.workers[0].info) if group.workers else {}
 
-    async def _admit_then_start(self, group: _ModelGroup, wait_s: float = 0.0) -> None:
+    async def _admit_then_start(self, group: ModelGroup, wait_s: float = 0.0) -> None:
         """No worker starts before the model has room in the memory budget."""
         try:
             await self._admit(group, wait_s)
@@ -538,7 +111,7 @@ class WorkerPool:
         finally:
             self._leases.changed()  # a load that ends may let a waiting admission decide
 
-    async def _admit(self, group: _ModelGroup, wait_s: float = 0.0) -> None:
+    async def _admit(self, group: ModelGroup, wait_s: float = 0.0) -> None:
         """Room in the budget for the model (core.workers.admission), or WorkerLoadError."""
         need, budget = await asyncio.to_thread(measure, group.spec, group.replicas)
         free = await self._admission.admit(group, need, budget, wait_s)
@@ -547,7 +120,7 @@ class WorkerPool:
     async def _make_room_from(self, victim: Any) -> None:
         """Unload an idle holder for another load: a chat model's workers stop (it loads
         again on its next request); a child outside the pool stops until its next use."""
-        if isinstance(victim, _ModelGroup):
+        if isinstance(victim, ModelGroup):
             await self._evict(victim, EVICTED)
         else:
             await victim.unload()  # its end calls release_outside
@@ -567,7 +140,7 @@ class WorkerPool:
         if self._outside.pop(id(holder), None) is not None:
             self._leases.changed()  # a load waiting for room may decide again
 
-    async def _evict(self, victim: _ModelGroup, reason: str) -> None:
+    async def _evict(self, victim: ModelGroup, reason: str) -> None:
         """Stop an idle model's workers; it stays known and loads again on its next request."""
         workers, victim.workers = victim.workers, []
         victim.affinity.clear()
@@ -601,13 +174,13 @@ class WorkerPool:
                if g.workers or g.failed or (g.loading is not None and not g.loading.done())]
         return sorted(out, key=lambda m: m.last_used)
 
-    def _ready(self, group: _ModelGroup) -> bool:
+    def _ready(self, group: ModelGroup) -> bool:
         return any(w.state == "ready" for w in group.workers)
 
-    async def _start_workers(self, group: _ModelGroup) -> None:
+    async def _start_workers(self, group: ModelGroup) -> None:
         taken = {w.replica for w in group.workers if w.state in ("ready", "loading")}
         places = [i for i in range(group.replicas) if i not in taken]
-        new = [_Worker(self, group, next(self._ids), i) for i in places]
+        new = [WorkerProcess(self, group, next(self._ids), i) for i in places]
         # workers being respawned after a crash: a request waits for them like for a load
         respawning = [w.settled for w in group.workers if w.state == "loading" and w.settled]
         group.workers.extend(new)
@@ -683,7 +256,7 @@ class WorkerPool:
 
         Whatever happens to the model meanwhile (unloaded by a switch, stopped by an idle
         timeout or shutdown, its worker crashed), the last batch ends with Done."""
-        stream = _Stream(request)
+        stream = RequestStream(request)
         self._open[request.request_id] = stream  # from here on, cancel() reaches it
         group = self._groups.get(key)
         self._leases.take(group)  # from here on, nothing unloads the model under it
@@ -694,7 +267,7 @@ class WorkerPool:
             self._open.pop(request.request_id, None)
             self._leases.end(group)
 
-    async def _generate(self, key: str, stream: _Stream) -> AsyncIterator[list[Event]]:
+    async def _generate(self, key: str, stream: RequestStream) -> AsyncIterator[list[Event]]:
         request = stream.request
         assert request is not None
         group = self._groups.get(key)
@@ -728,7 +301,7 @@ class WorkerPool:
         async for batch in self._run(worker, stream):
             yield batch
 
-    async def _wait_for_slot(self, worker: _Worker, stream: _Stream) -> bool:
+    async def _wait_for_slot(self, worker: WorkerProcess, stream: RequestStream) -> bool:
         """Hold one of the worker's slots; False (nothing held) when the stream was ended
         while it waited, so a queued request can be cancelled or failed like a running one."""
         rid = stream.request.request_id if stream.request else ""
@@ -753,7 +326,7 @@ class WorkerPool:
                     acquire.cancel()
         return not stream.done
 
-    async def _run(self, worker: _Worker, stream: _Stream) -> AsyncIterator[list[Event]]:
+    async def _run(self, worker: WorkerProcess, stream: RequestStream) -> AsyncIterator[list[Event]]:
         """Send the request to the worker (a slot held) and pass its events on."""
         request = stream.request
         assert request is not None
@@ -806,9 +379,9 @@ class WorkerPool:
         stream.end(Done("cancelled"))
 
     # -- crash recovery ------------------------------------------------------------
-    def _schedule_respawn(self, worker: _Worker, *, counted: bool = True) -> None:
+    def respawn_later(self, worker: WorkerProcess, *, counted: bool = True) -> None:
         """Start the worker again; `counted` crashes spend the restart budget (those pinned
-        on one request do not: see _ModelGroup.blame)."""
+        on one request do not: see ModelGroup.blame)."""
         group = worker.group
         now = time.monotonic()
         times = worker.restart_times
@@ -829,7 +402,7 @@ class WorkerPool:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _respawn(self, worker: _Worker) -> None:
+    async def _respawn(self, worker: WorkerProcess) -> None:
         worker.restarts += 1
         try:
             await worker.start()
@@ -852,13 +425,13 @@ class WorkerPool:
         return [w.process.pid for g in self._groups.values() for w in g.workers
                 if w.process is not None and w.process.is_alive()]
 
-    async def _stop_workers(self, workers: list[_Worker], reason: str) -> None:
+    async def _stop_workers(self, workers: list[WorkerProcess], reason: str) -> None:
         """Stop workers on purpose; every request on them ends at once with `reason`."""
         for w in workers:
             w.state = "stopped"
             w.stop_streams(reason)
             try:
-                w._detach()
+                w.detach()
             except (ValueError, OSError):
                 pass
             try:
@@ -869,7 +442,7 @@ class WorkerPool:
         for w in workers:
             while w.process is not None and w.process.is_alive() and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
-            w._kill()
+            w.kill()
             if w.conn is not None:
                 w.conn.close()
 
@@ -911,26 +484,13 @@ UNLOADED = ("The model was unloaded (another model was loaded, or it was reloade
             "reply finished. The reply so far was kept; send again to continue.")
 IDLE_UNLOADED = "The model was unloaded after a long idle time; send again to reload it."
 EVICTED = "The model was unloaded to make room for another one; send again to reload it."
-CLOSING = "llmdeck is closing; the reply so far was kept."
 _CODES = {"OOM", "MODEL_CORRUPT", "UNSUPPORTED", "LOAD_FAILED", "TIMEOUT", "INTERNAL"}
-_MAX_SUSPECTS = 256
-_REFUSE_AFTER = 2  # crashes pinned on one request before it is refused
 
 
 def _read_outcome(task: asyncio.Task[Any]) -> None:
     """Mark a task's exception as read (its callers see it through their own await)."""
     if not task.cancelled():
         task.exception()
-
-
-def _whole(value: Any) -> int:
-    """A count a worker reported (its engine's info), or 0 when it reported none."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def _fingerprint(request: GenerationRequest) -> int:
-    """Identifies a request's input (not its id): the same conversation sent again."""
-    return hash(repr((request.messages, request.tools, request.prompt)))
 
 
 @atexit.register
