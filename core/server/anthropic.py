@@ -261,6 +261,9 @@ def chat_body(body: Any, *, counting: bool = False) -> dict[str, Any]:
             raise _bad("'stream' must be true or false.")
         chat["stream"] = stream
         chat["tool_choice"] = _tool_choice(body.get("tool_choice"))
+        choice = body.get("tool_choice")
+        if isinstance(choice, Mapping) and choice.get("disable_parallel_tool_use") is True:
+            chat["parallel_tool_calls"] = False  # at most one tool_use (core.server.one_call)
     tools = _tools(body.get("tools"))
     if tools is not None:
         chat["tools"] = tools

@@ -35,6 +35,7 @@ from core.remote.backend import event_batches
 from core.server.images import has_images, resolve_images
 from core.server.limits import check_prompt_size, too_large
 from core.server.metrics import Metered, metrics_for
+from core.server.one_call import FirstCallOnly, OneCallBatches
 from core.server.wire import ApiError, ChatCall, api_error_for
 
 log = logging.getLogger("llmdeck.serve")
@@ -188,8 +189,12 @@ async def generation(server: Any, call: ChatCall, route: str = "",
         first = await anext(batches)
         if isinstance(first[0], Error):
             raise api_error_for(first[0])
+        rest: AsyncIterator[list[Event]] = batches
+        if call.one_call:  # parallel_tool_calls false: the first call only
+            keep = FirstCallOnly()
+            first, rest = keep(first), OneCallBatches(batches, keep)
         meter.saw(first)
-        yield first, Metered(batches, meter)
+        yield first, Metered(rest, meter)
     finally:
         server.active -= 1
         meter.done()

@@ -228,7 +228,7 @@ def chat_body(body: Any, history: list[dict[str, Any]]) -> dict[str, Any]:
                             "response_format": _text_format(body.get("text")),
                             "max_tokens": body.get("max_output_tokens"),
                             "stream": body.get("stream", False), "user": body.get("user")}
-    for name in ("temperature", "top_p", "seed"):
+    for name in ("temperature", "top_p", "seed", "parallel_tool_calls"):
         chat[name] = body.get(name)
     reasoning = body.get("reasoning")
     if reasoning is not None:  # its effort is chat's reasoning_effort: "none" turns thinking off
@@ -393,7 +393,7 @@ class ResponsesRoute:
                     "created_at": int(time.time()), "status": "in_progress", "model": call.model,
                     "output": [], "error": None, "incomplete_details": None,
                     "instructions": body.get("instructions"),
-                    "previous_response_id": previous, "parallel_tool_calls": True,
+                    "previous_response_id": previous, "parallel_tool_calls": not call.one_call,
                     "tool_choice": body.get("tool_choice", "auto"), "tools": body.get("tools") or [],
                     "temperature": body.get("temperature"), "top_p": body.get("top_p"),
                     "max_output_tokens": body.get("max_output_tokens"), "store": store,

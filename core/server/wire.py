@@ -93,6 +93,7 @@ class ChatCall:
     request: GenerationRequest
     stream: bool
     include_usage: bool
+    one_call: bool = False  # parallel_tool_calls false: at most one call (core.server.one_call)
 
 
 def _bad(message: str, param: str | None = None) -> ApiError:
@@ -422,7 +423,10 @@ def parse_chat(body: Any, defaults: Sampling) -> ChatCall:
         session_id=body.get("user") if isinstance(body.get("user"), str) else None,
         thinking=_thinking_switch(body),
     )
-    return ChatCall(model, request, stream, include_usage)
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise _bad("'parallel_tool_calls' must be true or false.", "parallel_tool_calls")
+    return ChatCall(model, request, stream, include_usage, one_call=parallel is False)
 
 
 # -- responses out -------------------------------------------------------------------
