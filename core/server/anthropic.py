@@ -240,6 +240,9 @@ def chat_body(body: Any, *, counting: bool = False) -> dict[str, Any]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _bad("'messages' must be a non-empty list of {role, content} objects.")
+    if body.get("mcp_servers"):  # the MCP connector: Anthropic's servers call them; none here
+        raise _bad("'mcp_servers' is not supported: this server connects to no MCP server for "
+                   "you. Run the MCP tools in your client and send them as 'tools'.")
     chat: dict[str, Any] = {"model": body.get("model"),
                             "messages": _system(body.get("system"))
                             + [m for i, raw in enumerate(messages) for m in _message(raw, i)]}

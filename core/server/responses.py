@@ -210,6 +210,10 @@ def chat_body(body: Any, history: list[dict[str, Any]]) -> dict[str, Any]:
     if body.get("background"):
         raise _bad("Background responses are not supported; send the request and wait, or "
                    "stream it.", "background")
+    if body.get("conversation") is not None:  # dropped, the model would lose the history
+        raise _bad("'conversation' (OpenAI's stored conversations) is not supported; continue "
+                   "with 'previous_response_id', or send the whole conversation as 'input'.",
+                   "conversation")
     limit = body.get("max_output_tokens")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
                               or not 1 <= limit <= MAX_INT):

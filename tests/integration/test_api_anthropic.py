@@ -168,7 +168,10 @@ def test_wrong_types_are_refused_with_a_sentence(client: anthropic.Anthropic) ->
              ({"messages": ASK, "max_tokens": "many"}, "max_tokens"),
              ({"messages": ASK, "tools": [{"type": "web_search_20250305", "name": "s"}]},
               "server tool"),
-             ({"messages": ASK, "temperature": "hot"}, "temperature")]
+             ({"messages": ASK, "temperature": "hot"}, "temperature"),
+             # accepted and dropped before: no MCP tool ran, and no word why
+             ({"messages": ASK, "mcp_servers": [{"type": "url", "url": "https://x.example/mcp",
+                                                 "name": "x"}]}, "'mcp_servers'")]
     for extra, words in cases:
         body = {"model": "scripted", "max_tokens": 10, **extra}
         with pytest.raises(anthropic.BadRequestError) as caught:

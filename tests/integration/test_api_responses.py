@@ -120,7 +120,9 @@ def test_bad_bodies_are_refused_with_a_sentence(client: OpenAI) -> None:
               "input_file"),
              ({"input": ASK, "temperature": "warm"}, "temperature"),
              ({"input": ASK, "previous_response_id": "resp_never"}, "not found"),
-             ({"input": ASK, "max_output_tokens": 2**40}, "max_output_tokens")]
+             ({"input": ASK, "max_output_tokens": 2**40}, "max_output_tokens"),
+             # accepted and dropped before: the model answered without the history
+             ({"input": ASK, "conversation": "conv_123"}, "previous_response_id")]
     for extra, words in cases:
         with pytest.raises(openai.BadRequestError) as caught:
             client.responses.create(model="scripted", **extra)
