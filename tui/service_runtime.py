@@ -6,9 +6,9 @@ calls over the socket. What the app reads synchronously (the model state, settin
 worker table, the start-up page) is kept here from the service's answers and pushes, so
 no frame ever waits on the socket. Calls not named here go to RemoteRuntime as they are.
 
-Also here: a reply that streams in the service for the open conversation (started by
-another TUI, or by this one before its terminal went away) is found by a light poll of
-`live_turns` and handed to `live_listeners`; a lost service is told to `lost_listeners`
+Also here: a reply that another client starts in the service is pushed to this one
+("turn_started") and handed to `live_listeners` at once (the open conversation's is
+followed); a lost service is told to `lost_listeners`
 once, and `reconnect()` starts a new one.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 from core.config import Settings
 from core.runtime import ModelState, SandboxInfo
 
-POLL_S = 0.5  # live replies and the worker table, while connected
+POLL_S = 0.5  # the mirror (worker table, sandbox, MCP listing), while connected
 RECONNECT_WAIT_S = 90.0  # a call made while the service is lost waits this long for a new one
 NOT_REPEATED = frozenset({"start_turn", "regenerate", "edit_and_resend", "watch_turn",
                           "compare"})
@@ -245,6 +245,7 @@ class ServiceRuntime:
         remote = RemoteRuntime(client)
         remote.listeners.append(self._on_model)
         remote.lost_listeners.append(self._on_lost)
+        remote.turn_listeners.append(self._on_turn_started)
         await remote.start()
         self._remote = remote
         await self._refresh_mirror()
@@ -278,6 +279,10 @@ class ServiceRuntime:
             for listener in list(self.listeners):
                 listener(state)
 
+    def _on_turn_started(self, summary: dict[str, Any]) -> None:
+        for listener in list(self.live_listeners):
+            listener(summary)
+
     def _on_lost(self, sentence: str) -> None:
         if self._closed:
             return
@@ -293,10 +298,6 @@ class ServiceRuntime:
         while True:
             try:
                 self._take_mirror(await self._remote.call("mirror"))
-                for summary in await self._remote.live_turns():
-                    if not summary.get("done"):
-                        for listener in list(self.live_listeners):
-                            listener(summary)
             except ServiceUnavailable:
                 return  # the lost event says so
             except ServiceCallError:

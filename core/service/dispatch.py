@@ -60,7 +60,7 @@ RUNTIME_CALLS: dict[str, bool] = {
 MCP_CALLS = frozenset({"mcp_prompt", "mcp_save_resource"})
 # Runtime methods that return a Turn: the hub runs it and the caller watches it.
 TURN_CALLS = ("start_turn", "regenerate", "edit_and_resend")
-SUBSCRIPTION_TOPICS = ("status", "model")
+SUBSCRIPTION_TOPICS = ("status", "model", "turns")
 DECISIONS = ("allow", "deny", "always")
 
 
@@ -271,7 +271,9 @@ async def _subscribe(ctx: CallContext, args: dict[str, Any]) -> Any:
     if topic not in SUBSCRIPTION_TOPICS:
         raise CallError(BAD_CALL, f"Topics: {', '.join(SUBSCRIPTION_TOPICS)}.")
     ctx.caller.topics.add(topic)
-    return ctx.service.status() if topic == "status" else ctx.runtime.model
+    if topic == "turns":  # the replies running now; each new one is pushed (turn_started)
+        return ctx.hub.live()
+    return ctx.service.status() if topic == "status" else ctx.runtime.model_state()
 
 
 async def _unsubscribe(ctx: CallContext, args: dict[str, Any]) -> Any:

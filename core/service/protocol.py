@@ -11,6 +11,8 @@
                          "warning": null}
                         {"event": "status", "data": {...}}   (after subscribe "status")
                         {"event": "model", "data": <ModelState>}
+                        {"event": "turn_started", "data": {turn, conversation_id, ...}}
+                                              (after subscribe "turns"; not to its starter)
                         {"event": "closing", "message": "..."}   (the service is stopping)
     either way          {"error": {"code": "...", "message": "..."}} and the line closes
 

@@ -170,15 +170,20 @@ class RemoteRuntime:
         # tool name -> (warning, can always allow), as the service's last approval ask
         # said: the approval dialog's synchronous questions are answered from here.
         self.tool_hints: dict[str, tuple[str | None, bool]] = {}
+        # Called with each reply's summary ({turn, conversation_id, ...}) as another
+        # client starts it (the service's "turn_started" push).
+        self.turn_listeners: list[Callable[[dict[str, Any]], None]] = []
         # Called with a sentence when the connection to the service is lost (a crash, a
         # stop): the UI says so and calls reconnect().
         self.lost_listeners: list[Callable[[str], None]] = []
         client.listeners.append(self._on_event)
 
     async def start(self) -> None:
-        """Fetch the model state and follow its changes."""
+        """Fetch the model state and follow its changes, and hear of replies started by
+        other clients."""
         self.model = await self.client.call("subscribe", topic="model")
         self.settings = await self.client.call("get_settings")
+        await self.client.call("subscribe", topic="turns")
 
     async def save_settings(self) -> Any:
         """Send `settings` (edited here, as the UI edits Runtime.settings) to the service,
@@ -202,6 +207,12 @@ class RemoteRuntime:
         if message.get("event") == "lost":
             for listener in list(self.lost_listeners):
                 listener(str(message.get("message")))
+            return
+        if message.get("event") == "turn_started":
+            summary = message.get("data")
+            if isinstance(summary, dict) and isinstance(summary.get("conversation_id"), str):
+                for listener in list(self.turn_listeners):
+                    listener(summary)
             return
         if message.get("event") == "model":
             try:

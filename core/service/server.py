@@ -87,7 +87,8 @@ class ServiceServer:
         self.path = path
         self.control = control
         self.sessions: set[Session] = set()
-        self.hub = TurnHub(warning=self._tool_warning, can_always=self._can_always)
+        self.hub = TurnHub(warning=self._tool_warning, can_always=self._can_always,
+                           on_begin=self._turn_started)
         self.last_active = time.monotonic()
         self._server: asyncio.AbstractServer | None = None
         self._numbers = 0
@@ -116,6 +117,12 @@ class ServiceServer:
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)
+
+    def _turn_started(self, summary: dict[str, Any], starter: Any) -> None:
+        """A reply started: every client subscribed to "turns" but its starter hears it."""
+        for session in list(self.sessions):
+            if session is not starter and "turns" in session.topics:
+                session.send({"event": "turn_started", "data": summary})
 
     def broadcast(self, message: dict[str, Any], topic: str | None = None) -> None:
         for session in list(self.sessions):

@@ -54,8 +54,13 @@ class LiveTurn:
 
 class TurnHub:
     def __init__(self, warning: Callable[[str], str | None] | None = None,
-                 can_always: Callable[[str], bool] | None = None) -> None:
+                 can_always: Callable[[str], bool] | None = None,
+                 on_begin: Callable[[dict[str, Any], Subscriber | None], None] | None = None,
+                 ) -> None:
         self._turns: dict[str, LiveTurn] = {}
+        # Told (summary, starter) as each turn starts: the service pushes it to the other
+        # clients, so a second terminal on that conversation follows the reply at once.
+        self._on_begin = on_begin
         self._asks = itertools.count(1)
         self._warning = warning or (lambda name: None)
         self._can_always = can_always or (lambda name: False)
@@ -86,6 +91,8 @@ class TurnHub:
         turn.approve = lambda call: self._ask(live, call)
         self._turns[live.turn_id] = live
         live.task = asyncio.ensure_future(self._run(live))
+        if self._on_begin is not None:
+            self._on_begin(live.summary(), starter)
         return live
 
     async def _run(self, live: LiveTurn) -> None:

@@ -440,8 +440,9 @@ class MainScreen(Screen):
     _following: str | None = None  # the turn id of a reply followed, not started, here
 
     def on_live_reply(self, summary: dict) -> None:
-        """The service runs a reply in some conversation (tui.service_runtime polls): when
-        it is the open one and this screen shows no reply, follow it."""
+        """The service runs a reply in some conversation (pushed as another client starts
+        it, tui.service_runtime): when it is the open one and this screen shows no reply,
+        follow it."""
         turn_id = summary.get("turn")
         if (summary.get("conversation_id") == self.conversation_id and turn_id not in self._followed
                 and not self.busy and not self._sending and self.conversation_id is not None):
