@@ -215,13 +215,18 @@ class OnDemandProcess:
     async def _admit(self, gate: MemoryGate) -> None:
         """Room in the memory budget before the child starts, or the start fails (every
         caller waiting on it included) with the budget's sentence."""
+        from core.workers.memory_budget import UNKNOWN
+
         try:
             need = await asyncio.to_thread(self._memory_need)
+        except Exception:  # noqa: BLE001 - unreadable here: counted as nothing; the child says why
+            need = UNKNOWN
+        try:
             await gate.admit_outside(self, need)
         except asyncio.CancelledError:  # the caller went away: the next call starts afresh
             self._fail(self._cancelled_for_other_error())
             raise
-        except Exception as exc:  # noqa: BLE001 - the pool's refusal (WorkerLoadError) or a read
+        except Exception as exc:  # noqa: BLE001 - the pool's refusal (WorkerLoadError)
             error = self._refused_error(getattr(exc, "message", str(exc)))
             self._fail(error)
             raise error from None
