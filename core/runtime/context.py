@@ -158,12 +158,15 @@ class ChatContext:
         self.models = models
         self.store = store
         self.utility = utility or UtilityWorker()
+        if self.utility.gate is None:  # the reader's model counts against the pool's budget
+            self.utility.gate = models.pool
         self.docs = DocsService()  # registries and indexes here; embedding in the worker
         self.threshold = 0.7
         self._monitors: dict[int, ContextMonitor] = {}
         self._loaded: set[str] = set()
         self._images: dict[str, dict[str, AttachedImage]] = {}  # conversation -> alias -> image
-        self.captioner = Captioner(lambda: self.settings)  # the "vision" role worker
+        # The "vision" role worker; its model counts against the pool's budget too.
+        self.captioner = Captioner(lambda: self.settings, gate=models.pool)
         # Called with (conversation_id, stage) where stage is "summarising" or "done".
         self.listeners: list[Callable[[str, str], None]] = []
 

@@ -164,3 +164,26 @@ async def test_an_idle_embeddings_reader_makes_room_for_a_chat_model(
     finally:
         await reader.shutdown()
         await pool.shutdown()
+
+
+async def test_the_apps_document_reader_counts_against_the_budget_and_a_refusal_keeps_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Runtime hands its reader and its vision model the pool: attaching a document
+    under a budget too small for MiniLM answers the budget's sentence and stores nothing
+    (before, the reader started outside the budget and the file attached)."""
+    from tests.fixtures.docs_runtime import scripted_runtime
+
+    reader_need = mb.weights_need(ensure_model_files()).total_bytes
+    budget(monkeypatch, reader_need // 2)
+    note = tmp_path / "note.md"
+    note.write_text("# Plan\n\nLaunch in June.\n")
+    rt = scripted_runtime(ensure_model_files())
+    await rt.start(preload=False)
+    try:
+        assert rt.chat.captioner.gate is rt.chat.utility.gate  # one budget for both
+        [result] = await rt.attach(None, [note])
+        assert "memory budget is free" in getattr(result, "message", ""), result
+        assert rt.chat.utility.pid is None  # no reader process was started
+        assert await rt.list_conversations() == []  # nothing half-attached
+    finally:
+        await rt.close()
