@@ -24,12 +24,16 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def llmdeck_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Point every llmdeck path at a fresh folder; keep Hugging Face offline."""
+    """Point every llmdeck path at a fresh folder; keep Hugging Face offline. An app a test
+    starts (pilot, tmux, pty) runs its own Runtime: `llmdeck` is the engine service's
+    client by default, and each test would leave a service behind; the service's own
+    tests set LLMDECK_IN_PROCESS=0 where they start an app."""
     home = tmp_path / "llmdeck-home"
     home.mkdir()
     monkeypatch.setenv("LLMDECK_HOME", str(home))
     monkeypatch.setenv("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "1"))
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    monkeypatch.setenv("LLMDECK_IN_PROCESS", "1")
     monkeypatch.delenv("LLMDECK_GRAPHICS", raising=False)  # pictures as the test says
     return home
 

@@ -41,13 +41,19 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="llmdeck",
         description="A full-screen terminal app for running LLMs locally. "
-        "Run with no arguments to open the app.",
+        "Run with no arguments to open the app: it attaches to this home's engine service "
+        "(starting it in the background when none runs), so several terminals share one "
+        "history and one copy of each model, and a reply goes on when its terminal closes. "
+        "`llmdeck service status|stop` shows or ends the service; it also exits by itself "
+        "after an idle time with no app and no reply.",
         epilog="Files live under LLMDECK_HOME when it is set, else in the usual per-user folders.",
     )
     parser.add_argument("--version", action=_VersionAction,
                         help="show program's version number and exit")
     parser.add_argument("--model", help="a .gguf file or an MLX model folder to chat with")
-    parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--in-process", action="store_true",
+                        help="run the models inside this app instead of the engine service "
+                        "(one such app per home; also LLMDECK_IN_PROCESS=1)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("workers", help="print the worker status table (for a second SSH window)")
     models = sub.add_parser("models", help="search, pull, list, remove or import models",
@@ -177,9 +183,9 @@ def build_app(model: str | None = None, *, in_process: bool = True) -> LlmdeckAp
     return LlmdeckApp(Runtime(settings))
 
 
-# Whether `llmdeck` is the engine service's client when nothing says otherwise. Off until
-# the suite's tmux tests pin LLMDECK_IN_PROCESS=1 (each would leave a service behind).
-SERVICE_BY_DEFAULT = False
+# Whether `llmdeck` is the engine service's client when nothing says otherwise (the suite
+# pins LLMDECK_IN_PROCESS=1 in tests/conftest.py: each app test would leave a service).
+SERVICE_BY_DEFAULT = True
 
 
 def _in_process(argv_flag: bool) -> bool:

@@ -1,7 +1,9 @@
-"""One app (and one server) per llmdeck home, and a clear word when the home is unusable.
+"""One in-process app (and one server) per llmdeck home, and a clear word when the home is
+unusable; apps that are the engine service's clients (`llmdeck` by default) share it.
 
 The real `llmdeck` command: the first app runs in tmux, the second is started as a user
-would start it and must exit at once, naming the first one's pid.
+would start it. A second `llmdeck --in-process` exits at once naming the first one's pid;
+two plain `llmdeck` both work, on one service.
 """
 
 from __future__ import annotations
@@ -35,13 +37,14 @@ def _app_pid(tmux: TmuxSession) -> int:
 
 
 @pytest.mark.slow
-def test_a_second_app_on_one_home_is_refused_naming_the_first(tmp_path: Path) -> None:
+def test_a_second_in_process_app_on_one_home_is_refused_naming_the_first(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    tmux = TmuxSession(LLMDECK, env={"LLMDECK_HOME": str(home), "HF_HUB_OFFLINE": "1"})
+    tmux = TmuxSession(LLMDECK, env={"LLMDECK_HOME": str(home), "HF_HUB_OFFLINE": "1",
+                                     "LLMDECK_IN_PROCESS": "1"})
     try:
         tmux.wait_for(lambda s: "Quit" in s, 60, "the app's first frame")
         first = _app_pid(tmux)
-        second = _run(home)
+        second = _run(home, "--in-process")
         assert second.returncode == 1
         assert f"pid {first}" in second.stderr and "already running" in second.stderr
         assert "Traceback" not in second.stderr + second.stdout
@@ -73,6 +76,33 @@ def test_a_second_app_on_one_home_is_refused_naming_the_first(tmp_path: Path) ->
     psutil.Process(first).wait(10) if psutil.pid_exists(first) else None
     lock = home_lock.acquire("app")  # the kernel dropped the dead app's lock
     lock.release()
+
+
+def test_two_apps_on_one_home_both_work_through_the_service(tmp_path: Path) -> None:
+    """`llmdeck` as a new user runs it (nothing set): the first starts the service, the
+    second attaches to it; neither is refused, both show the service's model."""
+    from tests.helpers import service_proc as svc
+
+    home = tmp_path / "home"
+    (home / "config").mkdir(parents=True)
+    (home / "config" / "config.toml").write_text('model = "scripted"\nengine = "scripted"\n')
+    env = {"LLMDECK_HOME": str(home), "HF_HUB_OFFLINE": "1", "LLMDECK_IN_PROCESS": ""}
+    with svc.no_service_left(home):
+        sessions = []
+        try:
+            for _ in range(2):
+                sessions.append(TmuxSession(LLMDECK, env=env, width=110, height=30))
+                sessions[-1].wait_for(lambda s: "scripted ●" in s, 60,
+                                      "the app attached to the service's model")
+            status = _run(home, "service", "status")
+            # two apps, and the status command asking
+            assert status.returncode == 0 and "clients  3" in status.stdout, status.stdout
+            assert all(psutil.pid_exists(_app_pid(t)) for t in sessions)
+        finally:
+            for tmux in sessions:
+                tmux.close()
+        stopped = _run(home, "service", "stop")
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
 
 
 def test_the_lock_refuses_a_second_holder_and_frees_on_exit(llmdeck_home: Path) -> None:

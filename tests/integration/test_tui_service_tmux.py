@@ -238,3 +238,35 @@ def test_the_app_and_serve_share_one_worker(llmdeck_home: Path, service: int) ->
             if serve.poll() is None:
                 serve.kill()
             tui.close()
+
+
+def test_a_new_users_llmdeck_starts_the_service_detached_and_nothing_outlives_its_idle_time(
+        llmdeck_home: Path) -> None:
+    """`llmdeck` with nothing set (the README's install-and-start command) starts the
+    service in a session of its own and chats through it; after quitting, the service
+    and its workers exit once its idle time passes with no client."""
+    (llmdeck_home / "config").mkdir(exist_ok=True)
+    (llmdeck_home / "config" / "config.toml").write_text(
+        'model = "scripted"\nengine = "scripted"\nservice_idle_minutes = 0.05\n')  # 3 s
+    with svc.no_service_left(llmdeck_home):
+        tmux = TmuxSession(llmdeck_command(), env={"LLMDECK_HOME": str(llmdeck_home),
+                                                   "HF_HUB_OFFLINE": "1",
+                                                   "LLMDECK_IN_PROCESS": ""},
+                           width=110, height=30)
+        try:
+            tmux.wait_for(lambda s: "scripted ●" in s, 60, "the app attached to its service")
+            pid = svc.wait_for(lambda: _service_pid(llmdeck_home), 10, "the service's pid")
+            app = _app_pid(tmux)
+            assert os.getsid(pid) != os.getsid(app), "the service has a session of its own"
+            tmux.send_line("Hello there")
+            tmux.wait_for(lambda s: "tok/s" in _chat_pane(s), 30, "the reply's stats line")
+            processes = [pid, *svc.descendants(pid)]
+            tmux.send("C-q")
+            svc.wait_for(lambda: not psutil.pid_exists(app) or
+                         psutil.Process(app).status() == psutil.STATUS_ZOMBIE, 15,
+                         "the app to quit")
+        finally:
+            tmux.close()
+        for p in processes:  # idle: 3 s with no client, then the models unload and it ends
+            svc.wait_for(lambda p=p: not svc.alive(p), 30, f"process {p} of the service to end")
+    assert [m[1] for m in _messages(llmdeck_home)] == ["user", "assistant"]
