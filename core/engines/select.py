@@ -17,7 +17,6 @@ from core.model_files import (
     MlxFolderError,
     is_mmproj,
     is_vlm_dir,
-    json_object,  # noqa: F401 - read from here by core.workers.memory_budget
     mlx_weight_files,
     safetensors_extent,
     sibling_mmprojs,

@@ -153,7 +153,8 @@ def _folder_weights(p: Path) -> int:
 
 
 def _folder_kv_shape(p: Path, prefill_chunk: int) -> KvShape | None:
-    from core.engines.select import check_mlx_dir, json_object
+    from core.engines.select import check_mlx_dir
+    from core.model_files import json_object
 
     config = json_object(p / "config.json")
     return kv_shape_from_config(config, _float_bytes(check_mlx_dir(p)[0]), prefill_chunk)
