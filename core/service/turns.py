@@ -1,14 +1,14 @@
 """Turns that live in the service: streamed to every client watching, whoever started them.
 
-A turn runs in its own task here, so it goes on when the client that started it goes
-away (its terminal closed, its SSH link dropped) and any client can watch it from the
-start (`watch_turn` replays what has streamed so far, text already merged, then goes on
-live). Tool approvals are asked of the watching clients; the first answer counts; when
-nobody answers within APPROVAL_WAIT_S the call is denied (nothing runs unseen).
-A finished turn is kept RETAIN_S for a client that comes back to it.
-
-When the Runtime grows its own live-turn registry (runtime.live_turns / watch_turn),
-this module becomes a thin adapter over it.
+An adapter over the Runtime's own live turns (core.runtime.live): a turn runs in the
+Runtime's task to its end, whoever watches, and its events are kept once, in the turn's
+feed. Each client watching gets its own cursor into that feed (the past compacted, then
+live) and a small task sending it over the socket, so a client that comes back or
+attaches late (`watch_turn`) gets the reply from its first word, and a slow one gets the
+text merged. What the hub adds: turn ids for the wire, a finished turn kept RETAIN_S for
+a client that comes back to it, and tool approvals asked of the watching clients (the
+first answer counts; nobody answering within APPROVAL_WAIT_S denies the call, so nothing
+runs unseen).
 """
 
 from __future__ import annotations
@@ -34,15 +34,14 @@ class Subscriber(Protocol):
 @dataclass
 class LiveTurn:
     turn_id: str
-    turn: Any  # core.runtime.Turn
+    turn: Any  # core.runtime.Turn: its feed holds the events
     conversation_id: str
     started_at: float = field(default_factory=time.time)
-    history: list[dict[str, Any]] = field(default_factory=list)
-    watchers: set[Subscriber] = field(default_factory=set)  # type: ignore[assignment]
+    # Each watching client and the task sending it the turn from its own cursor.
+    pumps: dict[Subscriber, asyncio.Task[None]] = field(default_factory=dict)  # type: ignore[assignment]
     asks: dict[str, tuple[asyncio.Future[str], dict[str, Any]]] = field(default_factory=dict)
-    seq: int = 0
     end: dict[str, Any] | None = None
-    task: asyncio.Task[None] | None = None
+    task: asyncio.Task[None] | None = None  # the hub's own follower (the end, the asks)
     ended_at: float = 0.0
 
     def summary(self) -> dict[str, Any]:
@@ -58,12 +57,12 @@ class TurnHub:
                  on_begin: Callable[[dict[str, Any], Subscriber | None], None] | None = None,
                  ) -> None:
         self._turns: dict[str, LiveTurn] = {}
-        # Told (summary, starter) as each turn starts: the service pushes it to the other
-        # clients, so a second terminal on that conversation follows the reply at once.
-        self._on_begin = on_begin
         self._asks = itertools.count(1)
         self._warning = warning or (lambda name: None)
         self._can_always = can_always or (lambda name: False)
+        # Told (summary, starter) as each turn starts: the service pushes it to the other
+        # clients, so a second terminal on that conversation follows the reply at once.
+        self._on_begin = on_begin
 
     # -- what the service asks -------------------------------------------------------
     def live_count(self) -> int:
@@ -84,28 +83,29 @@ class TurnHub:
 
     # -- running a turn ----------------------------------------------------------------
     def begin(self, turn: Any, starter: Subscriber | None) -> LiveTurn:
+        """Start `turn` in the Runtime (its live turns run it) and follow it here."""
         self._forget_old()
-        live = LiveTurn(uuid.uuid4().hex[:12], turn, turn.conversation_id)
-        if starter is not None:
-            live.watchers.add(starter)
+        turn_id = getattr(turn, "turn_id", None) or uuid.uuid4().hex[:12]
+        live = LiveTurn(turn_id, turn, turn.conversation_id)
         turn.approve = lambda call: self._ask(live, call)
         self._turns[live.turn_id] = live
-        live.task = asyncio.ensure_future(self._run(live))
+        live.task = asyncio.ensure_future(self._follow(live))
+        if starter is not None:
+            self.watch(live, starter)
         if self._on_begin is not None:
             self._on_begin(live.summary(), starter)
         return live
 
-    async def _run(self, live: LiveTurn) -> None:
+    async def _follow(self, live: LiveTurn) -> None:
+        """The hub's own cursor: when the turn ends, pending asks are denied and the end
+        is kept for clients that come back to it."""
         finish = "error"
         try:
             async for event in live.turn.events():
-                name = type(event).__name__
-                if name == "Done":
+                if type(event).__name__ == "Done":
                     finish = event.finish_reason
-                self._publish(live, codec.encode(event))
-        except Exception as exc:  # noqa: BLE001 - the turn ends, with a reason, for everyone
-            self._publish(live, codec.encode(_internal_error(exc)))
-            self._publish(live, {"$type": "Done", "finish_reason": "error"})
+        except Exception:  # noqa: BLE001 - each watcher's cursor says it; here: the end
+            finish = "error"
         finally:
             for future, _ in live.asks.values():
                 if not future.done():
@@ -114,41 +114,47 @@ class TurnHub:
             live.end = {"event": "turn_end", "turn": live.turn_id, "finish_reason": finish,
                         "conversation_id": live.conversation_id,
                         "assistant_message_id": live.turn.assistant_message_id}
-            for watcher in list(live.watchers):
-                watcher.send(dict(live.end))
 
-    def _publish(self, live: LiveTurn, data: Any) -> None:
-        live.seq += 1
-        message = {"event": "turn", "turn": live.turn_id, "seq": live.seq, "data": data}
-        last = live.history[-1] if live.history else None
-        kind = data.get("$type") if isinstance(data, dict) else None
-        if last is not None and kind in ("TextDelta", "ReasoningDelta") \
-                and last["data"].get("$type") == kind:
-            last["data"] = {"$type": kind, "text": last["data"]["text"] + data["text"]}
-            last["seq"] = live.seq  # history holds the reply, not one entry per token
-        else:
-            live.history.append(dict(message))
-        for watcher in list(live.watchers):
-            watcher.send(dict(message))
+    async def _pump(self, live: LiveTurn, watcher: Subscriber) -> None:
+        """One client's view: the feed from its first event (compacted), then live, then
+        the turn_end line."""
+        seq = itertools.count(1)
+        finish = "error"
+
+        def send(data: Any) -> None:
+            watcher.send({"event": "turn", "turn": live.turn_id, "seq": next(seq), "data": data})
+
+        try:
+            async for event in live.turn.events():
+                if type(event).__name__ == "Done":
+                    finish = event.finish_reason
+                send(codec.encode(event))
+        except Exception as exc:  # noqa: BLE001 - the turn ends, with a reason, for everyone
+            send(codec.encode(_internal_error(exc)))
+            send({"$type": "Done", "finish_reason": "error"})
+        watcher.send({"event": "turn_end", "turn": live.turn_id, "finish_reason": finish,
+                      "conversation_id": live.conversation_id,
+                      "assistant_message_id": live.turn.assistant_message_id})
 
     def watch(self, live: LiveTurn, watcher: Subscriber) -> None:
-        """Replay the turn so far to `watcher`, then keep it posted (a watcher already
-        posted, such as the client that started it, gets nothing twice)."""
-        if watcher in live.watchers:
+        """Send the turn to `watcher` from its start, then live (a watcher already posted,
+        such as the client that started it, gets nothing twice); approvals waiting for an
+        answer are asked of it too."""
+        if watcher in live.pumps:
             return
-        for message in live.history:
-            watcher.send(dict(message, data=dict(message["data"])))
         for future, event in live.asks.values():
             if not future.done():
                 watcher.send(dict(event))
-        if live.end is not None:
-            watcher.send(dict(live.end))
-        else:
-            live.watchers.add(watcher)
+        task = asyncio.ensure_future(self._pump(live, watcher))
+        live.pumps[watcher] = task
+        task.add_done_callback(lambda _: live.pumps.pop(watcher, None)
+                               if live.pumps.get(watcher) is task else None)
 
     def unwatch_all(self, watcher: Subscriber) -> None:
         for live in self._turns.values():
-            live.watchers.discard(watcher)
+            task = live.pumps.pop(watcher, None)
+            if task is not None:
+                task.cancel()  # its cursor goes; the turn goes on
 
     def cancel(self, turn_id: str) -> bool:
         live = self._turns.get(turn_id)
@@ -169,7 +175,7 @@ class TurnHub:
                  "data": codec.encode(call), "warning": self._warning(call.name),
                  "can_always": self._can_always(call.name)}
         live.asks[ask_id] = (future, event)
-        for watcher in list(live.watchers):
+        for watcher in list(live.pumps):
             watcher.send(dict(event))
         try:
             return await asyncio.wait_for(asyncio.shield(future), APPROVAL_WAIT_S)
@@ -189,15 +195,17 @@ class TurnHub:
     def _forget_old(self) -> None:
         now = time.time()
         for turn_id, live in list(self._turns.items()):
-            if live.end is not None and now - live.ended_at > RETAIN_S:
+            if live.end is not None and now - live.ended_at > RETAIN_S and not live.pumps:
                 del self._turns[turn_id]
 
     async def close(self) -> None:
-        """Stop every live turn (the service is stopping): each is stored as stopped."""
+        """Stop every live turn (the service is stopping): each is stored as stopped, and
+        each watching client gets its end."""
         for live in list(self._turns.values()):
             if live.end is None:
                 live.turn.cancel()
-        tasks = [t.task for t in self._turns.values() if t.task is not None and not t.task.done()]
+        tasks = [t for live in self._turns.values()
+                 for t in (live.task, *live.pumps.values()) if t is not None and not t.done()]
         if tasks:
             await asyncio.wait(tasks, timeout=10)
 
