@@ -16,7 +16,15 @@ Prints one JSON object, one entry per engine ({"mlx": {...}, "llamacpp": {...}})
   Qwen3-style template that drops earlier turns' reasoning, each reply forced (by a JSON
   schema enum) to "<think>...</think>answer"; `thinking_reuse_from_turn3` the smallest
   share from turn 3 on (target >= 0.9); `..._memory_only` the same with the disk store
-  off, where only the in-memory prefix cache's trimming helps.
+  off, where only the in-memory prefix cache's trimming helps;
+- `bytes_written_per_turn`: bytes of the cache files each turn added to the store (new
+  file names, summed sizes; the same measure for any version of the store): the 4k
+  conversation's first and next turn, then every turn of the thinking conversation
+  (`thinking_bytes_written_by_turn`, beside `thinking_prompt_tokens_by_turn`): with
+  chained files a turn writes its new tokens' share, not the whole prefix again;
+- `restart_chain_ttft_ms` / `restart_chain_over_warm`: a third turn after a restart,
+  whose prefix the store holds as a chain (the first turn's file and the second turn's
+  link), against that third turn warm.
 
 Every TTFT is the median of `--repeats` paired runs (each repeat runs cold, warm,
 restart, evicted in that order on a fresh store), as the engine's Usage reports it.
@@ -123,9 +131,19 @@ def _progress(what: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
 
 
+def _files(kv_root: Path) -> dict[str, int]:
+    return {str(f): f.stat().st_size for f in kv_root.rglob("*.kv")}
+
+
+def _written(before: dict[str, int], kv_root: Path) -> int:
+    """Bytes of the files that appeared since `before` (each write is a new name)."""
+    return sum(size for name, size in _files(kv_root).items() if name not in before)
+
+
 def ttfts(make: Any, messages: list[dict[str, str]], repeats: int, kv_root: Path) -> dict[str, Any]:
-    cold, warm, restart, evicted = [], [], [], []
+    cold, warm, restart, evicted, warm3, restart3 = [], [], [], [], [], []
     cached: dict[str, int] = {}
+    written: list[int] = []
     for i in range(repeats):
         _progress(f"TTFT run {i + 1} of {repeats}")
         shutil.rmtree(kv_root, ignore_errors=True)
@@ -133,6 +151,7 @@ def ttfts(make: Any, messages: list[dict[str, str]], repeats: int, kv_root: Path
         reply, u = run(engine, messages)
         cold.append(u.ttft_ms)
         _settle(engine)
+        written = [_written({}, kv_root)]
         # the store as the first turn left it: the restart below starts from this, as
         # the warm turn does (not from the file the warm turn writes itself)
         after_first = kv_root.with_name("kv-after-first")
@@ -140,9 +159,26 @@ def ttfts(make: Any, messages: list[dict[str, str]], repeats: int, kv_root: Path
         shutil.copytree(kv_root, after_first)
         nxt = [*messages, {"role": "assistant", "content": reply},
                {"role": "user", "content": "And in one word?"}]
-        _, u = run(engine, nxt)
+        seen = _files(kv_root)
+        reply2, u = run(engine, nxt)
         warm.append(u.ttft_ms)
         cached["warm"] = u.cached_tokens
+        _settle(engine)
+        written.append(_written(seen, kv_root))
+        after_second = kv_root.with_name("kv-after-second")
+        shutil.rmtree(after_second, ignore_errors=True)
+        shutil.copytree(kv_root, after_second)
+        third = [*nxt, {"role": "assistant", "content": reply2},
+                 {"role": "user", "content": "And in two words?"}]
+        _, u = run(engine, third)
+        warm3.append(u.ttft_ms)
+        engine.close()
+        shutil.rmtree(kv_root)
+        shutil.copytree(after_second, kv_root)
+        engine = make(4.0)
+        _, u = run(engine, third)
+        restart3.append(u.ttft_ms)
+        cached["restart_chain"] = u.cached_tokens
         engine.close()
         shutil.rmtree(kv_root)
         shutil.copytree(after_first, kv_root)
@@ -158,11 +194,17 @@ def ttfts(make: Any, messages: list[dict[str, str]], repeats: int, kv_root: Path
         evicted.append(u.ttft_ms)
         cached["evicted"] = u.cached_tokens
         engine.close()
+    shutil.rmtree(kv_root.with_name("kv-after-first"), ignore_errors=True)
+    shutil.rmtree(kv_root.with_name("kv-after-second"), ignore_errors=True)
     med = {k: statistics.median(v) for k, v in
-           (("cold", cold), ("warm", warm), ("restart", restart), ("evicted", evicted))}
+           (("cold", cold), ("warm", warm), ("restart", restart), ("evicted", evicted),
+            ("warm3", warm3), ("restart3", restart3))}
     return {
         "prompt_tokens": cached["prompt"],
-        "cached_tokens": {k: cached[k] for k in ("warm", "restart", "evicted")},
+        "cached_tokens": {k: cached[k] for k in ("warm", "restart", "evicted", "restart_chain")},
+        "bytes_written_per_turn": written,
+        "restart_chain_ttft_ms": round(med["restart3"], 1),
+        "restart_chain_over_warm": round(med["restart3"] / med["warm3"], 3),
         "cold_ttft_ms": round(med["cold"], 1), "warm_ttft_ms": round(med["warm"], 1),
         "restart_ttft_ms": round(med["restart"], 1), "evicted_ttft_ms": round(med["evicted"], 1),
         "restart_over_warm": round(med["restart"] / med["warm"], 3),
@@ -175,18 +217,19 @@ def ttfts(make: Any, messages: list[dict[str, str]], repeats: int, kv_root: Path
 
 
 def thinking_reuse(make: Any, turns: int, reply_words: int, restart_each_turn: bool,
-                   kv_root: Path) -> tuple[list[float], list[int]]:
+                   kv_root: Path) -> tuple[list[float], list[int], list[int], list[int]]:
     """(cached / prompt, prompt tokens prefilled) per turn under QWEN3_THINKING, every
     reply '<think>R</think>A' (A a third of R's words, a user message a quarter), after
     a system prompt of 400 words. `restart_each_turn`: a new engine each turn (only the
-    disk cache carries over). The store starts empty."""
+    disk cache carries over). The store starts empty. Also the prompt tokens and the
+    bytes of cache files written per turn."""
     from core.parsing import StreamParser
 
     shutil.rmtree(kv_root, ignore_errors=True)
     _progress(f"thinking conversation, {turns} turns")
     msgs: list[dict[str, str]] = [{"role": "system", "content": "You think before you answer. "
                                    + _sentence(1, 400)}]
-    shares, prefilled = [], []
+    shares, prefilled, prompts, written = [], [], [], []
     engine = make()
     for t in range(turns):
         msgs.append({"role": "user", "content": _sentence(t + 7, reply_words // 4)})
@@ -196,16 +239,19 @@ def thinking_reuse(make: Any, turns: int, reply_words: int, restart_each_turn: b
                          schema=json.dumps({"enum": [forced]}))
         shares.append(round(usage.cached_tokens / usage.prompt_tokens, 3))
         prefilled.append(usage.prompt_tokens - usage.cached_tokens)
+        prompts.append(usage.prompt_tokens)
+        seen = _files(kv_root)
         parser = StreamParser("qwen3")  # what the worker streams to a client as content
         events = parser.feed(raw) + parser.finish()
         msgs.append({"role": "assistant",
                      "content": "".join(e.text for e in events if isinstance(e, TextDelta))})
         _settle(engine)
+        written.append(_written(seen, kv_root))
         if restart_each_turn:
             engine.close()
             engine = make()
     engine.close()
-    return shares, prefilled
+    return shares, prefilled, prompts, written
 
 
 def _min_from_turn3(shares: list[float]) -> float:
@@ -238,9 +284,12 @@ def bench_mlx(work: Path, shape: str, repeats: int, tokens: int, turns: int) -> 
     out["model"] = f"random-weight {shape} ({'bf16' if gpu else 'float32'})"
     for label, gb, restart in (("", 4.0, False), ("_restarting_each_turn", 4.0, True),
                                ("_memory_only", 0, False)):
-        shares, prefilled = thinking_reuse(lambda gb=gb: make(gb, thinking), turns, 80,
-                                           restart, root)
+        shares, prefilled, prompts, written = thinking_reuse(
+            lambda gb=gb: make(gb, thinking), turns, 80, restart, root)
         out[f"thinking_reuse_by_turn{label}"] = shares
+        if gb:
+            out[f"thinking_prompt_tokens_by_turn{label}"] = prompts
+            out[f"thinking_bytes_written_by_turn{label}"] = written
         out[f"thinking_prefilled_tokens_by_turn{label}"] = prefilled
         out[f"thinking_reuse_from_turn3{label}"] = _min_from_turn3(shares)
     return out
@@ -276,7 +325,8 @@ def bench_llamacpp(repeats: int, tokens: int, turns: int, words: int,
         return engine
 
     for label, gb in (() if skip_thinking else (("", 4.0), ("_memory_only", 0))):
-        shares, prefilled = thinking_reuse(lambda gb=gb: thinking(gb), turns, words, False, root)
+        shares, prefilled, _, _ = thinking_reuse(lambda gb=gb: thinking(gb), turns, words, False,
+                                                 root)
         out[f"thinking_reuse_by_turn{label}"] = shares
         out[f"thinking_prefilled_tokens_by_turn{label}"] = prefilled
         out[f"thinking_reuse_from_turn3{label}"] = _min_from_turn3(shares)

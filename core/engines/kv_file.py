@@ -11,12 +11,20 @@ The header names the model identity the file belongs to, the token ids its cache
 and each section's dtype, shape, size and SHA-256. The file's length must be exactly the
 header's sum, so a truncated or padded file is refused before anything is hashed; each
 section is hashed (in parallel: hashlib releases the GIL) before it is handed out.
+
+A file may hold only the tokens past another file's (a link of a chain, see
+core.engines.kv_store): its header's `parent` names that file, the SHA-256 of the
+parent's header (which lists the parent's section hashes and its own parent's: a chain is
+pinned end to end, like a Merkle list) and how many tokens the parent covers; its
+sections then hold positions [parent's tokens, tokens) along `axis`. Its `tokens` are
+still the whole prefix, so a child's header alone says what its chain covers.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import struct
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +50,8 @@ DTYPES: dict[str, str] = {
     "int32": "<i4",
 }
 _HASH_THREADS = min(8, os.cpu_count() or 1)
+# A cache file's name: the hash of its tokens, then (a link) its parent's token hash.
+NAME = re.compile(r"[0-9a-f]{40}(\.[0-9a-f]{40})?\.kv")
 
 
 class BadKvFile(ValueError):
@@ -58,6 +68,15 @@ class Section:
 
 
 @dataclass(frozen=True)
+class Parent:
+    """The file a link extends: its name, its header's SHA-256, the tokens it covers."""
+
+    name: str
+    sha256: str
+    tokens: int
+
+
+@dataclass(frozen=True)
 class KvHeader:
     """What a cache file says about itself, checked against the file's length."""
 
@@ -68,6 +87,15 @@ class KvHeader:
     payload_at: int  # where the first section starts
     text: str | None = None  # what the tokens spell (chat prompts), for exact re-use
     marks: tuple[tuple[int, int], ...] = ()  # (chars, tokens) exact boundaries in text
+    digest: str = ""  # SHA-256 of the header's bytes: what a child names its parent by
+    parent: Parent | None = None  # a link: the sections start at parent.tokens
+    axis: int = 0  # the sections' token axis (links only)
+    depth: int = 0  # links above this file (0: a whole file)
+
+    @property
+    def base(self) -> int:
+        """The first token position the sections hold."""
+        return self.parent.tokens if self.parent is not None else 0
 
     @property
     def nbytes(self) -> int:
@@ -76,9 +104,11 @@ class KvHeader:
 
 def write_file(path: Path, identity: str, tokens: Sequence[int],
                sections: Sequence[tuple[str, str, np.ndarray]], meta: dict[str, Any],
-               text: str | None = None, marks: Sequence[tuple[int, int]] = ()) -> int:
+               text: str | None = None, marks: Sequence[tuple[int, int]] = (),
+               parent: Parent | None = None, axis: int = 0, depth: int = 0) -> int:
     """Write a cache file atomically (a private temp file renamed into place); returns
-    its size. `sections` are (name, stored dtype, contiguous array of that dtype's bytes).
+    its size. `sections` are (name, stored dtype, array of that dtype's bytes); a link
+    (`parent`) holds only the positions past the parent's tokens along `axis`.
     OSError (a full disk, a folder gone) propagates: the caller decides it is harmless."""
     arrays = [np.ascontiguousarray(a) for _, _, a in sections]
     for (_, dtype, _), a in zip(sections, arrays, strict=True):
@@ -95,6 +125,9 @@ def write_file(path: Path, identity: str, tokens: Sequence[int],
         ],
         "meta": meta,
     }
+    if parent is not None:
+        header["parent"] = {"name": parent.name, "sha256": parent.sha256, "tokens": parent.tokens}
+        header["axis"], header["depth"] = axis, depth
     if text is not None:
         header["text"] = text
         header["marks"] = [list(m) for m in marks]
@@ -138,7 +171,7 @@ def read_header(path: Path, identity: str | None = None) -> KvHeader:
         data = loads(blob)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadKvFile("header is not JSON") from exc
-    header = _parse(data, len(MAGIC) + 8 + length)
+    header = _parse(data, len(MAGIC) + 8 + length, hashlib.sha256(blob).hexdigest())
     if identity is not None and header.identity != identity:
         raise BadKvFile("another model's cache")
     if header.payload_at + header.nbytes != size:
@@ -175,7 +208,7 @@ def _hash_all(views: list[memoryview]) -> list[str]:
         return list(pool.map(lambda v: hashlib.sha256(v).hexdigest(), views))
 
 
-def _parse(data: Any, payload_at: int) -> KvHeader:
+def _parse(data: Any, payload_at: int, digest: str) -> KvHeader:
     """The header's fields, each of the type and range it must have."""
     if not isinstance(data, dict):
         raise BadKvFile("header is not an object")
@@ -206,5 +239,28 @@ def _parse(data: Any, payload_at: int) -> KvHeader:
             isinstance(m, list) and len(m) == 2 and all(type(x) is int for x in m)
             and 0 < m[0] <= len(text or "") and 0 < m[1] <= len(tokens) for m in marks):
         raise BadKvFile("bad marks")
+    parent, axis, depth = _parse_parent(data, len(tokens), parsed)
     return KvHeader(identity, np.asarray(tokens, dtype=np.int64), tuple(parsed), meta,
-                    payload_at, text, tuple((m[0], m[1]) for m in marks))
+                    payload_at, text, tuple((m[0], m[1]) for m in marks), digest, parent,
+                    axis, depth)
+
+
+def _parse_parent(data: dict[str, Any], n_tokens: int,
+                  sections: list[Section]) -> tuple[Parent | None, int, int]:
+    """A link's parent, token axis and depth, each checked (its sections must hold exactly
+    the tokens past the parent's along that axis)."""
+    link = data.get("parent")
+    if link is None:
+        return None, 0, 0
+    axis, depth = data.get("axis"), data.get("depth")
+    if not isinstance(link, dict) or type(axis) is not int or type(depth) is not int or depth < 1:
+        raise BadKvFile("bad parent link")
+    name, digest, tokens = (link.get(k) for k in ("name", "sha256", "tokens"))
+    if (not isinstance(name, str) or not NAME.fullmatch(name) or not isinstance(digest, str)
+            or not re.fullmatch(r"[0-9a-f]{64}", digest) or type(tokens) is not int
+            or not 0 < tokens < n_tokens):
+        raise BadKvFile("bad parent link")
+    if not sections or any(not 0 <= axis < len(s.shape) or s.shape[axis] != n_tokens - tokens
+                           for s in sections):
+        raise BadKvFile("a link's sections do not hold its new tokens")
+    return Parent(name, digest, tokens), axis, depth

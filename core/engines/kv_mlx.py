@@ -14,7 +14,10 @@ written as generated; a next prompt that forks inside it reuses up to the fork.
 
 Device work stays on the engine's thread: keys and values are sliced (views) and queued
 for evaluation here, and the writer thread only copies evaluated buffers to numpy and
-writes them.
+writes them. A turn that extends a stored cache writes only its new tokens' keys and
+values, as a link of that cache's chain (core.engines.kv_store picks the parent on the
+writer's thread, where earlier writes have landed; the token axis is 2); a lookup loads
+the chain's links and joins them on the device.
 """
 
 from __future__ import annotations
@@ -181,7 +184,8 @@ class MlxKvKeeper:
             for i, (k, v) in enumerate(layers):
                 sections.append((f"{i}.keys", dtype, np.asarray(k)))
                 sections.append((f"{i}.values", dtype, np.asarray(v)))
-            store.put(tokens, sections, {"engine": "mlx", "layers": len(layers)}, text, marks)
+            store.put(tokens, sections, {"engine": "mlx", "layers": len(layers)}, text, marks,
+                      axis=2)
 
         self.writer.submit(job)
 
@@ -196,10 +200,10 @@ class MlxKvKeeper:
         match = self.store.best(prompt)
         if match is None or match.covered <= max(cached, MIN_TOKENS - 1):
             return cache, cached
-        sections = self.store.load(match)
-        if sections is None:
+        chain = self.store.load_chain(match)
+        if chain is None:
             return cache, cached
-        layers = _layers(sections, match.header.meta, len(match.header.tokens), match.covered)
+        layers = _layers(chain, match.covered)
         if layers is None or len(layers) != self.n_layers:
             log.debug("kv cache file %s does not fit this model; removed", match.path.name)
             match.path.unlink(missing_ok=True)
@@ -225,22 +229,36 @@ def _views(cache: list[Any], n: int) -> list[tuple[mx.array, mx.array]] | None:
     return [(c.keys[..., :n, :], c.values[..., :n, :]) for c in cache]
 
 
-def _layers(sections: dict[str, np.ndarray], meta: dict[str, Any], held: int,
-            n: int) -> list[Any] | None:
-    """KV layers holding the first n of a file's `held` tokens; None when its sections are
-    not a consistent set of (1, heads, held, dim) keys and values."""
-    count = meta.get("layers")
-    if type(count) is not int or count < 1 or len(sections) != 2 * count:
+def _layers(chain: list[tuple[Any, dict[str, np.ndarray]]], n: int) -> list[Any] | None:
+    """KV layers holding the first n tokens of a chain (its links' positions joined along
+    the token axis, parent first); None when a link's sections are not a consistent set
+    of (1, heads, its tokens, dim) keys and values."""
+    count = chain[-1][0].meta.get("layers")
+    if type(count) is not int or count < 1:
         return None
+    parts: list[list[tuple[mx.array, mx.array]]] = [[] for _ in range(count)]
+    for header, sections in chain:
+        base, held = header.base, len(header.tokens)
+        if header.meta.get("layers") != count or len(sections) != 2 * count:
+            return None
+        if base >= n:  # the prompt forks before this link: its tokens are not needed
+            break
+        for i in range(count):
+            k, v = sections.get(f"{i}.keys"), sections.get(f"{i}.values")
+            if k is None or v is None or k.ndim != 4 or v.ndim != 4:
+                return None
+            if k.shape[0] != 1 or k.shape[2] != held - base or v.shape[:3] != k.shape[:3]:
+                return None
+            take = min(n, held) - base
+            parts[i].append((_to_mx(k[:, :, :take, :]), _to_mx(v[:, :, :take, :])))
     out = []
-    for i in range(count):
-        k, v = sections.get(f"{i}.keys"), sections.get(f"{i}.values")
-        if k is None or v is None or k.ndim != 4 or v.ndim != 4:
-            return None
-        if k.shape[0] != 1 or k.shape[2] != held or v.shape[:3] != k.shape[:3]:
-            return None
+    for links in parts:
         c = KVCache()
-        c.keys, c.values = _to_mx(k[:, :, :n, :]), _to_mx(v[:, :, :n, :])
+        if len(links) == 1:
+            c.keys, c.values = links[0]
+        else:
+            c.keys = mx.concatenate([k for k, _ in links], axis=2)
+            c.values = mx.concatenate([v for _, v in links], axis=2)
         c.offset = n
         out.append(c)
     return out

@@ -5,10 +5,32 @@ Files live under the cache folder (core.paths.cache_dir()/kv, 0700; each file 06
 subfolder per model identity (its weights' paths, sizes and modification times, hashed:
 a re-downloaded or re-imported model never meets the old model's caches). A file is named
 by the hash of the token ids its cache covers. A new prompt takes the file sharing the
-longest token prefix with it (the file's cache trimmed to that prefix); a file whose
-tokens a newer one extends is dropped, since the newer one serves every prompt it could.
+longest token prefix with it (the file's cache trimmed to that prefix).
+
+Chains: a conversation's next turn only adds tokens, so a cache that extends a stored one
+(an engine that passes `axis`, MLX) is written as a link holding just the new tokens'
+KV, naming its parent (core.engines.kv_file); its name is its tokens' hash then its
+parent's ("<key>.<parent key>.kv"), so the parent relation is known from a listing.
+Reading one loads the chain parent first, checking every link (model identity, the
+parent's header hash, that the parent's tokens are the child's first tokens, each
+section's checksum and shape); any bad or missing link makes the whole chain ignored and
+removed (the links read, the bad one, the files its name says it is built on, and every
+link built on any of them). A link whose parent file is simply gone is removed when the
+folder is next listed; its ancestors, whole and checked on their own use, stay. A chain holds at most MAX_LINKS files: past that the cache is written whole
+again (a 50-turn conversation is a few files to read, not 50), and the old chain, now a
+prefix of the new file, is dropped. A file a newer one extends is dropped when it is no
+ancestor of the newer one and nothing else extends it: the newer one serves every prompt
+it could.
+
 The whole kv folder, every model together, stays under one bound in bytes: least recently
-used files (modification time, touched on every use) go first.
+used files (modification time) go first, and a file evicted takes every link that
+extends it (a link is useless without its parent). Every use and every write touches the
+whole chain, parents after children, so parents are never older than their descendants
+and the LRU order meets a conversation's newest links first: eviction trims an idle
+conversation from its end (its older prefix still serves a reopened conversation) rather
+than dropping a whole chain at once. Treating a chain as one LRU unit was the
+alternative; it would drop a shared prefix's other branches with it, and a long chain
+would be one huge unit that the bound can only take whole.
 
 Writes run on a background thread (KvWriter) so a reply and the next request never wait
 for the disk; any OSError there (a full disk) skips that write with a debug log line.
@@ -30,11 +52,21 @@ from typing import Any
 
 import numpy as np
 
-from core.engines.kv_file import SUFFIX, BadKvFile, KvHeader, read_header, read_sections, write_file
+from core.engines.kv_file import (
+    SUFFIX,
+    BadKvFile,
+    KvHeader,
+    Parent,
+    read_header,
+    read_sections,
+    write_file,
+)
 
 log = logging.getLogger(__name__)
 
 DEFAULT_GB = 4.0
+# The most files one chain has (a whole file and its links); the next write is whole.
+MAX_LINKS = 8
 
 
 def kv_root() -> Path:
@@ -111,9 +143,14 @@ class KvDiskStore:
         best: Match | None = None
         with self._lock:
             items = list(self._index.items())
+        names = {name for name, _ in items}
         for name, header in items:
+            if header.parent is not None and header.parent.name not in names:
+                continue  # a link whose parent is gone serves nothing
             n = min(_common_prefix(header.tokens, arr), limit)
-            if n > 0 and (best is None or n > best.covered):
+            # on a tie the shorter file: fewer links to read
+            if n > 0 and (best is None or n > best.covered or (
+                    n == best.covered and len(header.tokens) < len(best.header.tokens))):
                 best = Match(self.folder / name, header, n)
         return best
 
@@ -142,52 +179,179 @@ class KvDiskStore:
         return h.tokens[:count].tolist(), chars, h.marks[: i + 1]
 
     def load(self, match: Match) -> dict[str, np.ndarray] | None:
-        """The file's sections, checked; a bad file is removed and None returned."""
-        try:
-            header = read_header(match.path, self.identity)
-            if not np.array_equal(header.tokens, match.header.tokens):
-                raise BadKvFile("file changed under its index entry")
-            sections = read_sections(match.path, header)
-        except BadKvFile as exc:
-            log.debug("kv cache file %s skipped and removed: %s", match.path.name, exc)
-            self._forget(match.path.name, remove=True)
+        """The cache's sections over all its tokens (a chain's links joined), checked; a
+        bad file or chain is removed and None returned."""
+        chain = self.load_chain(match)
+        if chain is None:
             return None
+        if len(chain) == 1:
+            return chain[0][1]
+        axis = chain[-1][0].axis
+        return {name: np.concatenate([part[name] for _, part in chain], axis=axis)
+                for name in chain[0][1]}
+
+    def load_chain(self, match: Match) -> list[tuple[KvHeader, dict[str, np.ndarray]]] | None:
+        """Every file of the match's chain, parent first: (header, sections holding the
+        positions [header.base, len(header.tokens)) along the leaf's `axis`). Each link is
+        checked against the one it extends; any bad or missing link removes the chain."""
+        names: list[str] = []
+        headers: list[KvHeader] = []
+        name = match.path.name
+        tokens, digest = match.header.tokens, match.header.digest
         try:
-            os.utime(match.path)  # recently used: last to be evicted
-        except OSError:
-            pass
-        return sections
+            while True:
+                if len(names) >= MAX_LINKS:
+                    raise BadKvFile("chain longer than its bound")
+                header = read_header(self.folder / name, self.identity)
+                if header.digest != digest or not np.array_equal(header.tokens, tokens):
+                    raise BadKvFile("a link does not match what its child or index expects")
+                if headers and header.depth != headers[-1].depth - 1:
+                    raise BadKvFile("a link's depth does not follow its child's")
+                names.append(name)
+                headers.append(header)
+                if header.parent is None:
+                    break
+                name, digest = header.parent.name, header.parent.sha256
+                tokens = header.tokens[: header.parent.tokens]
+            names.reverse()
+            headers.reverse()
+            chain = [(h, read_sections(self.folder / n, h)) for n, h in zip(names, headers, strict=True)]
+            _check_joinable(chain)
+        except BadKvFile as exc:
+            log.debug("kv cache chain of %s skipped and removed: %s", match.path.name, exc)
+            for n in {*names, name, *self._named_ancestors(name)}:
+                self._forget(n, remove=True)
+            self._drop_orphans()
+            return None
+        self._touch(names)
+        return chain
 
     # -- writing (the writer's thread) -------------------------------------------------
 
     def put(self, tokens: Sequence[int], sections: Sequence[tuple[str, str, np.ndarray]],
             meta: dict[str, Any], text: str | None = None,
-            marks: Sequence[tuple[int, int]] = ()) -> Path | None:
-        """Store a cache covering `tokens`; drops files it supersedes, then evicts."""
+            marks: Sequence[tuple[int, int]] = (), axis: int | None = None) -> Path | None:
+        """Store a cache covering `tokens`; drops files it supersedes, then evicts.
+
+        `axis`: the sections' token axis (each holds len(tokens) positions there). Given,
+        the cache is written as a link of the longest stored prefix it extends (only the
+        positions past it) unless that chain is full; without it, always whole."""
         if not tokens or self.max_bytes <= 0:
             return None
-        name = tokens_key(tokens) + SUFFIX
+        self._refresh()
+        arr = np.asarray(tokens, dtype=np.int64)
+        key = tokens_key(tokens)
+        with self._lock:
+            same = [n for n, h in self._index.items()
+                    if n.startswith(key) and np.array_equal(h.tokens, arr)]
+        if same:  # already stored (a regenerated reply): keep it, and its children's links
+            self._touch(self._chain_names(same[0]))
+            return self.folder / same[0]
+        parent = self._parent_for(arr) if axis is not None else None
+        link: Parent | None = None
+        depth = 0
+        if parent is not None:
+            pname, pheader = parent
+            base = len(pheader.tokens)
+            link, depth = Parent(pname, pheader.digest, base), pheader.depth + 1
+            cut = (slice(None),) * axis + (slice(base, None),)
+            sections = [(n, dtype, a[cut]) for n, dtype, a in sections]
+        name = key + (f".{link.name[:40]}" if link is not None else "") + SUFFIX
         path = self.folder / name
         _private_dir(self.root)
         _private_dir(self.folder)
-        size = write_file(path, self.identity, tokens, sections, meta, text, marks)
+        size = write_file(path, self.identity, tokens, sections, meta, text, marks, link,
+                          axis or 0, depth)
         if size > self.max_bytes:
             path.unlink(missing_ok=True)
             return None
         header = read_header(path, self.identity)
-        arr = header.tokens
         with self._lock:
-            superseded = [n for n, h in self._index.items() if n != name
-                          and len(h.tokens) < len(arr) and _common_prefix(h.tokens, arr) == len(h.tokens)]
             self._index[name] = header
-        for n in superseded:
-            self._forget(n, remove=True)
+        chain = self._chain_names(name)
+        self._touch(chain)  # parents no older than this file: the LRU meets leaves first
+        self._drop_superseded(arr, set(chain))
         self.evict()
         return path
 
+    def _parent_for(self, arr: np.ndarray) -> tuple[str, KvHeader] | None:
+        """The longest stored cache whose tokens `arr` extends, with room in its chain."""
+        with self._lock:
+            items = list(self._index.items())
+        best: tuple[str, KvHeader] | None = None
+        for name, h in items:
+            if (len(h.tokens) < len(arr) and h.depth + 1 < MAX_LINKS
+                    and (best is None or len(h.tokens) > len(best[1].tokens))
+                    and _common_prefix(h.tokens, arr) == len(h.tokens)
+                    and self._chain_names(name)):
+                best = (name, h)
+        return best
+
+    def _chain_names(self, name: str) -> list[str]:
+        """The names of `name`'s chain as the index knows it, parent first ([] when a
+        link's parent is not indexed)."""
+        out: list[str] = []
+        with self._lock:
+            while name in self._index and len(out) <= MAX_LINKS:
+                out.append(name)
+                parent = self._index[name].parent
+                if parent is None:
+                    return out[::-1]
+                name = parent.name
+        return []
+
+    def _drop_superseded(self, arr: np.ndarray, keep: set[str]) -> None:
+        """Drop files `arr` extends that are not in its chain and that nothing extends."""
+        while True:
+            with self._lock:
+                parents = {h.parent.name for h in self._index.values() if h.parent is not None}
+                gone = [n for n, h in self._index.items() if n not in keep and n not in parents
+                        and len(h.tokens) < len(arr)
+                        and _common_prefix(h.tokens, arr) == len(h.tokens)]
+            if not gone:
+                return
+            for n in gone:
+                self._forget(n, remove=True)
+
+    def _touch(self, names: Sequence[str]) -> None:
+        """Mark a chain used now, its leaf first (parents end up no older than it)."""
+        for n in reversed(names):
+            try:
+                os.utime(self.folder / n)
+            except OSError:
+                pass
+
+    def _named_ancestors(self, name: str) -> list[str]:
+        """The files `name`'s name says it is built on (its parent key, that file's, ...),
+        from a listing: a chain found broken is removed whole, whatever link broke."""
+        try:
+            by_key = {n.split(".")[0]: n for n in os.listdir(self.folder) if n.endswith(SUFFIX)}
+        except OSError:
+            return []
+        out: list[str] = []
+        while name.count(".") == 2 and len(out) < MAX_LINKS:
+            parent = by_key.get(name.split(".")[1])
+            if parent is None:
+                break
+            out.append(parent)
+            name = parent
+        return out
+
+    def _drop_orphans(self) -> None:
+        """Remove links whose parent file is gone (in this model's folder)."""
+        try:
+            names = [n for n in os.listdir(self.folder) if n.endswith(SUFFIX)]
+        except OSError:
+            return
+        for n in _orphans(names):
+            self._forget(n, remove=True)
+
     def evict(self) -> None:
-        """Remove least recently used files (any model's) until the folder fits its bound."""
+        """Remove least recently used files (any model's) until the folder fits its bound;
+        a file removed takes the links that extend it (their parent keys name it)."""
         files: list[tuple[int, int, Path]] = []
+        sizes: dict[Path, int] = {}
+        children: dict[tuple[Path, str], list[Path]] = {}
         total = 0
         try:
             folders = [d for d in self.root.iterdir() if d.is_dir()]
@@ -205,16 +369,29 @@ class KvDiskStore:
                     st = e.stat(follow_symlinks=False)
                 except OSError:
                     continue
-                files.append((st.st_mtime_ns, st.st_size, Path(e.path)))
+                path = Path(e.path)
+                files.append((st.st_mtime_ns, st.st_size, path))
+                sizes[path] = st.st_size
                 total += st.st_size
+                parts = e.name.split(".")
+                if len(parts) == 3:
+                    children.setdefault((d, parts[1]), []).append(path)
         files.sort()
-        for _, size, path in files:
+        removed: set[Path] = set()
+        for _, _, first in files:
             if total <= self.max_bytes:
                 break
-            path.unlink(missing_ok=True)
-            total -= size
-            if path.parent == self.folder:
-                self._forget(path.name)
+            todo = [first]
+            while todo:
+                path = todo.pop()
+                if path in removed:
+                    continue
+                removed.add(path)
+                path.unlink(missing_ok=True)
+                total -= sizes[path]
+                if path.parent == self.folder:
+                    self._forget(path.name)
+                todo.extend(children.get((path.parent, path.name.split(".")[0]), ()))
 
     @property
     def nbytes(self) -> int:
@@ -242,6 +419,9 @@ class KvDiskStore:
             names = {n for n in os.listdir(self.folder) if n.endswith(SUFFIX)}
         except OSError:
             return
+        for orphan in _orphans(list(names)):  # a link whose parent is gone serves nothing
+            (self.folder / orphan).unlink(missing_ok=True)
+            names.discard(orphan)
         with self._lock:
             for gone in set(self._index) - names:
                 del self._index[gone]
@@ -315,6 +495,35 @@ class KvWriter:
                 log.debug("kv cache write failed", exc_info=True)
             finally:
                 self._jobs.task_done()
+
+
+def _orphans(names: Sequence[str]) -> list[str]:
+    """The links among `names` (one folder's files) whose chain misses a parent."""
+    present = set(names)
+    out: list[str] = []
+    while True:
+        keys = {n.split(".")[0] for n in present}
+        gone = [n for n in present if n.count(".") == 2 and n.split(".")[1] not in keys]
+        if not gone:
+            return out
+        out.extend(gone)
+        present.difference_update(gone)
+
+
+def _check_joinable(chain: list[tuple[KvHeader, dict[str, np.ndarray]]]) -> None:
+    """Every link holds the same sections (name, dtype, shape but the token axis)."""
+    axis = chain[-1][0].axis
+    root = chain[0][0]
+    for header, _ in chain[1:]:
+        if header.axis != axis or len(header.sections) != len(root.sections):
+            raise BadKvFile("links of one chain hold different sections")
+        for a, b in zip(root.sections, header.sections, strict=True):
+            if (a.name, a.dtype, len(a.shape)) != (b.name, b.dtype, len(b.shape)) or any(
+                    x != y for i, (x, y) in enumerate(zip(a.shape, b.shape, strict=True)) if i != axis):
+                raise BadKvFile("links of one chain hold different sections")
+    if len(chain) > 1 and any(not 0 <= axis < len(s.shape) or s.shape[axis] != len(root.tokens)
+                              for s in root.sections):
+        raise BadKvFile("a chain's first file does not hold its tokens")
 
 
 def _private_dir(path: Path) -> None:

@@ -97,6 +97,38 @@ async def test_a_corrupted_cache_file_is_skipped_removed_and_the_answer_is_the_s
     assert damaged == clean
 
 
+async def test_each_turn_writes_only_its_new_tokens_and_a_restart_loads_the_chain(
+        tiny_qwen3: Path, llmdeck_home: Path) -> None:
+    """Turn 2 writes a link holding only its new tokens (named after turn 1's file); a
+    restarted worker's turn 3 loads both and reuses the whole history. A flipped byte in
+    the link: the chain is ignored and removed, and the answer is the same."""
+    spec = _spec(tiny_qwen3)
+    reply1, _ = await _turn(spec, [SYSTEM, FIRST], "t1")
+    first = {f: f.stat().st_size for f in _files()}
+    assert first
+    second = [SYSTEM, FIRST, {"role": "assistant", "content": reply1}, NEXT]
+    reply2, _ = await _turn(spec, second, "t2")
+    links = [f for f in _files() if f not in first]
+    assert len(links) == 1 and links[0].name.count(".") == 2, links
+    assert links[0].name.split(".")[1] in {f.name.split(".")[0] for f in first}
+    assert links[0].stat().st_size < min(first.values()) / 2  # not the whole prefix again
+    assert links[0].stat().st_mode & 0o777 == 0o600
+    third = [*second, {"role": "assistant", "content": reply2},
+             NEXT]
+    answer, usage = await _turn(spec, third, "t3")
+    assert usage.cached_tokens >= usage.prompt_tokens - FRAME, usage
+    for f in _files():  # only the first two turns' chain: damage its link
+        if f not in first and f != links[0]:
+            f.unlink()
+    data = bytearray(links[0].read_bytes())
+    data[-7] ^= 0x10
+    links[0].write_bytes(bytes(data))
+    damaged, usage = await _turn(spec, third, "t4")
+    assert usage.cached_tokens == 0, usage
+    assert not links[0].exists() and not any(f.exists() for f in first)
+    assert damaged == answer
+
+
 async def test_a_restarted_llama_cpp_worker_loads_the_sequence_state_from_disk(
         bundled_gguf: Path, llmdeck_home: Path) -> None:
     spec = ModelSpec(str(bundled_gguf), "llamacpp", context_size=1024, options=(("kv_disk_gb", 0.5),))

@@ -138,3 +138,115 @@ def test_the_identity_changes_with_the_weights(tmp_path: Path) -> None:
     before = model_identity("mlx", [w])
     w.write_bytes(b"y" * 11)
     assert model_identity("mlx", [w]) != before
+
+
+# -- chains: a turn writes only its new tokens (issue 33 follow-up) ---------------------
+
+
+def _by_position(tokens: list[int]) -> list[tuple[str, str, np.ndarray]]:
+    """Keys and values whose every position holds its token id: a join in the wrong
+    order or at the wrong place shows in the values."""
+    keys = np.broadcast_to(np.asarray(tokens, np.float32)[None, None, :, None],
+                           (1, 2, len(tokens), 4)).copy()
+    return [("0.keys", "float32", keys), ("0.values", "float32", -keys)]
+
+
+def test_a_turn_that_extends_a_stored_prefix_writes_only_its_new_tokens(tmp_path: Path) -> None:
+    store = KvDiskStore(tmp_path / "kv", ID, 1 << 20)
+    first = list(range(1, 101))
+    whole = store.put(first, _by_position(first), {"layers": 1}, axis=2)
+    turn2 = [*first, *range(500, 510)]
+    link = store.put(turn2, _by_position(turn2), {"layers": 1}, axis=2)
+    assert whole is not None and link is not None and whole.exists()
+    header = read_header(link, ID)
+    assert header.parent is not None and header.parent.name == whole.name
+    assert header.parent.sha256 == read_header(whole, ID).digest and header.base == 100
+    assert header.nbytes == 2 * 2 * 10 * 4 * 4  # ten new tokens' keys and values only
+    assert link.stat().st_size < whole.stat().st_size / 3
+    assert stat.S_IMODE(link.stat().st_mode) == 0o600
+    match = store.best([*turn2, 7])
+    assert match is not None and match.covered == 110 and match.path == link
+    chain = store.load_chain(match)
+    assert chain is not None and [h.base for h, _ in chain] == [0, 100]
+    joined = store.load(match)
+    assert joined is not None
+    assert np.array_equal(joined["0.keys"], _by_position(turn2)[0][2])
+    assert np.array_equal(joined["0.values"], _by_position(turn2)[1][2])
+    # a prompt that forks inside the first file takes that file alone (fewer bytes)
+    fork = store.best([*first[:50], 9])
+    assert fork is not None and fork.path == whole
+    # without an axis (llama.cpp's opaque state) every write is whole
+    plain = store.put([*turn2, 1, 2], _sections(112), {})
+    assert plain is not None and read_header(plain, ID).parent is None
+
+
+@pytest.mark.parametrize("damage", ["flip", "missing", "rewritten", "truncated"])
+def test_a_broken_middle_link_makes_the_whole_chain_ignored_and_removed(
+        tmp_path: Path, damage: str) -> None:
+    store = KvDiskStore(tmp_path / "kv", ID, 1 << 20)
+    tokens = list(range(1, 41))
+    paths = [store.put(tokens[:n], _by_position(tokens[:n]), {"layers": 1}, axis=2)
+             for n in (20, 30, 40)]
+    assert all(p is not None and p.exists() for p in paths)
+    middle = paths[1]
+    assert middle is not None
+    if damage == "flip":
+        data = bytearray(middle.read_bytes())
+        data[-5] ^= 0x40
+        middle.write_bytes(bytes(data))
+    elif damage == "missing":
+        middle.unlink()
+    elif damage == "truncated":
+        middle.write_bytes(middle.read_bytes()[:-8])
+    else:  # a sound file for the same tokens, but not the one its child was built on
+        other = KvDiskStore(tmp_path / "other", ID, 1 << 20)
+        again = other.put(tokens[:30], _sections(30, fill=9.0), {"layers": 1})
+        assert again is not None
+        middle.write_bytes(again.read_bytes())
+    match = store.best([*tokens, 99])
+    if damage == "missing":  # a link whose parent file is gone is removed when listed;
+        # the sound first file still serves its own 20 tokens
+        assert match is not None and match.covered == 20 and match.path == paths[0]
+        assert not paths[2].exists()  # type: ignore[union-attr]
+        joined = store.load(match)
+        assert joined is not None and np.array_equal(joined["0.keys"], _by_position(tokens[:20])[0][2])
+        return
+    assert match is not None and match.path == paths[2]
+    assert store.load(match) is None  # never trusted: the whole chain goes
+    assert not any(p.exists() for p in paths if p is not None)
+    assert store.best([*tokens, 99]) is None
+
+
+def test_a_chain_is_bounded_and_rewritten_whole(tmp_path: Path) -> None:
+    from core.engines.kv_store import MAX_LINKS
+
+    store = KvDiskStore(tmp_path / "kv", ID, 1 << 22)
+    tokens = list(range(1, 10 * (MAX_LINKS + 3) + 1))
+    for n in range(10, len(tokens) + 1, 10):
+        store.put(tokens[:n], _by_position(tokens[:n]), {"layers": 1}, axis=2)
+        files = list(store.folder.glob("*.kv"))
+        assert len(files) <= MAX_LINKS  # the superseded old chain went with the rewrite
+        assert max(read_header(f, ID).depth for f in files) < MAX_LINKS
+    match = store.best([*tokens, 0])
+    assert match is not None and match.covered == len(tokens)
+    joined = store.load(match)
+    assert joined is not None and np.array_equal(joined["0.keys"], _by_position(tokens)[0][2])
+
+
+def test_an_evicted_parent_takes_its_links_and_the_bound_holds(tmp_path: Path) -> None:
+    one = 2 * 2 * 64 * 4 * 4 + 2048  # a 64-token file and its header, about
+    store = KvDiskStore(tmp_path / "kv", ID, 3 * one)
+    old = list(range(1000, 1064))
+    store.put(old, _by_position(old), {"layers": 1}, axis=2)
+    store.put([*old, 5, 6], _by_position([*old, 5, 6]), {"layers": 1}, axis=2)
+    for f in store.folder.glob("*.kv"):  # that conversation is idle since long ago
+        os.utime(f, ns=(1, 1))
+    for i in range(3):
+        other = [i, *range(2000, 2063)]
+        store.put(other, _by_position(other), {"layers": 1}, axis=2)
+        total = sum(f.stat().st_size for f in (tmp_path / "kv").rglob("*.kv"))
+        assert total <= store.max_bytes
+    names = [f.name for f in store.folder.glob("*.kv")]
+    keys = {n.split(".")[0] for n in names}
+    assert all(n.count(".") == 1 or n.split(".")[1] in keys for n in names), names
+    assert store.best([*old, 5, 6, 7]) is None
