@@ -78,3 +78,31 @@ async def test_cancel_stops_both_replies_in_the_service(llmdeck_home: Path) -> N
         assert stored[-1].status == "stopped" and len(stored[-1].content) < len(long)
     finally:
         await client.close()
+
+
+async def test_the_compare_screen_in_the_services_client_keeps_the_right_reply(
+        llmdeck_home: Path) -> None:
+    """ctrl+t's screen in `llmdeck` as the service's client (it used to refuse, naming
+    --in-process): both replies stream side by side, 2 keeps the right one."""
+    from tests.fixtures.tui import wait_ready, wait_until
+    from tui.app import LlmdeckApp
+    from tui.screens.compare import CompareScreen
+    from tui.widgets.message_view import MessageView
+
+    svc.start(*svc.scripted_args(reply="Left says Paris."))
+    app = LlmdeckApp(ServiceRuntime())
+    async with app.run_test(size=(110, 26)) as pilot:
+        await wait_ready(pilot)
+        screen = CompareScreen(None, "Capital of France?",
+                               scripted("right-model", "Right says PARIS!"), "right-model")
+        app.push_screen(screen, app.main._compared)
+        await wait_until(pilot, lambda: screen.streamed, 60)
+        left, right = screen.views
+        assert (left.content, right.content) == ("Left says Paris.", "Right says PARIS!")
+        await pilot.press("2")
+        await wait_until(pilot, lambda: app.screen is app.main and app.main.conversation_id
+                         and len(app.main.query(MessageView)) == 2)
+        await pilot.pause(0.2)
+        user, reply = app.main.chat.views
+        assert (user.content, reply.content) == ("Capital of France?", "Right says PARIS!")
+        assert reply.branch is not None and reply.branch[1] == 2
