@@ -131,12 +131,17 @@ def _progress(what: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
 
 
-def _files(kv_root: Path) -> dict[str, int]:
-    return {str(f): f.stat().st_size for f in kv_root.rglob("*.kv")}
+def _files(kv_root: Path) -> dict[tuple[str, int], int]:
+    out = {}
+    for f in kv_root.rglob("*.kv"):
+        st = f.stat()
+        out[(str(f), st.st_ino)] = st.st_size
+    return out
 
 
-def _written(before: dict[str, int], kv_root: Path) -> int:
-    """Bytes of the files that appeared since `before` (each write is a new name)."""
+def _written(before: dict[tuple[str, int], int], kv_root: Path) -> int:
+    """Bytes of the files that appeared since `before` (each write renames a new file
+    into place: a new inode, even under an old name; a touch keeps it)."""
     return sum(size for name, size in _files(kv_root).items() if name not in before)
 
 
@@ -235,12 +240,12 @@ def thinking_reuse(make: Any, turns: int, reply_words: int, restart_each_turn: b
         msgs.append({"role": "user", "content": _sentence(t + 7, reply_words // 4)})
         forced = (f"<think>{_sentence(t + 50, reply_words)}</think>"
                   f"{_sentence(t + 90, reply_words // 3)}")
+        seen = _files(kv_root)  # before the turn: its idle steps may write during run()
         raw, usage = run(engine, msgs, max_tokens=4 * reply_words + 32,
                          schema=json.dumps({"enum": [forced]}))
         shares.append(round(usage.cached_tokens / usage.prompt_tokens, 3))
         prefilled.append(usage.prompt_tokens - usage.cached_tokens)
         prompts.append(usage.prompt_tokens)
-        seen = _files(kv_root)
         parser = StreamParser("qwen3")  # what the worker streams to a client as content
         events = parser.feed(raw) + parser.finish()
         msgs.append({"role": "assistant",

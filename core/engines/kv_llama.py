@@ -12,6 +12,13 @@ turn's prompt will carry it (core.engines.kv_next_turn) and those tokens are eva
 into the context on top of the prompt, so a thinking model's next turn reuses the whole
 history. That work and the state copy happen in the engine's idle step, after Done went
 out; only the file write runs on the writer thread.
+
+Unlike MLX's, these files are always whole (no chain links, core.engines.kv_store): the
+sequence state is llama.cpp's own serialisation (cell metadata, then each layer's keys
+and values, values transposed or not, a second cache for sliding-window layers) whose
+layout changes between llama.cpp versions, and the API only restores a whole sequence.
+Cutting it at a token boundary would mean parsing that layout; a file llama.cpp refuses
+is removed, which is safe, but a wrong cut it might accept is not.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@ after a reply, and what it loads instead of prefilling.
 
 The engine calls four things (each a marked line in core/engines/mlx/): `finished` when
 a request's cache is remembered, `idle_step` while it has nothing else to do, `lookup`
-when a prompt is admitted, `tokens_for` when a prompt is tokenised.
+when a prompt is admitted, `tokens_for` when a prompt is tokenised; and `hint` when the
+runtime says a conversation was opened (core.engines.mlx.prefix `warm`): its stored
+chain is loaded into the in-memory prefix cache in an idle step, before the person sends.
 
 After a chat reply the cache is not written as generated but as the next turn will need
 it (core.engines.kv_next_turn): the previous prompt's cache plus the reply rendered the
@@ -46,6 +48,8 @@ _MAX_FOLLOW_UPS = 4
 # Shorter prompts are not worth a file: prefilling this many tokens costs about what
 # reading and checking a file does.
 MIN_TOKENS = 256
+# Conversations opened but not yet warmed; an older hint gives way to a newer one.
+_MAX_HINTS = 2
 
 
 @dataclass
@@ -80,6 +84,7 @@ class MlxKvKeeper:
         self._stream = stream
         self._eos = eos
         self._follow_ups: deque[_FollowUp] = deque()
+        self._hints: deque[list[int]] = deque(maxlen=_MAX_HINTS)
         self.n_layers = len(make_prompt_cache(model))
 
     @classmethod
@@ -122,11 +127,14 @@ class MlxKvKeeper:
             self._write(list(tokens), full, text, (*marks, (len(text), len(prompt))))
 
     def busy(self) -> bool:
-        return bool(self._follow_ups)
+        return bool(self._follow_ups or self._hints)
 
     def idle_step(self) -> None:
-        """Turn one finished reply into its next-turn cache (or write it as generated)."""
+        """Turn one finished reply into its next-turn cache (or write it as generated);
+        with none waiting, warm one opened conversation."""
         if not self._follow_ups:
+            if self._hints:
+                self._warm(self._hints.popleft())
             return
         f = self._follow_ups.popleft()
         made = self._next_turn(f)
@@ -189,6 +197,29 @@ class MlxKvKeeper:
 
         self.writer.submit(job)
 
+    # -- an opened conversation ------------------------------------------------------------
+
+    def hint(self, prompt: list[int]) -> None:
+        """A conversation was opened: `prompt` (its history rendered) is likely the start
+        of the next request. Warmed in an idle step; dropped once a request comes."""
+        if len(prompt) >= MIN_TOKENS:
+            self._hints.append(prompt)
+
+    def _warm(self, prompt: list[int]) -> None:
+        """Load the stored chain that best matches the start of `prompt` into the in-memory
+        cache, whole: the history rendered with a generation prompt stops a few tokens
+        short of what the next turn shares with the file (its next user message's
+        frame), and the prefix cache trims an entry to whatever a prompt shares."""
+        match = self.store.best(prompt)
+        if match is None or match.covered < MIN_TOKENS:
+            return
+        chain = self.store.load_chain(match)
+        header = match.header
+        layers = None if chain is None else _layers(chain, len(header.tokens))
+        if layers is None or len(layers) != self.n_layers:
+            return
+        self._remember(header.tokens.tolist(), layers, header.text, header.marks)
+
     # -- before a prompt -----------------------------------------------------------------
 
     def tokens_for(self, text: str) -> tuple[list[int], int, Marks] | None:
@@ -197,6 +228,7 @@ class MlxKvKeeper:
     def lookup(self, prompt: Sequence[int], cache: list[Any] | None, cached: int,
                ) -> tuple[list[Any] | None, int]:
         """A cache from disk when one covers more of `prompt` than the in-memory one."""
+        self._hints.clear()  # a request came: this lookup serves it, warming is moot
         match = self.store.best(prompt)
         if match is None or match.covered <= max(cached, MIN_TOKENS - 1):
             return cache, cached

@@ -177,3 +177,36 @@ def test_a_thinking_models_next_turn_prefills_only_the_new_message(
                 engine.step()
     finally:
         engine.close()
+
+
+def test_opening_a_conversation_warms_its_cache_before_the_person_sends(
+        tiny_qwen3: Path, llmdeck_home: Path) -> None:
+    """A new engine (a restarted worker) told that a conversation was opened loads its
+    stored chain into memory in idle time: the next turn reuses the history even with
+    the files gone by then. Before, nothing could be warmed (no `warm`)."""
+    from bench.kvdisk import run
+    from core.engines.mlx import MlxEngine
+
+    def engine() -> MlxEngine:
+        return MlxEngine(ModelSpec(str(tiny_qwen3), "mlx", context_size=1024,
+                                   options=(("warmup_batch_sizes", (1,)), ("kv_disk_gb", 0.05))))
+
+    first = engine()
+    try:
+        reply, _ = run(first, [SYSTEM, FIRST], max_tokens=16)
+    finally:
+        first.close()  # finishes the next-turn cache and its write
+    assert _files()
+    history = [SYSTEM, FIRST, {"role": "assistant", "content": reply}]
+    later = engine()
+    try:
+        assert later.warm(GenerationRequest("open", tuple(history)))
+        while later.has_work():  # the idle steps: nothing was sent yet
+            later.step()
+        assert not later.warm(GenerationRequest("open", tuple(history)))  # memory has it now
+        for f in _files():
+            f.unlink()
+        _, usage = run(later, [*history, NEXT], max_tokens=4)
+        assert usage.cached_tokens >= usage.prompt_tokens - FRAME, usage
+    finally:
+        later.close()

@@ -40,6 +40,23 @@ class PrefixSaves:
                 GenerationRequest("", tuple(msgs), tools=tools, thinking=thinking)),
             remember=self._prefix.store)
 
+    def warm(self, request: GenerationRequest) -> bool:
+        """kv-disk hook (issue 33 item 2): the runtime opened `request`'s conversation (its
+        messages so far); load its stored cache into the in-memory prefix cache in idle
+        time, so the next turn starts as if it had never left memory. True when a warm-up
+        was queued (a stored file knows more of it than memory does)."""
+        if self._kv is None:
+            return False
+        text = self.render_text(request)
+        on_disk = self._kv.tokens_for(text)
+        in_memory = self._prefix.tokens_for(text)
+        if on_disk is None or (in_memory is not None and in_memory[1] >= on_disk[1]):
+            return False
+        ids, chars, _ = on_disk
+        prompt = ids + list(self._tokenizer.encode(text[chars:], add_special_tokens=False))
+        self._kv.hint(prompt)
+        return True
+
     def _save_rows(self, rows: FinishedRows) -> None:
         """Split a finished group's gathered KV per request and store it (see above).
 
