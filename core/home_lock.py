@@ -145,6 +145,29 @@ def _history_exists() -> bool:
         return False
 
 
+def holder(role: str) -> int | None:
+    """The pid of another process holding this home's `role` lock, or None when it is free
+    (checked by taking and dropping the flock, never by the pid file alone: a stale pid
+    after a crash is no holder). An engine owner (the service, an --in-process app) asks
+    before it runs, so two pools never write one history."""
+    if role in _held or fcntl is None:
+        return None
+    try:
+        file = open(paths.data_dir() / f"{role}.lock", "a+", encoding="utf-8")  # noqa: SIM115
+    except OSError:
+        return None
+    with file:
+        try:
+            fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return None
+            file.seek(0)
+            return _pid(file.read()) or -1
+        fcntl.flock(file.fileno(), fcntl.LOCK_UN)
+    return None
+
+
 def held_role() -> str | None:
     """The role this process holds a lock for ("app", "serve"), if any."""
     return next(iter(_held), None)

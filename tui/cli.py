@@ -213,10 +213,22 @@ def _lock_home(role: str) -> bool:
     return True
 
 
+def _service_holder() -> int | None:
+    from core.home_lock import holder
+
+    return holder("service")
+
+
 def _run_app(model: str | None, in_process: bool = False) -> int:
     """Open the app. As the service's client it takes no lock (the service holds the
     home's): any number of `llmdeck` share one history and one copy of each model."""
     if in_process and not _lock_home("app"):
+        return 1
+    if in_process and (service := _service_holder()):
+        print(f"llmdeck --in-process would start a second engine beside this home's service "
+              f"({'pid ' + str(service) if service > 0 else 'running'}), and both would write "
+              "one history. Run `llmdeck` (the service's client), or `llmdeck service stop` "
+              "first.", file=sys.stderr)
         return 1
     build_app(model, in_process=in_process).run()
     return 0

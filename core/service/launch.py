@@ -21,6 +21,7 @@ from core import paths
 from core.service.client import START_TIMEOUT_S, ServiceClient, ServiceUnavailable, connect
 
 EXIT_TAKEN = 3  # core.service.process: another service holds the home (it will answer)
+EXIT_APP_RUNS = 4  # core.service.process: an --in-process app owns this home's engine
 LOG_NAME = "service.log"
 LOG_MAX_BYTES = 5 * 2**20
 

@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any
 
-from core.service.launch import EXIT_TAKEN  # another service holds the home
+from core.service.launch import EXIT_APP_RUNS, EXIT_TAKEN  # another service holds the home
 from core.service.server import ServiceServer
 
 log = logging.getLogger("llmdeck.service")
@@ -225,13 +225,19 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a closed terminal is no reason to stop
-    from core.home_lock import HomeLockError, acquire
+    from core.home_lock import HomeLockError, acquire, holder, home_label
 
     try:
         acquire("service", grace_s=0.5)
     except HomeLockError as exc:
         print(f"llmdeck service: {exc.message}", file=sys.stderr, flush=True)
         return EXIT_TAKEN
+    if app := holder("app"):  # an --in-process app owns an engine and writes the history
+        who = f"pid {app}" if app > 0 else "running"
+        print(f"llmdeck service: an llmdeck app with its own engine (--in-process, {who}) "
+              f"runs on {home_label()}; two engines would write one history. Quit it first.",
+              file=sys.stderr, flush=True)
+        return EXIT_APP_RUNS
     try:
         return asyncio.run(_serve(args))
     except KeyboardInterrupt:

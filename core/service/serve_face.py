@@ -139,6 +139,13 @@ def main(argv: list[str]) -> int:
     args = server_cli.parser().parse_args(argv)
     if args.standalone or (args.model or "").startswith("cluster:"):
         return server_cli.main([a for a in argv if a != "--standalone"])
+    from core.home_lock import holder
+
+    if app := holder("app"):  # an --in-process app owns this home's engine: no service
+        print(f"llmdeck serve: an llmdeck app with its own engine (--in-process, pid {app}) "
+              "runs on this home, so serve runs its own (--standalone).", file=sys.stderr,
+              flush=True)
+        return server_cli.main([a for a in argv if a != "--standalone"])
     from core.server.handle import is_loopback
 
     if not is_loopback(args.host) and not args.api_key:

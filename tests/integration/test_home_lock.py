@@ -54,20 +54,24 @@ def test_a_second_in_process_app_on_one_home_is_refused_naming_the_first(tmp_pat
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env={**os.environ, "LLMDECK_HOME": str(home), "HF_HUB_OFFLINE": "1"})
         try:
+            # Beside an --in-process app, serve runs its own engine and says so (the
+            # service would write the app's history too).
+            assert "so serve runs its own (--standalone)" in served.stdout.readline()
             assert "listening on" in served.stdout.readline()
             again = _run(home, "serve", "--engine", "scripted", "--port", "0")
             assert again.returncode == 1
             assert "llmdeck serve is already running" in again.stderr
             assert f"pid {served.pid}" in again.stderr
-            # `llmdeck workers` shows both: the server's pool is the engine service's now.
+            # `llmdeck workers` shows both engines: the app's and serve's own.
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:
                 workers = _run(home, "workers")
-                if "llmdeck service:" in workers.stdout and "\nllmdeck:" in workers.stdout:
+                if "llmdeck serve:" in workers.stdout and "\nllmdeck:" in workers.stdout:
                     break
                 time.sleep(0.2)
-            assert "llmdeck service:" in workers.stdout and "\nllmdeck:" in workers.stdout, \
+            assert "llmdeck serve:" in workers.stdout and "\nllmdeck:" in workers.stdout, \
                 workers.stdout + workers.stderr
+            assert "llmdeck service:" not in workers.stdout  # no third engine started
         finally:
             served.terminate()
             served.wait(30)
@@ -153,3 +157,40 @@ def test_an_instance_that_is_quitting_is_waited_for(llmdeck_home: Path) -> None:
         holder.kill()
         holder.wait(10)
 
+
+
+def _hold(role: str) -> subprocess.Popen[str]:
+    """Another process holding this home's `role` lock until its stdin closes."""
+    code = (f"from core import home_lock; import sys; home_lock.acquire({role!r}); "
+            "print('held', flush=True); sys.stdin.read()")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_an_in_process_app_is_refused_beside_the_homes_service(llmdeck_home: Path) -> None:
+    """Two engines would write one history: `--in-process` says so while a service runs
+    (before, it started its own pool beside the service's)."""
+    service = _hold("service")
+    try:
+        done = _run(llmdeck_home, "--in-process")
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert f"service (pid {service.pid})" in done.stderr
+        assert "llmdeck service stop" in done.stderr and "Traceback" not in done.stderr
+    finally:
+        service.kill()
+        service.wait(10)
+    assert home_lock.holder("service") is None  # the kernel dropped it with its process
+
+
+def test_the_service_does_not_start_beside_an_in_process_app(llmdeck_home: Path) -> None:
+    app = _hold("app")
+    try:
+        done = _run(llmdeck_home, "service", "run")
+        assert done.returncode == 4, done.stdout + done.stderr
+        assert f"--in-process, pid {app.pid}" in done.stderr and "Quit it first" in done.stderr
+        assert home_lock.holder("service") is None  # it let its own lock go as it left
+    finally:
+        app.kill()
+        app.wait(10)
