@@ -80,6 +80,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     try:
         return _dispatch(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:  # `llmdeck workers | head`: the reader had enough, no traceback
+        _quiet_stdout()
+        return 141  # as a shell reports a process ended by SIGPIPE
     except OSError as exc:  # a read-only or foreign home: a sentence, not a traceback
         if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise
@@ -87,6 +90,15 @@ def main(argv: list[str] | None = None) -> int:
               "Make it writable, or point LLMDECK_HOME at a folder you can write to.",
               file=sys.stderr)
         return 1
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush at exit has nowhere to
+    fail (Python's own advice for SIGPIPE)."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def _dispatch(argv: list[str]) -> int:
