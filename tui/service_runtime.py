@@ -151,6 +151,14 @@ class ServiceRuntime:
     def listen_model(self, listener: Callable[[ModelState], None]) -> None:
         self.listeners.append(listener)
 
+    def engine_line(self) -> str | None:
+        """The service's pid, uptime, clients, replies and memory for F4, as mirrored."""
+        from core.service import status_line
+        from core.terminal_text import visible
+
+        found = self._mirror.get("service")
+        return visible(status_line(found)) if isinstance(found, dict) else None
+
     def model_is_remote(self) -> bool:
         return bool(self._mirror.get("remote"))
 

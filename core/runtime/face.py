@@ -109,6 +109,7 @@ class RuntimeFace(Protocol):
     def is_active_model(self, ref: str) -> bool: ...
     async def find_model(self, ref: str) -> tuple[str, str | None] | None: ...
     def worker_status(self) -> list[WorkerStatus]: ...
+    def engine_line(self) -> str | None: ...
 
     # conversations and messages
     async def list_conversations(self, limit: int = SIDEBAR_PAGE) -> list[Conversation]: ...
@@ -404,6 +405,10 @@ class Runtime:
         await self.live.settle(STOP_GRACE_S, force=True)  # stored before the store closes
         await self.tools.close()
         await self.store_thread.close()
+
+    def engine_line(self) -> str | None:
+        """F4's line about the engine the app talks to: None here, where it is the app."""
+        return None
 
     def worker_status(self) -> list[WorkerStatus]:
         utility = self._chat.utility.status() if self._chat is not None else None

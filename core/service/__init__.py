@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = ["RemoteRuntime", "RemoteTurn", "ServiceCallError", "ServiceClient",
            "ServiceUnavailable", "connect", "format_status", "run_call", "service_main",
-           "service_serve_main", "service_status", "service_workers_main", "start_or_connect"]
+           "service_serve_main", "service_status", "service_workers_main", "start_or_connect",
+           "status_line"]
 
 _FROM = {
     "ServiceCallError": "core.service.client", "ServiceClient": "core.service.client",
@@ -42,6 +43,7 @@ _FROM = {
     "run_call": "core.service.client", "start_or_connect": "core.service.launch",
     "RemoteRuntime": "core.service.remote_runtime", "RemoteTurn": "core.service.remote_runtime",
     "service_status": "core.service.control", "format_status": "core.service.control",
+    "status_line": "core.service.control",
 }
 
 

@@ -80,6 +80,21 @@ def workers_main() -> int | None:
     return 0
 
 
+def status_line(status: dict[str, Any]) -> str:
+    """One line of the service's status for F4 (the client's mirror carries it)."""
+    up = int(status.get("uptime_s") or 0)
+    uptime = f"{up // 3600}h{up % 3600 // 60:02d}m" if up >= 3600 else f"{up // 60}m{up % 60:02d}s"
+    clients, turns = int(status.get("clients") or 0), int(status.get("turns") or 0)
+    memory = (int(status.get("rss_bytes") or 0) + int(status.get("workers_rss_bytes") or 0))
+    parts = [f"Engine service pid {status.get('pid')}", f"up {uptime}",
+             f"{clients} client{'s' if clients != 1 else ''}",
+             f"{turns} repl{'ies' if turns != 1 else 'y'} streaming",
+             f"{memory / 2**20:.0f} MiB with its workers"]
+    if status.get("http"):
+        parts.append(f"serving {status['http']}")
+    return " · ".join(parts)
+
+
 def format_status(status: dict[str, Any]) -> str:
     from core.terminal_text import visible
 

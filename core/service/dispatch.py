@@ -254,7 +254,8 @@ async def _mirror(ctx: CallContext, args: dict[str, Any]) -> Any:
     rt = ctx.runtime
     return {"workers": rt.worker_status(), "sandbox": rt.sandbox_info(),
             "mcp_prompt_commands": rt.mcp_prompt_commands(), "mcp_resources": rt.mcp_resources(),
-            "model_ref": rt.model_ref(), "remote": rt.model_is_remote()}
+            "model_ref": rt.model_ref(), "remote": rt.model_is_remote(),
+            "service": ctx.service.status()}
 
 
 async def _mcp_start(ctx: CallContext, args: dict[str, Any]) -> Any:

@@ -111,3 +111,16 @@ async def test_the_approval_dialogs_questions_come_with_the_services_ask(
         assert asked == [(None, True)]  # `now` reads only: "always allow" is offered
     finally:
         await client.close()
+
+
+async def test_f4_says_which_service_the_client_talks_to(llmdeck_home: Path) -> None:
+    """Issue 30 item 3: F4 shows the service (pid, uptime, clients, replies, memory)."""
+    pid = svc.start(*svc.scripted_args(reply="Noted."))
+    client = ServiceRuntime()
+    await client.start()
+    try:
+        line = client.engine_line()
+        assert line is not None and line.startswith(f"Engine service pid {pid} · up ")
+        assert "· 1 client ·" in line and "0 replies streaming" in line and "MiB" in line
+    finally:
+        await client.close()

@@ -176,7 +176,8 @@ class MainScreen(Screen):
             yield Sidebar(id="sidebar")
             with Vertical(id="chat-column"):
                 yield ChatView(id="chat")
-                pane = WorkerPane(self.app.runtime.worker_status, id="worker-pane")  # type: ignore[attr-defined]
+                pane = WorkerPane(self.app.runtime.worker_status, self.app.runtime.engine_line,
+                                  id="worker-pane")  # type: ignore[attr-defined]
                 pane.display = False
                 yield pane
                 yield Static("", id="slash-hint")

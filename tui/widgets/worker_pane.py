@@ -124,9 +124,11 @@ class WorkerPane(Static):
     """Toggle with f4; shows model, state, tok/s, queue, memory, threads (a llama.cpp
     worker's share of the cores), last use, when it unloads and restarts per worker."""
 
-    def __init__(self, read: Callable[[], list[WorkerStatus]], **kwargs) -> None:
+    def __init__(self, read: Callable[[], list[WorkerStatus]],
+                 engine: Callable[[], str | None] = lambda: None, **kwargs) -> None:
         super().__init__("", **kwargs)
         self._read = read
+        self._engine = engine  # the service's line when the app is its client
         self._timer: Timer | None = None
 
     def on_mount(self) -> None:
@@ -140,7 +142,9 @@ class WorkerPane(Static):
         except Exception as exc:  # the pool is shutting down
             self.update(Text(f"Worker status unavailable: {exc}", style="dim"))
             return
-        self.update(Group(status_table(rows), *cluster_lines()))
+        engine = self._engine()
+        head = [Text(engine, style="dim"), Text("")] if engine else []
+        self.update(Group(*head, status_table(rows), *cluster_lines()))
 
     def toggle(self) -> bool:
         """Show or hide the pane; the timer runs only while it is shown."""
