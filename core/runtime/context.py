@@ -40,7 +40,7 @@ from core.engines.base import GenerationRequest
 from core.engines.select import sees_images
 from core.events import Done, Error, TextDelta, Usage
 from core.memory.persist import resume_from_messages, save_marker
-from core.memory.rollover import SUMMARY_SHARE, RolloverMarker
+from core.memory.rollover import SUMMARY_SHARE, ConversationMemory, RolloverMarker
 from core.memory.summarise import fallback_summary, summary_request
 from core.memory.window import ContextMonitor, Message
 from core.store import StoreError
@@ -414,10 +414,7 @@ class ChatContext:
         if not sees:  # a text-only model: the images as captions from the vision worker
             docs = await self._with_images(conversation_id, docs)
         monitor = self.monitor()
-        memory = resume_from_messages(
-            conversation_id, monitor, self._summariser(conversation_id), branch,
-            convert=chat_messages, system_prompt=self.settings.system_prompt or None,
-        )
+        memory = self._memory(conversation_id, branch)
         user = {"role": "user", "content": f"{docs.text}\n\n{text}" if docs.text else text}
         new_tokens = monitor.used([user], conversation_id)
         facts: list[str] = []
@@ -436,6 +433,21 @@ class ChatContext:
             messages = (*messages[:-1], {**last, "content": parts})
         return PreparedTurn(messages, plan.session_id, plan.marker, docs.sources,
                             plan.projected_use)
+
+    def _memory(self, conversation_id: str, branch: Sequence[Any]) -> ConversationMemory:
+        """The model-facing session rebuilt from the stored branch (core.memory)."""
+        return resume_from_messages(
+            conversation_id, self.monitor(), self._summariser(conversation_id), branch,
+            convert=chat_messages, system_prompt=self.settings.system_prompt or None,
+        )
+
+    def session_so_far(self, conversation_id: str,
+                       branch: Sequence[Any]) -> tuple[tuple[dict[str, Any], ...], str]:
+        """The messages the next turn will send before its new user message, and its
+        session id (the worker that holds its cache): what prepare_turn builds on, without
+        the new message. Opening a conversation warms exactly this (issue 33)."""
+        memory = self._memory(conversation_id, branch)
+        return tuple(memory.session), memory.session_id
 
     async def _model_sees(self) -> bool:
         """Whether the chat model takes images itself (an mlx-vlm folder, a GGUF with its

@@ -361,6 +361,30 @@ class WorkerPool:
                     except OSError:
                         pass
 
+    def warm(self, key: str, request: GenerationRequest) -> bool:
+        """A conversation was opened: ask the worker its next turn will go to (the
+        session's, picked as generate picks it, so the cache warms where the turn lands)
+        to load its stored cache in idle time (issue 33). Never loads or waits: False when
+        the model is not ready, the worker is not, or the session already has a request
+        there (that request's own lookup serves it). True when the hint was sent."""
+        group = self._groups.get(key)
+        if group is None or group.crash_failed or not self._ready(group):
+            return False
+        try:
+            worker = group.pick(request.session_id, self.max_sessions)
+        except WorkerLoadError:
+            return False
+        session = request.session_id
+        if worker.state != "ready" or any(
+                s.request is not None and s.request.session_id == session
+                for s in [*worker.streams.values(), *worker.queue.values()]):
+            return False
+        try:
+            worker.send((p.WARM, request))
+        except (OSError, ValueError):
+            return False
+        return True
+
     def cancel(self, request_id: str) -> None:
         """Stop a request; its stream ends with Done('cancelled'). A running one is stopped
         by its worker (which sends the last events); one still queued, or whose worker is

@@ -15,6 +15,9 @@ GENERATE = "generate"  # (GENERATE, GenerationRequest)
 CANCEL = "cancel"  # (CANCEL, request_id)
 SHUTDOWN = "shutdown"  # (SHUTDOWN,)
 STATS = "stats"  # (STATS,) -> worker answers with STATS, dict
+# (WARM, GenerationRequest): a conversation was opened; its stored cache may be loaded in
+# idle time (engines with `warm`, MLX). No answer; a generate that comes first wins.
+WARM = "warm"
 
 # worker -> app
 LOADED = "loaded"  # (LOADED, info: dict)

@@ -7,6 +7,7 @@ the app never leaves a model in memory.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import traceback
@@ -19,6 +20,7 @@ from core.workers import protocol as p
 from core.workers.bootstrap import start_child
 
 PARENT_CHECK_S = 0.5
+log = logging.getLogger(__name__)
 
 
 def load_engine(spec: ModelSpec) -> Engine:
@@ -163,6 +165,19 @@ def _serve(conn: Connection, engine: Engine, parsers: _Parsers, parent_pid: int)
                 conn.send((p.STEP, batch))
 
 
+def _warm(engine: Engine, request: GenerationRequest) -> None:
+    """Hand an opened conversation to the engine's warm-up (MLX: its disk cache loaded in
+    an idle step). Engines without one (llama.cpp, scripted) ignore it; a failure here is
+    only a cache left cold, so it is logged at debug and the worker serves on."""
+    warm = getattr(engine, "warm", None)
+    if not callable(warm):
+        return
+    try:
+        warm(request)
+    except Exception:
+        log.debug("warming %s failed", request.session_id, exc_info=True)
+
+
 def _handle(msg: tuple, conn: Connection, engine: Engine, parsers: _Parsers, tokens: int) -> bool:
     kind = msg[0]
     if kind == p.GENERATE:
@@ -176,6 +191,8 @@ def _handle(msg: tuple, conn: Connection, engine: Engine, parsers: _Parsers, tok
             )
     elif kind == p.CANCEL:
         engine.cancel(msg[1])
+    elif kind == p.WARM:
+        _warm(engine, msg[1])
     elif kind == p.STATS:
         conn.send((p.STATS, {"pid": os.getpid(), "steps_with_output": tokens}))
     elif kind == p.SHUTDOWN:
