@@ -13,7 +13,6 @@ model work in worker processes, SQLite on the one store thread.
 from __future__ import annotations
 
 import asyncio
-import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
@@ -26,6 +25,7 @@ from core.engines.base import GenerationRequest, ModelSpec
 from core.remote.backend import Backend
 from core.runtime.live import LiveTurnInfo, LiveTurns, TurnWatch
 from core.runtime.models import ModelLifecycle, ModelState
+from core.runtime.open_warm import OpenWarmer
 from core.runtime.store_thread import SIDEBAR_PAGE, StoreThread
 from core.runtime.turns import Turn, TurnParts
 from core.store import Conversation, Message, SearchHit, Store
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from core.vision import AttachedImage
 
 T = TypeVar("T")
-log = logging.getLogger(__name__)
 STOP_GRACE_S = 2.0  # how long close() waits for a stopped reply before ending it harder
 
 
@@ -184,7 +183,8 @@ class Runtime:
         # Called with (conversation_id, stage), stage "summarising" or "done": the chat
         # context's listeners, kept here so the UI can listen before it exists.
         self.memory_listeners: list[Callable[[str, str], None]] = []
-        self._warming: dict[str, asyncio.Task[None]] = {}  # opened conversations (issue 33)
+        # Opening a conversation warms its KV cache in the worker (issue 33).
+        self.warmer = OpenWarmer(self.models, self.pool, self._next_turn_request)
 
     @property
     def chat(self) -> ChatContext:
@@ -395,8 +395,7 @@ class Runtime:
         # Each running reply stops and is stored as stopped: an engine stops between two
         # tokens; one that does not within the grace is ended by the pool's shutdown below.
         self.live.cancel_all()
-        for task in list(self._warming.values()):
-            task.cancel()
+        self.warmer.close()
         await self.live.settle(STOP_GRACE_S)
         self.models.stop_loading()
         if self._status_task is not None:
@@ -437,7 +436,7 @@ class Runtime:
         """The active branch's last `limit` messages, or the page just before `before`.
         The newest page means the conversation is being opened: its cache warms meanwhile."""
         if before is None:
-            self._warm_soon(conversation_id)
+            self.warmer.soon(conversation_id)
         return await self.store_call(self.store_handle.messages, conversation_id, limit, before)
 
     async def conversation(self, conversation_id: str) -> Conversation | None:
@@ -464,38 +463,21 @@ class Runtime:
             return through + after[:room], older, len(after) > room
 
         page = await self.store_call(_around)
-        self._warm_soon(conversation_id)  # after the switch: the branch the next turn extends
+        self.warmer.soon(conversation_id)  # after the switch: the branch the next turn extends
         return page
 
-    # -- warming an opened conversation's cache (issue 33 item 2) ---------------------------
-    def _warm_soon(self, conversation_id: str) -> None:
-        """Let the local model load the conversation's stored KV cache while the person
-        reads and types, so the next turn does not prefill the history again. Fire and
-        forget: nothing waits for it, nothing is shown, a model is never loaded for it."""
-        if (self._closed or conversation_id in self._warming
-                or self.models.backend.kind != "local" or self.models.state.state != "ready"):
-            return
-        task = asyncio.ensure_future(self._warm(conversation_id))
-        self._warming[conversation_id] = task
-        task.add_done_callback(lambda _t: self._warming.pop(conversation_id, None))
-
-    async def _warm(self, conversation_id: str) -> None:
-        """The request the next turn will send, less its new message (the stored branch
-        as start_turn reads it, the session the chat context rebuilds, the turn's system
-        prompt, tools and thinking), handed to the worker that will serve it."""
-        try:
-            history = await self.store_call(self.store_handle.messages, conversation_id, 400)
-            if not history or self._closed:
-                return
-            messages, session_id = self.chat.session_so_far(conversation_id, history)
-            if not any(m.get("role") != "system" for m in messages):
-                return
-            request = replace(self._request(conversation_id, [], ""), messages=messages,
-                              session_id=session_id,
-                              tools=self.tools.offer(self.models.state.info))
-            self.pool.warm(self.models.key, request)
-        except Exception:  # only a cache left cold: never the person's concern
-            log.debug("warming conversation %s failed", conversation_id, exc_info=True)
+    async def _next_turn_request(self, conversation_id: str) -> GenerationRequest | None:
+        """What the conversation's next turn will send, less its new message: the stored
+        branch as start_turn reads it, the session the chat context rebuilds from it, the
+        turn's system prompt, tools and thinking (warmed on open, core.runtime.open_warm)."""
+        history = await self.store_call(self.store_handle.messages, conversation_id, 400)
+        if not history:
+            return None
+        messages, session_id = self.chat.session_so_far(conversation_id, history)
+        if not any(m.get("role") != "system" for m in messages):
+            return None
+        return replace(self._request(conversation_id, [], ""), messages=messages,
+                       session_id=session_id, tools=self.tools.offer(self.models.state.info))
 
     async def messages_after(self, conversation_id: str, after: str,
                              limit: int = 50) -> list[Message]:

@@ -300,6 +300,10 @@ class ModelLifecycle:
 
         return await asyncio.to_thread(_by_label)
 
+    def loading(self) -> bool:
+        """A load (or switch) is under way: its task started, not yet ended."""
+        return self._load_task is not None and not self._load_task.done()
+
     # -- closing -----------------------------------------------------------------------------
     def stop_loading(self) -> None:
         """Cancel a load in flight (the first step of closing)."""

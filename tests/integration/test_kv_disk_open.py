@@ -4,7 +4,7 @@ disk cache in the test's own LLMDECK_HOME.
 
 A conversation of two turns; the Runtime closed (its worker, and the in-memory cache,
 gone); a new Runtime opens the conversation as the app does (`messages`, the newest
-page); once the worker has loaded the stored chain (its files touched), the files are
+page) while its model still loads (through the service: once it is loaded); once the worker has loaded the stored chain (its files touched), the files are
 deleted, and the next turn still reuses the whole history: the warm-up happened on open.
 Before the wiring nothing told the worker, and that turn prefilled everything.
 """
@@ -107,8 +107,10 @@ async def test_opening_a_conversation_warms_its_cache_so_the_next_turn_reuses_th
     later = _runtime(tiny_qwen3)
     await later.start()
     try:
-        assert await later.ensure_model()
-        page = await later.messages(cid, 50)  # the app opening the conversation
+        assert later.model_state().state != "ready"
+        # The app opening the conversation at its start: the model still loads, and the
+        # warm-up waits for it (it never starts a load of its own).
+        page = await later.messages(cid, 50)
         assert [m.role for m in page if m.role in ("user", "assistant")][-1] == "assistant"
         await _wait_loaded(files, past)
         for f in _files():
