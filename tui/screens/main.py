@@ -28,6 +28,7 @@ from tui import mcp_commands, slash
 from tui.dropped_paths import dropped_image_paths
 from tui.footer_layout import footer_bindings
 from tui.screens.dialogs import ConfirmScreen, PromptScreen
+from tui.screens.live_follow import LiveFollow
 from tui.widgets.attachments import (
     AttachmentBar,
     MemoryMarker,
@@ -83,9 +84,7 @@ class MainScreen(Screen):
         self.outbox: deque[object] = deque()  # texts, and NEW_CHAT where Ctrl+N came
         self._sending = False  # the outbox worker runs (it may still tidy up after a turn)
         self._starting = False  # a message left the outbox; its turn is not streaming yet
-        # Esc came while a reply was about to stream here (its message on its way to the
-        # service, or a reply found there being opened): it stops the reply as it arrives.
-        self._stop_asked = False
+        self.live = LiveFollow(self)  # replies another client started, streamed here too
         self._no_turn = asyncio.Event()
         self._no_turn.set()
 
@@ -160,7 +159,7 @@ class MainScreen(Screen):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "stop":  # only shown (and bound) when there is something to stop
-            return (self.busy or self._attaching or self.composer.editing_id is not None
+            return (self.busy or self.live.attaching or self.composer.editing_id is not None
                     or not self.composer.has_focus or attaching(self))
         return True
 
@@ -171,7 +170,7 @@ class MainScreen(Screen):
         bar.model_state = state.state
         bar.base_model = bool(state.info.get("base_model")) and state.state == "ready"
         bar.context_size = state.context_size
-        self._show_composer_state()
+        self.show_composer_state()
         if state.state == "failed" and state.error:
             self.notify(state.error, title="Model", severity="error", timeout=8)
 
@@ -318,11 +317,11 @@ class MainScreen(Screen):
             rest = self.composer.text
             self.composer.restore(queued + ("\n\n" + rest if rest.strip() else ""))
             self.notify("Stopped; the queued messages are back in the composer.", timeout=4)
-            self._show_composer_state()
+            self.show_composer_state()
         if self.turn is not None:
             self.turn.cancel()
-        elif self._starting or self._attaching:
-            self._stop_asked = True  # its reply is on its way here: stopped as it comes
+        elif self._starting or self.live.attaching:
+            self.live.stop_asked = True  # its reply is on its way here: stopped as it comes
         elif self.composer.editing_id is not None:
             self.composer.stop_editing()
             self.notify("Edit cancelled.", timeout=2)
@@ -368,90 +367,24 @@ class MainScreen(Screen):
             target.focus()
             self.call_after_refresh(self.chat.scroll_to_center, target, animate=False)
         if follow and not newer:
-            await self.follow_live_reply(conversation_id)
+            await self.live.follow(conversation_id)
 
-    # -- a reply streaming in the engine service (issue 30): shown live here too ----------
-    _followed: frozenset[str] = frozenset()
-    """Turn ids this screen streamed (started or followed): never followed again."""
-    _attaching = False
-    _following: str | None = None  # the turn id of a reply followed, not started, here
-
+    # -- a reply streaming in the engine service (issue 30): tui.screens.live_follow --------
     def on_live_reply(self, summary: dict) -> None:
-        """The service runs a reply in some conversation (pushed as another client starts
-        it, tui.service_runtime): when it is the open one and this screen shows no reply,
-        follow it."""
-        turn_id = summary.get("turn")
-        if (summary.get("conversation_id") == self.conversation_id and turn_id not in self._followed
-                and not self.busy and not self._sending and self.conversation_id is not None):
-            self._followed = self._followed | {turn_id}
-            self.run_worker(self.follow_live_reply(self.conversation_id), group="follow",
-                            exclusive=True)
+        """The service runs a reply in some conversation (tui.app pushes it here)."""
+        self.live.on_live_reply(summary)
 
-    async def follow_live_reply(self, conversation_id: str) -> None:
-        """Stream the reply still running in the service for this conversation (started by
-        another TUI, or by one whose terminal went away) into the chat, from its start:
-        what the store showed of it so far is replaced by the replay. Esc stops it."""
-        watch = getattr(self.runtime, "watch_reply", None)  # the engine service's runtime only
-        if watch is None or self.busy or self._attaching:
-            return
-        self._attaching = True  # the poll and the opening may both find it: one follows
-        try:
-            await self._follow(conversation_id, watch)
-        finally:
-            self._attaching = False
-            self._stop_asked = False  # taken by the reply followed, or nothing to stop
-
-    async def _follow(self, conversation_id: str, watch) -> None:  # noqa: ANN001
-        turn = await watch(conversation_id)
-        if turn is None or self.busy or self.conversation_id != conversation_id:
-            return
-        self._followed = self._followed | {turn.turn_id}
-        self.turn = turn  # busy from here, and Esc stops it while the chat below is redrawn
-        self._take_stop(turn)
-        user_view = next((v for v in self.chat.views if v.message_id == turn.user_message_id), None)
-        if user_view is None:  # sent from another TUI after this one listed the chat
-            try:
-                await self.open_conversation(conversation_id, follow=False)
-            except BaseException:
-                self.turn = None
-                raise
-            user_view = next((v for v in self.chat.views
-                              if v.message_id == turn.user_message_id), None)
-        views = self.chat.views
-        after = views[views.index(user_view) + 1:] if user_view in views else []
-        for view in after:  # the stored part of the reply: the replay shows it all
-            if view.role != "user":
-                await view.remove()
-        self._following = turn.turn_id
-        self.run_worker(self.run_turn(turn, user_view), group="turn", exclusive=True)
-
-    def _take_stop(self, turn: Turn) -> None:
-        """An Esc pressed before `turn` reached this screen stops it now."""
-        if self._stop_asked:
-            self._stop_asked = False
-            turn.cancel()
-
-    async def _stop_following(self) -> bool:
-        """Leave a reply this screen only follows (it goes on in the service, where any
-        TUI can open it again); False when the reply streaming here was started here."""
-        if self.turn is None or getattr(self.turn, "turn_id", None) != self._following:
-            return False
-        followed, self._following = self.turn, None
-        self.workers.cancel_group(self, "turn")
+    async def turn_over(self) -> None:
+        """Wait until no reply streams on this screen."""
         await self._no_turn.wait()
-        if self.turn is followed:  # cancelled before run_turn began
-            self.turn = None
-            self.refresh_bindings()
-            self._show_composer_state()
-        return True
 
-    async def _at_newest(self) -> None:
+    async def at_newest(self) -> None:
         """Before a new message is added: leave an older page for the newest one."""
         if self.chat.has_newer and self.conversation_id is not None:
             await self.open_conversation(self.conversation_id)
 
     async def on_sidebar_opened(self, event: Sidebar.Opened) -> None:
-        if self.busy and not await self._stop_following():
+        if self.busy and not await self.live.stop_following():
             self.notify(BUSY)
             return
         self.composer.stop_editing()
@@ -630,7 +563,7 @@ class MainScreen(Screen):
 
         cid = self.conversation_id
         assert cid is not None
-        await self._at_newest()
+        await self.at_newest()
         for code in blocks:
             view = await self.chat.add_message(MessageView("tool", tool_results=[
                 {"id": "running", "name": "python", "arguments": {"code": code}, "state": "running"}]))
@@ -731,7 +664,7 @@ class MainScreen(Screen):
         messages typed ahead go in the order they were sent, each as its own turn."""
         self.outbox.append(text)
         self._start_outbox()
-        self._show_composer_state()
+        self.show_composer_state()
 
     def _start_outbox(self) -> None:
         if not self._sending:
@@ -750,8 +683,8 @@ class MainScreen(Screen):
                     await self._new_chat()
                     continue
                 self._starting = True
-                self._stop_asked = False
-                self._show_composer_state()
+                self.live.stop_asked = False
+                self.show_composer_state()
                 try:
                     if not await self._send_one(str(item)):
                         break
@@ -760,10 +693,10 @@ class MainScreen(Screen):
         finally:
             self._sending = False
             self._starting = False
-            self._show_composer_state()
+            self.show_composer_state()
             self.refresh_bindings()
 
-    def _show_composer_state(self) -> None:
+    def show_composer_state(self) -> None:
         """The composer says what Enter does while the app is busy, so it never looks dead:
         it takes keys at all times, and a message sent meanwhile waits its turn."""
         found = self.query(Composer)
@@ -786,7 +719,7 @@ class MainScreen(Screen):
     async def _send_one(self, text: str) -> bool:
         """One queued message as its own turn; False (text back in the composer) if the
         store refused it."""
-        await self._at_newest()
+        await self.at_newest()
         try:
             turn = await self.runtime.start_turn(self.conversation_id, text)
         except Exception as exc:  # the store refused: give the text back, lose nothing
@@ -825,13 +758,12 @@ class MainScreen(Screen):
         """Stream a turn into a new reply view; the shared tail of send/regenerate/edit.
         `branch` labels a regenerated reply while it streams (the store confirms at the end)."""
         self.turn = turn
-        self._followed = self._followed | {getattr(turn, "turn_id", None)}  # a service turn
         self._no_turn.clear()
         self._starting = False  # busy now because the turn streams
         turn.approve = self._approve_tool
-        self._take_stop(turn)
+        self.live.streaming(turn)
         self.refresh_bindings()
-        self._show_composer_state()
+        self.show_composer_state()
         chat = self.chat
         chat.has_newer = False  # the reply is the branch's newest message, whatever page it is on
         reply = await chat.add_message(MessageView("assistant", branch=branch))
@@ -876,7 +808,7 @@ class MainScreen(Screen):
             self.turn = None
             self._no_turn.set()
             self.refresh_bindings()
-            self._show_composer_state()
+            self.show_composer_state()
             reply.message_id = turn.assistant_message_id
             chat.scroll_end(animate=False)
         ids = [v.message_id for v in (user_view, reply) if v is not None and v.message_id]
