@@ -151,7 +151,7 @@ def test_run_code_block_then_fix_puts_code_and_traceback_in_the_composer(snap_co
         await pilot.press("enter")
         await _finish(pilot)
         await pilot.press("f8")
-        await wait_until(pilot, lambda: app.main.failed_run is not None, SLOW)
+        await wait_until(pilot, lambda: app.main.code_runs.failed_run is not None, SLOW)
         await pilot.press("f9")
         await pilot.press("ctrl+l")
         await pilot.pause(0.3)

@@ -23,10 +23,11 @@ from textual.widgets import Footer, Input, Static, TextArea
 from core.events import Done, Error, ReasoningDelta, TextDelta, ToolCall, Usage
 from core.runtime import ModelState, Turn, context_use
 from core.store import StoreError
-from core.tools import RunResult, ToolStatus, fix_prompt, python_blocks
+from core.tools import ToolStatus
 from tui import mcp_commands, slash
 from tui.dropped_paths import dropped_image_paths
 from tui.footer_layout import footer_bindings
+from tui.screens.code_runs import CodeRuns
 from tui.screens.dialogs import ConfirmScreen, PromptScreen
 from tui.screens.live_follow import LiveFollow
 from tui.widgets.attachments import (
@@ -78,7 +79,7 @@ class MainScreen(Screen):
         super().__init__()
         self.conversation_id: str | None = None
         self.turn: Turn | None = None
-        self.failed_run: tuple[str, RunResult] | None = None  # (code, result) for F9 "fix"
+        self.code_runs = CodeRuns(self)  # F8 runs a reply's Python blocks, F9 asks for a fix
         # Messages sent while a reply streams wait here, in order, and go one after another
         # (Enter never drops or merges what was typed; Esc hands them back to the composer).
         self.outbox: deque[object] = deque()  # texts, and NEW_CHAT where Ctrl+N came
@@ -539,53 +540,15 @@ class MainScreen(Screen):
                 dialog.dismiss("deny")
             raise
 
-    # -- fenced Python blocks: F8 runs them in the sandbox, F9 asks the model to fix a failure --
+    # -- fenced Python blocks: F8 and F9, carried out in tui.screens.code_runs -------------
     def action_run_code(self) -> None:
         if self.busy:
             self.notify(BUSY)
             return
-        node = self.focused
-        while node is not None and not isinstance(node, MessageView):
-            node = node.parent
-        view = node or next((v for v in reversed(self.chat.views)
-                             if v.role == "assistant" and python_blocks(v.content)), None)
-        blocks = python_blocks(view.content) if isinstance(view, MessageView) else []
-        if not blocks or self.conversation_id is None:
-            self.notify("No Python code block to run here; focus a message with one (ctrl+up).",
-                        timeout=4)
-            return
-        self._run_code(blocks)
-
-    @work(exclusive=True, group="code-run")
-    async def _run_code(self, blocks: list[str]) -> None:
-        """Run each block in order as a visible, stored tool message; stop at a failure."""
-        from tui.widgets.tool_card import ToolCard
-
-        cid = self.conversation_id
-        assert cid is not None
-        await self.at_newest()
-        for code in blocks:
-            view = await self.chat.add_message(MessageView("tool", tool_results=[
-                {"id": "running", "name": "python", "arguments": {"code": code}, "state": "running"}]))
-            run = await self.runtime.run_python(cid, code)
-            view.message_id = run.message_id
-            card = view.query_one(ToolCard)
-            card.state, card.result = run.record["state"], run.record["content"]
-            self.chat.scroll_end(animate=False)
-            if not run.result.ok:
-                self.failed_run = (code, run.result)
-                self.notify("The code failed; F9 puts it and the error in the composer.",
-                            severity="warning", timeout=6)
-                return
-        self.failed_run = None
+        self.code_runs.run_focused()
 
     def action_fix_code(self) -> None:
-        if self.failed_run is None:
-            self.notify("Nothing to fix: no code run has failed.", timeout=3)
-            return
-        code, result = self.failed_run
-        self.composer.load_text(fix_prompt(code, result))
-        self.composer.focus()
+        self.code_runs.fix()
 
     # -- sending -----------------------------------------------------------------------------
     def on_text_area_changed(self, event: TextArea.Changed) -> None:
