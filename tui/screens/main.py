@@ -30,6 +30,7 @@ from tui.footer_layout import footer_bindings
 from tui.screens.code_runs import CodeRuns
 from tui.screens.dialogs import ConfirmScreen, PromptScreen
 from tui.screens.live_follow import LiveFollow
+from tui.screens.message_actions import MessageActions
 from tui.widgets.attachments import (
     AttachmentBar,
     MemoryMarker,
@@ -80,6 +81,7 @@ class MainScreen(Screen):
         self.conversation_id: str | None = None
         self.turn: Turn | None = None
         self.code_runs = CodeRuns(self)  # F8 runs a reply's Python blocks, F9 asks for a fix
+        self.message_actions = MessageActions(self)  # regenerate, edit, branches, delete
         # Messages sent while a reply streams wait here, in order, and go one after another
         # (Enter never drops or merges what was typed; Esc hands them back to the composer).
         self.outbox: deque[object] = deque()  # texts, and NEW_CHAT where Ctrl+N came
@@ -454,73 +456,15 @@ class MainScreen(Screen):
         branches = await self.runtime.branch_positions([m.id for m in newer[:PAGE]])
         await self.chat.append_messages(newer[:PAGE], branches, has_newer=len(newer) > PAGE)
 
-    # -- message actions -------------------------------------------------------------------
+    # -- message actions: carried out in tui.screens.message_actions -----------------------
     async def on_message_view_action(self, event: MessageView.Action) -> None:
-        view, action = event.view, event.action
-        if action == "load_older":
+        if event.action == "load_older":
             self.chat.request_older()
             return
         if self.busy:
             self.notify(BUSY)
             return
-        if view.message_id is None or self.conversation_id is None:
-            self.notify("This message is not saved yet.")
-            return
-        if action == "regenerate":
-            self._regenerate(view)
-        elif action == "edit":
-            if view.role != "user":
-                self.notify("Only your own messages can be edited; press r to regenerate a reply.")
-                return
-            self.composer.start_editing(view.message_id, view.content)
-        elif action in ("prev_branch", "next_branch"):
-            step = -1 if action == "prev_branch" else 1
-            with self.store_errors("Branch not switched"):
-                if not await self.runtime.step_branch(view.message_id, step):
-                    self.notify("No other branch that way." if view.branch else
-                                "This message has no other branches (edit or regenerate to "
-                                "make one).", timeout=3)
-                    return
-                index = self.chat.views.index(view)
-                await self.open_conversation(self.conversation_id)
-                views = self.chat.views
-                if views:
-                    views[min(index, len(views) - 1)].focus()
-        elif action == "delete":
-            mid = view.message_id
-            self.app.push_screen(
-                ConfirmScreen("Delete this message and every reply below it?"),
-                lambda yes: self._delete_message(mid) if yes else None)
-
-    @work(group="message-edit")
-    async def _delete_message(self, message_id: str) -> None:
-        with self.store_errors("Not deleted"):
-            await self.runtime.delete_message(message_id)
-            if self.conversation_id is not None:
-                await self.open_conversation(self.conversation_id)
-            self.notify("Message deleted.", timeout=3)
-
-    async def _drop_from(self, view: MessageView) -> None:
-        """Remove `view` and every message below it (they belong to another branch now)."""
-        views = self.chat.views
-        for v in views[views.index(view):]:
-            await v.remove()
-
-    @work(exclusive=True, group="turn")
-    async def _regenerate(self, view: MessageView) -> None:
-        try:
-            turn = await self.runtime.regenerate(self.conversation_id, view.message_id)
-        except Exception as exc:
-            self.notify(f"Cannot regenerate: {exc}", severity="error")
-            return
-        views = self.chat.views
-        user_view = next((v for v in views if v.message_id == turn.user_message_id), None)
-        count = 1
-        if user_view is not None and views.index(user_view) + 1 < len(views):
-            old_reply = views[views.index(user_view) + 1]
-            count = old_reply.branch[1] if old_reply.branch else 1
-            await self._drop_from(old_reply)
-        await self.run_turn(turn, user_view, branch=(count + 1, count + 1))
+        await self.message_actions.act(event.view, event.action)
 
     async def _approve_tool(self, call: ToolCall) -> str:
         """Ask before a tool runs (the tool loop awaits this): y allows, a always allows a
@@ -712,7 +656,7 @@ class MainScreen(Screen):
             return
         old = next((v for v in self.chat.views if v.message_id == message_id), None)
         if old is not None:
-            await self._drop_from(old)
+            await self.message_actions.drop_from(old)
         user_view = await self.chat.add_message(MessageView("user", text, message_id=turn.user_message_id))
         await self.run_turn(turn, user_view)
 
