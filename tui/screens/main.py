@@ -2,7 +2,11 @@
 
 It owns the conversation being shown and the turn streaming into it; widgets post
 messages (MessageView.Action, Sidebar.Requested, ChatView.LoadOlder) and this screen
-carries them out through the runtime.
+carries them out through the runtime. Whole topics live beside it, each owned by the
+screen and reached through thin handlers here (Textual finds actions and handlers by
+name on the screen): the footer's layout (tui.footer_layout), following a reply another
+client started (live_follow), F8/F9 code runs (code_runs), message actions
+(message_actions).
 """
 
 from __future__ import annotations
