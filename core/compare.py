@@ -73,6 +73,18 @@ class SideEvent:
     event: Event
 
 
+async def both_sides(queue: asyncio.Queue[SideEvent | None]) -> AsyncIterator[SideEvent]:
+    """The two sides' events as they come, until each side has put its end (None): one
+    merge for the comparison in process and as the service's client sees it."""
+    ended = 0
+    while ended < 2:
+        item = await queue.get()
+        if item is None:
+            ended += 1
+            continue
+        yield item
+
+
 @dataclass
 class Comparison:
     """Two replies to one user message, streaming at once (see the module's docstring)."""
@@ -90,16 +102,13 @@ class Comparison:
         Error before it when it failed). Leaving early cancels both."""
         queue: asyncio.Queue[SideEvent | None] = asyncio.Queue()
         self._tasks = [asyncio.ensure_future(self._run(i, queue)) for i in (LEFT, RIGHT)]
-        ended = 0
+        both_ended = False
         try:
-            while ended < 2:
-                item = await queue.get()
-                if item is None:
-                    ended += 1
-                    continue
+            async for item in both_sides(queue):
                 yield item
+            both_ended = True
         finally:
-            if ended < 2:
+            if not both_ended:
                 self.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
 

@@ -107,7 +107,7 @@ class RemoteComparison:
     async def events(self) -> AsyncIterator[Any]:
         """Both replies' events as they come, each side ending with its Done (an Error and
         Done("error") when the connection goes mid-way). Leaving early stops both."""
-        from core.compare import SideEvent
+        from core.compare import SideEvent, both_sides
         from core.events import Done, Error
 
         queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -125,16 +125,13 @@ class RemoteComparison:
                 queue.put_nowait(None)
 
         tasks = [asyncio.ensure_future(follow(side)) for side in (0, 1)]
-        ended = 0
+        both_ended = False
         try:
-            while ended < 2:
-                item = await queue.get()
-                if item is None:
-                    ended += 1
-                    continue
+            async for item in both_sides(queue):
                 yield item
+            both_ended = True
         finally:
-            if ended < 2:
+            if not both_ended:
                 self.cancel()
                 for task in tasks:
                     task.cancel()
