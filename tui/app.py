@@ -8,6 +8,7 @@ from time import monotonic
 from textual import events
 from textual.app import App
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.notifications import SeverityLevel
 
 from core import paths
@@ -92,7 +93,10 @@ class LlmdeckApp(App):
         self.run_worker(self.start_runtime(), name="runtime-start", exclusive=True)
 
     def _on_model_state(self, state: ModelState) -> None:
-        self.main.on_model_state(state)
+        try:
+            self.main.on_model_state(state)
+        except NoMatches:  # a reload that ended as the app closes: its widgets are gone
+            pass
 
     async def start_runtime(self) -> None:
         await self._tell_settings_problems()

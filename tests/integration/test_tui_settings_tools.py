@@ -24,22 +24,27 @@ async def retype(pilot, field_id: str, text: str) -> None:
     await pilot.press("end", *["backspace"] * len(field.value), *text)
 
 
+
+async def open_settings(pilot) -> None:
+    """F3, then wait until the settings screen shows its fields (a fixed pause raced a
+    loaded machine)."""
+    await pilot.press("f3")
+    await wait_until(pilot, lambda: pilot.app.screen.__class__.__name__ == "SettingsScreen"
+                     and bool(pilot.app.screen.query("#set-python_memory_mb")))
+
 async def test_out_of_range_sandbox_limits_are_refused_with_the_reason() -> None:
     app = scripted_app()
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
-        await pilot.press("f3")
-        await pilot.pause(0.2)
+        await open_settings(pilot)
         await retype(pilot, "#set-python_timeout_s", "0")
         await retype(pilot, "#set-python_memory_mb", "64")
         await pilot.press("ctrl+s")
-        await pilot.pause(0.2)
+        await wait_until(pilot, lambda: "between 1 and 3600 seconds" in why(app, "python_timeout_s"))
         assert app.screen.__class__.__name__ == "SettingsScreen"
-        assert "between 1 and 3600 seconds" in why(app, "python_timeout_s")
         assert "between 256 and 65536 MiB" in why(app, "python_memory_mb")
         await retype(pilot, "#set-python_memory_mb", "lots")
-        await pilot.pause(0.1)
-        assert "must be a whole number" in why(app, "python_memory_mb")
+        await wait_until(pilot, lambda: "must be a whole number" in why(app, "python_memory_mb"))
         await pilot.press("ctrl+s")
         await pilot.pause(0.2)
         assert not paths.config_path().exists()
@@ -51,8 +56,7 @@ async def test_tool_settings_are_saved_to_toml_and_used_at_once() -> None:
     app = scripted_app()
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
-        await pilot.press("f3")
-        await pilot.pause(0.2)
+        await open_settings(pilot)
         for switch in ("#set-tools_enabled", "#set-python_asks"):
             app.screen.query_one(switch).focus()
             await pilot.press("space")  # both on by default: turn them off
@@ -76,8 +80,7 @@ async def test_the_screen_opens_with_the_saved_tool_settings() -> None:
     app = scripted_app(Settings.load())
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
-        await pilot.press("f3")
-        await pilot.pause(0.2)
+        await open_settings(pilot)
         screen = app.screen
         assert screen.query_one("#set-tools_enabled").value is False
         assert screen.query_one("#set-python_asks").value is True
