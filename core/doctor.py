@@ -18,24 +18,15 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from core import paths
+from core.checks import OK, PROBLEM, WARN, Check, report
 
-OK, WARN, PROBLEM = "ok", "warn", "problem"
+__all__ = ["OK", "PROBLEM", "WARN", "Check", "main", "report", "run_checks"]
+
 MIN_FREE_BYTES = 2 * 10**9  # a small model and its download's temporary copy
 LOW_MEMORY_BYTES = 2 * 10**9
 HUB_TIMEOUT_S = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    """One answer: what was looked at, the verdict, what was found, and the fix."""
-
-    name: str
-    status: str  # ok | warn | problem
-    detail: str
-    fix: str = ""
 
 
 def _gb(n: float) -> str:
@@ -301,22 +292,6 @@ def run_checks(offline: bool = False, min_free: int = MIN_FREE_BYTES) -> list[Ch
             out.append(Check(name, PROBLEM, f"the check itself failed: {exc!r}",
                              "Report this with the output of `llmdeck doctor`."))
     return out
-
-
-def report(checks: list[Check]) -> str:
-    marks = {OK: "ok  ", WARN: "warn", PROBLEM: "FAIL"}
-    width = max(len(c.name) for c in checks)
-    lines = []
-    for c in checks:
-        lines.append(f"{marks[c.status]}  {c.name:<{width}}  {c.detail}")
-        if c.fix:
-            lines.append(f"      {'':<{width}}  fix: {c.fix}")
-    problems = sum(c.status == PROBLEM for c in checks)
-    warns = sum(c.status == WARN for c in checks)
-    lines.append("")
-    lines.append(f"{problems} problem{'s' * (problems != 1)}, {warns} warning"
-                 f"{'s' * (warns != 1)}." if problems or warns else "All good.")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

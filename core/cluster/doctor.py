@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 from core import json_text
+from core.checks import OK, PROBLEM, WARN, Check
 from core.cluster.launch import (
     MLX_DEFAULT_RING_PORT,
     MLX_LM_DEFAULT_PORT,
@@ -22,7 +23,6 @@ from core.cluster.launch import (
     hosts_of,
 )
 from core.config import ClusterConfig
-from core.doctor import OK, PROBLEM, WARN, Check
 from core.terminal_text import visible
 
 SSH_TIMEOUT_S = 8
@@ -201,8 +201,8 @@ def main(argv: list[str]) -> int:
     """`llmdeck doctor --cluster NAME`."""
     import argparse
 
+    from core.checks import report
     from core.config import Settings
-    from core.doctor import report
 
     parser = argparse.ArgumentParser(prog="llmdeck doctor --cluster",
                                      description="Check a [[clusters]] entry's hosts.")
