@@ -8,6 +8,7 @@ The package, one idea per module, lowest first:
 - live.py          live turns: each started reply runs as a task; watchers are cursors
 - turns.py         Turn: one reply streaming, from the parts it is handed
 - context.py       context preparation: documents and memory (imported on first use)
+- compare.py       one message to two models side by side (imported on first use)
 - face.py          Runtime: the thin public calls the UI makes
 
 The names below are the face; import them from `core.runtime`, never from a module.

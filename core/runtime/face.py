@@ -33,9 +33,9 @@ from core.tools import Approver, ToolKit, ToolStatus, chat_messages
 from core.workers.pool import WorkerPool, WorkerStatus
 
 if TYPE_CHECKING:
-    from core.compare import CompareRefused, Comparison
     from core.docs import Attachment, DocError, MentionResolution
     from core.events import Event
+    from core.runtime.compare import CompareRefused, Comparison
     from core.runtime.context import AttachResult, ChatContext
     from core.tools.fenced import BlockRun
     from core.vision import AttachedImage
@@ -160,7 +160,7 @@ class RuntimeFace(Protocol):
     async def mcp_prompt(self, command: str, argument: str) -> str: ...
     async def mcp_save_resource(self, server: str, uri: str) -> Path: ...
 
-    # compare: one message to the chat model and another, side by side (core.compare)
+    # compare: one message to the chat model and another, side by side (core.runtime.compare)
     async def compare(self, conversation_id: str | None, text: str, other: ModelSpec,
                       label: str) -> Comparison | CompareRefused: ...
 
@@ -268,9 +268,9 @@ class Runtime:
 
     async def compare(self, conversation_id: str | None, text: str, other: ModelSpec,
                       label: str) -> Comparison | CompareRefused:
-        """Both models ready and `text` saved: the comparison to iterate (core.compare),
+        """Both models ready and `text` saved: the comparison to iterate (core.runtime.compare),
         or why it cannot run."""
-        from core.compare import start_compare
+        from core.runtime.compare import start_compare
 
         return await start_compare(self, conversation_id, text, other, label)
 

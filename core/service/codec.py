@@ -41,7 +41,7 @@ TYPES: dict[str, tuple[tuple[str, ...], str]] = {
     "LiveTurnInfo": (("core.runtime",), "LiveTurnInfo"),
     "RunResult": (("core.tools",), "RunResult"),
     "ModelSpec": (("core.engines.base",), "ModelSpec"),
-    "CompareRefused": (("core.compare",), "CompareRefused"),
+    "CompareRefused": (("core.runtime.compare",), "CompareRefused"),
     "BlockRun": (("core.tools", "core.tools.fenced"), "BlockRun"),
     "DocAttachment": (("core.docs",), "Attachment"),
     "Mention": (("core.docs",), "Mention"),

@@ -1,4 +1,4 @@
-"""Compare over the socket: the service runs core.compare for a client and streams its
+"""Compare over the socket: the service runs core.runtime.compare for a client and streams its
 two replies as two turn streams ("<id>.0" the chat model, "<id>.1" the other), so the
 client's outbox merges their text when it lags, exactly as for a reply.
 
@@ -25,7 +25,7 @@ class Comparisons:
 
     def __init__(self) -> None:
         self._ids = itertools.count(1)
-        self._running: dict[str, Any] = {}  # id -> core.compare.Comparison
+        self._running: dict[str, Any] = {}  # id -> core.runtime.compare.Comparison
         self._pumps: set[asyncio.Task[None]] = set()
 
     def add(self, comparison: Any, caller: Any) -> str:

@@ -171,8 +171,8 @@ async def _compare(ctx: CallContext, args: dict[str, Any]) -> Any:
     """compare(conversation_id, text, other, label): the comparison's summary, its two
     replies streaming to the caller as turns "<compare>.0" and "<compare>.1"; or the
     CompareRefused with its sentence."""
-    from core.compare import CompareRefused
     from core.engines.base import ModelSpec
+    from core.runtime.compare import CompareRefused
     from core.service.compare import comparisons_of
 
     cid, text, other, label = (args.get(k) for k in ("conversation_id", "text", "other", "label"))

@@ -93,7 +93,7 @@ class RemoteTurn:
 
 
 class RemoteComparison:
-    """A comparison running in the service (core.compare.Comparison as this client sees
+    """A comparison running in the service (core.runtime.compare.Comparison as this client sees
     it): events() yields SideEvents from its two turn streams, cancel() stops both
     replies, keep(side) makes one the conversation's reply."""
 
@@ -107,8 +107,8 @@ class RemoteComparison:
     async def events(self) -> AsyncIterator[Any]:
         """Both replies' events as they come, each side ending with its Done (an Error and
         Done("error") when the connection goes mid-way). Leaving early stops both."""
-        from core.compare import SideEvent, both_sides
         from core.events import Done, Error
+        from core.runtime.compare import SideEvent, both_sides
 
         queue: asyncio.Queue[Any] = asyncio.Queue()
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from core import paths, presets
-from core.compare import LEFT, RIGHT, CompareRefused, Comparison, start_compare
 from core.config import Settings
 from core.engines.base import ModelSpec
 from core.events import Done, Error, TextDelta, Usage
 from core.runtime import Runtime
+from core.runtime.compare import LEFT, RIGHT, CompareRefused, Comparison, start_compare
 from core.store import Store
 from core.workers import memory_budget as mb
 from tests.fixtures.mlx_models import QWEN3_SHAPE, build_model_dir

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from core.compare import LEFT, RIGHT, CompareRefused
 from core.engines.base import ModelSpec
 from core.events import Done, TextDelta
+from core.runtime.compare import LEFT, RIGHT, CompareRefused
 from tests.helpers import service_proc as svc
 from tui.service_runtime import ServiceRuntime
 

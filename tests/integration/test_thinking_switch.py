@@ -16,7 +16,6 @@ import pytest
 
 from bench.kvdisk import QWEN3_THINKING
 from core import presets
-from core.compare import Comparison, start_compare
 from core.config import Settings
 from core.engines.base import GenerationRequest, ModelSpec, SamplingParams, template_switches
 from core.engines.kv_next_turn import reply_content
@@ -24,6 +23,7 @@ from core.engines.llamacpp import LlamaCppEngine
 from core.engines.mlx import MlxEngine
 from core.events import TextDelta, Usage
 from core.runtime import Runtime
+from core.runtime.compare import Comparison, start_compare
 from tests.fixtures.mlx_models import QWEN3_SHAPE, build_model_dir
 from tests.fixtures.thinking_models import (
     EMPTY_THINK,

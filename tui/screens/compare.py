@@ -1,7 +1,7 @@
 """Compare: the composer's message to the chat model and a second model, both replies
 streaming side by side (each with its stats line: TTFT, tok/s), then one kept.
 
-The work is core.compare's (both models in the pool, both replies stored under one user
+The work is core.runtime.compare's (both models in the pool, both replies stored under one user
 message); this screen only shows it. Keys: Esc backs out while the second model loads
 (the text goes back to the composer) and stops both replies while they stream;
 afterwards 1 keeps the left reply and 2 the right one, and Esc closes keeping the left
@@ -22,14 +22,14 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from core.compare import LEFT, RIGHT, CompareRefused, Comparison, spec_for
 from core.events import Done, Error, ReasoningDelta, TextDelta, Usage
+from core.runtime.compare import LEFT, RIGHT, CompareRefused, Comparison, spec_for
 from tui.screens.model_picker import ModelChoice
 from tui.terminal_text import visible
 from tui.widgets.message_view import MessageView
 
 if TYPE_CHECKING:
-    from core.compare import ModelSpec
+    from core.runtime.compare import ModelSpec
 
 KEEP_HINT = "1 keeps the left reply · 2 keeps the right · esc closes (the left stays the reply)"
 
