@@ -295,7 +295,7 @@ async def test_a_fork_bomb_hits_the_process_limit_and_is_swept() -> None:
         assert again.value == r.value, "the sweep gave every slot back"
     finally:
         await sb.close()
-    from core.tools.sandbox.jail import CGROUP_PREFIX
+    from core.tools.sandbox.cgroups import CGROUP_PREFIX
 
     mine = f"{CGROUP_PREFIX}{os.getpid()}-"
     left = [p for base in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/pids")) if base.is_dir()

@@ -30,7 +30,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from core.tools.sandbox import jail, seccomp
+from core.tools.sandbox import cgroups, jail, macos_profile, seccomp
 
 ROOT = Path(__file__).resolve().parents[2]
 LINUX = sys.platform.startswith("linux")
@@ -488,8 +488,8 @@ def test_as_root_without_an_unprivileged_id_to_map_it_refuses_with_a_sentence() 
 
 MEMORY_HOG = """
 import os, sys, time
-from core.tools.sandbox import jail
-jail.join_cgroup(sys.argv[1])
+from core.tools.sandbox import cgroups
+cgroups.join_cgroup(sys.argv[1])
 kids = []
 for _ in range(4):
     pid = os.fork()
@@ -505,8 +505,8 @@ print(" ".join(str(os.waitstatus_to_exitcode(os.waitpid(k, 0)[1])) for k in kids
 
 
 def test_the_memory_cgroup_caps_all_the_sandboxs_processes_together() -> None:
-    name = f"{jail.CGROUP_PREFIX}{os.getpid()}-walls"
-    path = jail.memory_cgroup(name, 192 << 20)
+    name = f"{cgroups.CGROUP_PREFIX}{os.getpid()}-walls"
+    path = cgroups.memory_cgroup(name, 192 << 20)
     if os.geteuid() != 0:
         assert path is None, "only root makes one; the app watches memory otherwise"
         return
@@ -522,7 +522,7 @@ def test_the_memory_cgroup_caps_all_the_sandboxs_processes_together() -> None:
         assert peak <= 192 << 20, f"the group peaked at {peak >> 20} MiB"
     finally:
         for _ in range(40):
-            if jail.remove_cgroup(path):
+            if cgroups.remove_cgroup(path):
                 break
             time.sleep(0.05)
     assert not os.path.exists(path)
@@ -681,7 +681,7 @@ def _outside_strings(profile: str) -> str:
 
 def test_the_macos_profile_starts_from_deny_and_allows_no_network() -> None:
     hostile = ['/tmp/a") (allow default) (allow network* ("', "/tmp/b\\\")(allow file-write* (subpath \"/"]
-    profile = jail.macos_profile(hostile)
+    profile = macos_profile.macos_profile(hostile)
     bare = _outside_strings(profile)
     assert bare.splitlines()[:2] == ["(version 1)", "(deny default)"]
     assert "(allow default" not in bare and "allow network" not in bare
@@ -691,6 +691,6 @@ def test_the_macos_profile_starts_from_deny_and_allows_no_network() -> None:
     assert "(allow file-write* (subpath \"/\"" not in bare
     writes = [line for line in bare.splitlines() if "file-write*" in line]
     assert writes == ['(allow file-read* file-write* (subpath "") (subpath ""))'], writes
-    assert "allow process-fork" in jail.macos_profile(["/tmp/s"], allow_fork=True)
+    assert "allow process-fork" in macos_profile.macos_profile(["/tmp/s"], allow_fork=True)
     with pytest.raises(ValueError):
-        jail.macos_profile(["/tmp/x\n(allow default)"])
+        macos_profile.macos_profile(["/tmp/x\n(allow default)"])

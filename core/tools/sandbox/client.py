@@ -14,7 +14,7 @@ While a run goes on, a watcher sums the memory of all the sandbox's processes ev
 100 ms and ends the run past the total limit. Runs in one conversation are serialised;
 a run past its timeout, over the memory total, a crash or a cancelled turn replaces that
 conversation's sandbox (killed with everything it started, a fresh one started in the
-background). What walls the code runs behind: jail.py.
+background). What walls the code runs behind: jail.py (and cgroups.py, macos_profile.py).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from core import json_text, paths
-from core.tools.sandbox import channel, jail
+from core.tools.sandbox import cgroups, channel
 from core.tools.sandbox.launcher import SANDBOX_EXEC, sandbox_main
 
 _CTX = mp.get_context("spawn")
@@ -248,12 +248,12 @@ class Sandbox:
                              return_exceptions=True)
 
     def _config(self, session: _Session) -> dict[str, Any]:
-        name = f"{jail.CGROUP_PREFIX}{os.getpid()}-{id(session):x}"
+        name = f"{cgroups.CGROUP_PREFIX}{os.getpid()}-{id(session):x}"
         if session.cgroup is None or not os.path.isdir(session.cgroup):
-            session.cgroup = jail.pids_cgroup(name, PROCESSES)
+            session.cgroup = cgroups.pids_cgroup(name, PROCESSES)
         if session.memory_cgroup is None or not os.path.isdir(session.memory_cgroup):
             try:  # tmpfs pages count in a memory cgroup: the scratch goes on top
-                session.memory_cgroup = jail.memory_cgroup(
+                session.memory_cgroup = cgroups.memory_cgroup(
                     name, (self.memory_mb + self.scratch_mb) << 20)
             except OSError:
                 session.memory_cgroup = None
@@ -499,7 +499,7 @@ class _Session:
         for attr in ("cgroup", "memory_cgroup"):
             for _ in range(40):
                 path = getattr(self, attr)
-                if path is None or jail.remove_cgroup(path):
+                if path is None or cgroups.remove_cgroup(path):
                     setattr(self, attr, None)
                     break
                 await asyncio.sleep(0.025)
@@ -599,4 +599,4 @@ def _kill_all() -> None:
             session.kill()
             for path in (session.cgroup, session.memory_cgroup):
                 if path is not None:  # still populated for a moment: the next app's
-                    jail.remove_cgroup(path)  # sandbox sweeps what is left
+                    cgroups.remove_cgroup(path)  # sandbox sweeps what is left

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from core.tools.sandbox import channel, jail
+from core.tools.sandbox import cgroups, channel, jail, macos_profile
 from core.workers.bootstrap import (
     Limits,
     adopt_orphans,
@@ -82,7 +82,7 @@ def sandbox_main(sock: socket.socket, config: dict[str, Any]) -> None:
     for key in ("cgroup", "memory_cgroup"):
         if config.get(key):
             try:
-                jail.join_cgroup(config[key])  # before any fork: every child is counted
+                cgroups.join_cgroup(config[key])  # before any fork: every child is counted
             except OSError:
                 pass
     fd = sock.fileno()
@@ -117,7 +117,7 @@ def sandbox_main(sock: socket.socket, config: dict[str, Any]) -> None:
             pass  # the kernel refused even that: the walls say so
     argv = _supervisor_argv(config.get("supervisor") or [_SUPERVISOR], fd, walls.as_dict())
     if sys.platform == "darwin" and os.path.exists(SANDBOX_EXEC):
-        profile = jail.macos_profile([workdir], _runs_from(), allow_fork=True)
+        profile = macos_profile.macos_profile([workdir], _runs_from(), allow_fork=True)
         argv = [SANDBOX_EXEC, "-p", profile, *argv]
     os.chdir(workdir)
     os.execve(argv[0], argv, clean_env(workdir))
