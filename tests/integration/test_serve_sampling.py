@@ -128,12 +128,13 @@ def test_llamacpp_native_penalties_bias_and_seed(gemma: OpenAI) -> None:
 
     assert seeded(11) == seeded(11)
     # llama.cpp counts the reply's own tokens: a list repeats its commas.
-    # (this prompt gives a list with flash attention on or off; "Count from 1 to 20" flipped)
-    count = [{"role": "user", "content": "List the numbers from 1 to 20, separated by commas."}]
+    # The list is begun in the prompt: "List the numbers from 1 to 20" alone gave a list or
+    # prose depending on the last bits of a reused prefix (and the llama.cpp build).
+    count = [{"role": "user", "content": "Continue the list up to 20: 1, 2, 3, 4, 5, 6,"}]
     greedy = ask(temperature=0, max_tokens=20, messages=count)
-    assert greedy.count(",") >= 3
+    assert greedy.count(",") >= 3, greedy
     penalised = ask(temperature=0, max_tokens=20, messages=count, frequency_penalty=2.0)
-    assert penalised.count(",") < greedy.count(",")
+    assert penalised.count(",") < greedy.count(","), (greedy, penalised)
     forced = ask(temperature=0, max_tokens=4, logit_bias={"10000": 100})
     assert forced and forced == forced[: len(forced) // 4] * 4  # one token, four times
     scored = gemma.chat.completions.create(model="gemma", messages=HI, max_tokens=6, temperature=0,
