@@ -111,6 +111,12 @@ def _cell(text: str, limit: int = 60) -> str:
 
 
 def _unknown(name: str, settings: object) -> str:
+    """No such cluster: the settings file's sentence when an entry of that name was
+    there and not read (an unknown key, a bad value), else the names there are."""
+    for problem in getattr(settings, "problems", []):
+        if problem.startswith(f"cluster {name!r} "):
+            return f"The [[clusters]] entry {name!r} in config.toml was not read: " + \
+                problem.split(" ignored: ", 1)[-1]
     names = [c.name for c in getattr(settings, "clusters", [])]
     known = f" (configured: {', '.join(names)})" if names else ""
     return f"No cluster named {name!r} is configured{known}; add it under [[clusters]] in settings."
