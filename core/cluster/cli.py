@@ -29,7 +29,13 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
+    from core.cluster.state import BadClusterName, checked_name
     from core.config import Settings
+
+    try:  # a name is never a path: `../../x` would read and write outside the clusters folder
+        checked_name(args.name)
+    except BadClusterName as exc:
+        return _fail(f"{args.name[:80]!r} is not a cluster's name: {exc}")
 
     settings = Settings.load()
     cfg = settings.cluster(args.name)
