@@ -91,3 +91,31 @@ def test_a_key_of_the_wrong_type_is_named_and_no_key_is_taken(llmdeck_home: Path
     settings = Settings.load()
     assert settings.api_key is None
     assert any(p.startswith("api_key = 1234 ignored") for p in settings.problems), settings.problems
+
+
+def test_the_config_key_holds_when_serve_opens_in_the_service(llmdeck_home: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plain `llmdeck serve` (the listener inside the engine service) takes it too."""
+    import re
+
+    from tests.helpers import service_proc as svc
+
+    monkeypatch.delenv("LLMDECK_API_KEY", raising=False)
+    _config(llmdeck_home, 'api_key = "from-config"\n')
+    with svc.no_service_left(llmdeck_home):
+        svc.start(*svc.scripted_args())
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.Popen([sys.executable, "-m", "tui.cli", "serve", "--port", "0"],
+                                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, text=True)
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            match = re.search(r"listening on (\S+) \(in the llmdeck service", line)
+            assert match, line
+            url = match.group(1)
+            assert _status(url, None) == 401
+            assert _status(url, "from-config") == 200
+        finally:
+            proc.terminate()
+            proc.wait(30)
