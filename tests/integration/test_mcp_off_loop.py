@@ -94,3 +94,36 @@ def test_the_sdk_is_imported_off_the_loop_for_a_server_that_never_answers(llmdec
     assert seen["state"] == "failed" and "within 1 s" in seen["error"]
     assert seen["importers"].get("mcp") not in (None, "MainThread"), seen
     assert seen["importers"].get("anyio") not in (None, "MainThread"), seen
+
+
+@pytest.mark.parametrize("answers", ["json", "events"])
+async def test_a_listing_over_http_is_cut_in_a_thread_before_the_sdk_parses_it(
+        llmdeck_home: Path, monkeypatch: pytest.MonkeyPatch, answers: str) -> None:
+    import asyncio
+
+    from core.tools.mcp import http_limits
+    from tests.integration.test_mcp_hostile import start_http
+
+    loop_thread = threading.get_ident()
+    trims: list[tuple[bool, int, int]] = []  # (on the loop's thread, bytes in, bytes out)
+    real = http_limits._trim_listing  # noqa: SLF001
+
+    def watched(body: bytes, key: str) -> bytes:
+        out = real(body, key)
+        trims.append((threading.get_ident() == loop_thread, len(body), len(out)))
+        return out
+
+    monkeypatch.setattr(http_limits, "_trim_listing", watched)
+    proc, url = await asyncio.to_thread(start_http, "--mode", "many-tools",
+                                        *(["--json-response"] if answers == "json" else []))
+    servers = McpServers(ToolRegistry(), [McpServerConfig("web", url=url)])
+    try:
+        await servers.ensure_started()
+        mine = [n for n in servers.registry.names() if n.startswith("web.")]
+        assert len(mine) == MAX_TOOLS and "web.echo" in mine
+        big = [t for t in trims if t[1] > 100_000]
+        assert big and all(not on_loop and after < before / 10 for on_loop, before, after in big), trims
+    finally:
+        await servers.close()
+        proc.kill()
+        proc.wait()
