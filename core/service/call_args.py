@@ -112,7 +112,7 @@ def seconds(*, zero: bool) -> Check:
 
 def one_of(*choices: Any) -> Check:
     def check(field: str, value: Any) -> None:
-        if isinstance(value, bool) or value not in choices:
+        if not any(type(value) is type(c) and value == c for c in choices):  # 1.0 is not 1
             shown = ", ".join(repr(c) for c in choices)
             raise ArgError(BAD_CALL, f"{field} must be one of {shown} (got {_kind(value)}).")
     return check

@@ -108,14 +108,16 @@ def test_every_call_with_hostile_arguments_is_refused_naming_the_field(llmdeck_h
     baselines = _baselines(cid, mid)
     wrong: list[str] = []
     walked = 0
-    for name in sorted(call_args.CALLS, key=lambda n: n == "shutdown"):  # shutdown last
+    for name in call_args.CALLS:  # shutdown's every attack is refused: it never runs
         base = baselines[name]
         attacks: list[Any] = [{**base, "surplus": 1}]
         attacks += [{k: v for k, v in base.items() if k != field} for field in base]
         for field in call_args.CALLS[name]:
             values = HOSTILE + (BAD_SETTINGS if field == "settings" else [])
             attacks += [{**base, field: value} for value in values]
-        attacks += [None, [], "args", 7]  # args that are not an object
+        attacks += [[], "args", 7]  # args that are not an object (null means none: {})
+        if name != "shutdown":
+            attacks.append(None)
         for args in attacks:
             answer = door.call(name, args)
             walked += 1
@@ -144,6 +146,8 @@ def test_the_answers_name_the_field(llmdeck_home: Path) -> None:
         ("regenerate", {"conversation_id": MISSING_ID, "message_id": MISSING_ID}, "NOT_FOUND",
          "conversation_id"),
         ("step_branch", {"message_id": "m", "step": 5}, "BAD_CALL", "step"),
+        ("step_branch", {"message_id": "m", "step": 1.0}, "BAD_CALL", "step"),
+        ("compare_keep", {"compare": "c", "side": 1.0}, "BAD_CALL", "side"),
         ("status", {"surplus": 1}, "BAD_CALL", "'surplus'"),
         ("serve_open", {"port": 70000}, "BAD_CALL", "port"),
     ]
