@@ -209,6 +209,8 @@ class Settings:
     memory_budget_gb: float = 0  # what loaded models may take together; 0 = automatic
     kv_disk_gb: float = 4  # KV caches kept on disk between runs (core.engines.kv_store); 0 = off
     serve_allow_file_urls: bool = False  # `llmdeck serve`: accept file:// image URLs
+    # `llmdeck serve`'s key (`api_key = "..."`); LLMDECK_API_KEY and --api-key come first.
+    api_key: str | None = None
     mcp_servers: list[McpServerConfig] = field(default_factory=list)  # [[mcp_servers]]
     # What `llmdeck mcp` offers other agents; nothing unless the person turns it on.
     mcp_share_conversations: bool = False
@@ -333,7 +335,9 @@ class Settings:
                 if why:
                     raise TypeError(why)
             except TypeError as exc:
-                self.problems.append(f"{what} {entry!r} ignored: {exc}")
+                name = entry.get("name") if isinstance(entry, dict) else None
+                shown = repr(name) if isinstance(name, str) else _shown(entry)
+                self.problems.append(f"{what} {shown} in [[{key}]] ignored: {exc}")
                 continue
             kept.append(made)
         return kept
@@ -497,6 +501,7 @@ _TOP_LEVEL: dict[str, Callable[[Any], Any]] = {
     "memory_budget_gb": _ruled(rules.memory_budget_gb),
     "kv_disk_gb": _ruled(rules.kv_disk_gb),
     "serve_allow_file_urls": _flag("serve_allow_file_urls"),
+    "api_key": _words("api_key", optional=True),
     "mcp_share_conversations": _flag("mcp_share_conversations"),
     "mcp_share_documents": _flag("mcp_share_documents"),
 }
@@ -517,9 +522,14 @@ _SAMPLING: dict[str, Callable[[Any], Any] | None] = {
 
 
 def _wrong_type(cls: type, entry: dict[str, Any]) -> str | None:
-    """Which known key of a [[remotes]] or [[mcp_servers]] table has a value of the wrong
-    type, as a sentence (unknown keys are left to the constructor, which names them)."""
+    """A key of a [[remotes]], [[mcp_servers]] or [[clusters]] table that llmdeck does not
+    read, or a known key's value of the wrong type, as a sentence naming it."""
     hints = get_type_hints(cls)
+    known = [f.name for f in fields(cls)]
+    unknown = [key for key in entry if key not in known]
+    if unknown:
+        return (f"unknown key {unknown[0][:60]!r} (llmdeck reads {', '.join(known)}); the "
+                "whole entry is left out until it is removed or renamed")
     for key, value in entry.items():
         want = hints.get(key)
         if want is not None and not _is_a(value, want):

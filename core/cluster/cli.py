@@ -29,7 +29,13 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
+    from core.cluster.state import BadClusterName, checked_name
     from core.config import Settings
+
+    try:  # a name is never a path: `../../x` would read and write outside the clusters folder
+        checked_name(args.name)
+    except BadClusterName as exc:
+        return _fail(f"{args.name[:80]!r} is not a cluster's name: {exc}")
 
     settings = Settings.load()
     cfg = settings.cluster(args.name)
@@ -111,6 +117,12 @@ def _cell(text: str, limit: int = 60) -> str:
 
 
 def _unknown(name: str, settings: object) -> str:
+    """No such cluster: the settings file's sentence when an entry of that name was
+    there and not read (an unknown key, a bad value), else the names there are."""
+    for problem in getattr(settings, "problems", []):
+        if problem.startswith(f"cluster {name!r} "):
+            return f"The [[clusters]] entry {name!r} in config.toml was not read: " + \
+                problem.split(" ignored: ", 1)[-1]
     names = [c.name for c in getattr(settings, "clusters", [])]
     known = f" (configured: {', '.join(names)})" if names else ""
     return f"No cluster named {name!r} is configured{known}; add it under [[clusters]] in settings."

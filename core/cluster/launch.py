@@ -216,6 +216,7 @@ class Cluster:
         self.cfg = cfg
         self.hosts = hosts_of(cfg)
         self.process: subprocess.Popen[bytes] | None = None
+        self.keeper: subprocess.Popen[bytes] | None = None  # core.cluster.log_keeper
         self.state = ClusterState(name=cfg.name, state="down", backend=cfg.backend, mode=cfg.mode)
         self.failure: str | None = None
         self._failed = asyncio.Event()
@@ -240,10 +241,7 @@ class Cluster:
                                "set another port (or 0 for any free one) in [[clusters]].")
         log = log_path(self.cfg.name)
         cmd = launch_command(self.cfg, self.hosts, port, ring_port)
-        with open(log, "wb") as out:
-            self.process = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.process, self.keeper = _start_logged(cmd, log)
         host0 = "127.0.0.1" if self.hosts[0].local else self.hosts[0].ip
         self.state = ClusterState(
             name=self.cfg.name, state="starting", url=f"http://{_bracketed(host0)}:{port}/v1",
@@ -273,6 +271,7 @@ class Cluster:
             while True:
                 assert self.process is not None
                 if self.process.poll() is not None:
+                    await self._log_drained(3.0)
                     tail = " | ".join(log_tail(self.state.log)) or "(the log is empty)"
                     raise ClusterError(f"Cluster {self.cfg.name!r} did not start: mlx.launch exited "
                                        f"with code {self.process.returncode}. Its last log lines: "
@@ -324,6 +323,7 @@ class Cluster:
             if gone:
                 seen = [r.rank for r in self.state.ranks if r.local and r.pid and not alive(r.pid)]
                 await self._launcher_done(3.0)  # mlx.launch logs each rank's exit, then ends
+                await self._log_drained(2.0)
                 if self._stopping:
                     return
                 self.failure = death_sentence(self.state, seen)
@@ -337,6 +337,14 @@ class Cluster:
         deadline = loop.time() + within_s
         while self.process is not None and self.process.poll() is None and loop.time() < deadline:
             await asyncio.sleep(0.1)
+
+    async def _log_drained(self, within_s: float) -> None:
+        """Let the log keeper write what is left in the pipe (it ends when the last
+        writer has gone), so the log's last lines are the ranks' last words."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within_s
+        while self.keeper is not None and self.keeper.poll() is None and loop.time() < deadline:
+            await asyncio.sleep(0.05)
 
     async def wait_failure(self, within_s: float) -> str | None:
         """The sentence of the cluster's death, waiting up to `within_s` for the watcher to
@@ -361,10 +369,34 @@ class Cluster:
                 self.process.wait(timeout=1.0)
             except subprocess.TimeoutExpired:
                 pass
+        await self._log_drained(2.0)
         self.state.state = "failed" if reason == "failed" else "down"
         self.state.error = self.failure or ""
         write_state(self.state)
         return left
+
+
+def _start_logged(cmd: list[str], log: Path) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+    """mlx.launch with its output (and every rank's) through a pipe into the log keeper
+    (core.cluster.log_keeper: a bounded, rotated log), each in a session of its own."""
+    for old in (log, log.with_name(f"{log.name}.1")):
+        old.unlink(missing_ok=True)  # a new start, a new log
+    read_end, write_end = os.pipe()
+    try:
+        keeper = subprocess.Popen(
+            [sys.executable, "-m", "core.cluster.log_keeper", str(log)], stdin=read_end,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            process = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=write_end, stderr=subprocess.STDOUT,
+                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        except BaseException:
+            keeper.kill()
+            raise
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    return process, keeper
 
 
 def stop_processes(state: ClusterState, grace_s: float = STOP_GRACE_S) -> list[int]:

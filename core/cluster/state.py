@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -49,18 +50,41 @@ class ClusterState:
         return self.url or "-"
 
 
+class BadClusterName(ValueError):
+    """A name that is not a cluster's (it would climb out of the clusters folder)."""
+
+
 def clusters_dir() -> Path:
     folder = paths.data_dir() / "clusters"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
 
+def checked_name(name: str) -> str:
+    """`name` when it is a cluster's name as settings take it (letters, digits, _ and -,
+    1 to 64: no `/`, no `..`), else BadClusterName with the rule's sentence."""
+    from core import settings_rules as rules
+
+    try:
+        return rules.cluster_name(name) if isinstance(name, str) else rules.cluster_name("")
+    except rules.Refused as exc:
+        raise BadClusterName(str(exc)) from None
+
+
+def _inside(name: str, suffix: str) -> Path:
+    folder = clusters_dir()
+    path = folder / f"{checked_name(name)}{suffix}"
+    if path.parent.resolve() != folder.resolve() or path.name != f"{name}{suffix}":
+        raise BadClusterName(f"{name!r} does not name a file inside {folder}.")
+    return path
+
+
 def state_path(name: str) -> Path:
-    return clusters_dir() / f"{name}.json"
+    return _inside(name, ".json")
 
 
 def log_path(name: str) -> Path:
-    return clusters_dir() / f"{name}.log"
+    return _inside(name, ".log")
 
 
 def write_state(state: ClusterState) -> None:
@@ -76,17 +100,26 @@ def write_state(state: ClusterState) -> None:
 
 
 def read_state(name: str) -> ClusterState | None:
-    """The last state written for `name`; None when there is none or it is not ours."""
-    path = state_path(name)
+    """The last state written for `name`; None when there is none or it is not ours: a
+    bad name, a link or anything but a plain file, or a file whose own `name` is not
+    `name` (a planted one naming somewhere else to write)."""
     try:
-        with path.open("rb") as f:
+        path = state_path(name)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
             raw = f.read(MAX_STATE_BYTES + 1)
         if len(raw) > MAX_STATE_BYTES:
             return None
         data = json_text.loads(raw.decode("utf-8", "replace"))
-        return _state(data)
+        state = _state(data)
     except (OSError, ValueError, TypeError, KeyError):
         return None
+    if state.name != name:
+        return None
+    state.log = str(log_path(name))  # ours, whatever the file says
+    return state
 
 
 def _state(data: Any) -> ClusterState:

@@ -44,11 +44,13 @@ from core.server.limits import (
     check_numbers,
     check_shape,
     load_body,
+    refuse_too_many_tools,
     too_large,
 )
 from core.server.local_models import Loaded, LocalModels, describe, keep_alive_of
 from core.server.local_models import add_routes as add_model_routes
 from core.server.sse import json_response, write_stream
+from core.server.tool_schemas import prepare as prepare_tools
 from core.server.wire import (
     ApiError,
     ChatCall,
@@ -296,8 +298,10 @@ class ChatServer:
             raise ApiError(408, f"The request body did not arrive within "
                            f"{self.limits.body_timeout_s:.0f} s.", code="request_timeout") from None
         body = load_body(raw)
+        refuse_too_many_tools(body)  # a count, before anything looks at thousands of tools
         check_shape(body)
         check_numbers(body)
+        await prepare_tools(body)  # their schemas, checked in a thread (core.server.tool_schemas)
         return body
 
     async def chat(self, request: web.Request) -> web.StreamResponse:

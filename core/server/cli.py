@@ -59,7 +59,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
     p.add_argument("--port", type=_whole(0, 65535), default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 = any free)")
     p.add_argument("--api-key", default=os.environ.get("LLMDECK_API_KEY"),
-                   help="require this bearer key (default $LLMDECK_API_KEY); needed off loopback")
+                   help="require this bearer key (default $LLMDECK_API_KEY, then api_key in "
+                   "config.toml); needed off loopback")
     p.add_argument("--model", help="a .gguf file, an MLX model folder, remote:<endpoint>/<model>, "
                    "or cluster:<name> (a [[clusters]] entry: started, and stopped on exit)")
     p.add_argument("--engine", help="force an engine (mlx, llamacpp, scripted)")
@@ -83,6 +84,17 @@ def parser() -> argparse.ArgumentParser:
                    help="how long a request waits for a loading model before 503 "
                    f"(default {limits.load_wait_s:.0f})")
     return p
+
+
+def take_settings_key(args: argparse.Namespace, settings: Any = None) -> None:
+    """The key serve requires: --api-key, else LLMDECK_API_KEY (the parser's default),
+    else `api_key` in config.toml."""
+    if not args.api_key:
+        if settings is None:
+            from core.config import Settings
+
+            settings = Settings.load()
+        args.api_key = settings.api_key or None
 
 
 def _options(pairs: list[str]) -> tuple[tuple[str, Any], ...]:
@@ -178,12 +190,13 @@ def _load_outcome(task: asyncio.Future[bool], name: str, runtime: Any) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    take_settings_key(args)
     from core.server.handle import is_loopback
 
     if not is_loopback(args.host) and not args.api_key:  # say so before loading anything
         print(f"llmdeck serve: refusing to serve on {args.host} without an API key: anyone on the "
-              "network could use this machine's model. Pass --api-key (or set LLMDECK_API_KEY), "
-              "or bind 127.0.0.1.", file=sys.stderr)
+              "network could use this machine's model. Pass --api-key (or set LLMDECK_API_KEY, or "
+              "api_key in config.toml), or bind 127.0.0.1.", file=sys.stderr)
         return 2
     try:
         return asyncio.run(serve(args))

@@ -36,6 +36,18 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _INT_PARAMS = ("max_tokens", "max_completion_tokens", "top_k", "n", "top_logprobs")
 
 
+def refuse_too_many_tools(body: Any) -> None:
+    """400 when the body offers more than MAX_TOOLS tools (in any dialect they sit under
+    `tools`): a count, before anything looks at them (core.server.tool_schemas)."""
+    from core.server.tool_schemas import MAX_TOOLS
+
+    tools = body.get("tools") if isinstance(body, Mapping) else None
+    if isinstance(tools, list) and len(tools) > MAX_TOOLS:
+        raise ApiError(400, f"'tools' lists {len(tools):,} tools; this server takes at most "
+                       f"{MAX_TOOLS} in one request. Send the tools this conversation needs.",
+                       param="tools", code="too_many_tools")
+
+
 def too_large(size: int | None) -> ApiError:
     """413 naming the body's size (when known) and the limit."""
     limit = f"{MAX_BODY_BYTES:,} bytes ({MAX_BODY_BYTES // (1024 * 1024)} MiB)"

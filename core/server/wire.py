@@ -217,16 +217,11 @@ def _check_parameters(params: Any, where: str) -> None:
                 else "true or false" if isinstance(params, bool) else "a number")
         raise _bad(f"{where} must be a JSON schema object, like {{\"type\": \"object\", "
                    f"\"properties\": {{...}}}}; got {kind}.", where)
-    import jsonschema
+    from core.server.tool_schemas import known_problem
 
-    try:
-        jsonschema.validators.validator_for(params).check_schema(params)
-    except jsonschema.exceptions.SchemaError as exc:
-        at = "".join(f"[{p!r}]" for p in exc.path)
-        raise _bad(f"{where} is not a valid JSON schema: {exc.message}"
-                   + (f" (at {at})" if at else "") + ".", where) from None
-    except RecursionError:  # the edge bounds nesting first; this is a last guard
-        raise _bad(f"{where} is nested too deeply.", where) from None
+    problem = known_problem(params)  # checked off the loop at the edge, kept by content
+    if problem is not None:
+        raise _bad(f"{where} is not a valid JSON schema: {problem}.", where)
 
 
 def _tool_choice(choice: Any, tools: Any) -> dict[str, Any]:

@@ -8,8 +8,8 @@ store writer, turns, tools, MCP), and the clients around it (TUI, `llmdeck serve
 
 Modules, one idea each: framing (JSON lines, bounded), protocol (message shapes), codec
 (dataclasses as tagged dicts, allowlisted), peer (who connected), outbox (a client's
-queue, merging deltas when it lags), turns (replies that outlive their client),
-dispatch (the call table), server (the socket side), process (the service itself),
+queue, bounded in bytes, merging deltas when it lags), turns (replies that outlive their
+client), dispatch (the call table), call_args (each call's argument schema), server (the socket side), process (the service itself),
 launch (starting it detached), client, remote_runtime, control (`llmdeck service`),
 http_face (`llmdeck serve` inside the service).
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from core.service import codec
+from core.service import call_args, codec
 from core.service.protocol import BAD_CALL, FAILED, NOT_FOUND
 from core.service.turns import TurnHub
 
@@ -343,6 +343,11 @@ async def dispatch(ctx: CallContext, name: Any, raw_args: Any) -> Any:
         args = codec.decode(raw_args)
     except codec.CodecError as exc:
         raise CallError(BAD_CALL, f"{name}: {exc}.") from None
+    try:  # every argument against the call's schema, before any work (core.service.call_args)
+        stored = call_args.check(name, args)
+        await call_args.check_stored(ctx.runtime, name, stored)
+    except call_args.ArgError as exc:
+        raise CallError(exc.code, exc.message) from None
     if name in SERVICE_CALLS:
         result = await SERVICE_CALLS[name](ctx, args)
     elif name in TURN_CALLS:

@@ -37,6 +37,7 @@ BAD_CALL = "BAD_CALL"  # unknown call, wrong arguments
 NOT_FOUND = "NOT_FOUND"  # a turn or message that is not there
 FAILED = "FAILED"  # the call ran and raised; the message says why
 SLOW_CLIENT = "SLOW_CLIENT"  # its queue overflowed with things that cannot be merged
+TOO_MANY = "TOO_MANY"  # the service has as many clients as it takes; this one is refused
 STOPPING = "STOPPING"  # the service is on its way out
 
 

@@ -146,8 +146,13 @@ def main(argv: list[str]) -> int:
               "runs on this home, so serve runs its own (--standalone).", file=sys.stderr,
               flush=True)
         return server_cli.main([a for a in argv if a != "--standalone"])
+    from core.config import Settings
     from core.server.handle import is_loopback
 
+    settings = Settings.load()
+    for problem in settings.problems:  # the service reads the same file: say it here
+        print(f"llmdeck serve: settings: {problem}", file=sys.stderr, flush=True)
+    server_cli.take_settings_key(args, settings)
     if not is_loopback(args.host) and not args.api_key:
         return server_cli.main(argv)  # its refusal, said before anything starts
     try:

@@ -1,7 +1,9 @@
 """The service's listening side: the Unix socket, one Session per client.
 
-Each accepted connection is checked (the peer's uid must be ours), greeted (hello with
-the protocol version, within HELLO_TIMEOUT_S), then read line by line; each call runs in
+Each accepted connection is checked (the peer's uid must be ours, and no more than
+MAX_CLIENTS connections at once, counted from accept), greeted (hello with the protocol
+version, within HELLO_TIMEOUT_S), then read line by line; every call's arguments are
+checked against its schema (core.service.call_args) before it runs; each call runs in
 its own task so a slow call never holds up the next, and answers go through the client's
 Outbox. Whatever a client does wrong (garbage, a huge line, a stalled line, hanging up
 mid-call) ends that client alone, with an error frame when it can still hear one.
@@ -37,7 +39,7 @@ class Session:
         self.number = number
         self.pid = pid
         self.writer = writer
-        self.outbox = Outbox()
+        self.outbox = Outbox(encode=_line)
         self.topics: set[str] = set()
         self.calls: set[asyncio.Task[None]] = set()
         self.connected_at = time.time()
@@ -51,13 +53,18 @@ class Session:
             self.outbox.put(message)
         except SlowClient as exc:
             log.warning("client %d dropped: %s", self.number, exc)
-            self.close()
+            self.close(abort=True)
 
-    def close(self) -> None:
+    def close(self, abort: bool = False) -> None:
+        """Hang up; `abort` drops what the socket still holds unsent (a client that does
+        not read would otherwise keep it, and its connection, for ever)."""
         if not self.closed:
             self.closed = True
             self.outbox.close()
-            self.writer.close()
+            if abort:
+                self.writer.transport.abort()
+            else:
+                self.writer.close()
 
     async def write_loop(self) -> None:
         try:
@@ -67,18 +74,24 @@ class Session:
 
     async def _write_all(self) -> None:
         while not self.closed:
-            message = await self.outbox.get()
-            try:
-                line = encode_line(message)
-            except ValueError:
-                line = encode_line(protocol.error(protocol.FAILED, "The answer could not be "
-                                                  "written as JSON.", message.get("id")))
-            if len(line) > MAX_OUT_BYTES:
-                line = encode_line(protocol.error(
-                    protocol.TOO_LARGE, f"The answer is over {MAX_OUT_BYTES:,} bytes; ask for "
-                    "a smaller page.", message.get("id")))
+            line = await self.outbox.get()
             self.writer.write(line)
             await self.writer.drain()
+
+
+def _line(message: dict[str, Any]) -> bytes:
+    """A message as the line sent: an answer that is not JSON or is over the limit
+    becomes an error line for its call instead."""
+    try:
+        line = encode_line(message)
+    except ValueError:
+        line = encode_line(protocol.error(protocol.FAILED, "The answer could not be "
+                                          "written as JSON.", message.get("id")))
+    if len(line) > MAX_OUT_BYTES:
+        line = encode_line(protocol.error(
+            protocol.TOO_LARGE, f"The answer is over {MAX_OUT_BYTES:,} bytes; ask for "
+            "a smaller page.", message.get("id")))
+    return line
 
 
 class ServiceServer:
@@ -92,6 +105,7 @@ class ServiceServer:
         self.last_active = time.monotonic()
         self._server: asyncio.AbstractServer | None = None
         self._numbers = 0
+        self.connections = 0  # accepted and not yet gone, greeted or not (the cap counts these)
 
     def _tool_warning(self, name: str) -> str | None:
         policy = getattr(getattr(self.runtime, "tools", None), "policy", None)
@@ -145,6 +159,15 @@ class ServiceServer:
             pass
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Every connection counts against MAX_CLIENTS from the moment it is accepted (not
+        once greeted: 500 arriving together would all pass a count of greeted ones)."""
+        self.connections += 1
+        try:
+            await self._connection(reader, writer)
+        finally:
+            self.connections -= 1
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         sock: socket.socket | None = writer.get_extra_info("socket")
         peer = peer_of(sock) if sock is not None else None
         if peer is None or peer.uid != os.getuid():
@@ -155,9 +178,12 @@ class ServiceServer:
                 f"{who} may not use it. Run llmdeck as that user, or set LLMDECK_HOME to "
                 "a folder of your own to run your own service."), reader)
             return
-        if len(self.sessions) >= MAX_CLIENTS:
+        if self.connections > MAX_CLIENTS:
+            log.warning("refused a connection: %d clients already", MAX_CLIENTS)
             await _say_and_close(writer, protocol.error(
-                protocol.TOO_LARGE, f"The service already has {MAX_CLIENTS} clients."), reader)
+                protocol.TOO_MANY, f"The llmdeck service already has {MAX_CLIENTS} clients "
+                "connected, its limit; close one (an app window, a `llmdeck serve`, a "
+                "script) and try again."), reader)
             return
         self._numbers += 1
         session = Session(self._numbers, writer, peer.pid)

@@ -30,7 +30,7 @@ def test_entries_round_trip_and_bad_ones_are_reported() -> None:
     assert "either a command (stdio) or a url (HTTP), not both" in problems
     assert "name 'my tools' must be letters, digits, _ or -" in problems
     assert "a second MCP server is named 'fetch'" in problems
-    assert "unexpected keyword argument 'comand'" in problems
+    assert "unknown key 'comand'" in problems
     assert not s.mcp_share_conversations and not s.mcp_share_documents, "nothing shared by default"
     s.save()
     again = Settings.load()

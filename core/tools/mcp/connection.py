@@ -147,12 +147,14 @@ class McpConnection:
 
     async def _own(self, ready: asyncio.Event, stop: asyncio.Event, timeout: float) -> None:
         """The task that holds the transport and session open until `stop` is set."""
-        import anyio
-
         self._starts += 1
         generation = self._starts
         problem: str | None = None
         try:
+            # The SDK's first import costs a second on a busy machine: never on the loop.
+            await asyncio.to_thread(_import_sdk, bool(self.config.command))
+            import anyio
+
             async with contextlib.AsyncExitStack() as stack:
                 errlog = stack.enter_context(CappedLog(log_path(self.name))) if self.config.command else None
                 streams = await stack.enter_async_context(self._transport(errlog))
@@ -362,6 +364,20 @@ class McpConnection:
         if isinstance(exc, RuntimeError) and "schema" in text.lower():
             return f"MCP server {self.name} answered {what} with a result that breaks its own schema: {text}"
         return f"{what} on MCP server {self.name} failed: {type(exc).__name__}: {text}"
+
+
+def _import_sdk(stdio: bool) -> None:
+    """Import what a start needs (in a worker thread; later imports are lookups)."""
+    import anyio  # noqa: F401
+    import mcp  # noqa: F401
+    import mcp.client.session  # noqa: F401
+
+    if stdio:
+        import core.tools.mcp.stdio  # noqa: F401
+    else:
+        import mcp.client.streamable_http  # noqa: F401
+
+        import core.tools.mcp.http_limits  # noqa: F401
 
 
 def _schema_problem(schema: Any) -> str | None:

@@ -9,7 +9,11 @@ outside code: here
   it streams, never held, and the request it answers gets an error (its id is read from
   the line's first bytes) instead of waiting for its timeout;
 - lines that are not JSON-RPC (a flood of prints on stdout) are counted and dropped;
-- stderr goes to a CappedLog (core.tools.mcp.server_log), rotated, never more than 2 MiB.
+- stderr goes to a CappedLog (core.tools.mcp.server_log), rotated, never more than 2 MiB;
+- a line over OFFLOAD_BYTES is parsed in a worker thread, never on the event loop, and
+  an answer to a listing (tools/list, prompts/list, resources/list) keeps at most
+  MAX_LISTED entries: a server listing 10,000 tools costs the loop nothing (the
+  connection takes MAX_TOOLS of them and says so).
 
 Shutdown follows the MCP spec as the SDK does: stdin closed, a grace period, SIGTERM to
 the server's process group, then SIGKILL. The server runs in its own session, so its
@@ -19,6 +23,7 @@ children go with it.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import subprocess
 from collections.abc import AsyncIterator, Callable
@@ -37,6 +42,11 @@ from core.tools.mcp.server_log import CappedLog
 
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024  # a 20 MB image, base64, in one result fits
 GRACE_S = 2.0  # after stdin closes, before SIGTERM
+OFFLOAD_BYTES = 64 * 1024  # a longer line is parsed off the event loop
+# Entries of a listing passed on to the session: a few more than the connection takes
+# (MAX_TOOLS, 128), so that it sees there were more and says so.
+MAX_LISTED = 160
+_LISTINGS = {"tools/list": "tools", "prompts/list": "prompts", "resources/list": "resources"}
 TOO_LARGE_CODE = -32099  # our own code (JSON-RPC leaves -32000..-32099 to implementations)
 _ID = re.compile(rb'"id"\s*:\s*("(?:[^"\\]|\\.){0,200}"|-?\d{1,18})')
 
@@ -109,13 +119,25 @@ def _refusal(line: TooLong) -> SessionMessage | None:
     return SessionMessage(error)
 
 
-def _message(line: bytes) -> SessionMessage | None:
+def _message(line: bytes, listings: dict[Any, str] | None = None) -> SessionMessage | None:
+    """A line as the session's message (None when it is not JSON-RPC). The answer to a
+    listing request (`listings`: request id -> the listing's key) keeps MAX_LISTED
+    entries and loses its next cursor: the rest is never parsed."""
     stripped = line.strip()
     if not stripped.startswith(b"{"):
         return None
     try:
-        return SessionMessage(types.jsonrpc_message_adapter.validate_json(stripped, by_name=False))
-    except ValueError:
+        if not listings:
+            return SessionMessage(types.jsonrpc_message_adapter.validate_json(stripped, by_name=False))
+        data = json.loads(stripped)
+        result = data.get("result") if isinstance(data, dict) else None
+        key = listings.get(data.get("id")) if isinstance(data, dict) else None
+        if key and isinstance(result, dict) and isinstance(result.get(key), list) \
+                and len(result[key]) > MAX_LISTED:
+            result[key] = result[key][:MAX_LISTED]
+            result.pop("nextCursor", None)
+        return SessionMessage(types.jsonrpc_message_adapter.validate_python(data, by_name=False))
+    except (ValueError, RecursionError):
         return None
 
 
@@ -131,6 +153,7 @@ async def bounded_stdio(command: str, args: list[str], env: dict[str, str], log:
     on_start(process.pid)
     to_session, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     to_server, from_session = anyio.create_memory_object_stream[SessionMessage](0)
+    listings: dict[Any, str] = {}  # listing requests waiting for their answer: id -> key
 
     async def read_stdout() -> None:
         assert process.stdout is not None
@@ -145,6 +168,8 @@ async def bounded_stdio(command: str, args: list[str], env: dict[str, str], log:
                             log.write(f"[llmdeck] dropped a {line.size:,}-byte message from "
                                       f"stdout (over {MAX_MESSAGE_BYTES:,} bytes)\n".encode())
                             message = _refusal(line)
+                        elif len(line) > OFFLOAD_BYTES:
+                            message = await anyio.to_thread.run_sync(_message, line, dict(listings))
                         else:
                             message = _message(line)
                             if message is None and line.strip():
@@ -168,6 +193,11 @@ async def bounded_stdio(command: str, args: list[str], env: dict[str, str], log:
         try:
             async with from_session:
                 async for message in from_session:
+                    method = getattr(message.message, "method", None)
+                    if method in _LISTINGS:
+                        if len(listings) > 64:
+                            listings.clear()
+                        listings[getattr(message.message, "id", None)] = _LISTINGS[method]
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
                     await process.stdin.send(data.encode("utf-8") + b"\n")
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
