@@ -14,7 +14,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,7 @@ from core.events import (
 )
 from core.openai_wire import tool_call_body
 from core.remote.backend import Backend, PoolBackend
+from core.server import request_log
 from core.server.collect import collect
 from core.server.completions import CompletionsRoute
 from core.server.connections import ServeLimits, busy_middleware
@@ -48,7 +49,7 @@ from core.server.limits import (
 )
 from core.server.local_models import Loaded, LocalModels, describe, keep_alive_of
 from core.server.local_models import add_routes as add_model_routes
-from core.server.sse import json_response, write_stream
+from core.server.sse import KEEPALIVE_COMMENT, EarlyStream, json_response, write_stream
 from core.server.wire import (
     ApiError,
     ChatCall,
@@ -69,6 +70,12 @@ _REASONING = b'{"reasoning_content":'
 _json_str = encode_basestring  # json.dumps(text, ensure_ascii=False) without building an encoder
 
 
+def _role_chunk(head: str) -> bytes:
+    """A chat stream's first chunk: the assistant's role, no text yet."""
+    return (f'data: {head},"choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},'
+            '"logprobs":null,"finish_reason":null}]}\n\n').encode()
+
+
 class ChatServer:
     """Routes and admission control for one Runtime."""
 
@@ -86,9 +93,12 @@ class ChatServer:
         self.active = 0  # requests streaming now (for the worker pane)
         self._load_waiters = 0  # requests waiting for the model to finish loading
         self.local_models = LocalModels(self)  # every other local model, by name
+        # one line per request (core.server.request_log), e.g. print; None: no lines
+        self.request_log: Callable[[str], None] | None = None
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[busy_middleware, self._errors],
+        app = web.Application(middlewares=[request_log.middleware(self), busy_middleware,
+                                           self._errors],
                               client_max_size=MAX_BODY_BYTES)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", CompletionsRoute(self).handle)
@@ -306,9 +316,16 @@ class ChatServer:
         call = parse_chat(body, self.runtime.settings.sampling)
         # Admission (backend, images, prompt size, queue), metering and the close that
         # cancels a vanished client's request: the same for every dialect (dialects.py).
-        async with generation(self, call, "/v1/chat/completions", keep) as (first, batches):
-            if call.stream:
-                return await self._stream(request, call, first, batches)
+        head = early = None
+        if call.stream:  # opened while a long prompt is prefilled (core.server.sse.EarlyStream)
+            head = json.dumps({"id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+                               "object": "chat.completion.chunk", "created": int(time.time()),
+                               "model": call.model})[:-1]
+            early = EarlyStream(request, self.limits.write_timeout_s, _role_chunk(head),
+                                KEEPALIVE_COMMENT)
+        async with generation(self, call, "/v1/chat/completions", keep, early) as (first, batches):
+            if early is not None and head is not None:
+                return await self._stream(request, call, first, batches, head, early)
             return await self._complete(call, first, batches)
 
     async def _complete(self, call: ChatCall, first: list[Event],
@@ -336,7 +353,8 @@ class ChatServer:
         return json_response(body)
 
     async def _stream(self, request: web.Request, call: ChatCall, first: list[Event],
-                      batches: AsyncIterator[list[Event]]) -> web.StreamResponse:
+                      batches: AsyncIterator[list[Event]], head: str,
+                      early: EarlyStream) -> web.StreamResponse:
         """SSE chunks, one write per batch of queued events.
 
         A consumer that keeps up gets one chunk per token. One that fell behind (a busy
@@ -345,15 +363,13 @@ class ChatServer:
         tokens, clients concatenate. Nothing is reordered and nothing is merged across a
         tool call, usage, error or the end; usage counts tokens, not chunks.
         """
-        head = json.dumps({"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion.chunk",
-                           "created": int(time.time()), "model": call.model})[:-1]
         prefix = (head + ',"choices":[{"index":0,"delta":').encode()
         tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
 
         def chunk(delta: dict[str, Any]) -> bytes:
             return b"data: " + prefix + json.dumps(delta, ensure_ascii=False).encode() + tail
 
-        out = bytearray(chunk({"role": "assistant", "content": ""}))
+        out = bytearray()
         n_calls = 0
         streamed: dict[str, tuple[int, list[str]]] = {}  # call id -> index, arguments sent
         usage: Usage | None = None
@@ -418,7 +434,7 @@ class ChatServer:
             return False
 
         return await write_stream(request, self.limits.write_timeout_s, out, encode, first,
-                                  batches)
+                                  batches, early)
 
     # -- embeddings ----------------------------------------------------------------------
     async def embed(self, request: web.Request) -> web.Response:
