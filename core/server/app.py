@@ -15,6 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import TYPE_CHECKING, Any
 
@@ -314,6 +315,9 @@ class ChatServer:
         body = await self._body(request)
         keep = keep_alive_of(body)  # Ollama's keep_alive, taken here too
         call = parse_chat(body, self.runtime.settings.sampling)
+        cache_key = body.get("prompt_cache_key")  # OpenAI's: the worker that holds the prefix
+        if isinstance(cache_key, str) and cache_key and call.request.session_id is None:
+            call = replace(call, request=replace(call.request, session_id=cache_key))
         # Admission (backend, images, prompt size, queue), metering and the close that
         # cancels a vanished client's request: the same for every dialect (dialects.py).
         head = early = None

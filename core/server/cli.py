@@ -157,6 +157,9 @@ async def serve(args: argparse.Namespace) -> int:
         print(f"llmdeck serve: {exc.message}", file=sys.stderr)
         await runtime.close()
         return 2
+    from core.home_lock import note_held
+
+    note_held("serve", f"listening on {handle.url}")  # a second `serve` says where
     print(f"llmdeck serve: listening on {handle.url}", flush=True)
     print("\n".join(banner(handle.url, args.api_key)), flush=True)
     if not args.quiet:

@@ -267,6 +267,15 @@ def _text_format(raw: Any) -> dict[str, Any] | None:
     return fmt
 
 
+def _session(body: Mapping[str, Any]) -> Any:
+    """The conversation's key for the pool's worker affinity (core.workers.model_group):
+    Codex's `prompt_cache_key` (its session id), else `user`. With two or more replicas,
+    each turn then goes to the worker whose prefix cache holds the conversation so far,
+    instead of the least recently used one, which holds none of it."""
+    key = body.get("prompt_cache_key")
+    return key if isinstance(key, str) and key else body.get("user")
+
+
 def chat_body(body: Any, history: list[dict[str, Any]], names: Namespaces | None = None,
               ignored: list[str] | None = None) -> dict[str, Any]:
     """The OpenAI chat body for a Responses body continuing `history`; namespace tools are
@@ -298,7 +307,7 @@ def chat_body(body: Any, history: list[dict[str, Any]], names: Namespaces | None
                             "tool_choice": _tool_choice(body.get("tool_choice"), names),
                             "response_format": _text_format(body.get("text")),
                             "max_tokens": body.get("max_output_tokens"),
-                            "stream": body.get("stream", False), "user": body.get("user")}
+                            "stream": body.get("stream", False), "user": _session(body)}
     for name in ("temperature", "top_p", "seed", "parallel_tool_calls"):
         chat[name] = body.get(name)
     reasoning = body.get("reasoning")

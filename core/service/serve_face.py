@@ -78,10 +78,12 @@ async def _serve(client: ServiceClient, args: argparse.Namespace, started: bool)
               f"(in the llmdeck service, pid {client.pid}); point clients there, or stop that "
               "one first.", file=sys.stderr)
         return 1
-    print(f"llmdeck serve: listening on {opened['url']} (in the llmdeck service, pid "
-          f"{client.pid})", flush=True)
+    from core.home_lock import note_held
     from core.server.request_log import banner
 
+    note_held("serve", f"listening on {opened['url']}")  # a second `serve` says where
+    print(f"llmdeck serve: listening on {opened['url']} (in the llmdeck service, pid "
+          f"{client.pid})", flush=True)
     print("\n".join(banner(opened["url"], args.api_key)), flush=True)
     client.listeners.append(_print_request)
     stop = asyncio.Event()

@@ -232,3 +232,46 @@ def test_serve_prints_each_dialects_url_and_a_line_per_request(tmp_path: Path) -
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+# -- a long agent prompt's prefix comes from the cache ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bundled(bundled_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    """The bundled model on llama.cpp with two replicas, as a 2-core box runs it."""
+    from core.config import Settings
+    from core.engines.base import ModelSpec
+
+    spec = ModelSpec(str(bundled_gguf), "llamacpp", context_size=2048)
+    yield from served(spec, tmp_path_factory.mktemp("agents-bundled-home"),
+                      settings=Settings(replicas=2), served_name="gemma")
+
+
+AGENT_PROMPT = " ".join(f"Rule {i}: answer in one short sentence and name no tool." for i in range(40))
+
+
+@pytest.mark.slow
+def test_an_agents_repeated_prefix_comes_from_the_cache(bundled: ServerThread) -> None:
+    """Each turn of a session goes to the replica holding its prefix (Codex's
+    prompt_cache_key, Claude Code's metadata.user_id), not the least recently used one."""
+    root = _root(bundled)
+    cached = []
+    for question in ("What is 2 + 2?", "What is the capital of France?", "Name a colour."):
+        reply = httpx.post(bundled.url + "/responses", timeout=120, json={
+            "model": "gemma", "instructions": AGENT_PROMPT, "input": question,
+            "max_output_tokens": 8, "prompt_cache_key": "session-1", "store": False})
+        assert reply.status_code == 200, reply.text
+        usage = reply.json()["usage"]
+        cached.append(usage["input_tokens_details"]["cached_tokens"])
+        total = usage["input_tokens"]
+    assert cached[0] == 0 and min(cached[1:]) > total * 0.8, (cached, total)
+    user = json.dumps({"session_id": "claude-1"})
+    reads = []
+    for question in ("What is 3 + 3?", "What is the capital of Spain?"):
+        reply = httpx.post(root + "/v1/messages", timeout=120, json={
+            "model": "gemma", "system": AGENT_PROMPT + " Be kind.", "max_tokens": 8,
+            "metadata": {"user_id": user}, "messages": [{"role": "user", "content": question}]})
+        assert reply.status_code == 200, reply.text
+        reads.append(reply.json()["usage"])
+    assert reads[1]["cache_read_input_tokens"] > reads[1]["input_tokens"]  # apart, not twice
