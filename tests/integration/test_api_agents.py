@@ -24,8 +24,14 @@ import ollama
 import pytest
 
 from core.server.connections import ServeLimits
-from tests.fixtures.serve import ServerThread, after_banner, scripted_args, scripted_spec, served
-from tests.fixtures.serve import spawn_serve
+from tests.fixtures.serve import (
+    ServerThread,
+    after_banner,
+    scripted_args,
+    scripted_spec,
+    served,
+    spawn_serve,
+)
 
 REQUESTS = Path(__file__).resolve().parents[1] / "fixtures" / "agent_requests"
 CLOSE_AGENT = ('<think>The user wants it closed.</think>Closing it.'
