@@ -192,6 +192,10 @@ class ChatServer:
             if not self.local_models.is_app_model(entry):
                 return await self.local_models.backend(entry)
         state, error = self.model_health()
+        if state == "failed" and rt.model.state == "failed" and not rt.pool.crash_failure(
+                rt.model_key):  # a load that failed (a file since restored): tried again
+            await self._wait_for_load()
+            return rt.backend
         if state == "failed":
             why = "failed to load" if rt.model.state == "failed" else "is not available"
             raise ApiError(503, f"The model {why}: {error}", code="model_unavailable")

@@ -281,3 +281,28 @@ def test_an_agents_repeated_prefix_comes_from_the_cache(bundled: ServerThread) -
         assert reply.status_code == 200, reply.text
         reads.append(reply.json()["usage"])
     assert reads[1]["cache_read_input_tokens"] > reads[1]["input_tokens"]  # apart, not twice
+
+
+@pytest.mark.slow
+def test_a_hand_written_config_on_a_fresh_home_still_gets_the_bundled_model(
+        tmp_path: Path) -> None:
+    """The README suggests raising context_size before first use; with only that in
+    config.toml, serve said "Model file not found" and /health stayed 503 failed."""
+    config = tmp_path / "config" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("context_size = 8192\n")
+    proc, url = spawn_serve(tmp_path, ready=False)
+    try:
+        assert proc.stdout is not None
+        status = after_banner(proc.stdout)
+        assert "ready" in status, status
+        health = httpx.get(url.removesuffix("/v1") + "/health", timeout=30)
+        assert health.status_code == 200 and health.json()["status"] == "ready", health.text
+        reply = httpx.post(url + "/chat/completions", timeout=120, json={
+            "model": health.json()["model"], "max_tokens": 5,
+            "messages": [{"role": "user", "content": "Say hi."}]})
+        assert reply.status_code == 200, reply.text
+        assert config.read_text() == "context_size = 8192\n"  # left as the person wrote it
+    finally:
+        proc.terminate()
+        proc.wait(10)
