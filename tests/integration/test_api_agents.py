@@ -116,6 +116,12 @@ def test_an_anthropic_server_tool_is_left_out_and_named(server: ServerThread) ->
     assert reply.headers["x-llmdeck-ignored-tools"] == "web_search"
 
 
+def test_the_root_answers_a_probe(server: ServerThread) -> None:
+    """Claude Code sends HEAD / first (and Ollama clients GET /): a 404 read as trouble."""
+    assert httpx.head(_root(server) + "/", timeout=10).status_code == 200
+    assert "running" in httpx.get(_root(server) + "/", timeout=10).text
+
+
 # -- Codex ---------------------------------------------------------------------------
 
 
