@@ -379,11 +379,16 @@ def _ping() -> bytes:
     return b'event: ping\ndata: {"type": "ping"}\n\n'
 
 
-def _message_start(call: ChatCall) -> bytes:
+def _message_start(call: ChatCall, template: str | None) -> bytes:
     """The stream's first event. Its input_tokens are an estimate from the prompt's
     characters (about four a token): the real count is known once the worker has
-    tokenized the prompt, and message_delta carries it."""
-    estimate = max(1, prompt_chars(call.request) // 4)
+    tokenized the prompt, and message_delta carries it. Tools are left out of it when
+    the model's chat template takes none (a base model's transcript has no tools): an
+    agent's tool list can be most of its request."""
+    request = call.request
+    if template is not None and "tools" not in template:
+        request = replace(request, tools=())
+    estimate = max(1, prompt_chars(request) // 4)
     data = {"type": "message_start", "message": {
         "id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
         "model": call.model, "content": [], "stop_reason": None, "stop_sequence": None,
@@ -422,14 +427,29 @@ class MessagesRoute:
         headers = ignored_tools_header(ignored, request.path)
         early = None
         if call.stream:  # opened while a long prompt is prefilled (core.server.sse.EarlyStream)
-            early = EarlyStream(request, self.server.limits.write_timeout_s, _message_start(call),
-                                _ping(), headers)
+            early = EarlyStream(request, self.server.limits.write_timeout_s,
+                                _message_start(call, await self._template(call.model)), _ping(),
+                                headers)
         async with generation(self.server, call, "/v1/messages", early=early) as (first, batches):
             if early is not None:
                 return await self._stream(request, call, thinking, first, batches, early)
             response = await self._complete(call, thinking, first, batches)
             response.headers.update(headers)
             return response
+
+    async def _template(self, model: str) -> str | None:
+        """The app model's chat template ("" for a base model), None when not known here."""
+        server = self.server
+        if server.runtime.model.state != "ready":
+            return None
+        if model != server.local_name():
+            entry = await server.local_models.find(model)
+            if entry is None or not server.local_models.is_app_model(entry):
+                return None
+        info = server.runtime.model.info or {}
+        if info.get("base_model"):  # prompted as a transcript: no template, no tools
+            return ""
+        return str(info.get("chat_template") or "")
 
     async def count_tokens(self, request: web.Request) -> web.Response:
         """The prompt's real token count: a one-token generation, whose prefill the next
