@@ -309,6 +309,11 @@ def test_a_hand_written_config_on_a_fresh_home_still_gets_the_bundled_model(
             "messages": [{"role": "user", "content": "Say hi."}]})
         assert reply.status_code == 200, reply.text
         assert config.read_text() == "context_size = 8192\n"  # left as the person wrote it
+        assert not reply.json()["choices"][0]["message"]["content"].endswith("\n")  # 48.8
+        listed = httpx.get(url.removesuffix("/v1") + "/api/tags", timeout=30).json()["models"]
+        assert [m["name"] for m in listed] == ["gemma3:270m-q4_k_m"]  # one copy, by its id
+        assert listed[0]["details"]["parameter_size"] == "270M"  # issue 48.9: they were empty
+        assert listed[0]["details"]["quantization_level"] == "Q4_K_M"
     finally:
         proc.terminate()
         proc.wait(10)
