@@ -184,7 +184,10 @@ async def _keep_open(server: Any, early: EarlyStream, handler: asyncio.Task[Any]
             return
         except TimeoutError:
             pass
-        ok = await (early.ping() if early.opened else early.open())
+        try:
+            ok = await (early.ping() if early.opened else early.open())
+        except (ConnectionError, RuntimeError):  # gone before the headers could leave
+            ok = False
         if not ok:
             if handler is not None:
                 handler.cancel()
