@@ -174,6 +174,7 @@ def _until_text(lines: Iterator[str], has_text: Any) -> list[str]:
     ("/v1/chat/completions", {}, ": keep-alive", '"role":"assistant"'),
     ("/v1/responses", {}, ": keep-alive", "event: response.created"),
     ("/api/chat", {}, '"content":""', '"done":false'),
+    ("/v1/completions", {"prompt": "Are you there?"}, ": keep-alive", ": keep-alive"),
 ])
 def test_a_stream_opens_and_keeps_alive_while_the_prompt_is_prefilled(
         slow: ServerThread, path: str, body: dict[str, Any], keepalive: str, opening: str) -> None:
@@ -181,7 +182,8 @@ def test_a_stream_opens_and_keeps_alive_while_the_prompt_is_prefilled(
     it all again: bytes must come before the first token, and keep coming."""
     messages = [{"role": "user", "content": "Are you there?"}]
     payload = {"model": "scripted", "stream": True, **body,
-               **({"input": "Are you there?"} if path == "/v1/responses" else {"messages": messages})}
+               **({"input": "Are you there?"} if path == "/v1/responses"
+                  else {} if path == "/v1/completions" else {"messages": messages})}
     sent = time.monotonic()
     with httpx.stream("POST", _root(slow) + path, json=payload, timeout=60) as reply:
         assert reply.status_code == 200
