@@ -73,6 +73,14 @@ class HomeLock:
         """Held without a file: the home is read-only, so nothing here can be written."""
         return self._file is None
 
+    def note(self, text: str) -> None:
+        """A line after the pid for the next instance's refusal (serve: its URL)."""
+        if self._file is not None:
+            self._file.seek(0)
+            self._file.truncate()
+            self._file.write(f"{os.getpid()}\n{text}\n")
+            self._file.flush()
+
     def release(self) -> None:
         if self._file is not None:
             self._file.close()  # closing drops the flock
@@ -109,9 +117,13 @@ def acquire(role: str = "app", grace_s: float = GRACE_S) -> HomeLock:
                 file.close()
                 raise HomeLockError(f"{name} could not lock {path}: {exc}.") from None
             file.seek(0)
-            pid = _pid(file.read())
+            text = file.read()
+            pid = _pid(text)
             file.close()
             who = f"pid {pid}" if pid else "another process"
+            noted = text.splitlines()[1:2]
+            if noted and noted[0].strip():
+                who += f", {noted[0].strip()[:200]}"
             raise HomeLockError(
                 f"{name} is already running on {home_label()} ({who}). Use that one, stop it "
                 "first, or set LLMDECK_HOME to another folder to run a separate one.",
@@ -122,6 +134,13 @@ def acquire(role: str = "app", grace_s: float = GRACE_S) -> HomeLock:
     file.flush()
     lock = _held[role] = HomeLock(role, file)
     return lock
+
+
+def note_held(role: str, text: str) -> None:
+    """Note `text` in the lock this process holds for `role` (nothing when none)."""
+    lock = _held.get(role)
+    if lock is not None:
+        lock.note(text)
 
 
 def _flock(file: IO[str], grace_s: float) -> None:

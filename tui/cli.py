@@ -65,7 +65,8 @@ def _parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="check this machine and llmdeck's files; each "
                             "problem with its fix (exit 1 on a problem)", add_help=False)
     doctor.add_argument("rest", nargs=argparse.REMAINDER)
-    serve = sub.add_parser("serve", help="serve the model over an OpenAI-compatible HTTP API",
+    serve = sub.add_parser("serve", help="serve the local models over HTTP: OpenAI (/v1), Anthropic "
+                           "(Claude Code) and Ollama APIs, for agents and front ends",
                            add_help=False)
     serve.add_argument("rest", nargs=argparse.REMAINDER)
     cluster = sub.add_parser("cluster", help="start, stop or show a cluster: one model across "

@@ -354,7 +354,8 @@ class LlamaCppEngine:
         self._active = _Active(request, iter(stream), len(tokens), min(cached, len(tokens)), stop)
         if prefill is not None:  # the images were encoded above: their time is the TTFT's
             self._active.started = prefill.started
-        self._active.tail.trim_start = self._base is not None and not raw  # "Assistant:" leaves a space
+        # "Assistant:" leaves a space, the next "\nUser:" a newline: both trimmed
+        self._active.tail.trim_start = self._active.tail.trim_end = self._base is not None and not raw
         if not raw and self._base is None and not images:  # kv-disk hook
             self._active.kv_text = text
         self._active.kv_prompt = tokens

@@ -4,7 +4,8 @@ Each engine decodes its tokens into text pieces its own way (mlx-lm's streaming
 detokenizer, llama.cpp's stream chunks); from there on a reply is the same for both:
 stop strings are matched across pieces (core.parsing.stops holds back a tail that could
 still become one, and cuts the reply at one), a base model's transcript prompt drops the
-reply's leading whitespace ("Assistant:" leaves a space), and the end of a reply either
+reply's leading whitespace ("Assistant:" leaves a space) and its trailing whitespace (the
+newline before the next "User:" turn marker), and the end of a reply either
 flushes what was held back or, cut by max_tokens, drops the start of a stop it was
 writing. Written once here, so both engines end a reply alike.
 """
@@ -19,11 +20,15 @@ from core.parsing.stops import StopMatcher
 class ReplyTail:
     """One reply's text on its way out: `feed` each piece, `end` once."""
 
-    __slots__ = ("_stops", "trim_start")
+    __slots__ = ("_stops", "trim_start", "trim_end", "_pending")
 
-    def __init__(self, stops: Iterable[str] = (), *, trim_start: bool = False) -> None:
+    def __init__(self, stops: Iterable[str] = (), *, trim_start: bool = False,
+                 trim_end: bool | None = None) -> None:
         self._stops = StopMatcher(tuple(stops))
         self.trim_start = trim_start  # drop leading whitespace until some text shows
+        # hold trailing whitespace back until text follows it; the reply's last is dropped
+        self.trim_end = trim_start if trim_end is None else trim_end
+        self._pending = ""
 
     @property
     def stopped(self) -> bool:
@@ -53,4 +58,9 @@ class ReplyTail:
         if self.trim_start and text:
             text = text.lstrip()
             self.trim_start = not text
+        if self.trim_end and text:
+            text = self._pending + text
+            body = text.rstrip()
+            self._pending = text[len(body):]
+            text = body
         return text

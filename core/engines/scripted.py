@@ -13,7 +13,8 @@ containing it kills the worker with SIGSEGV, for crash tests), emit_log (str: a 
 that receives each finished run's token emission times, time.monotonic(), one JSON list
 per line; the UI bench compares them with the frames that show the tokens), vision (bool:
 report "vision" in info, so the runtime hands it images as parts, as it does an mlx-vlm model;
-it reads none).
+it reads none), prefill_s (float: the first token of each reply comes this long after it
+was submitted, as a long prompt's prefill; a cancel in that time ends it at once).
 
 Pacing: each step emits at most one piece (one token) per request, and a step sleeps until
 the earliest request is due, so tokens_per_s is the real rate per request. A step that
@@ -92,6 +93,7 @@ class ScriptedEngine:
         self._turn += 1
         pieces = [reply[i : i + self._chunk] for i in range(0, len(reply), self._chunk)]
         run = _Run(request, pieces[: request.sampling.max_tokens])
+        run.next_at += float(self._spec.option("prefill_s", 0.0))
         run.truncated = len(pieces) > request.sampling.max_tokens
         self._runs[request.request_id] = run
 
@@ -105,10 +107,10 @@ class ScriptedEngine:
 
     def step(self) -> list[tuple[str, list[Event]]]:
         out, self._out = self._out, []
-        if self._interval:
-            wait = min(r.next_at for r in self._runs.values()) - time.perf_counter() if self._runs else 0
-            if wait > 0:
-                time.sleep(wait)
+        if self._runs:
+            wait = min(r.next_at for r in self._runs.values()) - time.perf_counter()
+            if wait > 0:  # a prefill waits in short steps: the worker hears a cancel between
+                time.sleep(wait if self._interval and wait <= self._interval else min(wait, 0.05))
         now = time.perf_counter()
         for rid, run in list(self._runs.items()):
             if run.next_at > now:

@@ -165,6 +165,16 @@ class ModelLifecycle:
                 target = Path(chosen.path)
                 s.model, s.engine = chosen.path, chosen.engine
                 await asyncio.to_thread(s.save)
+            else:
+                if not await asyncio.to_thread(target.is_file):
+                    # a hand-written config.toml (say, only context_size) on a fresh home:
+                    # the bundled model is still set up on first use
+                    self.state.state = "provisioning"
+                    self.notify()
+                    target = await asyncio.to_thread(bundled.provision_bundled_chat)
+                # named by its file in memory (the config file is left as written), so the
+                # API's id for it is the app's model, not a second copy loaded beside it
+                s.model = str(target)
             path, label = target, bundled.BUNDLED_CHAT_LABEL
         self.state.label = label if label != bundled.BUNDLED_CHAT_NAME else bundled.BUNDLED_CHAT_LABEL
         engine = s.engine or await asyncio.to_thread(engine_for, path)

@@ -10,8 +10,10 @@ back as content blocks: reasoning as `thinking`, text as `text`, calls as `tool_
 streamed as Anthropic's SSE sequence (message_start, content_block_start/delta/stop,
 message_delta with stop_reason and usage, message_stop).
 
-What is refused, with a sentence: server tools (web search, code execution: this server
-runs none), document blocks, images by URL (this server fetches nothing), `n` answers.
+What is refused, with a sentence: document blocks, images by URL (this server fetches
+nothing), `n` answers. Server tools (web search, code execution: this server runs none)
+are left out and named in the `x-llmdeck-ignored-tools` header and the log. A `system`
+turn inside `messages` (Claude Code sends one) is folded where templates take it.
 Thinking blocks sent back in history are dropped (chat templates drop past reasoning);
 a thinking block's signature is empty (there is nothing to verify here).
 """
@@ -37,8 +39,9 @@ from core.events import (
     Usage,
 )
 from core.server.collect import collect
-from core.server.dialects import generation, guarded
-from core.server.sse import json_response, write_stream
+from core.server.dialects import generation, guarded, ignored_tools_header
+from core.server.limits import prompt_chars
+from core.server.sse import EarlyStream, json_response, write_stream
 from core.server.wire import ApiError, ChatCall, api_error_for, parse_chat
 
 # HTTP status -> Anthropic's error type.
@@ -130,12 +133,13 @@ def _message(raw: Any, i: int) -> list[dict[str, Any]]:
     of them, and this runs before the prompt-size check refuses it. Paths for error
     messages are only built when there is an error."""
     role = raw.get("role") if isinstance(raw, Mapping) else None
-    if role not in ("user", "assistant"):
+    if role not in ("user", "assistant", "system"):
         if not isinstance(raw, Mapping):
             raise _bad(f"messages[{i}] must be an object with 'role' and 'content'.")
-        raise _bad(f"messages[{i}].role must be 'user' or 'assistant' (the system prompt goes "
-                   "in the top-level 'system').")
+        raise _bad(f"messages[{i}].role must be 'user', 'assistant' or 'system'.")
     content = raw.get("content")
+    if role == "system":  # Claude Code's mid-conversation system turn: see _fold_system
+        return [{"role": "system", "content": _system_text(content, f"messages[{i}].content")}]
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     if not isinstance(content, list):
@@ -188,7 +192,10 @@ def _message(raw: Any, i: int) -> list[dict[str, Any]]:
     return out
 
 
-def _tools(raw: Any) -> list[dict[str, Any]] | None:
+def _tools(raw: Any, ignored: list[str]) -> list[dict[str, Any]] | None:
+    """Client tools as function tools. Server tools (web search, code execution: Anthropic
+    runs those) are left out and named in `ignored`: this server runs none, and the model
+    still answers without them (the route says so in a header and the log)."""
     if raw is None:
         return None
     if not isinstance(raw, list):
@@ -198,8 +205,8 @@ def _tools(raw: Any) -> list[dict[str, Any]] | None:
         if not isinstance(tool, Mapping):
             raise _bad(f"tools[{i}] must be an object {{name, description, input_schema}}.")
         if tool.get("type") not in (None, "custom"):
-            raise _bad(f"tools[{i}] is a server tool ({str(tool.get('type'))[:60]!r}); this server "
-                       "runs no tools of its own. Send client tools with an input_schema.")
+            ignored.append(str(tool.get("name") or tool.get("type"))[:60])
+            continue
         function: dict[str, Any] = {"name": tool.get("name"), "parameters": tool.get("input_schema")}
         if tool.get("description") is not None:
             function["description"] = _text(tool["description"], f"tools[{i}].description")
@@ -220,21 +227,82 @@ def _tool_choice(raw: Any) -> Any:
     raise _bad("'tool_choice' must be {type: 'auto' | 'any' | 'none'} or {type: 'tool', name}.")
 
 
+def _system_text(raw: Any, where: str) -> str:
+    """A system prompt (a string or text blocks) as one string."""
+    if isinstance(raw, list):
+        texts = []
+        for j, block in enumerate(_blocks(raw, where)):
+            if block["type"] != "text":
+                raise _bad(f"{where}[{j}] must be a text block.")
+            texts.append(_text(block.get("text"), f"{where}[{j}].text"))
+        raw = "\n\n".join(texts)
+    return _text(raw, where)
+
+
 def _system(raw: Any) -> list[dict[str, Any]]:
     if raw is None:
         return []
-    if isinstance(raw, list):
-        texts = []
-        for j, block in enumerate(_blocks(raw, "system")):
-            if block["type"] != "text":
-                raise _bad(f"system[{j}] must be a text block.")
-            texts.append(_text(block.get("text"), f"system[{j}].text"))
-        raw = "\n\n".join(texts)
-    return [{"role": "system", "content": _text(raw, "system")}] if raw else []
+    text = _system_text(raw, "system")
+    return [{"role": "system", "content": text}] if text else []
 
 
-def chat_body(body: Any, *, counting: bool = False) -> dict[str, Any]:
-    """The OpenAI chat body for a Messages body (core.server.wire validates the rest)."""
+def _join(content: Any, text: str, *, before: bool = False) -> Any:
+    """`text` added to a message's content (a string, or text and image parts)."""
+    if isinstance(content, list):
+        part = {"type": "text", "text": text}
+        return [part, *content] if before else [*content, part]
+    return f"{text}\n\n{content}" if before else f"{content}\n\n{text}"
+
+
+def _fold_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """System turns inside the conversation, placed where every chat template takes them.
+
+    Claude Code sends one (its "mid-conversation system" beta), and many templates refuse
+    a system message after the first or have no system role at all. Before the first
+    assistant turn it joins the system prompt (the same every turn of a session, so the
+    prompt's prefix stays cached); after it, it joins the user turn next to it, so the
+    conversation before it keeps its cached prefix."""
+    system: list[str] = []
+    out: list[dict[str, Any]] = []
+    pending: list[str] = []  # later system turns waiting for a user turn
+    answered = False
+    for message in messages:
+        role = message["role"]
+        if role == "system":
+            text = message["content"]
+            if not text:
+                continue
+            if not answered:
+                system.append(text)
+            elif out and out[-1]["role"] == "user":
+                out[-1] = {**out[-1], "content": _join(out[-1]["content"], text)}
+            else:
+                pending.append(text)
+            continue
+        if role == "assistant":
+            answered = True
+        if role == "user" and pending:
+            message = {**message, "content": _join(message["content"], "\n\n".join(pending),
+                                                   before=True)}
+            pending = []
+        out.append(message)
+    if pending:
+        out.append({"role": "user", "content": "\n\n".join(pending)})
+    if not any(m["role"] in ("user", "assistant") for m in out):
+        raise _bad("'messages' needs a user turn: system turns alone give the model nothing "
+                   "to answer.")
+    head = [{"role": "system", "content": "\n\n".join(system)}] if system else []
+    return head + out
+
+
+def chat_body(body: Any, *, counting: bool = False,
+              ignored: list[str] | None = None) -> dict[str, Any]:
+    """The OpenAI chat body for a Messages body (core.server.wire validates the rest).
+
+    What does not apply here is ignored: `context_management` (nothing is cleared from a
+    conversation this server does not keep), `output_config`'s effort, `cache_control`
+    (every prompt's prefix is cached), `metadata` beyond user_id. Server tools left out
+    are added to `ignored`."""
     if not isinstance(body, Mapping):
         raise _bad("The request body must be a JSON object.")
     messages = body.get("messages")
@@ -243,9 +311,8 @@ def chat_body(body: Any, *, counting: bool = False) -> dict[str, Any]:
     if body.get("mcp_servers"):  # the MCP connector: Anthropic's servers call them; none here
         raise _bad("'mcp_servers' is not supported: this server connects to no MCP server for "
                    "you. Run the MCP tools in your client and send them as 'tools'.")
-    chat: dict[str, Any] = {"model": body.get("model"),
-                            "messages": _system(body.get("system"))
-                            + [m for i, raw in enumerate(messages) for m in _message(raw, i)]}
+    chat: dict[str, Any] = {"model": body.get("model"), "messages": _fold_system(
+        _system(body.get("system")) + [m for i, raw in enumerate(messages) for m in _message(raw, i)])}
     if not counting:
         max_tokens = body.get("max_tokens")
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
@@ -267,7 +334,7 @@ def chat_body(body: Any, *, counting: bool = False) -> dict[str, Any]:
         choice = body.get("tool_choice")
         if isinstance(choice, Mapping) and choice.get("disable_parallel_tool_use") is True:
             chat["parallel_tool_calls"] = False  # at most one tool_use (core.server.one_call)
-    tools = _tools(body.get("tools"))
+    tools = _tools(body.get("tools"), ignored if ignored is not None else [])
     if tools is not None:
         chat["tools"] = tools
     metadata = body.get("metadata")
@@ -299,10 +366,36 @@ def _thinking_switch(body: Mapping[str, Any]) -> bool | None:
 
 
 def _usage(usage: Usage | None) -> dict[str, int]:
+    """Anthropic's usage: input_tokens are the prompt tokens not read from the cache (the
+    two are reported apart, and a client adds them up)."""
     if usage is None:
         return {"input_tokens": 0, "output_tokens": 0}
-    return {"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens,
-            "cache_read_input_tokens": usage.cached_tokens}
+    cached = min(usage.cached_tokens, usage.prompt_tokens)
+    return {"input_tokens": usage.prompt_tokens - cached, "output_tokens": usage.completion_tokens,
+            "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached}
+
+
+def _ping() -> bytes:
+    return b'event: ping\ndata: {"type": "ping"}\n\n'
+
+
+def _message_start(call: ChatCall, template: str | None) -> bytes:
+    """The stream's first event. Its input_tokens are an estimate from the prompt's
+    characters (about four a token): the real count is known once the worker has
+    tokenized the prompt, and message_delta carries it. Tools are left out of it when
+    the model's chat template takes none (a base model's transcript has no tools): an
+    agent's tool list can be most of its request."""
+    request = call.request
+    if template is not None and "tools" not in template:
+        request = replace(request, tools=())
+    estimate = max(1, prompt_chars(request) // 4)
+    data = {"type": "message_start", "message": {
+        "id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
+        "model": call.model, "content": [], "stop_reason": None, "stop_sequence": None,
+        "usage": {"input_tokens": estimate, "output_tokens": 0, "cache_creation_input_tokens": 0,
+                  "cache_read_input_tokens": 0}}}
+    return (b"event: message_start\ndata: " + json.dumps(data, ensure_ascii=False).encode()
+            + b"\n\n" + _ping())
 
 
 def _tool_input(call: ToolCall) -> dict[str, Any]:
@@ -315,10 +408,10 @@ class MessagesRoute:
     def __init__(self, server: Any) -> None:
         self.server = server
 
-    async def _call(self, request: web.Request, *, counting: bool = False
-                    ) -> tuple[Mapping[str, Any], ChatCall]:
+    async def _call(self, request: web.Request, *, counting: bool = False,
+                    ignored: list[str] | None = None) -> tuple[Mapping[str, Any], ChatCall]:
         body = await self.server._body(request)
-        chat = chat_body(body, counting=counting)
+        chat = chat_body(body, counting=counting, ignored=ignored)
         if counting:
             chat["max_tokens"] = 1
         call = parse_chat(chat, self.server.runtime.settings.sampling)
@@ -328,12 +421,35 @@ class MessagesRoute:
         return body, call
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
-        body, call = await self._call(request)
+        ignored: list[str] = []
+        body, call = await self._call(request, ignored=ignored)
         thinking = _thinking_wanted(body)
-        async with generation(self.server, call, "/v1/messages") as (first, batches):
-            if call.stream:
-                return await self._stream(request, call, thinking, first, batches)
-            return await self._complete(call, thinking, first, batches)
+        headers = ignored_tools_header(ignored, request.path)
+        early = None
+        if call.stream:  # opened while a long prompt is prefilled (core.server.sse.EarlyStream)
+            early = EarlyStream(request, self.server.limits.write_timeout_s,
+                                _message_start(call, await self._template(call.model)), _ping(),
+                                headers)
+        async with generation(self.server, call, "/v1/messages", early=early) as (first, batches):
+            if early is not None:
+                return await self._stream(request, call, thinking, first, batches, early)
+            response = await self._complete(call, thinking, first, batches)
+            response.headers.update(headers)
+            return response
+
+    async def _template(self, model: str) -> str | None:
+        """The app model's chat template ("" for a base model), None when not known here."""
+        server = self.server
+        if server.runtime.model.state != "ready":
+            return None
+        if model != server.local_name():
+            entry = await server.local_models.find(model)
+            if entry is None or not server.local_models.is_app_model(entry):
+                return None
+        info = server.runtime.model.info or {}
+        if info.get("base_model"):  # prompted as a transcript: no template, no tools
+            return ""
+        return str(info.get("chat_template") or "")
 
     async def count_tokens(self, request: web.Request) -> web.Response:
         """The prompt's real token count: a one-token generation, whose prefill the next
@@ -364,7 +480,8 @@ class MessagesRoute:
             **_stop_fields(finish, got.stop_sequence, call), "usage": _usage(got.usage)})
 
     async def _stream(self, request: web.Request, call: ChatCall, thinking: bool,
-                      first: list[Event], batches: AsyncIterator[list[Event]]) -> web.StreamResponse:
+                      first: list[Event], batches: AsyncIterator[list[Event]],
+                      early: EarlyStream) -> web.StreamResponse:
         """Anthropic's SSE: one content block per run of text, of reasoning, or per call."""
         out = bytearray()
 
@@ -372,10 +489,6 @@ class MessagesRoute:
             out.extend(b"event: " + kind.encode() + b"\ndata: "
                        + json.dumps({"type": kind, **data}, ensure_ascii=False).encode() + b"\n\n")
 
-        emit("message_start", {"message": {
-            "id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
-            "model": call.model, "content": [], "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0}}})
         state: dict[str, Any] = {"index": -1, "open": None, "usage": None, "calls": 0}
 
         def close() -> None:
@@ -446,7 +559,7 @@ class MessagesRoute:
             return False
 
         return await write_stream(request, self.server.limits.write_timeout_s, out, encode,
-                                  first, batches)
+                                  first, batches, early)
 
 
 def add_routes(app: web.Application, server: Any) -> None:

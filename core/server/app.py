@@ -14,7 +14,8 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ from core.events import (
 )
 from core.openai_wire import tool_call_body
 from core.remote.backend import Backend, PoolBackend
+from core.server import request_log
 from core.server.collect import collect
 from core.server.completions import CompletionsRoute
 from core.server.connections import ServeLimits, busy_middleware
@@ -49,7 +51,7 @@ from core.server.limits import (
 )
 from core.server.local_models import Loaded, LocalModels, describe, keep_alive_of
 from core.server.local_models import add_routes as add_model_routes
-from core.server.sse import json_response, write_stream
+from core.server.sse import KEEPALIVE_COMMENT, EarlyStream, json_response, write_stream
 from core.server.tool_schemas import prepare as prepare_tools
 from core.server.wire import (
     ApiError,
@@ -71,6 +73,12 @@ _REASONING = b'{"reasoning_content":'
 _json_str = encode_basestring  # json.dumps(text, ensure_ascii=False) without building an encoder
 
 
+def _role_chunk(head: str) -> bytes:
+    """A chat stream's first chunk: the assistant's role, no text yet."""
+    return (f'data: {head},"choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},'
+            '"logprobs":null,"finish_reason":null}]}\n\n').encode()
+
+
 class ChatServer:
     """Routes and admission control for one Runtime."""
 
@@ -88,9 +96,12 @@ class ChatServer:
         self.active = 0  # requests streaming now (for the worker pane)
         self._load_waiters = 0  # requests waiting for the model to finish loading
         self.local_models = LocalModels(self)  # every other local model, by name
+        # one line per request (core.server.request_log), e.g. print; None: no lines
+        self.request_log: Callable[[str], None] | None = None
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[busy_middleware, self._errors],
+        app = web.Application(middlewares=[request_log.middleware(self), busy_middleware,
+                                           self._errors],
                               client_max_size=MAX_BODY_BYTES)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", CompletionsRoute(self).handle)
@@ -183,6 +194,10 @@ class ChatServer:
             if not self.local_models.is_app_model(entry):
                 return await self.local_models.backend(entry)
         state, error = self.model_health()
+        if state == "failed" and rt.model.state == "failed" and not rt.pool.crash_failure(
+                rt.model_key):  # a load that failed (a file since restored): tried again
+            await self._wait_for_load()
+            return rt.backend
         if state == "failed":
             why = "failed to load" if rt.model.state == "failed" else "is not available"
             raise ApiError(503, f"The model {why}: {error}", code="model_unavailable")
@@ -308,11 +323,21 @@ class ChatServer:
         body = await self._body(request)
         keep = keep_alive_of(body)  # Ollama's keep_alive, taken here too
         call = parse_chat(body, self.runtime.settings.sampling)
+        cache_key = body.get("prompt_cache_key")  # OpenAI's: the worker that holds the prefix
+        if isinstance(cache_key, str) and cache_key and call.request.session_id is None:
+            call = replace(call, request=replace(call.request, session_id=cache_key))
         # Admission (backend, images, prompt size, queue), metering and the close that
         # cancels a vanished client's request: the same for every dialect (dialects.py).
-        async with generation(self, call, "/v1/chat/completions", keep) as (first, batches):
-            if call.stream:
-                return await self._stream(request, call, first, batches)
+        head = early = None
+        if call.stream:  # opened while a long prompt is prefilled (core.server.sse.EarlyStream)
+            head = json.dumps({"id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+                               "object": "chat.completion.chunk", "created": int(time.time()),
+                               "model": call.model})[:-1]
+            early = EarlyStream(request, self.limits.write_timeout_s, _role_chunk(head),
+                                KEEPALIVE_COMMENT)
+        async with generation(self, call, "/v1/chat/completions", keep, early) as (first, batches):
+            if early is not None and head is not None:
+                return await self._stream(request, call, first, batches, head, early)
             return await self._complete(call, first, batches)
 
     async def _complete(self, call: ChatCall, first: list[Event],
@@ -340,7 +365,8 @@ class ChatServer:
         return json_response(body)
 
     async def _stream(self, request: web.Request, call: ChatCall, first: list[Event],
-                      batches: AsyncIterator[list[Event]]) -> web.StreamResponse:
+                      batches: AsyncIterator[list[Event]], head: str,
+                      early: EarlyStream) -> web.StreamResponse:
         """SSE chunks, one write per batch of queued events.
 
         A consumer that keeps up gets one chunk per token. One that fell behind (a busy
@@ -349,15 +375,13 @@ class ChatServer:
         tokens, clients concatenate. Nothing is reordered and nothing is merged across a
         tool call, usage, error or the end; usage counts tokens, not chunks.
         """
-        head = json.dumps({"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion.chunk",
-                           "created": int(time.time()), "model": call.model})[:-1]
         prefix = (head + ',"choices":[{"index":0,"delta":').encode()
         tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
 
         def chunk(delta: dict[str, Any]) -> bytes:
             return b"data: " + prefix + json.dumps(delta, ensure_ascii=False).encode() + tail
 
-        out = bytearray(chunk({"role": "assistant", "content": ""}))
+        out = bytearray()
         n_calls = 0
         streamed: dict[str, tuple[int, list[str]]] = {}  # call id -> index, arguments sent
         usage: Usage | None = None
@@ -422,7 +446,7 @@ class ChatServer:
             return False
 
         return await write_stream(request, self.limits.write_timeout_s, out, encode, first,
-                                  batches)
+                                  batches, early)
 
     # -- embeddings ----------------------------------------------------------------------
     async def embed(self, request: web.Request) -> web.Response:

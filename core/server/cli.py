@@ -23,6 +23,7 @@ from typing import Any
 from core.server.app import DEFAULT_MAX_QUEUE
 from core.server.connections import ServeLimits
 from core.server.handle import DEFAULT_HOST, DEFAULT_PORT, ServeError, ServerHandle
+from core.server.request_log import banner
 
 
 def _whole(low: int, high: int | None = None) -> Any:
@@ -53,9 +54,15 @@ def _seconds(*, zero: bool) -> Any:
     return read
 
 
+DESCRIPTION = ("Serve the local models over HTTP in the dialects agents and front ends speak: "
+               "OpenAI (chat completions, completions, Responses, embeddings; base URL "
+               "http://HOST:PORT/v1), Anthropic Messages (Claude Code: ANTHROPIC_BASE_URL="
+               "http://HOST:PORT) and Ollama (OLLAMA_HOST=http://HOST:PORT). One line is printed "
+               "per request unless --quiet.")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="llmdeck serve",
-                                description="Serve the model over an OpenAI-compatible HTTP API.")
+    p = argparse.ArgumentParser(prog="llmdeck serve", description=DESCRIPTION)
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
     p.add_argument("--port", type=_whole(0, 65535), default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 = any free)")
     p.add_argument("--api-key", default=os.environ.get("LLMDECK_API_KEY"),
@@ -83,6 +90,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--load-wait", type=_seconds(zero=True), default=limits.load_wait_s, metavar="S",
                    help="how long a request waits for a loading model before 503 "
                    f"(default {limits.load_wait_s:.0f})")
+    p.add_argument("--quiet", action="store_true",
+                   help="print no line per request (method, path, model, status, tokens, time)")
     return p
 
 
@@ -160,7 +169,13 @@ async def serve(args: argparse.Namespace) -> int:
         print(f"llmdeck serve: {exc.message}", file=sys.stderr)
         await runtime.close()
         return 2
+    from core.home_lock import note_held
+
+    note_held("serve", f"listening on {handle.url}")  # a second `serve` says where
     print(f"llmdeck serve: listening on {handle.url}", flush=True)
+    print("\n".join(banner(handle.url, args.api_key)), flush=True)
+    if not args.quiet:
+        handle.server.request_log = lambda text: print(f"llmdeck serve: {text}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

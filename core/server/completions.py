@@ -34,7 +34,7 @@ from core.events import Done, Error, Event, Logprobs, TextDelta, Usage
 from core.server.collect import collect
 from core.server.dialects import generation
 from core.server.limits import MAX_CHARS_PER_TOKEN
-from core.server.sse import json_response, write_stream
+from core.server.sse import KEEPALIVE_COMMENT, EarlyStream, json_response, write_stream
 from core.server.wire import (
     ApiError,
     ChatCall,
@@ -190,10 +190,14 @@ class CompletionsRoute:
         call = parse_completion(await server._body(request), server.runtime.settings.sampling)
         await self._admit_raw(call)
         chat = ChatCall(call.model, call.request, call.stream, call.include_usage)
+        # a stream opens while a long prompt is prefilled: headers, then SSE comments
+        early = (EarlyStream(request, server.limits.write_timeout_s, b"", KEEPALIVE_COMMENT)
+                 if call.stream else None)
         try:
-            async with generation(server, chat, "/v1/completions") as (first, batches):
-                if call.stream:
-                    return await self._stream(request, call, first, batches)
+            async with generation(server, chat, "/v1/completions",
+                                  early=early) as (first, batches):
+                if early is not None:
+                    return await self._stream(request, call, first, batches, early)
                 return await self._complete(call, first, batches)
         except ApiError as exc:  # an engine's context error, said about a prompt
             raise _prompt_terms(exc) from None
@@ -219,7 +223,8 @@ class CompletionsRoute:
         return json_response(body)
 
     async def _stream(self, request: web.Request, call: CompletionCall, first: list[Event],
-                      batches: AsyncIterator[list[Event]]) -> web.StreamResponse:
+                      batches: AsyncIterator[list[Event]],
+                      early: EarlyStream) -> web.StreamResponse:
         """SSE `text_completion` chunks: one per batch of events (one token when the client
         keeps up), carrying that batch's text and its tokens' logprobs; then the finish,
         usage when stream_options asks, and [DONE]."""
@@ -268,4 +273,4 @@ class CompletionsRoute:
             return False
 
         return await write_stream(request, self.server.limits.write_timeout_s, out, encode,
-                                  first, batches)
+                                  first, batches, early)

@@ -40,6 +40,8 @@ class ServeLimits:
     body_timeout_s: float = 30.0  # a request body must arrive within this
     write_timeout_s: float = 60.0  # a streaming client must take each chunk within this
     load_wait_s: float = 120.0  # requests wait this long for a loading model, then 503
+    stream_open_s: float = 0.5  # a stream with no first token yet opens (headers) after this
+    keepalive_s: float = 5.0  # then a keep-alive event this often until the first token
 
     def connection_cap(self) -> int:
         """max_connections, lowered to what the descriptor limit leaves for the rest of the

@@ -18,6 +18,12 @@ HINTS = {"/api": ("This server's Ollama API offers /api/chat, /api/generate, /ap
                   "(llmdeck models), not pulled, pushed or created through the API.")}
 
 
+async def _root(request: web.Request) -> web.Response:
+    """What a probe of the server's root gets (Ollama answers "Ollama is running")."""
+    return web.Response(text="llmdeck serve is running: OpenAI at /v1, Anthropic at "
+                        "/v1/messages, Ollama at /api\n")
+
+
 def register(app: web.Application, server: Any) -> None:
     """Add the dialects' routes and their auth middleware (ChatServer.app calls this
     before the app is frozen)."""
@@ -29,6 +35,7 @@ def register(app: web.Application, server: Any) -> None:
     meter = metrics.metrics_for(server)
     app.middlewares.insert(0, meter.middleware)  # outermost: every answer is counted
     app.router.add_get("/metrics", meter.handle)
+    app.router.add_get("/", _root)  # HEAD too: Claude Code and Ollama clients probe it
     anthropic.add_routes(app, server)
     ollama.add_routes(app, server)
     responses.add_routes(app, server)

@@ -36,6 +36,8 @@ from core.server.images import has_images, resolve_images
 from core.server.limits import check_prompt_size, too_large
 from core.server.metrics import Metered, metrics_for
 from core.server.one_call import FirstCallOnly, OneCallBatches
+from core.server.request_log import note
+from core.server.sse import EarlyStream
 from core.server.wire import ApiError, ChatCall, api_error_for
 
 log = logging.getLogger("llmdeck.serve")
@@ -73,6 +75,21 @@ def guarded(render: Render) -> Callable[[Handler], Handler]:
         return guarded_handler
 
     return wrap
+
+
+IGNORED_TOOLS_HEADER = "x-llmdeck-ignored-tools"
+
+
+def ignored_tools_header(names: list[str], route: str) -> dict[str, str]:
+    """The header that names the hosted tools a request sent and this server left out
+    (it runs no tools of its own: web search, file search, code execution), and one log
+    line saying so; {} when none were."""
+    if not names:
+        return {}
+    listed = ", ".join(dict.fromkeys(n.encode("ascii", "replace").decode().replace("\r", " ")
+                                     .replace("\n", " ") for n in names))
+    log.info("serve: %s: left out hosted tools this server cannot run: %s", route, listed[:300])
+    return {IGNORED_TOOLS_HEADER: listed[:1000]}
 
 
 # -- auth ---------------------------------------------------------------------------
@@ -154,9 +171,47 @@ def shape_middleware(renderers: list[tuple[str, Render]], hints: dict[str, str])
 # -- admission ----------------------------------------------------------------------
 
 
+async def _keep_open(server: Any, early: EarlyStream, handler: asyncio.Task[Any] | None,
+                     first_came: asyncio.Event) -> None:
+    """While the first batch is awaited: open the stream after limits.stream_open_s, then
+    a keep-alive every limits.keepalive_s. A client that has gone cancels the handler
+    (and so the prefill in the worker)."""
+    limits = server.limits
+    wait = limits.stream_open_s
+    while True:
+        try:
+            await asyncio.wait_for(first_came.wait(), wait)
+            return
+        except TimeoutError:
+            pass
+        try:
+            ok = await (early.ping() if early.opened else early.open())
+        except (ConnectionError, RuntimeError):  # gone before the headers could leave
+            ok = False
+        if not ok:
+            if handler is not None:
+                handler.cancel()
+            return
+        wait = limits.keepalive_s
+
+
+async def _first_batch(server: Any, batches: AsyncIterator[list[Event]],
+                       early: EarlyStream | None) -> list[Event]:
+    """The first batch; with `early`, the stream is kept open while it is prefilled."""
+    if early is None:
+        return await anext(batches)
+    first_came = asyncio.Event()
+    ticker = asyncio.ensure_future(_keep_open(server, early, asyncio.current_task(), first_came))
+    try:
+        return await anext(batches)
+    finally:
+        first_came.set()  # the ticker ends after any write it is in (never cut mid-chunk)
+        await asyncio.shield(ticker)
+
+
 @asynccontextmanager
 async def generation(server: Any, call: ChatCall, route: str = "",
-                     keep: float | None | str = "absent",
+                     keep: float | None | str = "absent", early: EarlyStream | None = None,
                      ) -> AsyncIterator[tuple[list[Event], AsyncIterator[list[Event]]]]:
     """Admit `call` as the chat route does and yield (first batch, the rest).
 
@@ -165,7 +220,9 @@ async def generation(server: Any, call: ChatCall, route: str = "",
     error before any output is raised as the ApiError chat would answer. Leaving the
     block closes the generation, which cancels it in the worker if it still runs. Its
     tokens and timings go to the server's metrics under `route`. `keep`: the request's
-    keep_alive (core.server.local_models.keep_alive_of), applied to its model.
+    keep_alive (core.server.local_models.keep_alive_of), applied to its model. `early`: a
+    stream to open and keep alive while the prompt is prefilled (core.server.sse); once it
+    is open, an error in the first batch is yielded for the route to send in the stream.
     """
     rt = server.runtime
     backend = await server._backend_for(call.model)
@@ -186,8 +243,8 @@ async def generation(server: Any, call: ChatCall, route: str = "",
     try:
         if backend.kind == "local":  # right before the reply takes its lease: nothing between
             server.local_models.keep(backend.key, keep)
-        first = await anext(batches)
-        if isinstance(first[0], Error):
+        first = await _first_batch(server, batches, early)
+        if isinstance(first[0], Error) and (early is None or not early.opened):
             raise api_error_for(first[0])
         rest: AsyncIterator[list[Event]] = batches
         if call.one_call:  # parallel_tool_calls false: the first call only
@@ -198,5 +255,6 @@ async def generation(server: Any, call: ChatCall, route: str = "",
     finally:
         server.active -= 1
         meter.done()
+        note(call.model, meter.usage)  # for the request's log line (core.server.request_log)
         await batches.aclose()  # a vanished client cancels its request in the worker
 

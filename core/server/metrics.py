@@ -194,9 +194,18 @@ class ServerMetrics:
         for model in models:
             up = any(w.state in ("idle", "busy") for w in workers if w.model == model)
             sample("llmdeck_model_loaded", (("model", model),), 1 if up else 0)
-        family("llmdeck_model_memory_bytes", "gauge", "Resident memory of a model's workers.")
+        # the figures GET /v1/models gives (core.server.local_models.describe), by label
+        held = {m.label: m for m in rt.pool.models()}
+        family("llmdeck_model_memory_bytes", "gauge", "Memory a loaded model is counted for "
+               "(weights and KV cache at its context), as GET /v1/models memory_bytes.")
         for model in models:
+            status = held.get(model)
             sample("llmdeck_model_memory_bytes", (("model", model),),
+                   status.memory_bytes if status is not None else 0)
+        family("llmdeck_model_rss_bytes", "gauge", "Resident memory of a model's workers now, "
+               "as GET /v1/models rss_bytes.")
+        for model in models:
+            sample("llmdeck_model_rss_bytes", (("model", model),),
                    sum(w.rss_bytes for w in workers if w.model == model))
         family("llmdeck_worker_restarts_total", "counter", "Times a worker was restarted after "
                "it died.")

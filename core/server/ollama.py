@@ -48,7 +48,8 @@ from core.server.completions import admit_raw_prompt
 from core.server.dialects import generation, guarded
 from core.server.limits import MAX_INT, check_numbers
 from core.server.local_models import describe, keep_alive_of
-from core.server.sse import Sink, json_response
+from core.server.request_log import STARTED_KEY
+from core.server.sse import EarlyStream, json_response
 from core.server.wire import ApiError, ChatCall, api_error_for, parse_chat
 
 # The Ollama API version whose shapes this module follows (clients probe it).
@@ -69,8 +70,12 @@ _IMAGE_MAGIC = ((b"\x89PNG", "image/png"), (b"\xff\xd8\xff", "image/jpeg"),
 
 
 def render_error(error: ApiError) -> web.Response:
-    """{"error": "..."}, as Ollama answers."""
-    return json_response({"error": error.message}, status=error.status)
+    """{"error": "..."}, as Ollama answers (an unknown model points at /api/tags, the
+    listing an Ollama client reads)."""
+    message = error.message
+    if error.code == "model_not_found":
+        message = message.replace("GET /v1/models", "GET /api/tags")
+    return json_response({"error": message}, status=error.status)
 
 
 def _bad(message: str) -> ApiError:
@@ -263,8 +268,9 @@ class OllamaRoutes:
             return await self._load(model, keep_alive, {"message": {"role": "assistant",
                                                                     "content": ""}})
         call = _checked(chat, self.server, body)
-        async with generation(self.server, call, "/api/chat", keep_alive) as (first, batches):
-            return await self._answer(request, call, think, stream, first, batches, chat=True)
+        early = self._early(request, call, stream, chat=True)
+        async with generation(self.server, call, "/api/chat", keep_alive, early) as (first, batches):
+            return await self._answer(request, call, think, early, first, batches, chat=True)
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         body = await self.server._body(request)
@@ -298,8 +304,10 @@ class OllamaRoutes:
         call = _checked(chat, self.server, body)
         if raw:
             call = await self._raw(call, prompt)
-        async with generation(self.server, call, "/api/generate", keep_alive) as (first, batches):
-            return await self._answer(request, call, think, stream, first, batches, chat=False)
+        early = self._early(request, call, stream, chat=False)
+        async with generation(self.server, call, "/api/generate", keep_alive,
+                              early) as (first, batches):
+            return await self._answer(request, call, think, early, first, batches, chat=False)
 
     async def _raw(self, call: ChatCall, prompt: str) -> ChatCall:
         """The prompt as is, no chat template: /v1/completions' check, then its request."""
@@ -336,10 +344,23 @@ class OllamaRoutes:
         status = server.local_models.running_at(entry.path)
         return status.key if status is not None else None
 
-    async def _answer(self, request: web.Request, call: ChatCall, think: bool, stream: bool,
-                      first: list[Event], batches: AsyncIterator[list[Event]], *,
-                      chat: bool) -> web.StreamResponse:
-        started = time.perf_counter()
+    def _early(self, request: web.Request, call: ChatCall, stream: bool, *,
+               chat: bool) -> EarlyStream | None:
+        """A streamed answer opens while the prompt is prefilled: the status, then an empty
+        line (no text, done false) every few seconds until the first token."""
+        if not stream:
+            return None
+        empty = {"message": {"role": "assistant", "content": ""}} if chat else {"response": ""}
+        line = json.dumps({"model": call.model, "created_at": _now(), **empty, "done": False},
+                          ensure_ascii=False).encode() + b"\n"
+        return EarlyStream(request, self.server.limits.write_timeout_s, line, line,
+                           content_type=NDJSON_HEADERS["Content-Type"])
+
+    async def _answer(self, request: web.Request, call: ChatCall, think: bool,
+                      early: EarlyStream | None, first: list[Event],
+                      batches: AsyncIterator[list[Event]], *, chat: bool) -> web.StreamResponse:
+        # from the request's arrival, as Ollama counts: prefill and load included
+        started = request.get(STARTED_KEY, time.perf_counter())
 
         def piece(text: str = "", thinking: str = "", calls: list[ToolCall] | None = None
                   ) -> dict[str, Any]:
@@ -358,19 +379,22 @@ class OllamaRoutes:
 
         def final(done: Done | None, usage: Usage | None) -> dict[str, Any]:
             reason = done.finish_reason if done is not None else "stop"
+            total = int((time.perf_counter() - started) * 1e9)
             out = {"done": True, "done_reason": "length" if reason == "length" else "stop",
-                   "total_duration": int((time.perf_counter() - started) * 1e9),
-                   "load_duration": 0}
+                   "total_duration": total, "load_duration": 0}
             if usage is not None:
+                prompt_ns = int(usage.ttft_ms * 1e6)
+                eval_ns = (int(usage.completion_tokens / usage.decode_tps * 1e9)
+                           if usage.decode_tps > 0 else 0)
+                # the parts are the engine's, measured in the worker: never more than the whole
                 out |= {"prompt_eval_count": usage.prompt_tokens,
-                        "prompt_eval_duration": int(usage.ttft_ms * 1e6),
+                        "prompt_eval_duration": min(prompt_ns, total),
                         "eval_count": usage.completion_tokens,
-                        "eval_duration": int(usage.completion_tokens / usage.decode_tps * 1e9)
-                        if usage.decode_tps > 0 else 0}
+                        "eval_duration": min(eval_ns, max(0, total - min(prompt_ns, total)))}
             return out
 
         head = {"model": call.model}
-        if not stream:
+        if early is None:
             got = await collect(first, batches)
             if got.error is not None:
                 raise api_error_for(got.error)
@@ -379,13 +403,7 @@ class OllamaRoutes:
                     **final(Done(got.finish), got.usage)}
             return json_response(body)
 
-        response = web.StreamResponse(headers=NDJSON_HEADERS)
-        chunked = request.version >= (1, 1)
-        if chunked:
-            response.enable_chunked_encoding()
-        await response.prepare(request)
-        sink = Sink(response, request.transport if chunked else None,
-                    self.server.limits.write_timeout_s)
+        response, sink = await early.prepare()
         out = bytearray()
         usage: Usage | None = None
 
@@ -461,7 +479,11 @@ class OllamaRoutes:
         family = str(info.get("model_type") or engine or "unknown")
         details = {"parent_model": "", "format": "gguf" if engine == "llamacpp" else engine or "",
                    "family": family, "families": [family], "parameter_size": "",
-                   "quantization_level": str(info.get("quant") or "")}
+                   "quantization_level": str(info.get("quant") or "").upper()}
+        entry = self.server.local_models.app_entry()  # its catalog entry: size and quant
+        if entry is not None:
+            details |= {k: v for k, v in _details(entry).items()
+                        if k in ("parameter_size", "quantization_level") and v}
         return self.server.local_name(), details, size, modified
 
     def _entries(self) -> list[dict[str, Any]]:

@@ -12,9 +12,11 @@ function_call_arguments.delta, ..., response.completed) when the client streams.
 `previous_response_id`: each stored response (store is true unless the client says
 false) keeps its whole conversation as chat messages, in memory only, for the server's
 life, in an LRU bounded by count and by size; a later request continues it. The
-instructions are not carried over, as OpenAI documents. Refused with a sentence: tools
-other than functions (web search, file search, computer use: this server runs none),
-file inputs, item references, background mode.
+instructions are not carried over, as OpenAI documents. Namespace tools (Codex's) are
+flattened into function tools and their calls named back (Namespaces). Hosted tools (web
+search, file search, computer use: this server runs none) are left out and named in the
+`x-llmdeck-ignored-tools` header and the log. Refused with a sentence: file inputs, item
+references, background mode.
 """
 
 from __future__ import annotations
@@ -39,9 +41,9 @@ from core.events import (
     Usage,
 )
 from core.openai_wire import tool_call_body
-from core.server.dialects import generation, guarded
+from core.server.dialects import generation, guarded, ignored_tools_header
 from core.server.limits import MAX_INT, check_numbers
-from core.server.sse import json_response, write_stream
+from core.server.sse import KEEPALIVE_COMMENT, EarlyStream, json_response, write_stream
 from core.server.wire import ApiError, api_error_for, parse_chat
 
 MAX_STORED_RESPONSES = 256
@@ -128,8 +130,8 @@ def _output_text(output: Any, where: str) -> str:
     return parts if isinstance(parts, str) else "".join(p["text"] for p in parts)
 
 
-def _items(raw: Any) -> list[dict[str, Any]]:
-    """The input as chat messages."""
+def _items(raw: Any, names: Namespaces | None = None) -> list[dict[str, Any]]:
+    """The input as chat messages (a namespaced call by its flat name: see Namespaces)."""
     if isinstance(raw, str):
         return [{"role": "user", "content": raw}]
     if not isinstance(raw, list):
@@ -152,6 +154,8 @@ def _items(raw: Any) -> list[dict[str, Any]]:
             if not isinstance(call_id, str) or not isinstance(name, str) or not isinstance(arguments, str):
                 raise _bad(f"{where} must be {{type: 'function_call', call_id, name, arguments "
                            "(a JSON string)}.", where)
+            if names is not None:
+                name = names.flat(item.get("namespace"), name)
             call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
             if out and out[-1]["role"] == "assistant":  # calls join the reply they end
                 out[-1].setdefault("tool_calls", []).append(call)
@@ -171,25 +175,83 @@ def _items(raw: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _tools(raw: Any) -> list[dict[str, Any]] | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, list):
-        raise _bad("'tools' must be a list of {type: 'function', name, parameters} objects.", "tools")
-    out = []
-    for i, tool in enumerate(raw):
-        if not isinstance(tool, Mapping) or tool.get("type") != "function":
+class Namespaces:
+    """Namespace tools flattened into function tools, and their calls named back.
+
+    Codex groups tools in `{type: "namespace", name, tools: [...]}`; a chat template
+    knows only functions. Each inner function is offered under its own name (or
+    `namespace__name` when two namespaces, or a plain tool, share that name), and a call
+    of it comes back as Responses does: the inner name with `namespace` set."""
+
+    def __init__(self) -> None:
+        self.by_flat: dict[str, tuple[str, str]] = {}  # flat name -> (namespace, inner name)
+        self.by_pair: dict[tuple[str, str], str] = {}
+
+    def flat(self, namespace: Any, name: str) -> str:
+        if not isinstance(namespace, str) or not namespace:
+            return name
+        return self.by_pair.get((namespace, name), f"{namespace}__{name}")
+
+    def item_fields(self, flat: str) -> dict[str, str]:
+        """`name` (and `namespace`) of a function_call item for a call of `flat`."""
+        pair = self.by_flat.get(flat)
+        return {"name": flat} if pair is None else {"name": pair[1], "namespace": pair[0]}
+
+    def tools(self, raw: Any, ignored: list[str]) -> list[dict[str, Any]] | None:
+        """The request's tools as chat function tools; hosted ones (web search, file
+        search, code interpreter: this server runs none) are named in `ignored`."""
+        if raw is None:
+            return None
+        if not isinstance(raw, list):
+            raise _bad("'tools' must be a list of {type: 'function', name, parameters} objects.",
+                       "tools")
+        plain: list[tuple[Mapping[str, Any], str | None, str | None]] = []
+        for i, tool in enumerate(raw):
             kind = tool.get("type") if isinstance(tool, Mapping) else None
-            raise _bad(f"tools[{i}] is a {str(kind)[:40]!r} tool; this server runs no tools of "
-                       "its own and takes function tools only.", f"tools[{i}]")
-        function = {k: tool[k] for k in ("name", "description", "parameters") if k in tool}
-        out.append({"type": "function", "function": function})
-    return out
+            if kind == "function":
+                plain.append((tool, None, None))
+            elif kind == "namespace":
+                inner = tool.get("tools")
+                namespace = tool.get("name")
+                if not isinstance(namespace, str) or not namespace or not isinstance(inner, list):
+                    raise _bad(f"tools[{i}] must be {{type: 'namespace', name, tools: [...]}}.",
+                               f"tools[{i}]")
+                about = tool.get("description")
+                for sub in inner:
+                    if isinstance(sub, Mapping) and sub.get("type", "function") == "function":
+                        plain.append((sub, namespace, about if isinstance(about, str) else None))
+                    else:
+                        sub_kind = sub.get("type") if isinstance(sub, Mapping) else None
+                        ignored.append(f"{namespace}.{str(sub_kind)[:40]}")
+            elif isinstance(tool, Mapping) and isinstance(kind, str):
+                ignored.append(str(tool.get("name") or kind)[:60])
+            else:
+                raise _bad(f"tools[{i}] must be a tool object with a 'type'.", f"tools[{i}]")
+        seen: dict[str, int] = {}
+        for tool, _, _ in plain:
+            name = str(tool.get("name"))
+            seen[name] = seen.get(name, 0) + 1
+        out = []
+        for tool, namespace, about in plain:
+            function = {k: tool[k] for k in ("name", "description", "parameters") if k in tool}
+            if namespace is not None:
+                name = str(tool.get("name"))
+                flat = name if seen[name] == 1 else f"{namespace}__{name}"
+                self.by_flat[flat] = (namespace, name)
+                self.by_pair[(namespace, name)] = flat
+                function["name"] = flat
+                if about and isinstance(function.get("description"), str):
+                    function["description"] = f"({namespace}: {about}) {function['description']}"
+            out.append({"type": "function", "function": function})
+        return out
 
 
-def _tool_choice(raw: Any) -> Any:
+def _tool_choice(raw: Any, names: Namespaces) -> Any:
     if isinstance(raw, Mapping) and raw.get("type") == "function":
-        return {"type": "function", "function": {"name": raw.get("name")}}
+        name = raw.get("name")
+        if isinstance(name, str):
+            name = names.flat(raw.get("namespace"), name)
+        return {"type": "function", "function": {"name": name}}
     return raw
 
 
@@ -205,8 +267,21 @@ def _text_format(raw: Any) -> dict[str, Any] | None:
     return fmt
 
 
-def chat_body(body: Any, history: list[dict[str, Any]]) -> dict[str, Any]:
-    """The OpenAI chat body for a Responses body continuing `history`."""
+def _session(body: Mapping[str, Any]) -> Any:
+    """The conversation's key for the pool's worker affinity (core.workers.model_group):
+    Codex's `prompt_cache_key` (its session id), else `user`. With two or more replicas,
+    each turn then goes to the worker whose prefix cache holds the conversation so far,
+    instead of the least recently used one, which holds none of it."""
+    key = body.get("prompt_cache_key")
+    return key if isinstance(key, str) and key else body.get("user")
+
+
+def chat_body(body: Any, history: list[dict[str, Any]], names: Namespaces | None = None,
+              ignored: list[str] | None = None) -> dict[str, Any]:
+    """The OpenAI chat body for a Responses body continuing `history`; namespace tools are
+    flattened into `names`, hosted tools left out are added to `ignored`."""
+    names = names if names is not None else Namespaces()
+    ignored = ignored if ignored is not None else []
     if body.get("background"):
         raise _bad("Background responses are not supported; send the request and wait, or "
                    "stream it.", "background")
@@ -225,13 +300,14 @@ def chat_body(body: Any, history: list[dict[str, Any]]) -> dict[str, Any]:
         if not isinstance(instructions, str):
             raise _bad("'instructions' must be a string.", "instructions")
         messages.append({"role": "system", "content": instructions})
-    messages += history + _items(body.get("input"))
+    tools = names.tools(body.get("tools"), ignored)
+    messages += history + _items(body.get("input"), names)
     chat: dict[str, Any] = {"model": body.get("model"), "messages": messages,
-                            "tools": _tools(body.get("tools")),
-                            "tool_choice": _tool_choice(body.get("tool_choice")),
+                            "tools": tools,
+                            "tool_choice": _tool_choice(body.get("tool_choice"), names),
                             "response_format": _text_format(body.get("text")),
                             "max_tokens": body.get("max_output_tokens"),
-                            "stream": body.get("stream", False), "user": body.get("user")}
+                            "stream": body.get("stream", False), "user": _session(body)}
     for name in ("temperature", "top_p", "seed", "parallel_tool_calls"):
         chat[name] = body.get(name)
     reasoning = body.get("reasoning")
@@ -250,8 +326,10 @@ class OutputBuilder:
     event of the Responses stream as it happens."""
 
     def __init__(self, response: dict[str, Any],
-                 emit: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+                 emit: Callable[[str, dict[str, Any]], None] | None = None,
+                 names: Namespaces | None = None) -> None:
         self.response = response
+        self.names = names or Namespaces()
         self.items: list[dict[str, Any]] = []
         self.emit = emit or (lambda kind, data: None)
         self.open: dict[str, Any] | None = None  # the item being written
@@ -332,7 +410,7 @@ class OutputBuilder:
 
     def _call_item(self, call_id: str, name: str) -> None:
         item = {"id": f"fc_{uuid.uuid4().hex}", "type": "function_call", "call_id": call_id,
-                "name": name, "arguments": "", "status": "in_progress"}
+                **self.names.item_fields(name), "arguments": "", "status": "in_progress"}
         self.calls[call_id] = item
         self._add(item)
 
@@ -357,12 +435,23 @@ class OutputBuilder:
         """The output as chat messages, for the next turn's history."""
         text = "".join(p["text"] for i in self.items if i["type"] == "message" for p in i["content"])
         calls = [{"id": i["call_id"], "type": "function",
-                  "function": {"name": i["name"], "arguments": i["arguments"]}}
+                  "function": {"name": self.names.flat(i.get("namespace"), i["name"]),
+                               "arguments": i["arguments"]}}
                  for i in self.items if i["type"] == "function_call"]
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if calls:
             message["tool_calls"] = calls
         return [message]
+
+
+def _opening(response: dict[str, Any]) -> bytes:
+    """A stream's first two events, sent before the first token when the prompt is long."""
+    out = bytearray()
+    for sequence, kind in enumerate(("response.created", "response.in_progress")):
+        out.extend(b"event: " + kind.encode() + b"\ndata: " + json.dumps(
+            {"type": kind, "sequence_number": sequence, "response": dict(response)},
+            ensure_ascii=False).encode() + b"\n\n")
+    return bytes(out)
 
 
 class ResponsesRoute:
@@ -390,7 +479,9 @@ class ResponsesRoute:
         store = body.get("store", True)
         if not isinstance(store, bool):
             raise _bad("'store' must be true or false.", "store")
-        chat = chat_body(body, history)
+        names, ignored = Namespaces(), []
+        chat = chat_body(body, history, names, ignored)
+        headers = ignored_tools_header(ignored, "/v1/responses")
         check_numbers(chat)
         call = parse_chat(chat, self.server.runtime.settings.sampling)
         response = {"id": f"resp_{uuid.uuid4().hex}", "object": "response",
@@ -403,15 +494,22 @@ class ResponsesRoute:
                     "max_output_tokens": body.get("max_output_tokens"), "store": store,
                     "metadata": body.get("metadata") or {}, "usage": None}
         conversation = chat["messages"][1:] if body.get("instructions") is not None else chat["messages"]
-        async with generation(self.server, call, "/v1/responses") as (first, batches):
-            if call.stream:
-                return await self._stream(request, response, first, batches, conversation, store)
-            builder = OutputBuilder(response)
+        early = None
+        if call.stream:  # opened while a long prompt is prefilled (core.server.sse.EarlyStream)
+            early = EarlyStream(request, self.server.limits.write_timeout_s,
+                                _opening(response), KEEPALIVE_COMMENT, headers)
+        async with generation(self.server, call, "/v1/responses", early=early) as (first, batches):
+            if early is not None:
+                return await self._stream(request, response, first, batches, conversation, store,
+                                          names, early)
+            builder = OutputBuilder(response, names=names)
             finish = await self._run(builder, first, batches)
             result = builder.finish(finish)
         if store:
             self.store.put(result["id"], conversation + builder.assistant_messages())
-        return json_response(result)
+        reply = json_response(result)
+        reply.headers.update(headers)
+        return reply
 
     async def _run(self, builder: OutputBuilder, first: list[Event],
                    batches: AsyncIterator[list[Event]]) -> str:
@@ -428,9 +526,9 @@ class ResponsesRoute:
 
     async def _stream(self, request: web.Request, response: dict[str, Any], first: list[Event],
                       batches: AsyncIterator[list[Event]], conversation: list[dict[str, Any]],
-                      store: bool) -> web.StreamResponse:
+                      store: bool, names: Namespaces, early: EarlyStream) -> web.StreamResponse:
         out = bytearray()
-        sequence = 0
+        sequence = 2  # response.created and response.in_progress: the opening (_opening)
 
         def emit(kind: str, data: dict[str, Any]) -> None:
             nonlocal sequence
@@ -439,9 +537,7 @@ class ResponsesRoute:
                 + b"\n\n")
             sequence += 1
 
-        emit("response.created", {"response": dict(response)})
-        emit("response.in_progress", {"response": dict(response)})
-        builder = OutputBuilder(response, emit)
+        builder = OutputBuilder(response, emit, names)
 
         def encode(batch: list[Event]) -> bool:
             for event in batch:
@@ -464,7 +560,7 @@ class ResponsesRoute:
             return False
 
         return await write_stream(request, self.server.limits.write_timeout_s, out, encode,
-                                  first, batches)
+                                  first, batches, early)
 
 
 def add_routes(app: web.Application, server: Any) -> None:

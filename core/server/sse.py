@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -13,6 +13,7 @@ from aiohttp import web
 from core.events import Event
 
 DIRECT_LIMIT = 64 * 1024  # bytes queued in the transport before writes wait for it to drain
+KEEPALIVE_COMMENT = b": keep-alive\n\n"  # an SSE comment: clients skip it
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                "X-Accel-Buffering": "no"}
 
@@ -62,22 +63,72 @@ class Sink:
         return True
 
 
+class EarlyStream:
+    """A stream that may open before the model's first token.
+
+    A long prompt is prefilled before any token comes: minutes on a small machine for an
+    agent's 28,000-token prompt. A client that hears nothing for that long (Claude Code's
+    idle watchdog) drops the connection and sends it all again. So while the first batch
+    is awaited (core.server.dialects.generation), the headers and the route's `opening`
+    bytes are sent after a short grace, then `keepalive` bytes every few seconds; a write
+    that fails means the client went, and the request is cancelled. Errors that come
+    within the grace still get their HTTP status.
+    """
+
+    def __init__(self, request: web.Request, timeout: float, opening: bytes, keepalive: bytes,
+                 headers: Mapping[str, str] | None = None,
+                 content_type: str = "text/event-stream") -> None:
+        self.request = request
+        self.timeout = timeout
+        self.opening = opening
+        self.keepalive = keepalive
+        self.headers = {**SSE_HEADERS, "Content-Type": content_type, **(headers or {})}
+        self.response: web.StreamResponse | None = None
+        self.sink: Sink | None = None
+
+    @property
+    def opened(self) -> bool:
+        return self.response is not None
+
+    async def prepare(self) -> tuple[web.StreamResponse, Sink]:
+        """The response, its headers sent (once)."""
+        if self.response is None or self.sink is None:
+            response = SseResponse(headers=self.headers)
+            chunked = self.request.version >= (1, 1)
+            if chunked:
+                response.enable_chunked_encoding()
+            await response.prepare(self.request)
+            self.response = response
+            self.sink = Sink(response, self.request.transport if chunked else None, self.timeout)
+        return self.response, self.sink
+
+    async def open(self) -> bool:
+        """Headers and the opening bytes; False when the client has gone."""
+        _, sink = await self.prepare()
+        return await sink.send(bytearray(self.opening or self.keepalive))
+
+    async def ping(self) -> bool:
+        assert self.sink is not None
+        return await self.sink.send(bytearray(self.keepalive))
+
+
 async def write_stream(request: web.Request, timeout: float, out: bytearray,
                        encode: Callable[[list[Event]], bool], first: list[Event],
-                       batches: AsyncIterator[list[Event]]) -> web.StreamResponse:
+                       batches: AsyncIterator[list[Event]],
+                       early: EarlyStream | None = None) -> web.StreamResponse:
     """Answer `request` with an SSE stream of a generation's event batches.
 
-    `encode` appends a batch's chunks to `out` (which may already hold the route's opening
-    chunk) and says whether that batch ended the stream. Chunks go out as each batch is
+    `encode` appends a batch's chunks to `out` and says whether that batch ended the
+    stream; the route's opening chunk is `early.opening` (sent already when the stream
+    opened before the first token), or what `out` holds. Chunks go out as each batch is
     encoded; the end leaves with the last of them, in one write. A client that goes away
     ends it quietly (see Sink).
     """
-    response = SseResponse(headers=SSE_HEADERS)
-    chunked = request.version >= (1, 1)
-    if chunked:
-        response.enable_chunked_encoding()
-    await response.prepare(request)
-    sink = Sink(response, request.transport if chunked else None, timeout)
+    if early is None:
+        early = EarlyStream(request, timeout, b"", b"")
+    if not early.opened:
+        out[:0] = early.opening
+    response, sink = await early.prepare()
     batch: list[Event] | None = first
     while batch is not None and not encode(batch):
         if out:

@@ -75,6 +75,9 @@ class ServiceProcess:
             return {"url": self.http.url, "already": True}
         self.http = await open_listener(self.runtime, args)
         self.http_owner = owner
+        if owner is not None and args.get("request_log"):  # one line per request, to `serve`
+            self.http.server.request_log = (
+                lambda text: owner.send({"event": "http_request", "data": text}))
         log.info("HTTP face open on %s", self.http.url)
         return {"url": self.http.url, "already": False}
 

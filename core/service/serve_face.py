@@ -66,7 +66,7 @@ async def _serve(client: ServiceClient, args: argparse.Namespace, started: bool)
         "host": args.host, "port": args.port, "api_key": args.api_key,
         "max_queue": args.max_queue, "served_name": args.served_model_name,
         "max_connections": args.max_connections, "idle_timeout": args.idle_timeout,
-        "load_wait": args.load_wait}
+        "load_wait": args.load_wait, "request_log": not args.quiet}
     try:
         opened = await client.call("serve_open", timeout=60, **request)
     except (ServiceCallError, ServiceUnavailable) as exc:
@@ -74,11 +74,18 @@ async def _serve(client: ServiceClient, args: argparse.Namespace, started: bool)
         await _leave(client, started)
         return 2
     if opened.get("already"):
-        print(f"llmdeck serve: the service already listens on {opened['url']} for another "
-              "`llmdeck serve`.", file=sys.stderr)
+        print(f"llmdeck serve: another `llmdeck serve` already listens on {opened['url']} "
+              f"(in the llmdeck service, pid {client.pid}); point clients there, or stop that "
+              "one first.", file=sys.stderr)
         return 1
+    from core.home_lock import note_held
+    from core.server.request_log import banner
+
+    note_held("serve", f"listening on {opened['url']}")  # a second `serve` says where
     print(f"llmdeck serve: listening on {opened['url']} (in the llmdeck service, pid "
           f"{client.pid})", flush=True)
+    print("\n".join(banner(opened["url"], args.api_key)), flush=True)
+    client.listeners.append(_print_request)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -99,6 +106,12 @@ async def _serve(client: ServiceClient, args: argparse.Namespace, started: bool)
         pass
     await _leave(client, started)
     return 0
+
+
+def _print_request(message: dict[str, Any]) -> None:
+    """The service's line for each HTTP request (core.server.request_log)."""
+    if message.get("event") == "http_request" and isinstance(message.get("data"), str):
+        print(f"llmdeck serve: {message['data']}", flush=True)
 
 
 async def _report_load(client: ServiceClient) -> None:

@@ -90,8 +90,12 @@ def test_requests_tokens_and_timings_are_counted_by_route(server: ServerThread) 
     assert _value(tpot, "llmdeck_time_per_output_token_seconds_count", route="/api/chat") == 1
 
     assert _value(families["llmdeck_model_loaded"], "llmdeck_model_loaded", model="scripted") == 1
-    assert _value(families["llmdeck_model_memory_bytes"], "llmdeck_model_memory_bytes",
+    assert _value(families["llmdeck_model_rss_bytes"], "llmdeck_model_rss_bytes",
                   model="scripted") > 1_000_000
+    # the model's memory is the figure GET /v1/models gives (issue 48.9: they disagreed)
+    listed = {m["id"]: m for m in httpx.get(root + "/v1/models", timeout=10).json()["data"]}
+    assert _value(families["llmdeck_model_memory_bytes"], "llmdeck_model_memory_bytes",
+                  model="scripted") == listed["scripted"]["memory_bytes"]
     assert _value(families["llmdeck_queue_depth"], "llmdeck_queue_depth") == 0
     assert _value(families["llmdeck_requests_active"], "llmdeck_requests_active") == 0
 

@@ -115,7 +115,7 @@ def test_the_store_forgets_least_recently_used_first() -> None:
 def test_bad_bodies_are_refused_with_a_sentence(client: OpenAI) -> None:
     cases = [({"input": 5}, "input"),
              ({"input": [{"type": "item_reference", "id": "x"}]}, "item_reference"),
-             ({"input": ASK, "tools": [{"type": "web_search"}]}, "function tools only"),
+             ({"input": ASK, "tools": [{"type": "namespace", "name": "ns"}]}, "namespace"),
              ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
               "input_file"),
              ({"input": ASK, "temperature": "warm"}, "temperature"),

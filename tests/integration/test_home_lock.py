@@ -57,10 +57,13 @@ def test_a_second_in_process_app_on_one_home_is_refused_naming_the_first(tmp_pat
             # Beside an --in-process app, serve runs its own engine and says so (the
             # service would write the app's history too).
             assert "so serve runs its own (--standalone)" in served.stdout.readline()
-            assert "listening on" in served.stdout.readline()
+            listening = served.stdout.readline()
+            assert "listening on" in listening
             again = _run(home, "serve", "--engine", "scripted", "--port", "0")
             assert again.returncode == 1
             assert "llmdeck serve is already running" in again.stderr
+            url = listening.split("listening on ")[1].split()[0]
+            assert f"listening on {url}" in again.stderr  # issue 48.7: where the first one is
             assert f"pid {served.pid}" in again.stderr
             # `llmdeck workers` shows both engines: the app's and serve's own.
             deadline = time.monotonic() + 20

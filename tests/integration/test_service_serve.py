@@ -18,6 +18,7 @@ import pytest
 
 from core.events import TextDelta
 from core.service import RemoteRuntime, connect
+from tests.fixtures.serve import after_banner
 from tests.helpers import service_proc as svc
 from tests.helpers.procs import worker_pids
 
@@ -37,7 +38,7 @@ def _serve() -> tuple[subprocess.Popen[str], str, int]:
     line = proc.stdout.readline()
     match = re.search(r"listening on (\S+) \(in the llmdeck service, pid (\d+)\)", line)
     assert match, line + proc.stdout.read()
-    assert "ready" in proc.stdout.readline()
+    assert "ready" in after_banner(proc.stdout)
     return proc, match.group(1), int(match.group(2))
 
 
@@ -100,7 +101,7 @@ def test_serve_alone_starts_the_service_and_stops_it_on_the_way_out(llmdeck_home
     match = re.search(r"listening on (\S+) \(in the llmdeck service, pid (\d+)\)", line)
     assert match, line
     pid = int(match.group(2))
-    assert "ready" in proc.stdout.readline()
+    assert "ready" in after_banner(proc.stdout)
     assert _chat(match.group(1)) == "Alone."
     workers = worker_pids(pid)
     proc.send_signal(signal.SIGINT)

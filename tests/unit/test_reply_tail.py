@@ -31,7 +31,7 @@ def test_a_reply_cut_by_max_tokens_drops_the_start_of_a_stop() -> None:
 
 
 def test_a_base_prompt_drops_the_replys_leading_whitespace_only() -> None:
-    tail = ReplyTail(["\nUser:"], trim_start=True)
+    tail = ReplyTail(["\nUser:"], trim_start=True, trim_end=False)
     assert _run(tail, [" ", "\n", "  Hi", " there", "  "]) == "Hi there  "
     # whitespace until the very end: the last piece is trimmed too
     assert _run(ReplyTail((), trim_start=True), [" ", " "], last="  ok") == "ok"
@@ -42,3 +42,17 @@ def test_nothing_after_a_stop_even_at_the_end() -> None:
     tail = ReplyTail(["STOP"])
     assert tail.feed("aSTOPb") == ("a", True)
     assert tail.end("more") == ""
+
+
+def test_a_base_prompt_drops_the_newline_its_turn_marker_leaves() -> None:
+    """Issue 48.8: every reply ended with "\n" ("Paris.\n\nUser:" stops at "\nUser:")."""
+    stops = ["\nUser:", "\nAssistant:", "\n\n\n"]
+    assert _run(ReplyTail(stops, trim_start=True), [" The capital", " is Paris.", "\n",
+                                                    "\nUser:", " next"]) == "The capital is Paris."
+    assert _run(ReplyTail(stops, trim_start=True), ["Paris.\n\n", "User: x"]) == "Paris."
+    # whitespace inside the reply still shows, once text follows it
+    assert _run(ReplyTail(stops, trim_start=True), ["One.\n", "\nTwo.", " \n"]) == "One.\n\nTwo."
+    # the end of a reply with no stop (the model's end of text) is trimmed too
+    assert _run(ReplyTail(stops, trim_start=True), ["Done.", "\n"]) == "Done."
+    # a chat-templated model keeps what it wrote
+    assert _run(ReplyTail(["<end_of_turn>"]), ["Done.\n", "<end_of_turn>"]) == "Done.\n"

@@ -1,0 +1,97 @@
+"""Claude Code and Codex, the real command-line agents, against a real `llmdeck serve`.
+
+Each is pointed at the server with only what README's "Pointing other tools at llmdeck"
+says (a base URL, a key, a model name), runs headless, and makes a tool round trip: the
+scripted engine's first reply calls the agent's own file tool, the agent runs it, and
+the second reply is the answer it prints. Skipped when the npm package is not installed:
+`npm install --prefix /tmp/agents-npm @anthropic-ai/claude-code @openai/codex` (or set
+LLMDECK_AGENT_CLIS to a node_modules/.bin folder holding `claude` and `codex`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.serve import scripted_args, spawn_serve
+
+pytestmark = pytest.mark.slow
+
+TEMPLATE = "{{ messages }}<tool_call>{{ tools }}</tool_call>"
+
+
+def _cli(name: str, package: str) -> str:
+    folders = [os.environ.get("LLMDECK_AGENT_CLIS", ""), "/tmp/agents-npm/node_modules/.bin"]
+    for folder in folders:
+        if folder and (Path(folder) / name).exists():
+            return str(Path(folder) / name)
+    found = shutil.which(name)
+    if found is None:
+        pytest.skip(f"{package} is not installed (npm install --prefix /tmp/agents-npm {package})")
+    return found
+
+
+def _call(name: str, arguments: dict[str, str]) -> str:
+    return f'<tool_call>{json.dumps({"name": name, "arguments": arguments})}</tool_call>'
+
+
+def test_claude_code_runs_a_tool_against_serve(tmp_path: Path) -> None:
+    claude = _cli("claude", "@anthropic-ai/claude-code")
+    note = tmp_path / "note.txt"
+    note.write_text("hello-from-file\n")
+    replies = json.dumps([f"I will read it.{_call('Read', {'file_path': str(note)})}",
+                          "The file says hello."])
+    proc, url = spawn_serve(tmp_path / "home", *scripted_args(template=TEMPLATE),
+                            "--option", f"replies={replies}")
+    try:
+        env = {**os.environ, "HOME": str(tmp_path), "ANTHROPIC_BASE_URL": url.removesuffix("/v1"),
+               "ANTHROPIC_API_KEY": "unused", "DISABLE_TELEMETRY": "1",
+               "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+        run = subprocess.run([claude, "-p", f"read {note}", "--model", "scripted",
+                              "--output-format", "stream-json", "--verbose"], env=env,
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+        results = [m for m in lines if m.get("type") == "user"]
+        assert any("hello-from-file" in json.dumps(m) for m in results), run.stdout[-2000:]
+        final = lines[-1]
+        assert final["type"] == "result" and not final["is_error"], final
+        assert final["result"] == "The file says hello."
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_codex_runs_a_tool_against_serve(tmp_path: Path) -> None:
+    codex = _cli("codex", "@openai/codex")
+    note = tmp_path / "note.txt"
+    note.write_text("hello-from-file\n")
+    replies = json.dumps([_call("exec_command", {"cmd": f"cat {note}"}), "The file says hello."])
+    proc, url = spawn_serve(tmp_path / "home", *scripted_args(template=TEMPLATE),
+                            "--option", f"replies={replies}")
+    try:
+        home = tmp_path / "codex"
+        home.mkdir()
+        (home / "config.toml").write_text(
+            'model = "scripted"\nmodel_provider = "llmdeck"\n\n[model_providers.llmdeck]\n'
+            f'name = "llmdeck"\nbase_url = "{url}"\nwire_api = "responses"\n'
+            'env_key = "LLMDECK_API_KEY"\n')
+        env = {**os.environ, "HOME": str(tmp_path), "CODEX_HOME": str(home),
+               "LLMDECK_API_KEY": "unused"}
+        run = subprocess.run([codex, "exec", "--skip-git-repo-check", "--json", f"read {note}"],
+                             env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                             stdin=subprocess.DEVNULL)
+        events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+        done = [e["item"] for e in events if e.get("type") == "item.completed"]
+        commands = [i for i in done if i.get("type") == "command_execution"]
+        assert commands and "hello-from-file" in commands[0]["aggregated_output"], run.stdout
+        messages = [i["text"] for i in done if i.get("type") == "agent_message"]
+        assert messages == ["The file says hello."], run.stdout
+        assert any(e.get("type") == "turn.completed" for e in events), run.stdout
+    finally:
+        proc.terminate()
+        proc.wait(10)
