@@ -21,6 +21,7 @@ SUMMARISE_INSTRUCTIONS = (
     "and decision, and any open question. Write plain sentences, at most about "
     "{words} words, no preamble."
 )
+SUMMARY_PREFIX = "Summary of the conversation so far (earlier turns were condensed):"
 _LABELS = {"user": "User", "assistant": "Assistant", "system": "Earlier summary"}
 
 
@@ -72,7 +73,8 @@ def summary_request(
 
 def fallback_summary(messages: Sequence[Message], max_tokens: int) -> str:
     """A summary without a model: the earlier summary and the user's questions, newest kept."""
-    earlier = [str(m["content"]) for m in messages[:1] if m["role"] == "system"]
+    earlier = [str(m["content"]).removeprefix(SUMMARY_PREFIX).strip()
+               for m in messages[:1] if m["role"] == "system"]  # never nested prefixes
     asked = [str(m["content"]).strip() for m in messages if m["role"] == "user"]
     text = " ".join(earlier)
     if asked:

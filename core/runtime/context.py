@@ -2,7 +2,9 @@
 
 Two things feed a turn: attached documents (whole when small, the top-k chunks with
 "[file.pdf p.3]" citations when large) and the conversation's memory (the context wind
-monitor, and at 70% a summary made by the loaded model that seeds a fresh session).
+monitor; from 60% full a summary is written by the loaded model in the background, and
+the turn at 70% swaps it in as the seed of a fresh session, so no turn waits for it; room
+is kept for the reply, and a context overflow is retried once with a rolled context).
 Both need work that must not run on the UI loop: extraction and embedding go to the
 utility worker process (core.docs.worker), summaries to the model worker through the
 pool, SQLite to the store thread. This module only orchestrates; the logic lives in
@@ -40,9 +42,15 @@ from core.engines.base import GenerationRequest
 from core.engines.select import sees_images
 from core.events import Done, Error, TextDelta, Usage
 from core.memory.persist import resume_from_messages, save_marker
-from core.memory.rollover import SUMMARY_SHARE, ConversationMemory, RolloverMarker
+from core.memory.rollover import (
+    SUMMARY_PREFIX,
+    SUMMARY_SHARE,
+    ConversationMemory,
+    PreparedSummary,
+    RolloverMarker,
+)
 from core.memory.summarise import fallback_summary, summary_request
-from core.memory.window import ContextMonitor, Message
+from core.memory.window import PREPARE_AT, ContextMonitor, Message, reply_room
 from core.store import StoreError
 from core.tools import chat_messages
 from core.vision.captions import RECENT_IMAGES, Captioner
@@ -147,6 +155,7 @@ class PreparedTurn:
     marker: RolloverMarker | None = None
     sources: tuple[str, ...] = ()
     projected_use: float = 0.0
+    waited: bool = False  # the turn waited for a summary (never: they are written ahead)
 
 
 class ChatContext:
@@ -163,6 +172,8 @@ class ChatContext:
         self.docs = DocsService()  # registries and indexes here; embedding in the worker
         self.threshold = 0.7
         self._monitors: dict[int, ContextMonitor] = {}
+        # session id -> (session messages covered, the summary being written for them)
+        self._summaries: dict[str, tuple[int, asyncio.Future[str]]] = {}
         self._loaded: set[str] = set()
         self._images: dict[str, dict[str, AttachedImage]] = {}  # conversation -> alias -> image
         # The "vision" role worker; its model counts against the pool's budget too.
@@ -398,12 +409,16 @@ class ChatContext:
         size = self.context_tokens()
         if size not in self._monitors:
             self._monitors[size] = ContextMonitor(size, threshold=self.threshold)
-        return self._monitors[size]
+        monitor = self._monitors[size]
+        monitor.reply_room = reply_room(size, self.settings.sampling.max_tokens)
+        return monitor
 
     async def prepare_turn(
-        self, conversation_id: str, branch: Sequence[Any], text: str
+        self, conversation_id: str, branch: Sequence[Any], text: str, *, swap: bool = True
     ) -> PreparedTurn:
-        """Messages for `text` after the stored `branch`; rolls over first when needed."""
+        """Messages for `text` after the stored `branch`; rolls over first when needed.
+        `swap` False (a reply asked again, or continued): no summary written ahead is
+        swapped in, so the turn sees the session its first answer saw."""
         docs = DocContext()
         try:
             docs = await self.context_for(conversation_id, text)
@@ -415,6 +430,8 @@ class ChatContext:
             docs = await self._with_images(conversation_id, docs)
         monitor = self.monitor()
         memory = self._memory(conversation_id, branch)
+        if not swap:
+            memory.ready = None
         user = {"role": "user", "content": f"{docs.text}\n\n{text}" if docs.text else text}
         new_tokens = monitor.used([user], conversation_id)
         facts: list[str] = []
@@ -425,6 +442,10 @@ class ChatContext:
                 facts = []
         memory.retrieve = lambda _question: facts
         plan = await memory.aprepare(text, docs.text)
+        if plan.marker is not None:  # swapped in (or rolled without it): no longer needed
+            old = self._summaries.pop(plan.marker.old_session_id, None)
+            if old is not None:
+                old[1].cancel()
         messages = plan.messages
         if sees:  # a vision model: the newest images go into the user's message as files
             last = messages[-1]
@@ -432,14 +453,62 @@ class ChatContext:
             parts.append({"type": "text", "text": last["content"]})
             messages = (*messages[:-1], {**last, "content": parts})
         return PreparedTurn(messages, plan.session_id, plan.marker, docs.sources,
-                            plan.projected_use)
+                            plan.projected_use, plan.waited)
 
     def _memory(self, conversation_id: str, branch: Sequence[Any]) -> ConversationMemory:
         """The model-facing session rebuilt from the stored branch (core.memory)."""
-        return resume_from_messages(
+        memory = resume_from_messages(
             conversation_id, self.monitor(), self._summariser(conversation_id), branch,
             convert=chat_messages, system_prompt=self.settings.system_prompt or None,
+            background=True,
         )
+        memory.ready = self._ready(memory.session_id)
+        return memory
+
+    def _ready(self, session_id: str) -> PreparedSummary | None:
+        """The summary written in the background for that session, once it is done."""
+        entry = self._summaries.get(session_id)
+        if entry is None or not entry[1].done() or entry[1].cancelled():
+            return None
+        if entry[1].exception() is not None:
+            self._summaries.pop(session_id, None)  # written again from the next turn
+            return None
+        return PreparedSummary(session_id, entry[0], entry[1].result())
+
+    def prepare_summary(self, conversation_id: str, request: GenerationRequest,
+                        usage: Usage) -> None:
+        """From PREPARE_AT full, write the summary of the session so far in the background
+        (its first generation's messages, less the new question), once per session."""
+        session = request.session_id or conversation_id
+        messages = request.messages
+        size = self.context_tokens()
+        full = (usage.prompt_tokens + usage.completion_tokens) / size
+        # A small context whose reply room comes first starts sooner (a tenth before it).
+        start = min(PREPARE_AT, 1.0 - self.monitor().reply_room / size - 0.1)
+        if (full < start or session in self._summaries or request.reply_prefix
+                or len(messages) < 2 or messages[-1].get("role") != "user"):
+            return
+        covered = list(messages[:-1])
+        task = asyncio.ensure_future(self.summarise(conversation_id, covered))
+        self._summaries[session] = (len(covered), task)
+
+    def after_overflow(self, conversation_id: str,
+                       request: GenerationRequest) -> GenerationRequest | None:
+        """The request rolled over at once (no model: fallback_summary) after the engine
+        said the prompt does not fit; None when there is nothing to roll. The monitor
+        learns that its estimate was short, so the next turn rolls over properly."""
+        messages = list(request.messages)
+        if len(messages) < 2 or messages[-1].get("role") != "user":
+            return None
+        size = self.context_tokens()
+        self.monitor().observe(conversation_id, messages, size + 1)
+        head = [m for m in messages[:1]
+                if m.get("role") == "system" and m.get("content") == self.settings.system_prompt]
+        summary = fallback_summary(messages[len(head):-1], int(size * SUMMARY_SHARE))
+        seed = [*head, {"role": "system", "content": f"{SUMMARY_PREFIX}\n{summary}"}]
+        return dataclasses.replace(
+            request, request_id=uuid.uuid4().hex, messages=(*seed, messages[-1]),
+            session_id=f"{conversation_id}:{uuid.uuid4().hex[:8]}")
 
     def session_so_far(self, conversation_id: str,
                        branch: Sequence[Any]) -> tuple[tuple[dict[str, Any], ...], str]:
@@ -497,7 +566,7 @@ class ChatContext:
         sampling = dataclasses.replace(
             self.settings.sampling.to_params(),
             temperature=0.2,
-            max_tokens=min(summary_tokens, self.settings.sampling.max_tokens),
+            max_tokens=min(summary_tokens, self.settings.sampling.max_tokens or summary_tokens),
         )
         request = GenerationRequest(
             request_id=uuid.uuid4().hex,
@@ -524,10 +593,15 @@ class ChatContext:
         return store.add_message(conversation_id, "user", text)
 
     def observe(self, turn: ObservedTurn, usage: Usage) -> None:
-        """Calibrate the monitor with the engine's real prompt token count."""
+        """Calibrate the monitor with the engine's real prompt token count, and start the
+        summary in the background once the conversation is PREPARE_AT full."""
         if usage.prompt_tokens > 0:
             self.monitor().observe(turn.conversation_id, turn.request.messages, usage.prompt_tokens)
+            self.prepare_summary(turn.conversation_id, turn.request, usage)
 
     async def close(self) -> None:
+        for _, task in self._summaries.values():
+            task.cancel()
+        self._summaries.clear()
         await self.utility.shutdown()
         await self.captioner.close()
