@@ -124,6 +124,9 @@ class GenerationRequest:
     its length limit, continued): it goes after the generation prompt, so the model goes on
     from it, and the stream carries only what follows. The previous turn's KV cache holds
     exactly that prefix, so only the few tokens after it are prefilled.
+
+    `aside` marks a request made beside a conversation (its summary, written ahead from
+    its cached history): it must leave the conversation's KV cache where it is.
     """
 
     request_id: str
@@ -136,6 +139,7 @@ class GenerationRequest:
     prompt: str | None = None
     thinking: bool | None = None
     reply_prefix: str = ""
+    aside: bool = False
 
 
 def template_switches(template: str | None, thinking: bool | None) -> dict[str, Any]:

@@ -222,7 +222,7 @@ class ConversationMemory:
             tail = [m for m in self.session[ready.covered:] if m["role"] != "system"]
             return self._roll(ready.summary, user_text, new_tokens, keep=len(tail))
         if no_room:
-            budget = int(monitor.context_tokens * SUMMARY_SHARE)
+            budget = int(monitor.context_tokens * SUMMARY_SHARE / monitor.scale(cid))
             return self._roll(fallback_summary(self.session, budget), user_text, new_tokens)
         return None
 
@@ -230,7 +230,9 @@ class ConversationMemory:
               keep: int | None = None) -> RolloverMarker:
         monitor = self.monitor
         tokens_before = monitor.used(self.session, self.conversation_id) + new_tokens
-        summary = _clip(summary, int(monitor.context_tokens * SUMMARY_SHARE))
+        # The share is of real tokens: the estimate is scaled by what the engine reported.
+        scale = monitor.scale(self.conversation_id)
+        summary = _clip(summary, int(monitor.context_tokens * SUMMARY_SHARE / scale))
         facts: list[str] = []
         if self.retrieve is not None:
             budget = int(monitor.context_tokens * FACTS_SHARE)

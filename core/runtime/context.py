@@ -41,15 +41,15 @@ from core.docs.worker import UtilityWorker, UtilityWorkerError
 from core.engines.base import GenerationRequest
 from core.engines.select import sees_images
 from core.events import Done, Error, TextDelta, Usage
+from core.memory.ahead import SummariesAhead
 from core.memory.persist import resume_from_messages, save_marker
 from core.memory.rollover import (
     SUMMARY_PREFIX,
     SUMMARY_SHARE,
     ConversationMemory,
-    PreparedSummary,
     RolloverMarker,
 )
-from core.memory.summarise import fallback_summary, summary_request
+from core.memory.summarise import fallback_summary, summary_followup, summary_request
 from core.memory.window import PREPARE_AT, ContextMonitor, Message, reply_room
 from core.store import StoreError
 from core.tools import chat_messages
@@ -85,6 +85,7 @@ class ObservedTurn(Protocol):
     conversation_id: str
     request: GenerationRequest
 
+AHEAD_SUMMARY_TOKENS = 256  # the most a summary written ahead may take
 DOCS_SHARE = 0.35  # at most this share of the context goes to document excerpts
 TRANSCRIPT_SHARE = 0.45  # of the context, for the transcript in a summarise request
 HISTORY_PAGE = 400  # messages of the active branch read to rebuild the session
@@ -172,8 +173,7 @@ class ChatContext:
         self.docs = DocsService()  # registries and indexes here; embedding in the worker
         self.threshold = 0.7
         self._monitors: dict[int, ContextMonitor] = {}
-        # session id -> (session messages covered, the summary being written for them)
-        self._summaries: dict[str, tuple[int, asyncio.Future[str]]] = {}
+        self.ahead = SummariesAhead()  # summaries written in the background, by session
         self._loaded: set[str] = set()
         self._images: dict[str, dict[str, AttachedImage]] = {}  # conversation -> alias -> image
         # The "vision" role worker; its model counts against the pool's budget too.
@@ -443,9 +443,7 @@ class ChatContext:
         memory.retrieve = lambda _question: facts
         plan = await memory.aprepare(text, docs.text)
         if plan.marker is not None:  # swapped in (or rolled without it): no longer needed
-            old = self._summaries.pop(plan.marker.old_session_id, None)
-            if old is not None:
-                old[1].cancel()
+            self.ahead.drop(plan.marker.old_session_id)
         messages = plan.messages
         if sees:  # a vision model: the newest images go into the user's message as files
             last = messages[-1]
@@ -462,18 +460,8 @@ class ChatContext:
             convert=chat_messages, system_prompt=self.settings.system_prompt or None,
             background=True,
         )
-        memory.ready = self._ready(memory.session_id)
+        memory.ready = self.ahead.ready(memory.session_id)
         return memory
-
-    def _ready(self, session_id: str) -> PreparedSummary | None:
-        """The summary written in the background for that session, once it is done."""
-        entry = self._summaries.get(session_id)
-        if entry is None or not entry[1].done() or entry[1].cancelled():
-            return None
-        if entry[1].exception() is not None:
-            self._summaries.pop(session_id, None)  # written again from the next turn
-            return None
-        return PreparedSummary(session_id, entry[0], entry[1].result())
 
     def prepare_summary(self, conversation_id: str, request: GenerationRequest,
                         usage: Usage) -> None:
@@ -485,12 +473,68 @@ class ChatContext:
         full = (usage.prompt_tokens + usage.completion_tokens) / size
         # A small context whose reply room comes first starts sooner (a tenth before it).
         start = min(PREPARE_AT, 1.0 - self.monitor().reply_room / size - 0.1)
-        if (full < start or session in self._summaries or request.reply_prefix
+        if (full < start or session in self.ahead or request.reply_prefix
                 or len(messages) < 2 or messages[-1].get("role") != "user"):
             return
         covered = list(messages[:-1])
-        task = asyncio.ensure_future(self.summarise(conversation_id, covered))
-        self._summaries[session] = (len(covered), task)
+        self.ahead.start(session, len(covered), self.summarise_after(session, covered))
+
+    async def summarise_after(self, session_id: str, messages: list[Message]) -> str:
+        """A summary of the session `messages`, asked for after them in the same session:
+        the engine reuses their KV cache (the turn just before left it) and prefills only
+        the request, so writing it ahead costs little more than its own tokens."""
+        size = self.context_tokens()
+        # Short enough to be written in the few turns between PREPARE_AT and the end of
+        # the room (a model that never stops writes all of it), and it leaves the fresh
+        # session more room: an eighth of the context, at most AHEAD_SUMMARY_TOKENS.
+        summary_tokens = max(32, min(int(size * SUMMARY_SHARE * 0.5), AHEAD_SUMMARY_TOKENS))
+        cid = session_id.split(":")[0]
+        fallback = fallback_summary(messages, int(summary_tokens / self.monitor().scale(cid)))
+        ask = summary_followup(summary_tokens)
+        room = size - self.monitor().used([*messages, ask], cid) - 16
+        if room < 32 or self.models.state.state != "ready":
+            return fallback  # nothing is loaded for it, and the turns must not wait
+        sampling = dataclasses.replace(self.settings.sampling.to_params(), temperature=0.2,
+                                       max_tokens=min(summary_tokens, room))
+        request = GenerationRequest(request_id=uuid.uuid4().hex, messages=(*messages, ask),
+                                    sampling=sampling, session_id=f"{session_id}:summary",
+                                    aside=True)
+        summary = await self._generate_text(request)
+        if summary:
+            await self._warm_swap(cid, session_id, len(messages), summary)
+        return summary or fallback
+
+    async def _warm_swap(self, conversation_id: str, session_id: str, covered: int,
+                         summary: str) -> None:
+        """Prefill the session the summary will start (its seed and the messages kept
+        after it) while the person reads, so the turn that swaps it in prefills only its
+        own message. Only where the engine keeps several caches (MLX's prefix cache):
+        llama.cpp keeps one, which this would take from the conversation's next turn."""
+        if self.models.state.info.get("engine") != "mlx":
+            return
+        branch = await self.store.call(self.store.handle.messages, conversation_id, HISTORY_PAGE)
+        memory = self._memory(conversation_id, branch)  # a throwaway: rolled here only
+        if memory.session_id != session_id:
+            return  # it rolled over meanwhile
+        tail = [m for m in memory.session[covered:] if m["role"] != "system"]
+        memory._roll(summary, "", 0, keep=len(tail))
+        sampling = dataclasses.replace(self.settings.sampling.to_params(), max_tokens=1)
+        await self._generate_text(GenerationRequest(
+            request_id=uuid.uuid4().hex, messages=tuple(memory.session), sampling=sampling,
+            session_id=f"{session_id}:warm", aside=True,
+            thinking=self.settings.thinking))
+
+    async def _generate_text(self, request: GenerationRequest) -> str:
+        """The reply's text ('' after an error)."""
+        pieces: list[str] = []
+        async for event in self.models.backend.generate(request):
+            if isinstance(event, TextDelta):
+                pieces.append(event.text)
+            elif isinstance(event, Error):
+                return ""
+            elif isinstance(event, Done):
+                break
+        return "".join(pieces).strip()
 
     def after_overflow(self, conversation_id: str,
                        request: GenerationRequest) -> GenerationRequest | None:
@@ -504,7 +548,8 @@ class ChatContext:
         self.monitor().observe(conversation_id, messages, size + 1)
         head = [m for m in messages[:1]
                 if m.get("role") == "system" and m.get("content") == self.settings.system_prompt]
-        summary = fallback_summary(messages[len(head):-1], int(size * SUMMARY_SHARE))
+        scale = self.monitor().scale(conversation_id)
+        summary = fallback_summary(messages[len(head):-1], int(size * SUMMARY_SHARE / scale))
         seed = [*head, {"role": "system", "content": f"{SUMMARY_PREFIX}\n{summary}"}]
         return dataclasses.replace(
             request, request_id=uuid.uuid4().hex, messages=(*seed, messages[-1]),
@@ -574,16 +619,7 @@ class ChatContext:
             sampling=sampling,
             session_id=f"{conversation_id}:summary",
         )
-        pieces: list[str] = []
-        async for event in self.models.backend.generate(request):
-            if isinstance(event, TextDelta):
-                pieces.append(event.text)
-            elif isinstance(event, Error):
-                return fallback
-            elif isinstance(event, Done):
-                break
-        summary = "".join(pieces).strip()
-        return summary or fallback
+        return await self._generate_text(request) or fallback
 
     @staticmethod
     def save_turn_start(store: Any, conversation_id: str, text: str, prepared: PreparedTurn) -> str:
@@ -600,8 +636,6 @@ class ChatContext:
             self.prepare_summary(turn.conversation_id, turn.request, usage)
 
     async def close(self) -> None:
-        for _, task in self._summaries.values():
-            task.cancel()
-        self._summaries.clear()
+        self.ahead.close()
         await self.utility.shutdown()
         await self.captioner.close()

@@ -46,8 +46,7 @@ async def _chat(rt: Runtime, cid: str | None, turns: int, start: int = 0, *,
     out = []
     for i in range(start, start + turns):
         if reader:
-            await asyncio.gather(*(task for _, task in rt.chat._summaries.values()),
-                                 return_exceptions=True)
+            await asyncio.gather(*rt.chat.ahead.pending(), return_exceptions=True)
         turn = await rt.start_turn(cid, _question(i))
         cid = turn.conversation_id
         events = [e async for e in turn.events()]
