@@ -42,3 +42,10 @@ def test_a_remote_is_not_sent_a_cap_it_was_not_given() -> None:
     assert "max_tokens" not in request_body(open_ended, "m")
     capped = GenerationRequest("r", tuple(HI), SamplingParams(max_tokens=64))
     assert request_body(capped, "m")["max_tokens"] == 64
+
+
+def test_a_remote_reply_without_a_cap_is_still_bounded() -> None:
+    from core.remote.reading import OPEN_ENDED_TOKENS, ReplyBounds
+
+    bounds = ReplyBounds.for_max_tokens(ROOM_LEFT)
+    assert bounds.max_tokens == OPEN_ENDED_TOKENS and bounds.seconds < 600 + OPEN_ENDED_TOKENS
