@@ -47,6 +47,14 @@ class SummariesAhead:
         """The summaries still being written (a bench or a test may wait for them)."""
         return [task for _, task in self._tasks.values() if not task.done()]
 
+    def yield_to_turn(self, session_id: str) -> None:
+        """A turn of the session starts on an engine that runs one request at a time: a
+        summary still being written would hold the turn up, so it stops, and is started
+        again after the turn (what the person reads meanwhile is its time)."""
+        entry = self._tasks.get(session_id)
+        if entry is not None and not entry[1].done():
+            self.drop(session_id)
+
     def drop(self, session_id: str) -> None:
         """The session rolled over: its summary is no longer needed."""
         entry = self._tasks.pop(session_id, None)

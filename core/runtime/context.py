@@ -430,6 +430,8 @@ class ChatContext:
             docs = await self._with_images(conversation_id, docs)
         monitor = self.monitor()
         memory = self._memory(conversation_id, branch)
+        if self.models.state.info.get("max_concurrency") == 1:  # llama.cpp: one at a time
+            self.ahead.yield_to_turn(memory.session_id)
         if not swap:
             memory.ready = None
         user = {"role": "user", "content": f"{docs.text}\n\n{text}" if docs.text else text}

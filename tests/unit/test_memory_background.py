@@ -3,6 +3,9 @@ background, and the turn at the threshold only swaps it in; room is kept for the
 
 from __future__ import annotations
 
+import asyncio
+
+from core.memory.ahead import SummariesAhead
 from core.memory.rollover import ConversationMemory, PreparedSummary
 from core.memory.summarise import SUMMARY_PREFIX, fallback_summary
 from core.memory.window import ContextMonitor, reply_room
@@ -76,3 +79,17 @@ def test_a_fallback_summary_never_nests_its_prefix() -> None:
     earlier = {"role": "system", "content": f"{SUMMARY_PREFIX}\nThey met."}
     text = fallback_summary([earlier, {"role": "user", "content": "and then?"}], 100)
     assert SUMMARY_PREFIX not in text and text.startswith("They met.")
+
+
+async def test_a_summary_being_written_yields_to_a_turn_on_a_serial_engine() -> None:
+    loop = asyncio.get_running_loop()
+    ahead = SummariesAhead()
+    writing, written = loop.create_future(), loop.create_future()
+    written.set_result("They talked.")
+    ahead.start("s", 3, writing)
+    ahead.start("t", 2, written)
+    ahead.yield_to_turn("s")  # still being written: stopped, started again later
+    ahead.yield_to_turn("t")  # done: kept for the swap
+    assert writing.cancelled() and "s" not in ahead
+    assert ahead.ready("t") == PreparedSummary("t", 2, "They talked.")
+    ahead.close()
