@@ -50,7 +50,13 @@ from core.memory.rollover import (
     RolloverMarker,
 )
 from core.memory.summarise import fallback_summary, summary_followup, summary_request
-from core.memory.window import PREPARE_AT, ContextMonitor, Message, reply_room
+from core.memory.window import (
+    PREPARE_AT,
+    ContextMonitor,
+    Message,
+    messages_tokens,
+    reply_room,
+)
 from core.store import StoreError
 from core.tools import chat_messages
 from core.vision.captions import RECENT_IMAGES, Captioner
@@ -174,6 +180,8 @@ class ChatContext:
         self.threshold = 0.7
         self._monitors: dict[int, ContextMonitor] = {}
         self.ahead = SummariesAhead()  # summaries written in the background, by session
+        self._warmed: set[str] = set()  # sessions whose successor was prefilled ahead
+        self._warming: set[asyncio.Future[None]] = set()
         self._loaded: set[str] = set()
         self._images: dict[str, dict[str, AttachedImage]] = {}  # conversation -> alias -> image
         # The "vision" role worker; its model counts against the pool's budget too.
@@ -510,21 +518,43 @@ class ChatContext:
                          summary: str) -> None:
         """Prefill the session the summary will start (its seed and the messages kept
         after it) while the person reads, so the turn that swaps it in prefills only its
-        own message. Only where the engine keeps several caches (MLX's prefix cache):
-        llama.cpp keeps one, which this would take from the conversation's next turn."""
-        if self.models.state.info.get("engine") != "mlx":
+        own message. MLX keeps several caches, so at once; llama.cpp keeps one, so only
+        once the next turn will swap (a question the size of the last one takes it past
+        the threshold, or leaves no room for the reply): before, it would take the cache
+        the next turn still needs."""
+        info = self.models.state.info
+        serial = info.get("max_concurrency") == 1
+        if session_id in self._warmed or (info.get("engine") != "mlx" and not serial):
             return
         branch = await self.store.call(self.store.handle.messages, conversation_id, HISTORY_PAGE)
         memory = self._memory(conversation_id, branch)  # a throwaway: rolled here only
+        monitor = memory.monitor
         if memory.session_id != session_id:
             return  # it rolled over meanwhile
+        asked = messages_tokens([m for m in memory.session if m["role"] == "user"][-1:],
+                                monitor.count)
+        if serial and not (
+                monitor.projected_use(memory.session, asked, conversation_id) >= monitor.threshold
+                or monitor.leaves_no_room(memory.session, asked, conversation_id)):
+            return
+        self._warmed.add(session_id)
         tail = [m for m in memory.session[covered:] if m["role"] != "system"]
         memory._roll(summary, "", 0, keep=len(tail))
         sampling = dataclasses.replace(self.settings.sampling.to_params(), max_tokens=1)
         await self._generate_text(GenerationRequest(
             request_id=uuid.uuid4().hex, messages=tuple(memory.session), sampling=sampling,
-            session_id=f"{session_id}:warm", aside=True,
-            thinking=self.settings.thinking))
+            session_id=f"{session_id}:warm", aside=True, thinking=self.settings.thinking))
+
+    def _warm_when_ready(self, conversation_id: str, session_id: str) -> None:
+        """After a turn on llama.cpp: the summary written earlier, warmed now if the next
+        turn will swap it in (see _warm_swap)."""
+        ready = self.ahead.ready(session_id)
+        if ready is None or session_id in self._warmed:
+            return
+        task = asyncio.ensure_future(
+            self._warm_swap(conversation_id, session_id, ready.covered, ready.summary))
+        self._warming.add(task)
+        task.add_done_callback(self._warming.discard)
 
     async def _generate_text(self, request: GenerationRequest) -> str:
         """The reply's text ('' after an error)."""
@@ -636,8 +666,13 @@ class ChatContext:
         if usage.prompt_tokens > 0:
             self.monitor().observe(turn.conversation_id, turn.request.messages, usage.prompt_tokens)
             self.prepare_summary(turn.conversation_id, turn.request, usage)
+            if self.models.state.info.get("max_concurrency") == 1:
+                session = turn.request.session_id or turn.conversation_id
+                self._warm_when_ready(turn.conversation_id, session)
 
     async def close(self) -> None:
         self.ahead.close()
+        for task in list(self._warming):
+            task.cancel()
         await self.utility.shutdown()
         await self.captioner.close()

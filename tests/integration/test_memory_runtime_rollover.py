@@ -25,9 +25,9 @@ REPLIES = tuple(
 )
 
 
-def _runtime() -> Runtime:
+def _runtime(*options: tuple[str, object]) -> Runtime:
     spec = ModelSpec(path="scripted", engine="scripted", context_size=CONTEXT,
-                     options=(("replies", REPLIES), ("fixed_timing", True)))
+                     options=(("replies", REPLIES), ("fixed_timing", True), *options))
     settings = Settings(context_size=CONTEXT)
     settings.sampling.max_tokens = 200
     return Runtime(settings, model_spec=spec)
@@ -120,6 +120,24 @@ async def test_a_summary_written_in_the_background_is_swapped_in() -> None:
         assert rollovers
         assert all(m.summary in REPLIES for m in rollovers), [m.summary for m in rollovers]
         assert not any(t.waited_for_summary for t, _, _ in turns)
+    finally:
+        await rt.close()
+
+
+async def test_on_a_one_at_a_time_engine_the_summary_yields_and_the_swap_is_warmed() -> None:
+    """llama.cpp runs one request at a time: a summary still being written stops when a
+    turn comes (and starts again after it); one written in the reader's time is swapped
+    in, and the session it starts is prefilled once the next turn is sure to swap."""
+    rt = _runtime(("max_concurrency", 1), ("tokens_per_s", 200))
+    await rt.start()
+    try:
+        _, hasty = await _chat(rt, None, 12)  # no time between turns: summaries yield
+        assert not any(t.waited_for_summary for t, _, _ in hasty)
+        assert all(t.rollover.summary not in REPLIES for t, _, _ in hasty if t.rollover)
+        _, turns = await _chat(rt, None, 12, reader=True)
+        rolled = [t for t, _, _ in turns if t.rollover is not None]
+        assert rolled and all(t.rollover.summary in REPLIES for t in rolled)
+        assert {t.rollover.old_session_id for t in rolled} <= rt.chat._warmed
     finally:
         await rt.close()
 
