@@ -4,7 +4,8 @@ Two things feed a turn: attached documents (whole when small, the top-k chunks w
 "[file.pdf p.3]" citations when large) and the conversation's memory (the context wind
 monitor; from 60% full a summary is written by the loaded model in the background, and
 the turn at 70% swaps it in as the seed of a fresh session, so no turn waits for it; room
-is kept for the reply, and a context overflow is retried once with a rolled context).
+is kept for the reply, and a context overflow is retried once with a rolled context:
+core.runtime.room does that part).
 Both need work that must not run on the UI loop: extraction and embedding go to the
 utility worker process (core.docs.worker), summaries to the model worker through the
 pool, SQLite to the store thread. This module only orchestrates; the logic lives in
@@ -40,23 +41,20 @@ from core.docs.service import DocsService
 from core.docs.worker import UtilityWorker, UtilityWorkerError
 from core.engines.base import GenerationRequest
 from core.engines.select import sees_images
-from core.events import Done, Error, TextDelta, Usage
-from core.memory.ahead import SummariesAhead
+from core.events import Usage
 from core.memory.persist import resume_from_messages, save_marker
 from core.memory.rollover import (
-    SUMMARY_PREFIX,
     SUMMARY_SHARE,
     ConversationMemory,
     RolloverMarker,
 )
-from core.memory.summarise import fallback_summary, summary_followup, summary_request
+from core.memory.summarise import fallback_summary, summary_request
 from core.memory.window import (
-    PREPARE_AT,
     ContextMonitor,
     Message,
-    messages_tokens,
     reply_room,
 )
+from core.runtime.room import RoomAhead, generate_text
 from core.store import StoreError
 from core.tools import chat_messages
 from core.vision.captions import RECENT_IMAGES, Captioner
@@ -91,10 +89,8 @@ class ObservedTurn(Protocol):
     conversation_id: str
     request: GenerationRequest
 
-AHEAD_SUMMARY_TOKENS = 256  # the most a summary written ahead may take
 DOCS_SHARE = 0.35  # at most this share of the context goes to document excerpts
 TRANSCRIPT_SHARE = 0.45  # of the context, for the transcript in a summarise request
-HISTORY_PAGE = 400  # messages of the active branch read to rebuild the session
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -179,9 +175,10 @@ class ChatContext:
         self.docs = DocsService()  # registries and indexes here; embedding in the worker
         self.threshold = 0.7
         self._monitors: dict[int, ContextMonitor] = {}
-        self.ahead = SummariesAhead()  # summaries written in the background, by session
-        self._warmed: set[str] = set()  # sessions whose successor was prefilled ahead
-        self._warming: set[asyncio.Future[None]] = set()
+        # The end of the context, met ahead: summaries written in the background, the
+        # session they start prefilled, a context overflow rolled over (core.runtime.room).
+        self.room = RoomAhead(settings, models, store, self.monitor, self._memory)
+        self.ahead = self.room.ahead
         self._loaded: set[str] = set()
         self._images: dict[str, dict[str, AttachedImage]] = {}  # conversation -> alias -> image
         # The "vision" role worker; its model counts against the pool's budget too.
@@ -473,119 +470,10 @@ class ChatContext:
         memory.ready = self.ahead.ready(memory.session_id)
         return memory
 
-    def prepare_summary(self, conversation_id: str, request: GenerationRequest,
-                        usage: Usage) -> None:
-        """From PREPARE_AT full, write the summary of the session so far in the background
-        (its first generation's messages, less the new question), once per session."""
-        session = request.session_id or conversation_id
-        messages = request.messages
-        size = self.context_tokens()
-        full = (usage.prompt_tokens + usage.completion_tokens) / size
-        # A small context whose reply room comes first starts sooner (a tenth before it).
-        start = min(PREPARE_AT, 1.0 - self.monitor().reply_room / size - 0.1)
-        if (full < start or session in self.ahead or request.reply_prefix
-                or len(messages) < 2 or messages[-1].get("role") != "user"):
-            return
-        covered = list(messages[:-1])
-        self.ahead.start(session, len(covered), self.summarise_after(session, covered))
-
-    async def summarise_after(self, session_id: str, messages: list[Message]) -> str:
-        """A summary of the session `messages`, asked for after them in the same session:
-        the engine reuses their KV cache (the turn just before left it) and prefills only
-        the request, so writing it ahead costs little more than its own tokens."""
-        size = self.context_tokens()
-        # Short enough to be written in the few turns between PREPARE_AT and the end of
-        # the room (a model that never stops writes all of it), and it leaves the fresh
-        # session more room: an eighth of the context, at most AHEAD_SUMMARY_TOKENS.
-        summary_tokens = max(32, min(int(size * SUMMARY_SHARE * 0.5), AHEAD_SUMMARY_TOKENS))
-        cid = session_id.split(":")[0]
-        fallback = fallback_summary(messages, int(summary_tokens / self.monitor().scale(cid)))
-        ask = summary_followup(summary_tokens)
-        room = size - self.monitor().used([*messages, ask], cid) - 16
-        if room < 32 or self.models.state.state != "ready":
-            return fallback  # nothing is loaded for it, and the turns must not wait
-        sampling = dataclasses.replace(self.settings.sampling.to_params(), temperature=0.2,
-                                       max_tokens=min(summary_tokens, room))
-        request = GenerationRequest(request_id=uuid.uuid4().hex, messages=(*messages, ask),
-                                    sampling=sampling, session_id=f"{session_id}:summary",
-                                    aside=True)
-        summary = await self._generate_text(request)
-        if summary:
-            await self._warm_swap(cid, session_id, len(messages), summary)
-        return summary or fallback
-
-    async def _warm_swap(self, conversation_id: str, session_id: str, covered: int,
-                         summary: str) -> None:
-        """Prefill the session the summary will start (its seed and the messages kept
-        after it) while the person reads, so the turn that swaps it in prefills only its
-        own message. MLX keeps several caches, so at once; llama.cpp keeps one, so only
-        once the next turn will swap (a question the size of the last one takes it past
-        the threshold, or leaves no room for the reply): before, it would take the cache
-        the next turn still needs."""
-        info = self.models.state.info
-        serial = info.get("max_concurrency") == 1
-        if session_id in self._warmed or (info.get("engine") != "mlx" and not serial):
-            return
-        branch = await self.store.call(self.store.handle.messages, conversation_id, HISTORY_PAGE)
-        memory = self._memory(conversation_id, branch)  # a throwaway: rolled here only
-        monitor = memory.monitor
-        if memory.session_id != session_id:
-            return  # it rolled over meanwhile
-        asked = messages_tokens([m for m in memory.session if m["role"] == "user"][-1:],
-                                monitor.count)
-        if serial and not (
-                monitor.projected_use(memory.session, asked, conversation_id) >= monitor.threshold
-                or monitor.leaves_no_room(memory.session, asked, conversation_id)):
-            return
-        self._warmed.add(session_id)
-        tail = [m for m in memory.session[covered:] if m["role"] != "system"]
-        memory._roll(summary, "", 0, keep=len(tail))
-        sampling = dataclasses.replace(self.settings.sampling.to_params(), max_tokens=1)
-        await self._generate_text(GenerationRequest(
-            request_id=uuid.uuid4().hex, messages=tuple(memory.session), sampling=sampling,
-            session_id=f"{session_id}:warm", aside=True, thinking=self.settings.thinking))
-
-    def _warm_when_ready(self, conversation_id: str, session_id: str) -> None:
-        """After a turn on llama.cpp: the summary written earlier, warmed now if the next
-        turn will swap it in (see _warm_swap)."""
-        ready = self.ahead.ready(session_id)
-        if ready is None or session_id in self._warmed:
-            return
-        task = asyncio.ensure_future(
-            self._warm_swap(conversation_id, session_id, ready.covered, ready.summary))
-        self._warming.add(task)
-        task.add_done_callback(self._warming.discard)
-
-    async def _generate_text(self, request: GenerationRequest) -> str:
-        """The reply's text ('' after an error)."""
-        pieces: list[str] = []
-        async for event in self.models.backend.generate(request):
-            if isinstance(event, TextDelta):
-                pieces.append(event.text)
-            elif isinstance(event, Error):
-                return ""
-            elif isinstance(event, Done):
-                break
-        return "".join(pieces).strip()
-
     def after_overflow(self, conversation_id: str,
                        request: GenerationRequest) -> GenerationRequest | None:
-        """The request rolled over at once (no model: fallback_summary) after the engine
-        said the prompt does not fit; None when there is nothing to roll. The monitor
-        learns that its estimate was short, so the next turn rolls over properly."""
-        messages = list(request.messages)
-        if len(messages) < 2 or messages[-1].get("role") != "user":
-            return None
-        size = self.context_tokens()
-        self.monitor().observe(conversation_id, messages, size + 1)
-        head = [m for m in messages[:1]
-                if m.get("role") == "system" and m.get("content") == self.settings.system_prompt]
-        scale = self.monitor().scale(conversation_id)
-        summary = fallback_summary(messages[len(head):-1], int(size * SUMMARY_SHARE / scale))
-        seed = [*head, {"role": "system", "content": f"{SUMMARY_PREFIX}\n{summary}"}]
-        return dataclasses.replace(
-            request, request_id=uuid.uuid4().hex, messages=(*seed, messages[-1]),
-            session_id=f"{conversation_id}:{uuid.uuid4().hex[:8]}")
+        """The request rolled over at once after a context overflow (RoomAhead)."""
+        return self.room.after_overflow(conversation_id, request)
 
     def session_so_far(self, conversation_id: str,
                        branch: Sequence[Any]) -> tuple[tuple[dict[str, Any], ...], str]:
@@ -651,7 +539,7 @@ class ChatContext:
             sampling=sampling,
             session_id=f"{conversation_id}:summary",
         )
-        return await self._generate_text(request) or fallback
+        return await generate_text(self.models.backend, request) or fallback
 
     @staticmethod
     def save_turn_start(store: Any, conversation_id: str, text: str, prepared: PreparedTurn) -> str:
@@ -665,14 +553,9 @@ class ChatContext:
         summary in the background once the conversation is PREPARE_AT full."""
         if usage.prompt_tokens > 0:
             self.monitor().observe(turn.conversation_id, turn.request.messages, usage.prompt_tokens)
-            self.prepare_summary(turn.conversation_id, turn.request, usage)
-            if self.models.state.info.get("max_concurrency") == 1:
-                session = turn.request.session_id or turn.conversation_id
-                self._warm_when_ready(turn.conversation_id, session)
+            self.room.after_turn(turn.conversation_id, turn.request, usage)
 
     async def close(self) -> None:
-        self.ahead.close()
-        for task in list(self._warming):
-            task.cancel()
+        self.room.close()
         await self.utility.shutdown()
         await self.captioner.close()

@@ -137,7 +137,7 @@ async def test_on_a_one_at_a_time_engine_the_summary_yields_and_the_swap_is_warm
         _, turns = await _chat(rt, None, 12, reader=True)
         rolled = [t for t, _, _ in turns if t.rollover is not None]
         assert rolled and all(t.rollover.summary in REPLIES for t in rolled)
-        assert {t.rollover.old_session_id for t in rolled} <= rt.chat._warmed
+        assert {t.rollover.old_session_id for t in rolled} <= rt.chat.room.warmed
     finally:
         await rt.close()
 
