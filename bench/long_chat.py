@@ -17,6 +17,7 @@ One JSON object on stdout: `turns` (those rows), `errors` (must be 0),
     python bench/long_chat.py --quick        # a tiny random qwen3 on MLX's CPU, 60 turns
     python bench/long_chat.py                # the bundled Gemma 3 270M (llama.cpp), 200 turns
     python bench/long_chat.py --model DIR_OR_GGUF --turns 200
+    python bench/long_chat.py --quick --think-s 1   # a person who reads each reply for 1 s
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def bundled_model() -> tuple[str, str]:
 
 
 async def run(model: str, engine: str, turns: int, context: int,
-              reply_tokens: int) -> dict[str, Any]:
+              reply_tokens: int, think_s: float = 0.0) -> dict[str, Any]:
     from core.config import Settings
     from core.engines.base import ModelSpec
     from core.events import Done, Error, TextDelta, Usage
@@ -85,6 +86,8 @@ async def run(model: str, engine: str, turns: int, context: int,
     cid: str | None = None
     try:
         for i in range(turns):
+            if think_s and i:
+                await asyncio.sleep(think_s)  # the person reads the reply (not timed)
             start = time.perf_counter()
             try:
                 turn = await runtime.start_turn(cid, user_text(i))
@@ -134,7 +137,7 @@ async def run(model: str, engine: str, turns: int, context: int,
     p50, p99 = pct(ttfts, 0.5), pct(ttfts, 0.99)
     return {
         "model": Path(model).name, "engine": engine, "context": context,
-        "reply_tokens_cap": reply_tokens, "turns_run": len(rows),
+        "reply_tokens_cap": reply_tokens, "think_s": think_s, "turns_run": len(rows),
         "errors": errors,
         "ttft_p50_ms": round(p50, 1), "ttft_p99_ms": round(p99, 1),
         "ttft_p99_over_p50": round(p99 / p50, 2) if p50 else None,
@@ -157,6 +160,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int)
     parser.add_argument("--context", type=int, default=4096)
     parser.add_argument("--reply-tokens", type=int, default=64)
+    parser.add_argument("--think-s", type=float, default=0.0,
+                        help="seconds between a reply and the next question (a reader)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="llmdeck-bench-long-chat-"))
     os.environ["LLMDECK_HOME"] = str(work / "home")
@@ -168,7 +173,8 @@ def main() -> None:
     else:
         model, engine = bundled_model()
     turns = args.turns or (60 if args.quick else 200)
-    result = asyncio.run(run(model, engine, turns, args.context, args.reply_tokens))
+    result = asyncio.run(run(model, engine, turns, args.context, args.reply_tokens,
+                             args.think_s))
     print(json.dumps(result))
 
 
