@@ -26,8 +26,8 @@ from core.runtime import ModelState, SandboxInfo
 
 POLL_S = 0.5  # the mirror (worker table, sandbox, MCP listing), while connected
 RECONNECT_WAIT_S = 90.0  # a call made while the service is lost waits this long for a new one
-NOT_REPEATED = frozenset({"start_turn", "regenerate", "edit_and_resend", "watch_turn",
-                          "compare"})
+NOT_REPEATED = frozenset({"start_turn", "regenerate", "edit_and_resend", "continue_reply",
+                          "watch_turn", "compare"})
 
 
 class ServiceRuntime:

@@ -134,6 +134,7 @@ class RuntimeFace(Protocol):
     # replies
     async def start_turn(self, conversation_id: str | None, text: str) -> TurnHandle: ...
     async def regenerate(self, conversation_id: str, message_id: str) -> TurnHandle: ...
+    async def continue_reply(self, conversation_id: str, message_id: str) -> TurnHandle: ...
     async def edit_and_resend(self, conversation_id: str, message_id: str,
                               text: str) -> TurnHandle: ...
     def live_turns(self) -> list[LiveTurnInfo]: ...
@@ -507,6 +508,7 @@ class Runtime:
                           session_id=prepared.session_id)
         turn = self._turn(cid, mid, request)
         turn.rollover, turn.sources = prepared.marker, prepared.sources
+        turn.waited_for_summary = prepared.waited
         return turn
 
     # -- documents ----------------------------------------------------------------------
@@ -559,7 +561,7 @@ class Runtime:
         user, history = await self.store_call(_history)
         request = self._request(cid, history, user.content)
         try:  # documents and memory as for a new turn; a rollover here is not stored
-            prepared = await self.chat.prepare_turn(cid, history, user.content)
+            prepared = await self.chat.prepare_turn(cid, history, user.content, swap=False)
         except Exception:
             return self._turn(cid, user.id, request)
         turn = self._turn(cid, user.id, replace(request, messages=prepared.messages,
@@ -578,6 +580,19 @@ class Runtime:
             raise LookupError("There is no user message to answer.")
         await self.store_call(self.store_handle.switch_branch, user_id)
         return await self._turn_for_user_message(conversation_id, user_id)
+
+    async def continue_reply(self, conversation_id: str, message_id: str) -> Turn:
+        """Go on with reply `message_id`, cut at its length limit: the model continues from
+        its text (the cached prefix) and the new text is appended to the same message."""
+        msg = await self.store_call(self.store_handle.get_message, message_id)
+        if msg is None:
+            raise LookupError("That message no longer exists.")
+        if msg.role != "assistant" or msg.status != "cut" or msg.parent_id is None:
+            raise LookupError("Only a reply cut at its length limit can be continued.")
+        turn = await self._turn_for_user_message(conversation_id, msg.parent_id)
+        turn.request = replace(turn.request, reply_prefix=msg.content)
+        turn.continues = msg
+        return turn
 
     async def edit_and_resend(self, conversation_id: str, message_id: str, text: str) -> Turn:
         """Save `text` as a sibling of user message `message_id` (a new branch) and answer it."""

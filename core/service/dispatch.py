@@ -59,7 +59,7 @@ RUNTIME_CALLS: dict[str, bool] = {
 }
 MCP_CALLS = frozenset({"mcp_prompt", "mcp_save_resource"})
 # Runtime methods that return a Turn: the hub runs it and the caller watches it.
-TURN_CALLS = ("start_turn", "regenerate", "edit_and_resend")
+TURN_CALLS = ("start_turn", "regenerate", "edit_and_resend", "continue_reply")
 SUBSCRIPTION_TOPICS = ("status", "model", "turns")
 DECISIONS = ("allow", "deny", "always")
 

@@ -232,6 +232,10 @@ class RemoteRuntime:
         return await self._turn("regenerate", conversation_id=conversation_id,
                                 message_id=message_id)
 
+    async def continue_reply(self, conversation_id: str, message_id: str) -> RemoteTurn:
+        return await self._turn("continue_reply", conversation_id=conversation_id,
+                                message_id=message_id)
+
     async def edit_and_resend(self, conversation_id: str, message_id: str,
                               text: str) -> RemoteTurn:
         return await self._turn("edit_and_resend", conversation_id=conversation_id,

@@ -11,7 +11,7 @@ from typing import Any
 from core import json_text
 
 ROLES = ("system", "user", "assistant", "tool")
-STATUSES = ("partial", "complete", "error", "stopped")
+STATUSES = ("partial", "complete", "error", "stopped", "cut")  # cut: at the length limit
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,8 @@ class _Parsers:
                 from core.parsing import JSON_CALL
 
                 family = JSON_CALL  # the engine holds the reply to one bare JSON call
-            self._active[request.request_id] = self._factory(family)
+            self._active[request.request_id] = self._factory(
+                family, continues=bool(request.reply_prefix))
 
     def process(self, request_id: str, events: list[Event]) -> list[Event]:
         parser = self._active.get(request_id)

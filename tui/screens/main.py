@@ -6,7 +6,7 @@ carries them out through the runtime. Whole topics live beside it, each owned by
 screen and reached through thin handlers here (Textual finds actions and handlers by
 name on the screen): the footer's layout (tui.footer_layout), following a reply another
 client started (live_follow), F8/F9 code runs (code_runs), message actions
-(message_actions).
+(message_actions), drawing a turn's events and the composer's busy note (turn_stream).
 """
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TextArea
 
-from core.events import Done, Error, ReasoningDelta, TextDelta, ToolCall, Usage
+from core.events import ToolCall
 from core.runtime import ModelState, Turn, context_use
 from core.store import StoreError
-from core.tools import ToolStatus
 from tui import mcp_commands, slash
 from tui.dropped_paths import dropped_image_paths
 from tui.footer_layout import footer_bindings
@@ -35,6 +34,7 @@ from tui.screens.code_runs import CodeRuns
 from tui.screens.dialogs import ConfirmScreen, PromptScreen
 from tui.screens.live_follow import LiveFollow
 from tui.screens.message_actions import MessageActions
+from tui.screens.turn_stream import draw_events, show_composer_state
 from tui.widgets.attachments import (
     AttachmentBar,
     MemoryMarker,
@@ -46,7 +46,7 @@ from tui.widgets.attachments import (
 )
 from tui.widgets.chat_view import PAGE, ChatView
 from tui.widgets.composer import Composer
-from tui.widgets.image_card import place_images, show_tool_images
+from tui.widgets.image_card import place_images
 from tui.widgets.message_view import MessageView
 from tui.widgets.sidebar import Sidebar
 from tui.widgets.status_bar import StatusBar
@@ -608,24 +608,8 @@ class MainScreen(Screen):
             self.refresh_bindings()
 
     def show_composer_state(self) -> None:
-        """The composer says what Enter does while the app is busy, so it never looks dead:
-        it takes keys at all times, and a message sent meanwhile waits its turn."""
-        found = self.query(Composer)
-        if not found:  # not composed yet, or the app is closing
-            return
-        composer = found.first()
-        state = self.runtime.model_state().state
-        queued = len(self.queued_texts())
-        if queued:
-            note = f"{queued} queued: sent after this reply · esc stops and returns them"
-        elif self.busy:
-            note = "replying… type your next message: enter queues it · esc stops"
-        elif state in ("loading", "provisioning"):
-            note = "the model is loading… type away: enter sends when it is ready"
-        else:
-            note = ""
-        composer.placeholder = note if not queued else ""
-        composer.border_subtitle = note if queued else None
+        """The composer says what Enter does while the app is busy (turn_stream)."""
+        show_composer_state(self)
 
     async def _send_one(self, text: str) -> bool:
         """One queued message as its own turn; False (text back in the composer) if the
@@ -665,9 +649,11 @@ class MainScreen(Screen):
         await self.run_turn(turn, user_view)
 
     async def run_turn(self, turn: Turn, user_view: MessageView | None,
-                       branch: tuple[int, int] | None = None) -> None:
-        """Stream a turn into a new reply view; the shared tail of send/regenerate/edit.
-        `branch` labels a regenerated reply while it streams (the store confirms at the end)."""
+                       branch: tuple[int, int] | None = None,
+                       reply: MessageView | None = None) -> None:
+        """Stream a turn into a new reply view (or `reply`, a cut reply continued in place);
+        the shared tail of send/regenerate/edit/continue. `branch` labels a regenerated
+        reply while it streams (the store confirms at the end). Drawing: turn_stream."""
         self.turn = turn
         self._no_turn.clear()
         self._starting = False  # busy now because the turn streams
@@ -677,41 +663,12 @@ class MainScreen(Screen):
         self.show_composer_state()
         chat = self.chat
         chat.has_newer = False  # the reply is the branch's newest message, whatever page it is on
-        reply = await chat.add_message(MessageView("assistant", branch=branch))
+        if reply is None:
+            reply = await chat.add_message(MessageView("assistant", branch=branch))
         chat.anchor()
-        bar = self.query_one(StatusBar)
-        after_tools = False  # text after a tool round is a new assistant message
         try:
-            async for event in turn.events():
-                if isinstance(event, (TextDelta, ReasoningDelta)) and after_tools:
-                    after_tools = False
-                    await reply.finish()
-                    reply = await chat.add_message(MessageView("assistant"))
-                if isinstance(event, TextDelta):
-                    await reply.append_text(event.text)
-                elif isinstance(event, ReasoningDelta):
-                    await reply.append_reasoning(event.text)
-                elif isinstance(event, ToolCall):
-                    await reply.add_tool_call(event)
-                elif isinstance(event, ToolStatus):
-                    if not after_tools:
-                        after_tools = True
-                        reply.message_id = turn.assistant_message_id
-                    card = reply.tool_card(event.call.id) or await reply.add_tool_call(event.call)
-                    card.state = event.state
-                    card.result = event.result
-                    if event.final and event.figures:  # an MCP image: attached, shown here
-                        await show_tool_images(card, self.runtime, self.conversation_id,
-                                               event.figures)
-                elif isinstance(event, Usage):
-                    reply.set_usage(event)
-                    bar.context_used = event.prompt_tokens + event.completion_tokens
-                elif isinstance(event, Error):
-                    reply.show_error(event, remote=self.runtime.model_is_remote())
-                elif isinstance(event, Done):
-                    if event.finish_reason == "cancelled":
-                        reply.set_status("stopped")  # as the store has it (Esc)
-                    break
+            reply = await draw_events(turn, reply, chat, self.query_one(StatusBar),
+                                      self.runtime, self.conversation_id)
         finally:
             await reply.finish()
             if turn.sources:

@@ -36,7 +36,8 @@ def view_for(m: Message, branch: tuple[int, int] | None = None) -> MessageView:
     return MessageView(m.role, m.content, reasoning=m.reasoning or "",
                        stats=format_stats_dict(m.usage), status=m.status,
                        error=f"⚠ {error}\n  → Press r on this reply to try again." if error else None,
-                       message_id=m.id, branch=branch, tool_results=m.tool_results)
+                       message_id=m.id, branch=branch, tool_results=m.tool_results,
+                       tokens=int((m.usage or {}).get("completion_tokens") or 0))
 
 
 class ChatView(VerticalScroll):
