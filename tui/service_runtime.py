@@ -26,6 +26,7 @@ from core.runtime import ModelState, SandboxInfo
 
 POLL_S = 0.5  # the mirror (worker table, sandbox, MCP listing), while connected
 RECONNECT_WAIT_S = 90.0  # a call made while the service is lost waits this long for a new one
+START_KEY = "F10"  # the app's key to start a stopped service again (tui.app)
 NOT_REPEATED = frozenset({"start_turn", "regenerate", "edit_and_resend", "watch_turn",
                           "compare"})
 
@@ -54,7 +55,13 @@ class ServiceRuntime:
         self.lost_listeners: list[Callable[[str], None]] = []
         # Called with each live reply's summary ({turn, conversation_id, done, ...}).
         self.live_listeners: list[Callable[[dict[str, Any]], None]] = []
+        # The service's notices (core.service.notices) and "conversations changed" pushes.
+        self.notice_listeners: list[Callable[[dict[str, Any]], None]] = []
+        self.conversation_listeners: list[Callable[[], None]] = []
         self.store_notice: str | None = None
+        # The sentence every call answers while the service is stopped and nobody asked
+        # for a new one (the app offers a key); None while connected or reconnecting.
+        self.stopped: str | None = None
         self.store_recovering = False
 
     # -- what the app reads without waiting --------------------------------------------
@@ -254,6 +261,8 @@ class ServiceRuntime:
         remote.listeners.append(self._on_model)
         remote.lost_listeners.append(self._on_lost)
         remote.turn_listeners.append(self._on_turn_started)
+        remote.notice_listeners.append(self._on_notice)
+        remote.conversation_listeners.append(self._on_conversations)
         await remote.start()
         self._remote = remote
         await self._refresh_mirror()
@@ -264,11 +273,22 @@ class ServiceRuntime:
             self._model_override = None
         self._poll = asyncio.ensure_future(self._poll_loop())
 
-    async def reconnect(self) -> None:
-        """After the service was lost: start or find one and attach again."""
+    @property
+    def lost_how(self) -> str:
+        """How the service went, as it said when it closed: "stopped" (a person, a signal,
+        idle), "restarting" (`llmdeck service restart`) or "crashed" (it said nothing)."""
+        client = self._remote.client if self._remote is not None else None
+        if client is not None and client.restarting:
+            return "restarting"
+        return "stopped" if client is not None and client.stopped else "crashed"
+
+    async def reconnect(self, start: bool = True) -> None:
+        """After the service was lost: start one (or, `start` False, wait for the one a
+        restart brings) and attach again. Until then `stopped` makes calls fail at once."""
         if self._poll is not None:
             self._poll.cancel()
-        await self._remote.reconnect()
+        await self._remote.reconnect(start=start)
+        self.stopped = None
         self._mcp_listed = False
         await self._refresh_mirror()
         self._back.set()
@@ -287,6 +307,14 @@ class ServiceRuntime:
             for listener in list(self.listeners):
                 listener(state)
 
+    def _on_notice(self, notice: dict[str, Any]) -> None:
+        for listener in list(self.notice_listeners):
+            listener(notice)
+
+    def _on_conversations(self) -> None:
+        for listener in list(self.conversation_listeners):
+            listener()
+
     def _on_turn_started(self, summary: dict[str, Any]) -> None:
         for listener in list(self.live_listeners):
             listener(summary)
@@ -294,6 +322,8 @@ class ServiceRuntime:
     def _on_lost(self, sentence: str) -> None:
         if self._closed:
             return
+        if self.lost_how == "stopped":  # a person stopped it: no new one behind their back
+            self.stopped = f"The llmdeck service was stopped. Press {START_KEY} to start it again."
         self._back.clear()
         if self._poll is not None:
             self._poll.cancel()
@@ -347,18 +377,33 @@ class ServiceRuntime:
         if remote is None or name.startswith("_"):
             raise AttributeError(name)
         fn = getattr(remote, name)
-        if not inspect.iscoroutinefunction(fn) or name in NOT_REPEATED:
+        if not inspect.iscoroutinefunction(fn):
             return fn
+        if name in NOT_REPEATED:
+            async def once(*args: Any, **kwargs: Any) -> Any:
+                from core.service import ServiceUnavailable
+
+                if self.stopped is not None:  # the sentence with the key, not "stopping"
+                    raise ServiceUnavailable(self.stopped)
+                return await fn(*args, **kwargs)
+
+            return once
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             from core.service import ServiceUnavailable
 
+            if self.stopped is not None:
+                raise ServiceUnavailable(self.stopped)
             try:
                 return await fn(*args, **kwargs)
             except ServiceUnavailable:
-                if self._closed:
-                    raise
-                await asyncio.wait_for(self._back.wait(), RECONNECT_WAIT_S)
+                if self._closed or self.stopped is not None:
+                    raise ServiceUnavailable(self.stopped or "llmdeck is closing.") from None
+                try:
+                    await asyncio.wait_for(self._back.wait(), RECONNECT_WAIT_S)
+                except TimeoutError:
+                    raise ServiceUnavailable(self.stopped or "The llmdeck service did not come "
+                                             "back; see its log.") from None
                 return await getattr(self._remote, name)(*args, **kwargs)
 
         return call

@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.service import protocol
+from core.service import errors, protocol
 from core.service.dispatch import CallContext, CallError, ServiceControl, dispatch
 from core.service.framing import MAX_OUT_BYTES, FrameError, LineReader, encode_line
+from core.service.notices import Notices
 from core.service.outbox import Outbox, SlowClient
 from core.service.peer import peer_of
 from core.service.turns import TurnHub
@@ -89,6 +90,7 @@ class ServiceServer:
         self.sessions: set[Session] = set()
         self.hub = TurnHub(warning=self._tool_warning, can_always=self._can_always,
                            on_begin=self._turn_started)
+        self.notices = Notices(self.broadcast)  # pushed to every client (core.service.notices)
         self.last_active = time.monotonic()
         self._server: asyncio.AbstractServer | None = None
         self._numbers = 0
@@ -132,8 +134,10 @@ class ServiceServer:
     def busy(self) -> bool:
         return bool(self.sessions) or self.hub.live_count() > 0
 
-    async def close(self, reason: str) -> None:
-        self.broadcast({"event": "closing", "message": reason})
+    async def close(self, reason: str, restart: bool = False) -> None:
+        # "restart": a new service follows (`llmdeck service restart`): clients wait for it
+        # instead of saying the service was stopped (core.service.client).
+        self.broadcast({"event": "closing", "message": reason, "restart": restart})
         if self._server is not None:
             self._server.close()
         await asyncio.sleep(0.05)  # let the writers flush the closing line
@@ -234,21 +238,16 @@ class ServiceServer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - the call failed; the service goes on
-            session.send(protocol.error(protocol.FAILED, _sentence(exc), call_id))
+            session.send(errors.answer(exc, protocol.FAILED, call_id, _sentence(exc)))
             log.warning("call %r failed: %s", str(name)[:60], type(exc).__name__)
             return
         session.send({"id": call_id, "result": result})
+        self.notices.after_call(name)  # the sidebars of every client, when it changed
 
 
 def _sentence(exc: Exception) -> str:
-    """What a failed call tells the client: the exception's own sentence where it has one
-    (StoreError.message, WorkerLoadError.message, LookupError's text)."""
-    message = getattr(exc, "message", None)
-    if isinstance(message, str) and message:
-        return message
-    if isinstance(exc, (LookupError, ValueError, OSError)) and str(exc):
-        return str(exc)
-    return f"The service could not do that ({type(exc).__name__}); see the service log."
+    """What a failed call tells the client (core.service.errors.sentence)."""
+    return errors.sentence(exc)
 
 
 def _failure(exc: BaseException, timeout_text: str) -> tuple[str, str]:
