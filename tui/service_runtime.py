@@ -297,7 +297,8 @@ class ServiceRuntime:
 
     @property
     def connected(self) -> bool:
-        return self._remote is not None and self._remote.client.connected
+        """Attached and ready: a reconnection counts once it has fetched the model."""
+        return self._remote is not None and self._remote.client.connected and self._back.is_set()
 
     def _on_model(self, state: Any) -> None:
         if isinstance(state, ModelState):
