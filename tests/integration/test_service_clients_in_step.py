@@ -161,3 +161,21 @@ async def test_a_start_waits_for_a_dying_service_instead_of_failing(llmdeck_home
         finally:
             await client.close()
             await fresh.close()
+
+
+async def test_an_attach_the_service_refuses_is_a_sentence_in_the_client_app(
+        llmdeck_home: Path) -> None:
+    """The refusal (an AttachError value) crosses the socket; the app says it and goes on."""
+    svc.start(*svc.scripted_args(), "--no-preload")
+    app = LlmdeckApp(ServiceRuntime(), preload=False)
+    async with app.run_test() as pilot:
+        await wait_until(pilot, lambda: app.main.history_listed and app.runtime.connected, 30)
+        from tui.widgets.attachments import AttachmentBar
+
+        bar = app.main.query_one(AttachmentBar)
+        missing = llmdeck_home / "nowhere.txt"
+        app.main.composer.load_text(f"/attach {missing}")
+        await pilot.press("end", "enter")
+        await wait_until(pilot, lambda: "does not exist" in str(bar.notice.render()), 15)
+        assert app.is_running
+        await app.action_quit()
