@@ -35,10 +35,15 @@ class ServiceRuntime:
     """A Runtime-shaped client of the engine service, for the TUI."""
 
     def __init__(self, settings: Settings | None = None, *, model: str | None = None,
-                 client_name: str = "tui") -> None:
+                 client_name: str = "tui", local: Any = None) -> None:
+        # `local`: a core.runtime.Runtime this process owns (`--in-process`, the pilot
+        # tests), served by a service in this process over a socket pair
+        # (core.service.loopback): the same calls, codec and pushes as the home's service.
+        self.local = local
+        self._loopback: Any = None
         # Until the service answers, the home's own file (the service reads the same one):
         # the first frame's theme and the composer need them before the socket does.
-        self._settings = settings or Settings.load()
+        self._settings = settings or (local.settings if local is not None else Settings.load())
         self._model_override = model
         self._client_name = client_name
         self._remote: Any = None  # core.service.RemoteRuntime once started
@@ -62,9 +67,14 @@ class ServiceRuntime:
         # The sentence every call answers while the service is stopped and nobody asked
         # for a new one (the app offers a key); None while connected or reconnecting.
         self.stopped: str | None = None
-        self.store_recovering = False
 
     # -- what the app reads without waiting --------------------------------------------
+    @property
+    def store_recovering(self) -> bool:
+        """An in-process service's damaged database being copied (the app says so); the
+        home's service does that before it listens."""
+        return bool(self.local is not None and self.local.store_recovering)
+
     @property
     def settings(self) -> Settings:
         remote = self._remote.settings if self._remote is not None else None
@@ -75,10 +85,14 @@ class ServiceRuntime:
         return list(self._workers)
 
     def open_store_soon(self) -> None:
-        """The service has the store open already."""
+        """The service has the store open already (an in-process one opens it now)."""
+        if self.local is not None:
+            self.local.open_store_soon()
 
-    def take_first_page(self) -> None:
-        return None  # the sidebar lists once start() has connected (a few ms)
+    def take_first_page(self) -> Any:
+        """The sidebar lists once start() has connected (a few ms); an in-process
+        service's store read the first page already (data only, no call)."""
+        return self.local.take_first_page() if self.local is not None else None
 
     def check_mentions(self, conversation_id: str | None, text: str) -> Any:
         """For the composer, without waiting: @doc(...) mentions against the attachments
@@ -256,7 +270,14 @@ class ServiceRuntime:
         """Connect to this home's service, starting it when none runs."""
         from core.service import RemoteRuntime, start_or_connect
 
-        client = await start_or_connect(self._client_name)
+        if self.local is not None:
+            from core.service.loopback import Loopback
+
+            await self.local.start(preload=preload)
+            self._loopback = await Loopback.open(self.local, self._client_name)
+            client = self._loopback.client
+        else:
+            client = await start_or_connect(self._client_name)
         remote = RemoteRuntime(client)
         remote.listeners.append(self._on_model)
         remote.lost_listeners.append(self._on_lost)
@@ -361,6 +382,10 @@ class ServiceRuntime:
             self._poll.cancel()
         if self._remote is not None:
             await self._remote.close()
+        if self._loopback is not None:
+            await self._loopback.close()
+        if self.local is not None:
+            await self.local.close()
 
     async def save_settings(self) -> Any:
         if self._remote is None:

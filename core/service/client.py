@@ -223,6 +223,13 @@ async def connect(client: str = "cli", *, path: Path | None = None,
         raise ServiceUnavailable(f"The process listening at {target} belongs to another user "
                                  f"(uid {peer.uid}); llmdeck will not talk to it. Remove the "
                                  "socket, or set LLMDECK_HOME to a folder of your own.")
+    return await greet(reader, writer, client, str(target), timeout)
+
+
+async def greet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client: str,
+                target: str, timeout: float = CONNECT_TIMEOUT_S) -> ServiceClient:
+    """Say hello on a connection made (connect's socket, or core.service.loopback's pair)
+    and wait for the service's; the connected ServiceClient."""
     lines = LineReader(reader, max_bytes=MAX_OUT_BYTES + 1024)
     try:
         writer.write(encode_line(protocol.hello(client)))

@@ -60,20 +60,31 @@ class RemoteTurn:
         and Done("error") (the service stores what arrived)."""
         from core.events import Done, Error
 
+        # Done is held until turn_end, which names the stored reply: a caller stops reading
+        # at Done (as at a local Turn's), and must find assistant_message_id set by then
+        # (else a regenerate right after said "This message is not saved yet").
+        done: Any = None
         try:
             async for message in self._client.turn_events(self.turn_id):
                 kind = message.get("event")
                 if kind == "turn":
-                    yield codec.decode(message.get("data"))
+                    event = codec.decode(message.get("data"))
+                    if isinstance(event, Done):
+                        done = event
+                    else:
+                        yield event
                 elif kind == "approve":
                     asyncio.ensure_future(self._answer(message))
                 elif kind == "turn_end":
                     self.assistant_message_id = message.get("assistant_message_id")
                     self.finish_reason = message.get("finish_reason")
         except ServiceUnavailable as exc:
-            yield Error("INTERNAL", f"{exc.message} The reply stopped there; what arrived "
-                        "before is saved.")
-            yield Done("error")
+            if done is None:
+                yield Error("INTERNAL", f"{exc.message} The reply stopped there; what arrived "
+                            "before is saved.")
+                done = Done("error")
+        if done is not None:
+            yield done
 
     async def _answer(self, message: dict[str, Any]) -> None:
         if self.approve is None:

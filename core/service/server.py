@@ -148,6 +148,12 @@ class ServiceServer:
         except FileNotFoundError:
             pass
 
+    async def serve_connection(self, reader: asyncio.StreamReader,
+                               writer: asyncio.StreamWriter) -> None:
+        """A client on a connection made elsewhere (core.service.loopback's socket pair):
+        the same checks, hello and session as one accepted on the socket."""
+        await self._accept(reader, writer)
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         sock: socket.socket | None = writer.get_extra_info("socket")
         peer = peer_of(sock) if sock is not None else None
