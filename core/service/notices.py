@@ -12,7 +12,7 @@ deletes or titles a conversation (or moves it up the list: a new message) is fol
 
     {"event": "conversations"}                               (topic "conversations")
 
-and every client lists its sidebar again: the service pushes, nobody polls.
+and every other client lists its sidebar again: the service pushes, nobody polls.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ CONVERSATION_CALLS = frozenset({
 })
 MAX_STICKY = 8
 
-Broadcast = Callable[[dict[str, Any], str | None], None]
+Broadcast = Callable[..., None]  # ServiceServer.broadcast(message, topic, but=session)
 
 
 class Notices:
@@ -50,13 +50,14 @@ class Notices:
             self.sticky = [*self.sticky, data][-MAX_STICKY:]
         self._broadcast({"event": "notice", "data": data}, "notices")
 
-    def conversations_changed(self) -> None:
-        self._broadcast({"event": "conversations"}, "conversations")
+    def conversations_changed(self, but: Any = None) -> None:
+        self._broadcast({"event": "conversations"}, "conversations", but=but)
 
-    def after_call(self, name: Any) -> None:
-        """A call ended well: the sidebar's clients list again when it changed things."""
+    def after_call(self, name: Any, caller: Any = None) -> None:
+        """A call ended well: the other clients list their sidebars again when it changed
+        things (the caller lists its own as it goes on, as the in-process app does)."""
         if name in CONVERSATION_CALLS:
-            self.conversations_changed()
+            self.conversations_changed(but=caller)
 
     def models_now(self, loaded: Iterable[str]) -> None:
         """The pool's loaded models now (every second): a model that came or went is told

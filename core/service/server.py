@@ -126,9 +126,10 @@ class ServiceServer:
             if session is not starter and "turns" in session.topics:
                 session.send({"event": "turn_started", "data": summary})
 
-    def broadcast(self, message: dict[str, Any], topic: str | None = None) -> None:
+    def broadcast(self, message: dict[str, Any], topic: str | None = None,
+                  but: Any = None) -> None:
         for session in list(self.sessions):
-            if topic is None or topic in session.topics:
+            if session is not but and (topic is None or topic in session.topics):
                 session.send(dict(message))
 
     def busy(self) -> bool:
@@ -248,7 +249,7 @@ class ServiceServer:
             log.warning("call %r failed: %s", str(name)[:60], type(exc).__name__)
             return
         session.send({"id": call_id, "result": result})
-        self.notices.after_call(name)  # the sidebars of every client, when it changed
+        self.notices.after_call(name, session)  # the other clients' sidebars, if it changed
 
 
 def _sentence(exc: Exception) -> str:

@@ -17,6 +17,16 @@ def _said(app) -> str:  # noqa: ANN001
     return "\n".join(str(n.message) for n in app._notifications)
 
 
+def test_the_in_process_app_is_a_client_of_a_service_in_its_process(llmdeck_home: Path) -> None:
+    """`llmdeck --in-process` (and the tmux tests, which pin LLMDECK_IN_PROCESS=1)."""
+    from core.runtime import Runtime
+    from tui.cli import build_app
+
+    app = build_app(in_process=True)
+    assert isinstance(app.runtime, ServiceRuntime)
+    assert isinstance(app.runtime.local, Runtime)
+
+
 async def test_a_reply_the_sidebar_and_a_refusal_over_the_loopback(llmdeck_home: Path) -> None:
     app = scripted_client_app()
     async with app.run_test(size=(110, 32)) as pilot:

@@ -121,7 +121,7 @@ async def test_stop_is_said_with_a_key_and_restart_reconnects_many_times(
             await wait_until(pilot, lambda: runtime.connected, 60)
             assert runtime._remote.client.pid != pid
             cid = await _reply(runtime, None, f"round {round_}")  # messages are taken
-            await wait_until(pilot, lambda r=round_: f"round {r}" in _rows(app)[0], 5)
+            assert (await runtime.list_conversations())[0].title == f"round {round_}"
             # `service restart`: the app waits for the next service and attaches to it.
             pid = runtime._remote.client.pid
             assert await asyncio.to_thread(

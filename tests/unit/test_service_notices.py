@@ -9,7 +9,7 @@ from core.service.notices import Notices
 
 def _captured() -> tuple[Notices, list[tuple[dict[str, Any], str | None]]]:
     sent: list[tuple[dict[str, Any], str | None]] = []
-    return Notices(lambda message, topic: sent.append((message, topic))), sent
+    return Notices(lambda message, topic, but=None: sent.append((message, topic))), sent
 
 
 def test_models_that_come_and_go_are_told_after_the_first_look() -> None:
