@@ -173,8 +173,10 @@ def _models(rest: list[str]) -> int:
 
 def build_app(model: str | None = None, *, in_process: bool = True) -> LlmdeckApp:
     """The app `llmdeck` runs, built as it starts it (bench/ui.py times this same path).
-    In process it owns a Runtime (tests, `--in-process`); otherwise it is a client of this
-    home's engine service (tui.service_runtime), which it starts when none runs."""
+    Always the engine service's client (tui.service_runtime): of this home's service,
+    which it starts when none runs; or, in process (tests, `--in-process`), of a service
+    inside this process that owns a Runtime, over the same protocol and codec
+    (core.service.loopback), so there is one code path."""
     from tui import gc_tuning, terminal_answers, terminal_input
 
     gc_tuning.pause_full_collections()  # until the app is up (settle_after_start)
@@ -182,18 +184,17 @@ def build_app(model: str | None = None, *, in_process: bool = True) -> LlmdeckAp
     terminal_answers.install()  # answers to "what do you draw?" must not become keys
     from core.config import Settings
     from tui.app import LlmdeckApp
+    from tui.service_runtime import ServiceRuntime
 
     settings = Settings.load()
     if not in_process:
-        from tui.service_runtime import ServiceRuntime
-
         return LlmdeckApp(ServiceRuntime(settings, model=model))
     from core.runtime import Runtime
 
     if model:
         settings.model = model
         settings.engine = None
-    return LlmdeckApp(Runtime(settings))
+    return LlmdeckApp(ServiceRuntime(settings, local=Runtime(settings)))
 
 
 # Whether `llmdeck` is the engine service's client when nothing says otherwise (the suite

@@ -118,8 +118,9 @@ def format_status(status: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-async def _stop() -> int | None:
-    """Ask the service to stop and wait for it to exit; its pid, or None if none ran."""
+async def _stop(restart: bool = False) -> int | None:
+    """Ask the service to stop and wait for it to exit; its pid, or None if none ran.
+    `restart`: its clients are told a new one follows (they wait for it)."""
     try:
         client = await connect("cli")
     except ServiceUnavailable as exc:
@@ -128,7 +129,7 @@ async def _stop() -> int | None:
         raise
     pid = client.pid
     try:
-        await client.call("shutdown", timeout=10)
+        await client.call("shutdown", timeout=10, **({"restart": True} if restart else {}))
     except ServiceUnavailable:
         pass  # it went while answering: what we asked for
     finally:
@@ -169,7 +170,7 @@ def main(argv: list[str]) -> int:
             print(format_status(status))
             return 0
         if command in ("stop", "restart"):
-            pid = asyncio.run(_stop())
+            pid = asyncio.run(_stop(restart=command == "restart"))
             if pid is None and command == "stop":
                 print(f"llmdeck service: not running on {_home()}.")
                 return 0

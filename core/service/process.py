@@ -44,6 +44,7 @@ class ServiceProcess:
         self.server = ServiceServer(runtime, socket_path(), self)
         self.stopping = asyncio.Event()
         self.stop_reason = ""
+        self.restarting = False  # `llmdeck service restart`: the clients wait for the next
         self.http: Any = None  # core.server.ServerHandle while `llmdeck serve` asks for it
         self.http_owner: Any = None
 
@@ -63,9 +64,10 @@ class ServiceProcess:
                 "socket": str(self.server.path), "idle_exit_s": self.idle_s,
                 "http": self.http.url if self.http is not None else None}
 
-    def request_stop(self, reason: str) -> None:
+    def request_stop(self, reason: str, restart: bool = False) -> None:
         if not self.stopping.is_set():
             self.stop_reason = reason
+            self.restarting = restart
             self.stopping.set()
 
     async def open_http(self, args: dict[str, Any], owner: Any = None) -> dict[str, Any]:
@@ -89,6 +91,10 @@ class ServiceProcess:
         log.info("HTTP face closed")
         return True
 
+    def sticky_notices(self) -> list[dict[str, Any]]:
+        """What a client that connects now is told at once (the database moved aside)."""
+        return list(self.server.notices.sticky)
+
     def session_gone(self, session: Any) -> None:
         if self.http is not None and self.http_owner is session:
             asyncio.ensure_future(self.close_http())  # `serve` went: its listener goes too
@@ -96,6 +102,9 @@ class ServiceProcess:
     # -- running -----------------------------------------------------------------------
     async def run(self) -> int:
         await self.server.start()
+        if self.runtime.store_notice:  # a damaged database was moved aside: where it went
+            self.server.notices.say("store", self.runtime.store_notice, title="History",
+                                    severity="warning", sticky=True)
         self.runtime.listeners.append(
             lambda state: self.server.broadcast({"event": "model", "data": _encoded(state)},
                                                 "model"))
@@ -114,6 +123,11 @@ class ServiceProcess:
             await asyncio.sleep(STATUS_PUSH_S)
             if any("status" in s.topics for s in self.server.sessions):
                 self.server.broadcast({"event": "status", "data": self.status()}, "status")
+            try:
+                self.server.notices.models_now(
+                    s.model for s in self.runtime.pool.status() if s.model)
+            except Exception:  # noqa: BLE001 - a notice never stops the service
+                pass
             if self.server.busy() or self.http is not None:
                 self.server.last_active = time.monotonic()
             elif self.idle_s and time.monotonic() - self.server.last_active >= self.idle_s:
@@ -121,7 +135,8 @@ class ServiceProcess:
 
     async def shutdown(self) -> None:
         log.info("stopping: %s", self.stop_reason or "asked")
-        await self.server.close(f"The llmdeck service is stopping ({self.stop_reason}).")
+        await self.server.close(f"The llmdeck service is stopping ({self.stop_reason}).",
+                                restart=self.restarting)
         await self.server.hub.close()
         await self.close_http()
         await self.runtime.close()  # models unload, workers stop, the store closes
@@ -223,6 +238,40 @@ async def _serve(args: argparse.Namespace) -> int:
         return 1
 
 
+LOCK_WAIT_S = 60.0  # how long a start waits for a service that holds the lock and is going
+
+
+def _take_lock(acquire: Any) -> None:
+    """The service lock. One held by a service that answers on the socket is taken for
+    good (HomeLockError at once: the caller connects to it). One held by a service that
+    does not listen is on its way out (`service stop` a moment ago: it is storing replies,
+    unloading models) or still opening: wait for it rather than fail, up to LOCK_WAIT_S."""
+    from core.home_lock import HomeLockError
+
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            acquire("service", grace_s=0.5)
+            return
+        except HomeLockError:
+            if time.monotonic() >= deadline or _someone_listens():
+                raise
+
+
+def _someone_listens() -> bool:
+    import socket
+
+    from core.service.socket_path import socket_path
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        try:
+            sock.connect(str(socket_path()))
+        except OSError:
+            return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -231,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     from core.home_lock import HomeLockError, acquire, holder, home_label
 
     try:
-        acquire("service", grace_s=0.5)
+        _take_lock(acquire)
     except HomeLockError as exc:
         print(f"llmdeck service: {exc.message}", file=sys.stderr, flush=True)
         return EXIT_TAKEN

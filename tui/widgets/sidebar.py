@@ -6,6 +6,8 @@ name or a confirmation, since it owns the runtime.
 
 from __future__ import annotations
 
+import time
+from collections import Counter
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -25,6 +27,26 @@ def _hit_label(hit: SearchHit) -> Text:
     text.append("\n")
     text.append(highlight_snippet(hit.snippet))
     return text
+
+
+def _row(conversation: Conversation, repeated: bool) -> Text:
+    """A conversation's row: its title (Text, not str: a str prompt is read as markup, and
+    a title is anyone's words), and when it was last used where the title repeats."""
+    text = Text(visible(conversation.title or "Untitled"))
+    if repeated:
+        text.append(f" · {last_used(conversation.updated_at)}", style="dim")
+    return text
+
+
+def last_used(at: float, now: float | None = None) -> str:
+    """A short date/time: 14:05 today, 28 Nov 14:05 this year, 28 Nov 2025 before."""
+    then = time.localtime(at)
+    today = time.localtime(now if now is not None else time.time())
+    if then[:3] == today[:3]:
+        return time.strftime("%H:%M", then)
+    if then.tm_year == today.tm_year:
+        return time.strftime("%d %b %H:%M", then).lstrip("0")
+    return time.strftime("%d %b %Y", then).lstrip("0")
 
 
 def highlight_snippet(snippet: str) -> Text:
@@ -88,9 +110,10 @@ class Sidebar(Vertical):
     def show_conversations(self, conversations: list[Conversation], current: str | None = None) -> None:
         options = self.options
         options.clear_options()
+        titles = Counter(c.title or "Untitled" for c in conversations)
         options.add_options(
-            # Text, not str: a str prompt is read as markup, and a title is anyone's words
-            Option(Text(visible(c.title or "Untitled")), id=f"c:{c.id}") for c in conversations
+            Option(_row(c, titles[c.title or "Untitled"] > 1), id=f"c:{c.id}")
+            for c in conversations
         )
         if not conversations:
             options.add_option(Option(Text("No conversations yet", style="dim"), disabled=True))
