@@ -300,7 +300,8 @@ CALLS: dict[str, dict[str, Arg]] = {
                    "served_name": _opt(text(MAX_NAME_CHARS), nullable=True),
                    "max_connections": _opt(whole(1, 1_000_000), nullable=True),
                    "idle_timeout": _opt(seconds(zero=False), nullable=True),
-                   "load_wait": _opt(seconds(zero=True), nullable=True)},
+                   "load_wait": _opt(seconds(zero=True), nullable=True),
+                   "request_log": _opt(one_of(True, False))},
     "serve_close": {},
 }
 
