@@ -142,8 +142,9 @@ class ServiceClient:
     def connected(self) -> bool:
         return not self._reading.done()
 
-    async def call(self, name: str, timeout: float | None = None, **args: Any) -> Any:
-        """Ask the service; returns the decoded result."""
+    async def call(self, name: str, /, timeout: float | None = None, **args: Any) -> Any:
+        """Ask the service; returns the decoded result (`name` is positional: a call may
+        have an argument called name)."""
         if not self.connected:
             raise ServiceUnavailable(self.closed_reason or "Not connected to the llmdeck service.")
         call_id = next(self._ids)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from core.service import codec, errors
+from core.service import call_args, codec, errors
 from core.service.client import ServiceCallError, connect
 from core.service.dispatch import RUNTIME_CALLS, SERVICE_CALLS, TURN_CALLS
 from core.service.server import ServiceServer
@@ -50,11 +50,40 @@ def _sample(tag: str) -> BaseException:
         return cls(*[f"{tag} {p}" for p in params])
 
 
+CID, MID = "c" * 32, "m" * 32
+
+
+class _StoreMock:
+    """Every id names something, each message of conversation CID: the door's look-up of
+    stored ids (core.service.call_args.check_stored) passes, so the call reaches the face."""
+
+    def get_conversation(self, cid: str) -> object:
+        return object()
+
+    def get_message(self, mid: str) -> Any:
+        return type("MessageMock", (), {"conversation_id": CID})()
+
+
+def _door_args(name: str) -> dict[str, Any]:
+    """Arguments that pass `name`'s schema at the door (its required fields)."""
+    values = {"conversation_id": CID, "message_id": MID, "before": MID, "after": MID,
+              "limit": 5, "query": "hello", "message_ids": [MID], "step": 1, "title": "T",
+              "path": "/nonexistent/model.gguf", "ref": "nothing", "alias": "nothing",
+              "text": "hi", "paths": ["/x"], "code": "print(1)", "name": "python",
+              "command": "/none.x", "argument": "", "server": "none", "uri": "notes://x",
+              "folder": "/nonexistent"}
+    return {f: values[f] for f, a in call_args.CALLS.get(name, {}).items() if a.required}
+
+
 class RaisingRuntimeMock:
     """Every face call raises `error` (set by the test): a stand-in for the Runtime."""
 
     settings = None
     error: BaseException = RuntimeError("unset")
+    store_handle = _StoreMock()
+
+    async def store_call(self, fn: Any, *args: Any) -> Any:
+        return fn(*args)
 
     def __getattr__(self, name: str) -> Any:
         if name not in RUNTIME_CALLS and name not in TURN_CALLS and name != "attach":
@@ -104,7 +133,8 @@ async def test_every_face_error_crosses_the_socket_as_its_type(tmp_path: Path) -
     client = await connect("test", path=tmp_path / "s.sock")
     methods = [n for n in _face_methods() if n in RUNTIME_CALLS or n in TURN_CALLS
                or n == "attach"]
-    args = {"attach": {"conversation_id": None, "paths": ["/x"]}}
+    args = {name: _door_args(name) for name in methods}
+    args["attach"] = {"conversation_id": None, "paths": ["/x"]}
     try:
         for tag in errors.ERRORS:
             runtime.error = sent = _sample(tag)
@@ -122,7 +152,7 @@ async def test_every_face_error_crosses_the_socket_as_its_type(tmp_path: Path) -
             await client.call("list_conversations", timeout=10)
         runtime.error = codec.CodecError("x may not cross the socket")
         with pytest.raises(ValueError, match="may not cross"):
-            await client.call("messages", timeout=10)
+            await client.call("messages", timeout=10, conversation_id=CID)
         assert client.connected  # nothing above ended the connection
     finally:
         await client.close()
@@ -130,10 +160,9 @@ async def test_every_face_error_crosses_the_socket_as_its_type(tmp_path: Path) -
 
 
 def test_every_dataclass_a_face_method_returns_has_a_tag() -> None:
-    from core.compare import CompareRefused, Comparison
-
     from core.docs import Attachment, DocError, MentionResolution
     from core.events import Event
+    from core.runtime.compare import CompareRefused, Comparison
     from core.runtime.context import AttachResult, ChatContext
     from core.runtime.face import RuntimeFace
     from core.tools.fenced import BlockRun
