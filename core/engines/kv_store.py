@@ -43,6 +43,7 @@ import hashlib
 import logging
 import os
 import queue
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -178,10 +179,10 @@ class KvDiskStore:
         chars, count = h.marks[i]
         return h.tokens[:count].tolist(), chars, h.marks[: i + 1]
 
-    def load(self, match: Match) -> dict[str, np.ndarray] | None:
+    def load(self, match: Match, per_token: int | None = None) -> dict[str, np.ndarray] | None:
         """The cache's sections over all its tokens (a chain's links joined), checked; a
         bad file or chain is removed and None returned."""
-        chain = self.load_chain(match)
+        chain = self.load_chain(match, per_token)
         if chain is None:
             return None
         if len(chain) == 1:
@@ -190,10 +191,16 @@ class KvDiskStore:
         return {name: np.concatenate([part[name] for _, part in chain], axis=axis)
                 for name in chain[0][1]}
 
-    def load_chain(self, match: Match) -> list[tuple[KvHeader, dict[str, np.ndarray]]] | None:
+    def load_chain(self, match: Match, per_token: int | None = None,
+                   ) -> list[tuple[KvHeader, dict[str, np.ndarray]]] | None:
         """Every file of the match's chain, parent first: (header, sections holding the
         positions [header.base, len(header.tokens)) along the leaf's `axis`). Each link is
-        checked against the one it extends; any bad or missing link removes the chain."""
+        checked against the one it extends; any bad or missing link removes the chain.
+
+        Before a section is read, the chain's size is checked against the cache's bound
+        and, given `per_token` (the most bytes a token's cache can take for this model),
+        against its tokens: a file claiming more than its tokens can hold is refused
+        unread."""
         names: list[str] = []
         headers: list[KvHeader] = []
         name = match.path.name
@@ -205,7 +212,7 @@ class KvDiskStore:
             while True:
                 if len(names) >= MAX_LINKS:
                     raise BadKvFile("chain longer than its bound")
-                header = read_header(self.folder / name, self.identity)
+                header = read_header(self.folder / name, self.identity, self.max_bytes)
                 if (digest is not None and header.digest != digest) or not np.array_equal(
                         header.tokens, tokens):
                     raise BadKvFile("a link does not match what its child or index expects")
@@ -219,7 +226,13 @@ class KvDiskStore:
                 tokens = header.tokens[: header.parent.tokens]
             names.reverse()
             headers.reverse()
-            chain = [(h, read_sections(self.folder / n, h)) for n, h in zip(names, headers, strict=True)]
+            if sum(h.payload_at + h.nbytes for h in headers) > self.max_bytes:
+                raise BadKvFile("a chain larger than the cache's bound")
+            if per_token is not None and any(
+                    h.nbytes > per_token * (len(h.tokens) - h.base) for h in headers):
+                raise BadKvFile("sections larger than their tokens' cache can be")
+            chain = [(h, read_sections(self.folder / n, h, self.max_bytes))
+                     for n, h in zip(names, headers, strict=True)]
             _check_joinable(chain)
         except BadKvFile as exc:
             log.debug("kv cache chain of %s skipped and removed: %s", match.path.name, exc)
@@ -269,7 +282,7 @@ class KvDiskStore:
         if size > self.max_bytes:
             path.unlink(missing_ok=True)
             return None
-        header = read_header(path, self.identity)
+        header = read_header(path, self.identity, self.max_bytes)
         with self._lock:
             self._index[name] = header
         chain = self._chain_names(name)
@@ -373,6 +386,8 @@ class KvDiskStore:
                     st = e.stat(follow_symlinks=False)
                 except OSError:
                     continue
+                if stat.S_ISDIR(st.st_mode):
+                    continue
                 path = Path(e.path)
                 files.append((st.st_mtime_ns, st.st_size, path))
                 sizes[path] = st.st_size
@@ -432,10 +447,13 @@ class KvDiskStore:
             known = set(self._index)
         for name in names - known:
             try:
-                header = read_header(self.folder / name, self.identity)
+                header = read_header(self.folder / name, self.identity, self.max_bytes)
             except BadKvFile as exc:
                 log.debug("kv cache file %s skipped and removed: %s", name, exc)
-                (self.folder / name).unlink(missing_ok=True)
+                try:
+                    (self.folder / name).unlink(missing_ok=True)
+                except OSError:  # a folder planted under a cache file's name
+                    pass
                 continue
             with self._lock:
                 self._index[name] = header
