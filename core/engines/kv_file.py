@@ -33,7 +33,7 @@ import os
 import re
 import stat
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,9 +54,10 @@ DTYPES: dict[str, str] = {
     "float16": "<f2",
     "bfloat16": "<u2",
     "uint8": "u1",
+    "uint32": "<u4",
     "int32": "<i4",
 }
-_HASH_THREADS = min(8, os.cpu_count() or 1)
+_HASH_THREADS = min(16, os.cpu_count() or 1)
 # A cache file's name: the hash of its tokens, then (a link) its parent's token hash.
 NAME = re.compile(r"[0-9a-f]{40}(\.[0-9a-f]{40})?\.kv")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -114,16 +115,25 @@ class KvHeader:
 def write_file(path: Path, identity: str, tokens: Sequence[int],
                sections: Sequence[tuple[str, str, np.ndarray]], meta: dict[str, Any],
                text: str | None = None, marks: Sequence[tuple[int, int]] = (),
-               parent: Parent | None = None, axis: int = 0, depth: int = 0) -> int:
+               parent: Parent | None = None, axis: int = 0, depth: int = 0,
+               pace: Callable[[], None] | None = None) -> int:
     """Write a cache file atomically (a private temp file renamed into place); returns
     its size. `sections` are (name, stored dtype, array of that dtype's bytes); a link
-    (`parent`) holds only the positions past the parent's tokens along `axis`.
-    OSError (a full disk, a folder gone) propagates: the caller decides it is harmless."""
+    (`parent`) holds only the positions past the parent's tokens along `axis`. `pace`
+    is called before each section is hashed and before each is written (a writer
+    yielding to its engine). OSError (a full disk, a folder gone) propagates: the caller
+    decides it is harmless."""
     arrays = [np.ascontiguousarray(a) for _, _, a in sections]
     for (_, dtype, _), a in zip(sections, arrays, strict=True):
         if dtype not in DTYPES or a.dtype.itemsize != np.dtype(DTYPES[dtype]).itemsize:
             raise ValueError(f"section dtype {dtype} does not match array dtype {a.dtype}")
-    digests = _hash_all([memoryview(a).cast("B") for a in arrays])
+    if pace is None:
+        digests = _hash_all([memoryview(a).cast("B") for a in arrays])
+    else:
+        digests = []
+        for a in arrays:
+            pace()
+            digests.append(hashlib.sha256(memoryview(a).cast("B")).hexdigest())
     header: dict[str, Any] = {
         "identity": identity,
         "tokens": [int(t) for t in tokens],
@@ -151,6 +161,8 @@ def write_file(path: Path, identity: str, tokens: Sequence[int],
             f.write(struct.pack("<Q", len(blob)))
             f.write(blob)
             for a in arrays:
+                if pace is not None:
+                    pace()
                 f.write(memoryview(a).cast("B"))
         os.replace(tmp, path)
     except BaseException:

@@ -179,6 +179,20 @@ class KvDiskStore:
         chars, count = h.marks[i]
         return h.tokens[:count].tolist(), chars, h.marks[: i + 1]
 
+    def chain_bytes(self, match: Match) -> int:
+        """Bytes of the sections a load of `match` reads (its whole chain, as indexed)."""
+        names = self._chain_names(match.path.name)
+        with self._lock:
+            held = [self._index[n].nbytes for n in names if n in self._index]
+        return sum(held) if held else match.header.nbytes
+
+    def stored_prefix(self, tokens: Sequence[int]) -> int:
+        """How many of `tokens` the longest stored cache they extend covers (with room in
+        its chain): a writer need only copy out the positions past it (put's held_from)."""
+        self._refresh()
+        parent = self._parent_for(np.asarray(tokens, dtype=np.int64))
+        return len(parent[1].tokens) if parent is not None else 0
+
     def load(self, match: Match, per_token: int | None = None) -> dict[str, np.ndarray] | None:
         """The cache's sections over all its tokens (a chain's links joined), checked; a
         bad file or chain is removed and None returned."""
@@ -247,8 +261,13 @@ class KvDiskStore:
 
     def put(self, tokens: Sequence[int], sections: Sequence[tuple[str, str, np.ndarray]],
             meta: dict[str, Any], text: str | None = None,
-            marks: Sequence[tuple[int, int]] = (), axis: int | None = None) -> Path | None:
+            marks: Sequence[tuple[int, int]] = (), axis: int | None = None,
+            pace: Callable[[], None] | None = None, held_from: int = 0) -> Path | None:
         """Store a cache covering `tokens`; drops files it supersedes, then evicts.
+        `pace` is called before each section is hashed and written (KvWriter.wait_idle).
+        `held_from`: the sections hold only positions [held_from, len(tokens)) along
+        `axis` (stored_prefix said a parent covers the rest); when no stored parent covers
+        that much any more, nothing is written.
 
         `axis`: the sections' token axis (each holds len(tokens) positions there). Given,
         the cache is written as a link of the longest stored prefix it extends (only the
@@ -265,20 +284,22 @@ class KvDiskStore:
             self._touch(self._chain_names(same[0]))
             return self.folder / same[0]
         parent = self._parent_for(arr) if axis is not None else None
+        if held_from and (parent is None or len(parent[1].tokens) < held_from):
+            return None  # the prefix these sections leave out is no longer stored
         link: Parent | None = None
         depth = 0
         if parent is not None:
             pname, pheader = parent
             base = len(pheader.tokens)
             link, depth = Parent(pname, pheader.digest, base), pheader.depth + 1
-            cut = (slice(None),) * axis + (slice(base, None),)
+            cut = (slice(None),) * (axis or 0) + (slice(base - held_from, None),)
             sections = [(n, dtype, a[cut]) for n, dtype, a in sections]
         name = key + (f".{link.name[:40]}" if link is not None else "") + SUFFIX
         path = self.folder / name
         _private_dir(self.root)
         _private_dir(self.folder)
         size = write_file(path, self.identity, tokens, sections, meta, text, marks, link,
-                          axis or 0, depth)
+                          axis or 0, depth, pace)
         if size > self.max_bytes:
             path.unlink(missing_ok=True)
             return None
@@ -474,12 +495,30 @@ class KvWriter:
     At most `depth` writes wait; a newer one past that is dropped (the next turn writes
     a longer cache anyway). `close` waits for what is queued, so a worker shut down
     between two turns leaves the first turn's cache on disk.
+
+    The engine says when it is busy (`busy(True)`: a prompt waits or a request runs); a
+    write then pauses before its next piece (`wait_idle`) until the engine is idle again,
+    so the disk, the checksums and the copies never compete with a prefill or a step
+    (issue 49 item 1: they cost later turns 60% of their time to first token on a GPU).
     """
 
     def __init__(self, depth: int = 2) -> None:
         self._jobs: queue.Queue[Callable[[], None] | None] = queue.Queue(depth)
+        self._idle = threading.Event()
+        self._idle.set()
         self._thread = threading.Thread(target=self._run, name="kv-disk-writer", daemon=True)
         self._thread.start()
+
+    def busy(self, busy: bool) -> None:
+        """The engine's state: a write waits while it is busy."""
+        if busy:
+            self._idle.clear()
+        else:
+            self._idle.set()
+
+    def wait_idle(self) -> None:
+        """Block the writer's thread until the engine is idle (a write's pieces call it)."""
+        self._idle.wait()
 
     def submit(self, job: Callable[[], None]) -> bool:
         try:
@@ -497,6 +536,7 @@ class KvWriter:
         return self._jobs.unfinished_tasks == 0
 
     def close(self, timeout: float = 30.0) -> None:
+        self._idle.set()  # the engine is done: what is queued may go now
         self.flush(timeout)
         try:
             self._jobs.put_nowait(None)
@@ -510,6 +550,7 @@ class KvWriter:
             try:
                 if job is None:
                     return
+                self._idle.wait()
                 job()
             except (OSError, BadKvFile) as exc:
                 log.debug("kv cache write skipped: %s", getattr(exc, "strerror", None) or exc)

@@ -38,7 +38,7 @@ class PrefixSaves:
             family=self._tool_grammars.family, stream=self._stream, eos=self._eos,
             render=lambda msgs, tools, thinking: self.render_text(
                 GenerationRequest("", tuple(msgs), tools=tools, thinking=thinking)),
-            remember=self._prefix.store)
+            remember=self._prefix.store, bits=int(self.spec.option("kv_disk_bits", 16)))
 
     def warm(self, request: GenerationRequest) -> bool:
         """kv-disk hook (issue 33 item 2): the runtime opened `request`'s conversation (its
@@ -79,7 +79,10 @@ class PrefixSaves:
         the prompt's (inherited ones and its end) and, when `tokens` holds every generated
         token, the reply's end. A regenerated or edited turn reuses the ids up to them."""
         if self._kv is not None:  # kv-disk hook: queued for disk, written off this thread
-            self._kv.finished(act.req, act.prompt, act.text, act.marks, act.raw, tokens, cache)
+            first = act.first_token_at
+            prefill = (len(act.prompt) - act.cached, first - act.submitted) if first else None
+            self._kv.finished(act.req, act.prompt, act.text, act.marks, act.raw, tokens, cache,
+                              prefill)
         if act.text is None:
             self._prefix.store(tokens, cache)
             return
