@@ -90,7 +90,7 @@ class MlxKvKeeper:
                  render: Callable[[list[dict[str, Any]], tuple[dict[str, Any], ...], bool | None],
                                   str] | None,
                  remember: Callable[[list[int], list[Any], str, Marks], None],
-                 stream: Any, eos: set[int], bits: int = 16) -> None:
+                 stream: Any, eos: set[int], bits: int = 16, read: str = "auto") -> None:
         self.store = store
         self.writer = KvWriter()
         self._model = model
@@ -106,6 +106,7 @@ class MlxKvKeeper:
         self.n_layers = len(make_prompt_cache(model))
         self.bits = 8 if bits == 8 else 16
         self.cost = LoadCost.load(store.folder)
+        self.always_read = read == "always"  # kv_disk_read: "auto" asks the cost model
         self._per_token = _per_token_bound(model, self.n_layers)
 
     @classmethod
@@ -300,7 +301,7 @@ class MlxKvKeeper:
         if match is None or match.covered <= max(cached, MIN_TOKENS - 1):
             return cache, cached
         nbytes = self.store.chain_bytes(match)
-        if not self.cost.worth_reading(nbytes, match.covered - cached):
+        if not self.always_read and not self.cost.worth_reading(nbytes, match.covered - cached):
             return cache, cached  # prefilling is estimated faster than reading
         started = time.perf_counter()
         chain = self.store.load_chain(match, self._per_token)

@@ -38,7 +38,8 @@ class PrefixSaves:
             family=self._tool_grammars.family, stream=self._stream, eos=self._eos,
             render=lambda msgs, tools, thinking: self.render_text(
                 GenerationRequest("", tuple(msgs), tools=tools, thinking=thinking)),
-            remember=self._prefix.store, bits=int(self.spec.option("kv_disk_bits", 16)))
+            remember=self._prefix.store, bits=int(self.spec.option("kv_disk_bits", 16)),
+            read=str(self.spec.option("kv_disk_read", "auto")))
 
     def warm(self, request: GenerationRequest) -> bool:
         """kv-disk hook (issue 33 item 2): the runtime opened `request`'s conversation (its
