@@ -205,7 +205,8 @@ def ttfts(make: Any, messages: list[dict[str, str]], repeats: int, kv_root: Path
             rates = {"read_gb_per_s": round(cost.read_bps / 1e9, 3),
                      "read_measured": bool(cost.reads),
                      "prefill_tokens_per_s": round(cost.prefill_tps or 0.0),
-                     "file_bytes": sum(_files(kv_root).values())}
+                     "file_bytes": sum(_files(kv_root).values()),
+                     "last_load_ms": {k: round(v, 1) for k, v in engine._kv.last_load.items()}}
         engine.close()
         for f in kv_root.rglob("*.kv"):  # what the bound does when others fill the store
             f.unlink()
@@ -372,8 +373,10 @@ def bench_lockstep(work: Path, shape: str, repeats: int, gap_ms: float) -> dict[
     root = Path(os.environ["LLMDECK_HOME"]) / "cache" / "kv"
     runs: dict[str, dict[str, list[float]]] = {"on": {"turn1": [], "later": []},
                                                "off": {"turn1": [], "later": []}}
-    for r in range(repeats):
+    for r in range(-1, repeats):  # run -1 warms the device's kernels up, discarded
         for side in (("on", "off") if r % 2 == 0 else ("off", "on")):
+            if r < 0 and side == "on":
+                continue
             _progress(f"lockstep {side}, run {r + 1} of {repeats}")
             shutil.rmtree(root, ignore_errors=True)
             gb = 4.0 if side == "on" else 0
@@ -385,7 +388,8 @@ def bench_lockstep(work: Path, shape: str, repeats: int, gap_ms: float) -> dict[
             got = lockstep(make, 8, 4, gap_ms, 200 if gpu else 60,
                            (64, 128, 48, 96) if gpu else (16, 40, 24, 32))
             for k, v in got.items():
-                runs[side][k].extend(v)
+                if r >= 0:
+                    runs[side][k].extend(v)
     med = {side: {k: round(statistics.median(v), 1) for k, v in kinds.items()}
            for side, kinds in runs.items()}
     return {

@@ -34,7 +34,7 @@ import re
 import stat
 import struct
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,6 +62,7 @@ _HASH_THREADS = min(16, os.cpu_count() or 1)
 NAME = re.compile(r"[0-9a-f]{40}(\.[0-9a-f]{40})?\.kv")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
 class BadKvFile(ValueError):
@@ -241,14 +242,25 @@ def read_header(path: Path, identity: str | None = None,
 
 class Sections(dict):  # type: ignore[type-arg]
     """A file's sections by name (numpy views of `payload`, the file's sections back to
-    back as bytes, memory-mapped): a loader may hand `payload` to a device in one copy."""
+    back as bytes, memory-mapped): a loader may hand `payload` to a device in one copy.
+    Read with wait=False, the checksums are still being computed: `verify()` waits for
+    them and raises BadKvFile on a mismatch; nothing may be used before it returns."""
 
     payload: np.ndarray
     offsets: dict[str, int]
+    pending: list[tuple[Section, Future[str]]]
+
+    def verify(self) -> None:
+        for s, digest in getattr(self, "pending", ()):
+            if digest.result() != s.sha256:
+                raise BadKvFile(f"checksum mismatch in {s.name}")
+        self.pending = []
 
 
-def read_sections(path: Path, header: KvHeader, max_bytes: int | None = None) -> Sections:
-    """Every section as a numpy array, each checked against its SHA-256 first.
+def read_sections(path: Path, header: KvHeader, max_bytes: int | None = None,
+                  wait: bool = True) -> Sections:
+    """Every section as a numpy array, each checked against its SHA-256 first (wait=False:
+    the checks run on threads while the caller copies; see Sections.verify).
 
     The file is memory-mapped, not read into memory: its length is checked against the
     header (and the cache's bound) before a byte is touched, and hashing reads it in the
@@ -262,7 +274,10 @@ def read_sections(path: Path, header: KvHeader, max_bytes: int | None = None) ->
             raise BadKvFile("file length does not match its header (changed?)")
         if max_bytes is not None and size > max_bytes:
             raise BadKvFile("larger than the cache's bound")
-        mapped = mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else None
+        # MAP_POPULATE: the kernel maps the whole (page-cached) file at once rather than
+        # one page fault at a time under the hashing threads
+        mapped = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE,
+                           prot=mmap.PROT_READ) if size else None
     except OSError as exc:
         raise BadKvFile(f"unreadable: {exc.strerror or exc}") from exc
     finally:
@@ -274,14 +289,29 @@ def read_sections(path: Path, header: KvHeader, max_bytes: int | None = None) ->
         views.append(memoryview(payload[at: at + s.nbytes]))  # type: ignore[arg-type]
         offsets[s.name] = at
         at += s.nbytes
-    digests = _hash_all(views)
     out = Sections()
-    for s, view, digest in zip(header.sections, views, digests, strict=True):
-        if digest != s.sha256:
-            raise BadKvFile(f"checksum mismatch in {s.name}")
-        out[s.name] = np.frombuffer(view, dtype=DTYPES[s.dtype]).reshape(s.shape)
     out.payload, out.offsets = payload, offsets
+    out.pending = [(s, _pool().submit(_sha256, v)) for s, v in zip(header.sections, views, strict=True)]
+    if wait:
+        out.verify()
+    for s, view in zip(header.sections, views, strict=True):
+        out[s.name] = np.frombuffer(view, dtype=DTYPES[s.dtype]).reshape(s.shape)
     return out
+
+
+def _sha256(view: memoryview) -> str:
+    return hashlib.sha256(view).hexdigest()
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    """The hashing threads, made once (hashlib releases the GIL on large buffers)."""
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(_HASH_THREADS, thread_name_prefix="kv-hash")
+    return _POOL
 
 
 def _pread(fd: int, n: int, at: int) -> bytes:

@@ -107,6 +107,7 @@ class MlxKvKeeper:
         self.bits = 8 if bits == 8 else 16
         self.cost = LoadCost.load(store.folder)
         self.always_read = read == "always"  # kv_disk_read: "auto" asks the cost model
+        self.last_load: dict[str, float] = {}  # the last lookup's read, step by step (benches)
         self._per_token = _per_token_bound(model, self.n_layers)
 
     @classmethod
@@ -304,16 +305,30 @@ class MlxKvKeeper:
         if not self.always_read and not self.cost.worth_reading(nbytes, match.covered - cached):
             return cache, cached  # prefilling is estimated faster than reading
         started = time.perf_counter()
-        chain = self.store.load_chain(match, self._per_token)
+        # the checksums run on threads while the payload is copied to the device; nothing
+        # of it reaches the model unless they all match (store.verify)
+        chain = self.store.load_chain(match, self._per_token, wait=False)
         if chain is None:
             return cache, cached
+        mapped = time.perf_counter()
         layers = _layers(chain, match.covered)
         if layers is None or len(layers) != self.n_layers:
+            self.store.verify(match, chain)
             log.debug("kv cache file %s does not fit this model; removed", match.path.name)
             match.path.unlink(missing_ok=True)
             return cache, cached
-        mx.eval([a for c in layers for a in (c.keys, c.values)])
-        self.cost.read(nbytes, time.perf_counter() - started)
+        arrays = [a for c in layers for a in (c.keys, c.values)]
+        mx.async_eval(arrays)
+        copied = time.perf_counter()
+        if not self.store.verify(match, chain):
+            return cache, cached
+        checked = time.perf_counter()
+        mx.eval(arrays)
+        done = time.perf_counter()
+        self.last_load = {"bytes": nbytes, "map_ms": (mapped - started) * 1000,
+                          "copy_ms": (copied - mapped) * 1000, "checksums_ms": (checked - copied) * 1000,
+                          "device_ms": (done - checked) * 1000}
+        self.cost.read(nbytes, done - started)
         self._save_rates()
         return layers, match.covered
 

@@ -205,7 +205,7 @@ class KvDiskStore:
         return {name: np.concatenate([part[name] for _, part in chain], axis=axis)
                 for name in chain[0][1]}
 
-    def load_chain(self, match: Match, per_token: int | None = None,
+    def load_chain(self, match: Match, per_token: int | None = None, wait: bool = True,
                    ) -> list[tuple[KvHeader, dict[str, np.ndarray]]] | None:
         """Every file of the match's chain, parent first: (header, sections holding the
         positions [header.base, len(header.tokens)) along the leaf's `axis`). Each link is
@@ -214,7 +214,8 @@ class KvDiskStore:
         Before a section is read, the chain's size is checked against the cache's bound
         and, given `per_token` (the most bytes a token's cache can take for this model),
         against its tokens: a file claiming more than its tokens can hold is refused
-        unread."""
+        unread. wait=False: the checksums are still being computed on return (a loader
+        copies meanwhile); `verify` must say True before anything of it is used."""
         names: list[str] = []
         headers: list[KvHeader] = []
         name = match.path.name
@@ -245,17 +246,33 @@ class KvDiskStore:
             if per_token is not None and any(
                     h.nbytes > per_token * (len(h.tokens) - h.base) for h in headers):
                 raise BadKvFile("sections larger than their tokens' cache can be")
-            chain = [(h, read_sections(self.folder / n, h, self.max_bytes))
+            chain = [(h, read_sections(self.folder / n, h, self.max_bytes, wait))
                      for n, h in zip(names, headers, strict=True)]
             _check_joinable(chain)
         except BadKvFile as exc:
-            log.debug("kv cache chain of %s skipped and removed: %s", match.path.name, exc)
-            for n in {*names, name, *self._named_ancestors(name)}:
-                self._forget(n, remove=True)
-            self._drop_orphans()
+            self._drop_chain(match, [*names, name], exc)
             return None
         self._touch(names)
         return chain
+
+    def verify(self, match: Match, chain: list[tuple[KvHeader, dict[str, np.ndarray]]]) -> bool:
+        """Wait for a chain's checksums (load_chain with wait=False); a mismatch removes
+        the chain as load_chain would and says False."""
+        try:
+            for _, sections in chain:
+                check = getattr(sections, "verify", None)
+                if check is not None:
+                    check()
+        except BadKvFile as exc:
+            self._drop_chain(match, self._chain_names(match.path.name) or [match.path.name], exc)
+            return False
+        return True
+
+    def _drop_chain(self, match: Match, names: list[str], exc: Exception) -> None:
+        log.debug("kv cache chain of %s skipped and removed: %s", match.path.name, exc)
+        for n in {*names, *(a for x in names for a in self._named_ancestors(x))}:
+            self._forget(n, remove=True)
+        self._drop_orphans()
 
     # -- writing (the writer's thread) -------------------------------------------------
 

@@ -365,3 +365,22 @@ def test_sections_are_mapped_not_copied(tmp_path: Path) -> None:
     got = read_sections(path, header)
     assert got.offsets == {"0.keys": 0, "0.values": 128}
     assert np.shares_memory(got["0.values"], got.payload)
+
+
+def test_a_chain_loaded_before_its_checksums_is_refused_at_verify(tmp_path: Path) -> None:
+    """wait=False hands the sections out while their checksums run (a loader copies
+    meanwhile); a damaged file is refused and removed at verify, before any use."""
+    store = KvDiskStore(tmp_path / "kv", ID, 1 << 20)
+    path = store.put([1, 2, 3, 4], _sections(4), {})
+    assert path is not None
+    match = store.best([1, 2, 3, 4, 5])
+    assert match is not None
+    good = store.load_chain(match, wait=False)
+    assert good is not None and store.verify(match, good)
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x40
+    path.write_bytes(bytes(data))
+    bad = store.load_chain(match, wait=False)
+    assert bad is not None  # handed out unchecked...
+    assert not store.verify(match, bad)  # ...and refused before use
+    assert not path.exists()
