@@ -183,3 +183,22 @@ def test_the_cost_model_compares_a_read_with_a_prefill() -> None:
     cost.read(10**9, 1.0)  # 1 GB a second
     assert cost.worth_reading(10**7, 1000)  # 10 ms against 100 ms
     assert not cost.worth_reading(10**9, 1000)  # 1 s against 100 ms
+
+
+def test_only_a_lone_requests_prefill_feeds_the_cost_model(
+        tiny_qwen3: Path, llmdeck_home: Path) -> None:
+    """Requests prefilled together wait for each other: their TTFTs are no prefill rate
+    (taken as one, the cost model read 240 MB files on an H200 where a prefill took 50 ms)."""
+    engine = _engine(tiny_qwen3)
+    try:
+        engine.submit(_request("a", [SYSTEM, FIRST]))
+        engine.submit(_request("b", [SYSTEM, OTHER]))
+        while engine.has_work():
+            engine.step()
+        assert engine._kv.cost.prefill_tps is None
+        alone = {"role": "system", "content": "You answer in French, briefly. " * 40}
+        engine.submit(_request("c", [alone, {"role": "user", "content": "Alone now."}]))
+        _until_done(engine, "c")
+        assert engine._kv.cost.prefill_tps is not None
+    finally:
+        engine.close()

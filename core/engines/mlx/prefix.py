@@ -32,7 +32,16 @@ class PrefixSaves:
     render_text: Callable[[GenerationRequest], str]  # Admission's
 
     def _open_kv(self, path: Path) -> MlxKvKeeper | None:
-        """kv-disk hook (issue 33): caches on disk across restarts (core.engines.kv_mlx)."""
+        """kv-disk hook (issue 33): caches on disk across restarts (core.engines.kv_mlx).
+        The warm-up's long prompt (prefilled once its shapes were compiled) is the cost
+        model's first prefill rate."""
+        keeper = self._new_kv(path)
+        seen = getattr(self, "warmup_prefill_seen", None)
+        if keeper is not None and seen is not None:
+            keeper.cost.prefilled(*seen)
+        return keeper
+
+    def _new_kv(self, path: Path) -> MlxKvKeeper | None:
         return MlxKvKeeper.open(
             self.spec.option("kv_disk_gb"), path, model=self._model, tokenizer=self._tokenizer,
             family=self._tool_grammars.family, stream=self._stream, eos=self._eos,
@@ -80,8 +89,11 @@ class PrefixSaves:
         the prompt's (inherited ones and its end) and, when `tokens` holds every generated
         token, the reply's end. A regenerated or edited turn reuses the ids up to them."""
         if self._kv is not None:  # kv-disk hook: queued for disk, written off this thread
+            # a prefill's rate for the cost model: only a lone request's TTFT is one (under
+            # concurrency it includes the others' prefills and steps)
             first = act.first_token_at
-            prefill = (len(act.prompt) - act.cached, first - act.submitted) if first else None
+            prefill = ((len(act.prompt) - act.cached, first - act.submitted)
+                       if first and act.alone else None)
             self._kv.finished(act.req, act.prompt, act.text, act.marks, act.raw, tokens, cache,
                               prefill)
         if act.text is None:

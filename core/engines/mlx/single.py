@@ -53,6 +53,7 @@ class SinglePath:
     _single: SingleStream | None
 
     def _start_single(self, act: Request) -> None:
+        act.alone = True
         cache, cached = self._prefix.fetch(act.prompt, take_forks=True)
         if self._kv is not None:  # kv-disk hook: a stored cache covering more
             cache, cached = self._kv.lookup(act.prompt, cache, cached)
