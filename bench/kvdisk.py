@@ -461,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--read", choices=("auto", "always"), default="auto",
                     help="kv_disk_read: auto (the cost model decides) or always (time the loader)")
     ap.add_argument("--bits", type=int, choices=(8, 16), default=16, help="kv_disk_bits")
+    ap.add_argument("--copy", choices=("parallel", "single"), default="parallel",
+                    help="kv_disk_copy: how a read file reaches the device")
     ap.add_argument("--skip-thinking", action="store_true", help="MLX: the TTFT runs only")
     ap.add_argument("--lockstep", action="store_true",
                     help="only the on/off pair of 8 conversations in lock-step (issue 49 item 1)")
@@ -479,7 +481,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.lockstep:
             result["lockstep"] = bench_lockstep(work, args.shape, repeats, args.gap_ms)
         elif not args.skip_mlx:
-            options = (("kv_disk_read", args.read), ("kv_disk_bits", args.bits))
+            options = (("kv_disk_read", args.read), ("kv_disk_bits", args.bits),
+                       ("kv_disk_copy", args.copy))
             result["mlx"] = bench_mlx(work, args.shape, repeats, args.tokens, args.turns,
                                       options, not args.skip_thinking)
         if not args.skip_llamacpp and not args.lockstep:

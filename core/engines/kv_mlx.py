@@ -37,6 +37,7 @@ import numpy as np
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 from core.engines.kv_cost import LoadCost
+from core.engines.kv_file import copy_and_hash
 from core.engines.kv_next_turn import next_turn_prefix, reply_content
 from core.engines.kv_store import KvDiskStore, KvWriter, disk_budget_bytes, kv_root, model_identity
 
@@ -90,7 +91,8 @@ class MlxKvKeeper:
                  render: Callable[[list[dict[str, Any]], tuple[dict[str, Any], ...], bool | None],
                                   str] | None,
                  remember: Callable[[list[int], list[Any], str, Marks], None],
-                 stream: Any, eos: set[int], bits: int = 16, read: str = "auto") -> None:
+                 stream: Any, eos: set[int], bits: int = 16, read: str = "auto",
+                 copy: str = "parallel") -> None:
         self.store = store
         self.writer = KvWriter()
         self._model = model
@@ -108,6 +110,9 @@ class MlxKvKeeper:
         self.cost = LoadCost.load(store.folder)
         self.always_read = read == "always"  # kv_disk_read: "auto" asks the cost model
         self.last_load: dict[str, float] = {}  # the last lookup's read, step by step (benches)
+        # kv_disk_copy: "parallel" (the hashing threads copy into the device buffer, each
+        # hashing what it copied) or "single" (one copy; the mapped file hashed meanwhile)
+        self.parallel_copy = copy != "single"
         self._per_token = _per_token_bound(model, self.n_layers)
 
     @classmethod
@@ -307,11 +312,12 @@ class MlxKvKeeper:
         started = time.perf_counter()
         # the checksums run on threads while the payload is copied to the device; nothing
         # of it reaches the model unless they all match (store.verify)
-        chain = self.store.load_chain(match, self._per_token, wait=False)
+        chain = self.store.load_chain(match, self._per_token, wait=False,
+                                      hash=not self.parallel_copy)
         if chain is None:
             return cache, cached
         mapped = time.perf_counter()
-        layers = _layers(chain, match.covered)
+        layers = _layers(chain, match.covered, self.parallel_copy)
         if layers is None or len(layers) != self.n_layers:
             self.store.verify(match, chain)
             log.debug("kv cache file %s does not fit this model; removed", match.path.name)
@@ -352,7 +358,8 @@ def _views(cache: list[Any], n: int) -> list[tuple[mx.array, mx.array]] | None:
     return [(c.keys[..., :n, :], c.values[..., :n, :]) for c in cache]
 
 
-def _layers(chain: list[tuple[Any, dict[str, np.ndarray]]], n: int) -> list[Any] | None:
+def _layers(chain: list[tuple[Any, dict[str, np.ndarray]]], n: int,
+            parallel: bool = False) -> list[Any] | None:
     """KV layers holding the first n tokens of a chain (its links' positions joined along
     the token axis, parent first); None when a link's sections are not a consistent set
     of (1, heads, its tokens, dim) keys and values. Each link reaches the device in one
@@ -370,7 +377,7 @@ def _layers(chain: list[tuple[Any, dict[str, np.ndarray]]], n: int) -> list[Any]
             return None
         if base >= n:  # the prompt forks before this link: its tokens are not needed
             break
-        arrays = _on_device(header, sections)
+        arrays = _on_device(header, sections, parallel)
         take = min(n, held) - base
         for i in range(count):
             k, v = (_part(arrays, f"{i}.{p}", bits) for p in ("keys", "values"))
@@ -394,13 +401,23 @@ def _layers(chain: list[tuple[Any, dict[str, np.ndarray]]], n: int) -> list[Any]
     return out
 
 
-def _on_device(header: Any, sections: dict[str, np.ndarray]) -> dict[str, mx.array]:
-    """A link's sections as device arrays: its whole payload in one copy, then views."""
+def _on_device(header: Any, sections: dict[str, np.ndarray],
+               parallel: bool = False) -> dict[str, mx.array]:
+    """A link's sections as device arrays: its whole payload in one copy, then views.
+    `parallel`: the copy runs on the hashing threads, straight into the array's memory
+    (mx.array copies on one thread, holding the GIL)."""
     payload = getattr(sections, "payload", None)
     offsets = getattr(sections, "offsets", None)
     if payload is None or offsets is None or any(s.name not in offsets for s in header.sections):
+        if getattr(sections, "pending", ()) is None:
+            copy_and_hash(sections, header, np.empty(header.nbytes, np.uint8))
         return {name: _to_mx(a) for name, a in sections.items()}
-    flat = mx.array(payload)
+    if getattr(sections, "pending", ()) is None or parallel:
+        flat = mx.zeros((max(int(payload.size), 1),), mx.uint8)
+        mx.eval(flat)
+        copy_and_hash(sections, header, np.asarray(flat))  # type: ignore[arg-type]
+    else:
+        flat = mx.array(payload)
     out = {}
     for s in header.sections:
         at = offsets[s.name]

@@ -206,7 +206,7 @@ class KvDiskStore:
                 for name in chain[0][1]}
 
     def load_chain(self, match: Match, per_token: int | None = None, wait: bool = True,
-                   ) -> list[tuple[KvHeader, dict[str, np.ndarray]]] | None:
+                   hash: bool = True) -> list[tuple[KvHeader, dict[str, np.ndarray]]] | None:
         """Every file of the match's chain, parent first: (header, sections holding the
         positions [header.base, len(header.tokens)) along the leaf's `axis`). Each link is
         checked against the one it extends; any bad or missing link removes the chain.
@@ -215,7 +215,8 @@ class KvDiskStore:
         and, given `per_token` (the most bytes a token's cache can take for this model),
         against its tokens: a file claiming more than its tokens can hold is refused
         unread. wait=False: the checksums are still being computed on return (a loader
-        copies meanwhile); `verify` must say True before anything of it is used."""
+        copies meanwhile); `verify` must say True before anything of it is used. hash=False
+        (with wait=False): the caller hashes what it copies (kv_file.copy_and_hash)."""
         names: list[str] = []
         headers: list[KvHeader] = []
         name = match.path.name
@@ -246,7 +247,7 @@ class KvDiskStore:
             if per_token is not None and any(
                     h.nbytes > per_token * (len(h.tokens) - h.base) for h in headers):
                 raise BadKvFile("sections larger than their tokens' cache can be")
-            chain = [(h, read_sections(self.folder / n, h, self.max_bytes, wait))
+            chain = [(h, read_sections(self.folder / n, h, self.max_bytes, wait, hash or wait))
                      for n, h in zip(names, headers, strict=True)]
             _check_joinable(chain)
         except BadKvFile as exc:

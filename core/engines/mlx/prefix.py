@@ -48,7 +48,8 @@ class PrefixSaves:
             render=lambda msgs, tools, thinking: self.render_text(
                 GenerationRequest("", tuple(msgs), tools=tools, thinking=thinking)),
             remember=self._prefix.store, bits=int(self.spec.option("kv_disk_bits", 16)),
-            read=str(self.spec.option("kv_disk_read", "auto")))
+            read=str(self.spec.option("kv_disk_read", "auto")),
+            copy=str(self.spec.option("kv_disk_copy", "parallel")))
 
     def warm(self, request: GenerationRequest) -> bool:
         """kv-disk hook (issue 33 item 2): the runtime opened `request`'s conversation (its
