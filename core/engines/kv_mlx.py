@@ -92,7 +92,8 @@ class MlxKvKeeper:
                                   str] | None,
                  remember: Callable[[list[int], list[Any], str, Marks], None],
                  stream: Any, eos: set[int], bits: int = 16, read: str = "auto",
-                 copy: str = "parallel") -> None:
+                 copy: str = "parallel",
+                 discard: Callable[[list[int]], None] | None = None) -> None:
         self.store = store
         self.writer = KvWriter()
         self._model = model
@@ -100,6 +101,7 @@ class MlxKvKeeper:
         self._family = family
         self._render = render
         self._remember = remember
+        self._discard = discard  # drops an in-memory entry by its exact tokens
         self._stream = stream
         self._eos = eos
         self._follow_ups: deque[_FollowUp] = deque()
@@ -184,6 +186,8 @@ class MlxKvKeeper:
             return
         tokens, cache, text, marks = made
         self._remember(tokens, cache, text, marks)
+        if self._discard is not None:  # the as-generated entry: its prompt is in this one
+            self._discard(f.tokens)
         views = _views(cache, len(tokens))
         if views is not None:
             self._write(tokens, views, text, marks)

@@ -202,3 +202,23 @@ def test_only_a_lone_requests_prefill_feeds_the_cost_model(
         assert engine._kv.cost.prefill_tps is not None
     finally:
         engine.close()
+
+
+def test_a_replys_next_turn_cache_replaces_its_cache_as_generated_in_memory(
+        tiny_qwen3: Path, llmdeck_home: Path) -> None:
+    """Once a reply's next-turn form is kept, the as-generated entry goes: both held the
+    prompt, and keeping both doubled each conversation's memory (on an H200, 8 long
+    conversations then overflowed the prefix cache: later turns 3x slower with the disk
+    cache on). Before, both stayed."""
+    engine = _engine(tiny_qwen3)
+    try:
+        engine.submit(_request("a", [SYSTEM, FIRST]))
+        _until_done(engine, "a")
+        _settle(engine)
+        assert len(engine._prefix) == 1
+        # the prompt is still served from memory (a regenerated turn)
+        engine.submit(_request("a2", [SYSTEM, FIRST]))
+        usage = _until_done(engine, "a2")
+        assert usage.cached_tokens >= usage.prompt_tokens - 1
+    finally:
+        engine.close()

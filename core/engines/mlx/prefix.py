@@ -49,7 +49,7 @@ class PrefixSaves:
                 GenerationRequest("", tuple(msgs), tools=tools, thinking=thinking)),
             remember=self._prefix.store, bits=int(self.spec.option("kv_disk_bits", 16)),
             read=str(self.spec.option("kv_disk_read", "auto")),
-            copy=str(self.spec.option("kv_disk_copy", "parallel")))
+            copy=str(self.spec.option("kv_disk_copy", "parallel")), discard=self._prefix.discard)
 
     def warm(self, request: GenerationRequest) -> bool:
         """kv-disk hook (issue 33 item 2): the runtime opened `request`'s conversation (its
