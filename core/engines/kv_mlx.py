@@ -204,7 +204,10 @@ class MlxKvKeeper:
         render = self._render
         text = next_turn_prefix(lambda msgs: render(msgs, f.tools, f.thinking), f.messages, content,
                                 f.text)
-        if text is None:
+        if text is None or text.startswith(f.text + visible):
+            # None: the template re-renders history; else the history renders as it was
+            # generated, and the cache as generated already serves the next turn (a
+            # second copy of the conversation in memory would only evict others)
             return None
         suffix = list(self._tokenizer.encode(text[len(f.text):], add_special_tokens=False))
         if not suffix:
