@@ -102,6 +102,7 @@ class MlxKvKeeper:
         self._render = render
         self._remember = remember
         self._discard = discard  # drops an in-memory entry by its exact tokens
+        self._disk_only = False  # the last next-turn cache: for the disk only (_next_turn)
         self._stream = stream
         self._eos = eos
         self._follow_ups: deque[_FollowUp] = deque()
@@ -185,9 +186,10 @@ class MlxKvKeeper:
             self._write(f.tokens, f.full, f.text, (*f.marks, (len(f.text), len(f.prompt))))
             return
         tokens, cache, text, marks = made
-        self._remember(tokens, cache, text, marks)
-        if self._discard is not None:  # the as-generated entry: its prompt is in this one
-            self._discard(f.tokens)
+        if not self._disk_only:
+            self._remember(tokens, cache, text, marks)
+            if self._discard is not None:  # the as-generated entry: its prompt is in this one
+                self._discard(f.tokens)
         views = _views(cache, len(tokens))
         if views is not None:
             self._write(tokens, views, text, marks)
@@ -204,11 +206,12 @@ class MlxKvKeeper:
         render = self._render
         text = next_turn_prefix(lambda msgs: render(msgs, f.tools, f.thinking), f.messages, content,
                                 f.text)
-        if text is None or text.startswith(f.text + visible):
-            # None: the template re-renders history; else the history renders as it was
-            # generated, and the cache as generated already serves the next turn (a
-            # second copy of the conversation in memory would only evict others)
+        if text is None:
             return None
+        # the history renders as it was generated: the in-memory cache as generated serves
+        # the next turn, and this one goes to disk only (a second copy of the conversation
+        # in memory would only evict others)
+        self._disk_only = text.startswith(f.text + visible)
         suffix = list(self._tokenizer.encode(text[len(f.text):], add_special_tokens=False))
         if not suffix:
             return None

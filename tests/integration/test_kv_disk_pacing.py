@@ -206,10 +206,10 @@ def test_only_a_lone_requests_prefill_feeds_the_cost_model(
 
 def test_a_replys_next_turn_cache_replaces_its_cache_as_generated_in_memory(
         tiny_qwen3: Path, llmdeck_home: Path) -> None:
-    """Once a reply's next-turn form is kept, the as-generated entry goes: both held the
-    prompt, and keeping both doubled each conversation's memory (on an H200, 8 long
-    conversations then overflowed the prefix cache: later turns 3x slower with the disk
-    cache on). Before, both stayed."""
+    """A conversation keeps one entry in memory after a reply, not the cache as generated
+    plus its next-turn form (both hold the prompt; keeping both doubled each
+    conversation's memory, and on an H200 8 long conversations then overflowed the prefix
+    cache: later turns 3x slower with the disk cache on). Before, both stayed."""
     engine = _engine(tiny_qwen3)
     try:
         engine.submit(_request("a", [SYSTEM, FIRST]))
