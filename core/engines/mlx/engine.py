@@ -107,6 +107,8 @@ class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, Prefi
     # -- Engine protocol -------------------------------------------------------------
 
     def submit(self, request: GenerationRequest) -> None:
+        if self._kv is not None:  # kv-disk hook: the writer pauses until the engine idles
+            self._kv.engine_busy(True)
         self._pending.append(self._admit(request))
 
     def cancel(self, request_id: str) -> None:
@@ -140,6 +142,8 @@ class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, Prefi
             self._prefix.settle(_SETTLE_PER_STEP)
         elif self._kv is not None and not (self._pending or self._single or self._batch):
             self._kv.idle_step()  # kv-disk hook: a finished reply's next-turn cache
+        if self._kv is not None:  # kv-disk hook: disk writes only while nothing runs
+            self._kv.engine_busy(bool(self._pending or self._single or self._batch))
         self._steps += 1
         return [(rid, events) for rid, events in out.items() if events]
 

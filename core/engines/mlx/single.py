@@ -53,6 +53,7 @@ class SinglePath:
     _single: SingleStream | None
 
     def _start_single(self, act: Request) -> None:
+        act.alone = True
         # An aside (a summary written ahead) copies the conversation's cache: taking it
         # would leave the conversation's next turn to prefill its whole history again.
         cache, cached = self._prefix.fetch(act.prompt, take_forks=not act.req.aside)
