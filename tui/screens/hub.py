@@ -464,7 +464,7 @@ class HubScreen(Screen):
                 self.remove_model(model)
 
         self.app.push_screen(
-            ConfirmDialog(f"Delete {model.name}?", _delete_detail(model)),
+            ConfirmDialog(f"Delete {model.model_id or model.name}?", _delete_detail(model)),
             answered,
         )
 
