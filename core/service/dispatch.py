@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from core.service import codec
+from core.service import codec, downloads
 from core.service.protocol import BAD_CALL, FAILED, NOT_FOUND
 from core.service.turns import TurnHub
 
@@ -60,7 +60,7 @@ RUNTIME_CALLS: dict[str, bool] = {
 MCP_CALLS = frozenset({"mcp_prompt", "mcp_save_resource"})
 # Runtime methods that return a Turn: the hub runs it and the caller watches it.
 TURN_CALLS = ("start_turn", "regenerate", "edit_and_resend")
-SUBSCRIPTION_TOPICS = ("status", "model", "turns")
+SUBSCRIPTION_TOPICS = ("status", "model", "turns", "downloads")
 DECISIONS = ("allow", "deny", "always")
 
 
@@ -274,6 +274,8 @@ async def _subscribe(ctx: CallContext, args: dict[str, Any]) -> Any:
     ctx.caller.topics.add(topic)
     if topic == "turns":  # the replies running now; each new one is pushed (turn_started)
         return ctx.hub.live()
+    if topic == "downloads":  # every job now; each change is pushed ("downloads" events)
+        return await downloads.downloads(ctx, {})
     return ctx.service.status() if topic == "status" else ctx.runtime.model_state()
 
 
@@ -327,6 +329,7 @@ SERVICE_CALLS: dict[str, Handler] = {
     "shutdown": _shutdown,
     "serve_open": _serve_open,
     "serve_close": _serve_close,
+    **downloads.CALLS,  # issue 45: downloads are the service's jobs
 }
 
 

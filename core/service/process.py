@@ -96,6 +96,7 @@ class ServiceProcess:
         self.runtime.listeners.append(
             lambda state: self.server.broadcast({"event": "model", "data": _encoded(state)},
                                                 "model"))
+        self._open_downloads()
         log.info("service ready (pid %d) on %s", os.getpid(), self.server.path)
         print(json.dumps({"ready": True, "pid": os.getpid(), "socket": str(self.server.path)}),
               flush=True)
@@ -111,15 +112,39 @@ class ServiceProcess:
             await asyncio.sleep(STATUS_PUSH_S)
             if any("status" in s.topics for s in self.server.sessions):
                 self.server.broadcast({"event": "status", "data": self.status()}, "status")
-            if self.server.busy() or self.http is not None:
+            if self.server.busy() or self.http is not None or self._downloading():
                 self.server.last_active = time.monotonic()
             elif self.idle_s and time.monotonic() - self.server.last_active >= self.idle_s:
                 self.request_stop(f"idle for {self.idle_s:.0f} s with no client")
+
+    def _open_downloads(self) -> None:
+        """The download jobs, pushed to the clients subscribed to "downloads"; the ones a
+        stopped service left unfinished start again (issue 45)."""
+        from core.service.downloads import open_for
+
+        resumed = open_for(self.runtime, lambda data: self.server.broadcast(
+            {"event": "downloads", "data": data}, "downloads"))
+        if resumed:
+            log.info("resumed %d download(s)", resumed)
+
+    def _downloading(self) -> bool:
+        from core.service.downloads import existing
+
+        jobs = existing(self.runtime)
+        return jobs is not None and jobs.busy()
+
+    async def _close_downloads(self) -> None:
+        from core.service.downloads import existing
+
+        jobs = existing(self.runtime)
+        if jobs is not None:
+            await jobs.close()
 
     async def shutdown(self) -> None:
         log.info("stopping: %s", self.stop_reason or "asked")
         await self.server.close(f"The llmdeck service is stopping ({self.stop_reason}).")
         await self.server.hub.close()
+        await self._close_downloads()
         await self.close_http()
         await self.runtime.close()  # models unload, workers stop, the store closes
         log.info("stopped")
