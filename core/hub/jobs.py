@@ -48,6 +48,7 @@ class Job:
     progress: DownloadProgress | None = None
     state: str = "queued"  # queued | planning | downloading | verifying | done | error | cancelled
     error: str | None = None
+    error_code: str | None = None  # core.hub.errors' code (OFFLINE, DISK_FULL, ...)
     path: str | None = None
     runner: DownloadJob | None = None
     cancelled: bool = False
@@ -60,7 +61,8 @@ class Job:
         """Plain JSON for the socket and the HTTP faces."""
         p = self.progress
         return {"id": self.id, "repo": self.repo, "file": self.file, "revision": self.revision,
-                "load": self.load, "state": self.state, "error": self.error, "path": self.path,
+                "load": self.load, "state": self.state, "error": self.error, "error_code": self.error_code,
+                "path": self.path,
                 "filename": p.filename if p else (self.file or ""),
                 "downloaded": p.downloaded if p else 0, "total": p.total if p else 0,
                 "rate_bps": round(p.rate_bps, 1) if p else 0.0,
@@ -195,7 +197,7 @@ class DownloadJobs:
             listing = await asyncio.to_thread(list_files, job.repo, job.revision)
             plan = plan_download(listing, job.file, include_mmproj=job.include_mmproj)
         except HubError as err:
-            job.state, job.error = "error", err.message
+            job.state, job.error, job.error_code = "error", err.message, err.code
             self._changed(job, now=True)
             return
         if job.cancelled:
@@ -211,7 +213,7 @@ class DownloadJobs:
         result = await job.runner.wait()
         if result.error is not None:
             job.state = "cancelled" if result.error.code == "CANCELLED" else "error"
-            job.error = result.error.message
+            job.error, job.error_code = result.error.message, result.error.code
         else:
             job.state, job.path = "done", str(result.path) if result.path else None
         self._changed(job, now=True)

@@ -131,3 +131,35 @@ def test_any_client_cancels_a_job_and_bad_calls_say_why(hub: FakeHub, env: dict)
     listed = svc.llmdeck("models", "downloads")
     assert job["id"] in listed.stdout and "cancelled" in listed.stdout
     assert os.environ["LLMDECK_IN_PROCESS"] == "0"
+
+
+def test_the_hubs_download_is_the_services_and_outlives_the_app(hub: FakeHub, env: dict,
+                                                                 tmp_path: Path) -> None:
+    """The hub screen's `d` in the real app (the service's client, in tmux): the download
+    row follows the service's job, and killing the terminal does not stop it."""
+    svc.start(*svc.scripted_args())
+    tmux = TmuxSession(llmdeck_command(), env=env)
+    try:
+        tmux.wait_for(lambda s: "scripted" in s, 60, "the app attached to the service")
+        tmux.send("C-o")
+        tmux.wait_for(lambda s: "Model hub" in s, 30, "the hub")
+        tmux.send("C-t")
+        tmux.wait_for(lambda s: "repos ·" in s, 30, "the search tab")
+        tmux.type("slow")
+        tmux.send("Enter")
+        tmux.wait_for(lambda s: REPO in s and "1 repos" in s, 30, "the search")
+        for _ in range(3):  # the results take the focus once listed; until then Enter waits
+            tmux.send("Enter")
+            try:
+                tmux.wait_for(lambda s: FILE in s and "Q8_0" in s, 10, "the file list")
+                break
+            except AssertionError:
+                continue
+        tmux.send("d")
+        tmux.wait_for(lambda s: "%" in s and "slow-Q8_0" in s, 30, "the download row")
+    finally:
+        subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], check=False)
+    assert [j["repo"] for j in _jobs()] == [REPO]
+    svc.wait_for(lambda: any(j["state"] == "done" for j in _jobs()), 60,
+                 "the download to finish with the app gone")
+    _verified(hub, tmp_path / "src" / FILE)
