@@ -127,6 +127,7 @@ class GenerationRequest:
     tool_name: str | None = None
     prompt: str | None = None
     thinking: bool | None = None
+    interactive: bool = False  # a person's turn in the app: first for a slot (workers.slots)
 
 
 def template_switches(template: str | None, thinking: bool | None) -> dict[str, Any]:

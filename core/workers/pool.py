@@ -307,7 +307,8 @@ class WorkerPool:
         rid = stream.request.request_id if stream.request else ""
         worker.waiting += 1
         worker.queue[rid] = stream
-        acquire = asyncio.ensure_future(worker.slots.acquire())
+        acquire = asyncio.ensure_future(worker.slots.acquire(bool(stream.request and
+                                                                 stream.request.interactive)))
         try:
             while not acquire.done() and not stream.done:
                 stream.waiter = asyncio.get_running_loop().create_future()
