@@ -46,6 +46,7 @@ class ServiceProcess:
         self.stop_reason = ""
         self.http: Any = None  # core.server.ServerHandle while `llmdeck serve` asks for it
         self.http_owner: Any = None
+        self.memory: Any = None  # core.workers.memory_watch.MemoryWatch once running
 
     # -- ServiceControl --------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -61,6 +62,7 @@ class ServiceProcess:
                 "models": models, "model_state": getattr(self.runtime.model, "state", "?"),
                 "rss_bytes": rss, "workers_rss_bytes": workers_rss,
                 "socket": str(self.server.path), "idle_exit_s": self.idle_s,
+                "memory": self.memory.last.as_dict() if self.memory is not None else None,
                 "http": self.http.url if self.http is not None else None}
 
     def request_stop(self, reason: str) -> None:
@@ -108,8 +110,16 @@ class ServiceProcess:
 
     async def _push_status(self) -> None:
         """Status to subscribers every second, and the idle clock."""
+        from core.workers.memory_watch import MemoryWatch
+
+        self.memory = MemoryWatch(self.runtime.pool)
         while True:
             await asyncio.sleep(STATUS_PUSH_S)
+            if self.memory.due():  # issue 45: what the workers hold, and idle models out
+                try:  # under pressure
+                    await self.memory.look()
+                except Exception as exc:  # noqa: BLE001 - the watch never stops the service
+                    log.warning("memory watch: %s", type(exc).__name__)
             if any("status" in s.topics for s in self.server.sessions):
                 self.server.broadcast({"event": "status", "data": self.status()}, "status")
             if self.server.busy() or self.http is not None or self._downloading():

@@ -446,6 +446,12 @@ class WorkerPool:
                                         None, 0, 0, 0, 0.0, 0, group.failed))
         return out
 
+    def idle_models(self) -> list[tuple[str, str]]:
+        """(key, label) of the models loaded and doing nothing, least recently used first:
+        what the memory watch (core.workers.memory_watch) may unload under pressure."""
+        idle = sorted((g for g in self._groups.values() if g.idle()), key=lambda g: g.last_used)
+        return [(g.key, g.label) for g in idle]
+
     def pids(self) -> list[int]:
         return [w.process.pid for g in self._groups.values() for w in g.workers
                 if w.process is not None and w.process.is_alive()]
