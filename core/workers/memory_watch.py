@@ -4,8 +4,10 @@ Admission counts one context of KV per worker when a model loads, but a batch of
 sessions and the prefix caches can grow past that, and other programs take memory too.
 The service looks every WATCH_S: what the workers really hold (their RSS, beside what
 admission counted for them) and what the machine has left. Under pressure (less than
-`pressure_bytes` available) it unloads idle models, least recently used first, one per
-look, before the OS swaps or kills a worker; a model answering a reply is never touched.
+`pressure_bytes` available) the workers first drop their prompt caches (MLX's prefix
+cache; the disk keeps what was saved), then idle models are unloaded, least recently used
+first, one per look, before the OS swaps or kills a worker; a model answering a reply is
+never touched.
 The last look is what F4's service line and `doctor` show.
 """
 
@@ -32,12 +34,14 @@ class MemoryLook:
     counted_bytes: int = 0
     pressure: bool = False
     unloaded: list[str] = field(default_factory=list)  # ids unloaded for memory, newest last
+    trimmed: bool = False  # the workers were asked to drop their prompt caches
     at: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {"available_bytes": self.available_bytes, "total_bytes": self.total_bytes,
                 "workers_rss_bytes": self.workers_rss_bytes, "counted_bytes": self.counted_bytes,
-                "pressure": self.pressure, "unloaded": list(self.unloaded[-5:])}
+                "pressure": self.pressure, "unloaded": list(self.unloaded[-5:]),
+                "trimmed": self.trimmed}
 
 
 def pressure_bytes(total: int) -> int:
@@ -68,7 +72,10 @@ class MemoryWatch:
         look = MemoryLook(available, total, sum(w.rss_bytes for w in workers),
                           sum(w.memory_bytes for w in workers),
                           available < pressure_bytes(total), list(self.last.unloaded),
-                          time.time())
+                          at=time.time())
+        if look.pressure and not self.last.pressure:  # a new pressure: caches go first
+            self.pool.trim_caches()
+            look.trimmed = True
         idle = self.pool.idle_models() if look.pressure else []
         if idle:
             key, label = idle[0]

@@ -446,6 +446,19 @@ class WorkerPool:
                                         None, 0, 0, 0, 0.0, 0, group.failed))
         return out
 
+    def trim_caches(self) -> int:
+        """Ask every ready worker to drop its prompt caches (memory is short); how many."""
+        asked = 0
+        for group in self._groups.values():
+            for worker in group.workers:
+                if worker.state == "ready":
+                    try:
+                        worker.send((p.TRIM,))
+                        asked += 1
+                    except (OSError, ValueError):  # its pipe closed: it is going anyway
+                        pass
+        return asked
+
     def idle_models(self) -> list[tuple[str, str]]:
         """(key, label) of the models loaded and doing nothing, least recently used first:
         what the memory watch (core.workers.memory_watch) may unload under pressure."""
