@@ -118,9 +118,10 @@ def _report(job: dict[str, Any], out: TextIO) -> int:
 
 
 async def _call(name: str, **args: Any) -> Any:
-    from core.service.launch import start_or_connect
+    """One call to the running service (listing or cancelling never starts one)."""
+    from core.service.client import connect
 
-    client = await start_or_connect("cli")
+    client = await connect("cli")
     try:
         return await client.call(name, **args)
     finally:
@@ -152,9 +153,9 @@ def downloads_main() -> int:
 
     try:
         jobs = asyncio.run(_call("downloads"))
-    except ServiceUnavailable as exc:
-        print(visible(f"error: {exc}"), file=sys.stderr)
-        return EXIT_HUB_ERROR
+    except ServiceUnavailable:
+        print("no downloads (no llmdeck engine service runs)", file=sys.stderr)
+        return EXIT_OK
     if not jobs:
         print("no downloads", file=sys.stderr)
     for job in jobs:
