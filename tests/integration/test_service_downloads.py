@@ -163,3 +163,32 @@ def test_the_hubs_download_is_the_services_and_outlives_the_app(hub: FakeHub, en
     svc.wait_for(lambda: any(j["state"] == "done" for j in _jobs()), 60,
                  "the download to finish with the app gone")
     _verified(hub, tmp_path / "src" / FILE)
+
+
+def test_a_job_asked_to_load_its_model_loads_it_when_on_disk(
+        env: dict, bundled_gguf: Path, hub: FakeHub) -> None:
+    """download_start(load=True): the service switches its model to the download once it
+    is on disk and verified (the real bundled GGUF under a new name, llama.cpp)."""
+    hub.throttle_bps = None
+    hub.add_repo("acme/gemma-3-270m-it-GGUF", {"gemma-3-270m-it-Q4_K_M.gguf": bundled_gguf},
+                 library_name="gguf", tags=["gguf"])
+    svc.start(*svc.scripted_args())
+    sock = svc.raw_client()
+    try:
+        sock.sendall(json.dumps({"id": 1, "call": "download_start", "args": {
+            "repo": "acme/gemma-3-270m-it-GGUF", "load": True}}).encode() + b"\n")
+        assert json.loads(svc.read_line(sock))["result"]["load"] is True
+
+        def model() -> dict:
+            sock.sendall(b'{"id": 2, "call": "model_state", "args": {}}\n')
+            while True:
+                line = json.loads(svc.read_line(sock))
+                if line.get("id") == 2:
+                    return line["result"]
+
+        state = svc.wait_for(lambda: (m := model())["label"] == "gemma3:270m-it-q4_k_m"
+                             and m["state"] in ("ready", "failed") and m, 120,
+                             "the downloaded model loaded")
+        assert state["state"] == "ready", state.get("error")
+    finally:
+        sock.close()
