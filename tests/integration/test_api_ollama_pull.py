@@ -12,7 +12,7 @@ from pathlib import Path
 import ollama
 import pytest
 
-from tests.fakes.hub_repos import make_gguf
+from tests.fakes.hub_repos import make_gguf, point_client_at
 from tests.fakes.hub_server import FakeHub
 from tests.fixtures.serve import ServerThread, scripted_spec, served
 
@@ -28,10 +28,7 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ServerTh
     home = tmp_path / "home"
     home.mkdir()
     with hub:
-        for key, value in {"HF_ENDPOINT": hub.endpoint, "HF_HUB_OFFLINE": "0",
-                           "HF_HUB_DISABLE_XET": "1", "HF_TOKEN": "",
-                           "HF_HOME": str(home / "hf-home")}.items():
-            monkeypatch.setenv(key, value)
+        point_client_at(monkeypatch, hub)  # (huggingface_hub read its constants at import)
         yield from served(scripted_spec(), home)
 
 
