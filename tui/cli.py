@@ -59,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     models = sub.add_parser("models", help="search, pull, list, remove or import models",
                             add_help=False)
     models.add_argument("rest", nargs=argparse.REMAINDER)
+    sub.add_parser("pull", help="download a model in the engine service (models pull); it "
+                   "goes on when this terminal goes")
     sub.add_parser("paths", help="print where llmdeck keeps its files")
     sub.add_parser("mcp", help="run an MCP server (stdio) that lets other agents search your "
                    "conversations and documents, read-only, as turned on in settings")
@@ -121,6 +123,8 @@ def _dispatch(argv: list[str]) -> int:
         return doctor_main(argv[1:])
     if argv[:1] == ["models"]:  # likewise: `models --help`
         return _models(argv[1:])
+    if argv[:1] == ["pull"]:  # short for `models pull` (issue 45), as Ollama's
+        return _models(argv)
     if argv[:1] == ["service"]:  # likewise: `service run --engine scripted`
         from core.service import service_main
 
@@ -166,6 +170,12 @@ def _models(rest: list[str]) -> int:
 
         print(provision_bundled_chat(overwrite=True))
         return 0
+    from core.service import pull_cli
+
+    if rest[:1] == ["downloads"]:  # the service's jobs (issue 45)
+        return pull_cli.downloads_main()
+    if rest[:1] == ["pull"] and pull_cli.in_service(rest[1:]):
+        return pull_cli.main(rest[1:])
     from core.hub import hub_cli_main as hub_main
 
     return hub_main(rest)

@@ -172,6 +172,11 @@ class ServiceRuntime:
     def listen_model(self, listener: Callable[[ModelState], None]) -> None:
         self.listeners.append(listener)
 
+    def service_client(self) -> Any:
+        """The connection to the service now (None while lost): the hub's download rows
+        follow the service's jobs through it (tui.hub_service_queue)."""
+        return self._remote.client if self._remote is not None else None
+
     def engine_line(self) -> str | None:
         """The service's pid, uptime, clients, replies and memory for F4, as mirrored."""
         from core.service import status_line

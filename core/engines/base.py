@@ -140,6 +140,7 @@ class GenerationRequest:
     thinking: bool | None = None
     reply_prefix: str = ""
     aside: bool = False
+    interactive: bool = False  # a person's turn in the app: first for a slot (workers.slots)
 
 
 def template_switches(template: str | None, thinking: bool | None) -> dict[str, Any]:

@@ -548,6 +548,7 @@ class Runtime:
             sampling=self.settings.sampling.to_params(),
             session_id=cid,
             thinking=self.settings.thinking,
+            interactive=True,  # a person waits for it: ahead of API traffic (issue 45)
         )
 
     # -- message actions (regenerate, edit, branches, delete) ------------------------------

@@ -303,6 +303,14 @@ CALLS: dict[str, dict[str, Arg]] = {
                    "load_wait": _opt(seconds(zero=True), nullable=True),
                    "request_log": _opt(one_of(True, False))},
     "serve_close": {},
+    # downloads (core.service.downloads checks the names' shape again)
+    "download_start": {"repo": _req(text(MAX_NAME_CHARS, empty=False)),
+                       "file": _opt(text(MAX_NAME_CHARS), nullable=True),
+                       "revision": _opt(text(MAX_NAME_CHARS), nullable=True),
+                       "load": _opt(one_of(True, False)),
+                       "include_mmproj": _opt(one_of(True, False))},
+    "download_cancel": {"job": _req(text(MAX_NAME_CHARS, empty=False))},
+    "downloads": {},
 }
 
 

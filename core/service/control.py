@@ -90,6 +90,12 @@ def status_line(status: dict[str, Any]) -> str:
              f"{clients} client{'s' if clients != 1 else ''}",
              f"{turns} repl{'ies' if turns != 1 else 'y'} streaming",
              f"{memory / 2**20:.0f} MiB with its workers"]
+    watched = status.get("memory")
+    if isinstance(watched, dict) and watched.get("total_bytes"):
+        free = int(watched.get("available_bytes") or 0) / 1e9
+        parts.append(f"{free:.1f} GB free" + (" (low)" if watched.get("pressure") else ""))
+        if watched.get("unloaded"):
+            parts.append("unloaded for memory: " + ", ".join(map(str, watched["unloaded"])))
     if status.get("http"):
         parts.append(f"serving {status['http']}")
     return " · ".join(parts)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from core.service import call_args, codec
-from core.service.protocol import BAD_CALL, NOT_FOUND, SUBSCRIPTION_TOPICS
+from core.service import call_args, codec, downloads
+from core.service.protocol import BAD_CALL, NOT_FOUND, SUBSCRIPTION_TOPICS, CallError
 from core.service.turns import TurnHub
 
 # Runtime methods forwarded as they are: name -> True when it is a coroutine.
@@ -61,15 +61,6 @@ MCP_CALLS = frozenset({"mcp_prompt", "mcp_save_resource"})
 # Runtime methods that return a Turn: the hub runs it and the caller watches it.
 TURN_CALLS = ("start_turn", "regenerate", "edit_and_resend", "continue_reply")
 DECISIONS = ("allow", "deny", "always")
-
-
-class CallError(Exception):
-    """A call the client got wrong (code BAD_CALL / NOT_FOUND), with the sentence."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class Caller(Protocol):
@@ -271,6 +262,8 @@ async def _subscribe(ctx: CallContext, args: dict[str, Any]) -> Any:
     if topic in ("notices", "conversations"):  # core.service.notices: what was said already
         sticky = getattr(ctx.service, "sticky_notices", None)
         return list(sticky()) if topic == "notices" and sticky is not None else []
+    if topic == "downloads":  # every job now; each change is pushed ("downloads" events)
+        return await downloads.downloads(ctx, {})
     return ctx.service.status() if topic == "status" else ctx.runtime.model_state()
 
 
@@ -329,6 +322,7 @@ SERVICE_CALLS: dict[str, Handler] = {
     "shutdown": _shutdown,
     "serve_open": _serve_open,
     "serve_close": _serve_close,
+    **downloads.CALLS,  # issue 45: downloads are the service's jobs
 }
 
 

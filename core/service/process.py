@@ -47,6 +47,7 @@ class ServiceProcess:
         self.restarting = False  # `llmdeck service restart`: the clients wait for the next
         self.http: Any = None  # core.server.ServerHandle while `llmdeck serve` asks for it
         self.http_owner: Any = None
+        self.memory: Any = None  # core.workers.memory_watch.MemoryWatch once running
 
     # -- ServiceControl --------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -62,6 +63,7 @@ class ServiceProcess:
                 "models": models, "model_state": getattr(self.runtime.model, "state", "?"),
                 "rss_bytes": rss, "workers_rss_bytes": workers_rss,
                 "socket": str(self.server.path), "idle_exit_s": self.idle_s,
+                "memory": self.memory.last.as_dict() if self.memory is not None else None,
                 "http": self.http.url if self.http is not None else None}
 
     def request_stop(self, reason: str, restart: bool = False) -> None:
@@ -108,6 +110,7 @@ class ServiceProcess:
         self.runtime.listeners.append(
             lambda state: self.server.broadcast({"event": "model", "data": _encoded(state)},
                                                 "model"))
+        self._open_downloads()
         log.info("service ready (pid %d) on %s", os.getpid(), self.server.path)
         print(json.dumps({"ready": True, "pid": os.getpid(), "socket": str(self.server.path)}),
               flush=True)
@@ -119,8 +122,16 @@ class ServiceProcess:
 
     async def _push_status(self) -> None:
         """Status to subscribers every second, and the idle clock."""
+        from core.workers.memory_watch import MemoryWatch
+
+        self.memory = MemoryWatch(self.runtime.pool)
         while True:
             await asyncio.sleep(STATUS_PUSH_S)
+            if self.memory.due():  # issue 45: what the workers hold, and idle models out
+                try:  # under pressure
+                    await self.memory.look()
+                except Exception as exc:  # noqa: BLE001 - the watch never stops the service
+                    log.warning("memory watch: %s", type(exc).__name__)
             if any("status" in s.topics for s in self.server.sessions):
                 self.server.broadcast({"event": "status", "data": self.status()}, "status")
             try:
@@ -128,16 +139,40 @@ class ServiceProcess:
                     s.model for s in self.runtime.pool.status() if s.model)
             except Exception:  # noqa: BLE001 - a notice never stops the service
                 pass
-            if self.server.busy() or self.http is not None:
+            if self.server.busy() or self.http is not None or self._downloading():
                 self.server.last_active = time.monotonic()
             elif self.idle_s and time.monotonic() - self.server.last_active >= self.idle_s:
                 self.request_stop(f"idle for {self.idle_s:.0f} s with no client")
+
+    def _open_downloads(self) -> None:
+        """The download jobs, pushed to the clients subscribed to "downloads"; the ones a
+        stopped service left unfinished start again (issue 45)."""
+        from core.service.downloads import open_for
+
+        resumed = open_for(self.runtime, lambda data: self.server.broadcast(
+            {"event": "downloads", "data": data}, "downloads"))
+        if resumed:
+            log.info("resumed %d download(s)", resumed)
+
+    def _downloading(self) -> bool:
+        from core.service.downloads import existing
+
+        jobs = existing(self.runtime)
+        return jobs is not None and jobs.busy()
+
+    async def _close_downloads(self) -> None:
+        from core.service.downloads import existing
+
+        jobs = existing(self.runtime)
+        if jobs is not None:
+            await jobs.close()
 
     async def shutdown(self) -> None:
         log.info("stopping: %s", self.stop_reason or "asked")
         await self.server.close(f"The llmdeck service is stopping ({self.stop_reason}).",
                                 restart=self.restarting)
         await self.server.hub.close()
+        await self._close_downloads()
         await self.close_http()
         await self.runtime.close()  # models unload, workers stop, the store closes
         log.info("stopped")

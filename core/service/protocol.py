@@ -68,4 +68,14 @@ def valid_id(value: Any) -> bool:
 
 # What a client may subscribe to: the service's status, the model's state, live replies,
 # notices (a database moved aside, a model loaded...) and the conversation list's changes.
-SUBSCRIPTION_TOPICS = ("status", "model", "turns", "notices", "conversations")
+SUBSCRIPTION_TOPICS = ("status", "model", "turns", "notices", "conversations", "downloads")
+
+
+class CallError(Exception):
+    """A call the client got wrong (code BAD_CALL / NOT_FOUND), with the sentence. Here,
+    low, so every handler module can raise it without importing the dispatch table."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message

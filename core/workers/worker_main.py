@@ -194,6 +194,10 @@ def _handle(msg: tuple, conn: Connection, engine: Engine, parsers: _Parsers, tok
         engine.cancel(msg[1])
     elif kind == p.WARM:
         _warm(engine, msg[1])
+    elif kind == p.TRIM:
+        trim = getattr(engine, "trim", None)
+        if callable(trim):
+            trim()
     elif kind == p.STATS:
         conn.send((p.STATS, {"pid": os.getpid(), "steps_with_output": tokens}))
     elif kind == p.SHUTDOWN:

@@ -114,6 +114,14 @@ class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, Prefi
     def cancel(self, request_id: str) -> None:
         self._cancelled.add(request_id)
 
+    def trim(self) -> None:
+        """Memory is short (the pool's memory watch): the prompt caches go (the disk keeps
+        what was saved); running requests keep their own KV."""
+        self._prefix.clear()
+        import mlx.core as mx
+
+        mx.clear_cache()
+
     def has_work(self) -> bool:
         # Finished requests' caches still to be split and indexed count as work: the worker
         # then does it while idle (a few per step), not the next request's admission
