@@ -122,11 +122,14 @@ def check_memory_budget() -> Check:
 
     budget = memory_budget.current_budget()
     held, models = 0, []
+    statuses = [*_service_workers()]  # the engine service's pool: where the app's models are
     for role in ("app", "serve"):
-        for status in read_status(status_path(role))[0]:
-            held += status.memory_bytes
-            if status.memory_bytes and status.model not in models:
-                models.append(status.model)
+        statuses += read_status(status_path(role))[0]
+    for status in statuses:
+        held += status.memory_bytes
+        loaded = status.memory_bytes or status.state not in ("crashed", "failed")
+        if loaded and status.model not in models:
+            models.append(status.model)
     names = f" ({', '.join(visible(m) for m in models)})" if models else ""
     detail = (f"{budget.describe()}; {_gb(held)} held by {len(models)} loaded "
               f"model{'s' * (len(models) != 1)}{names}, {_gb(max(budget.total_bytes - held, 0))} free")
@@ -135,6 +138,19 @@ def check_memory_budget() -> Check:
                      f"{_gb(memory_budget.SYSTEM_ROOM)}: a model that fits it can still be killed "
                      "for memory. Lower memory_budget_gb in config.toml (0 is automatic).")
     return Check("memory budget", OK, detail)
+
+
+def _service_workers() -> list:
+    """The running engine service's workers (core.workers.WorkerStatus), [] when none runs:
+    the budget line counted only an --in-process app's and a standalone server's, and said
+    "0.0 GB held by 0 loaded models" beside the service's own line (issue 48)."""
+    from core.service import ServiceUnavailable
+    from core.service.client import run_call
+
+    try:
+        return list(run_call("worker_status", timeout=5) or ())
+    except ServiceUnavailable:
+        return []
 
 
 def check_disk(min_free: int = MIN_FREE_BYTES) -> Check:
@@ -269,8 +285,9 @@ def check_service() -> Check:
     models = ", ".join(str(m) for m in status.get("models") or []) or "none loaded"
     from core.terminal_text import visible
 
+    clients = max(int(status.get("clients") or 0) - 1, 0)  # not doctor's own connection
     return Check("service", OK, visible(
-        f"pid {status.get('pid')}, up {up // 60} min, {status.get('clients')} client(s), "
+        f"pid {status.get('pid')}, up {up // 60} min, {clients} client{'s' * (clients != 1)}, "
         f"models: {models}, memory {memory / 2**20:.0f} MiB"))
 
 

@@ -24,6 +24,11 @@ from tui.screens.main import MainScreen
 from tui.service_runtime import ServiceRuntime
 from tui.terminal_text import visible
 
+QUIT_QUESTION = ("A reply is still streaming; quitting stops it here (what arrived is kept). "
+                 "Quit anyway?")
+QUIT_NOTE = ("llmdeck: the reply that was streaming goes on in the engine service; run "
+             "llmdeck again to see it (Esc there stops it).")
+
 
 class LlmdeckApp(App):
     """Keyboard-first chat with local models."""
@@ -306,8 +311,26 @@ class LlmdeckApp(App):
         await self._use_model(found[0])
 
     async def action_quit(self) -> None:
+        """Quit. A reply still streaming: as the service's client it goes on in the service,
+        and the terminal says so as the app leaves; in process it would be cut, so a yes is
+        asked first (README: Dialogs, "quit while a reply streams")."""
+        streaming = self.main.busy or self.main.live.attaching
+        client = isinstance(self.runtime, ServiceRuntime)
+        if streaming and not client:
+            from tui.screens.dialogs import ConfirmScreen
+
+            if not isinstance(self.screen, ConfirmScreen):
+                self.push_screen(ConfirmScreen(QUIT_QUESTION, "Quit"), self._quit_if)
+            return
+        if streaming:  # the app's workers end first, then on_unmount leaves the service:
+            self.exit(message=QUIT_NOTE)  # closing now would fail the reply's worker
+            return
         await self.runtime.close()
         self.exit()
+
+    def _quit_if(self, yes: bool | None) -> None:
+        if yes:  # the reply's worker ends first; on_unmount closes the runtime (the store
+            self.exit()  # keeps the reply as stopped, with what arrived)
 
     async def on_unmount(self) -> None:
         if self._input_order is not None:

@@ -31,6 +31,7 @@ from core.tools import ToolStatus
 from tui import mcp_commands, slash
 from tui.dropped_paths import dropped_image_paths
 from tui.footer_layout import footer_bindings
+from tui.screens import slash_run
 from tui.screens.code_runs import CodeRuns
 from tui.screens.dialogs import ConfirmScreen, PromptScreen
 from tui.screens.live_follow import LiveFollow
@@ -39,10 +40,8 @@ from tui.widgets.attachments import (
     AttachmentBar,
     MemoryMarker,
     SourcesLine,
-    attach_hint,
     attaching,
     cancel_attach,
-    start_attach,
 )
 from tui.widgets.chat_view import PAGE, ChatView
 from tui.widgets.composer import Composer
@@ -471,22 +470,10 @@ class MainScreen(Screen):
         await self.message_actions.act(event.view, event.action)
 
     async def _approve_tool(self, call: ToolCall) -> str:
-        """Ask before a tool runs (the tool loop awaits this): y allows, a always allows a
-        read-only tool in this chat, n or Esc denies; a stopped turn closes the question."""
-        import asyncio
+        """Ask before a tool runs (tui.screens.tool_approval.ask)."""
+        from tui.screens.tool_approval import ask
 
-        from tui.screens.tool_approval import ToolApprovalScreen
-
-        answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        dialog = ToolApprovalScreen(call, can_always=self.runtime.can_always_allow(call.name),
-                                    warning=self.runtime.tool_warning(call.name))
-        self.app.push_screen(dialog, lambda d: answer.done() or answer.set_result(d or "deny"))
-        try:
-            return await answer
-        except asyncio.CancelledError:
-            if dialog.is_attached:
-                dialog.dismiss("deny")
-            raise
+        return await ask(self, call)
 
     # -- fenced Python blocks: F8 and F9, carried out in tui.screens.code_runs -------------
     def action_run_code(self) -> None:
@@ -500,23 +487,8 @@ class MainScreen(Screen):
 
     # -- sending -----------------------------------------------------------------------------
     def on_text_area_changed(self, event: TextArea.Changed) -> None:
-        if not isinstance(event.text_area, Composer):
-            return
-        hint = self.query_one("#slash-hint", Static)
-        mcp_hint = mcp_commands.composer_changed(self, event.text_area.text)
-        matches = slash.completions(event.text_area.text)
-        hint.display = bool(matches)
-        if matches:
-            hint.update("  ".join(f"{m} {slash.known()[m]}" if len(matches) == 1 else m
-                                  for m in matches) + "   (tab completes)")
-        elif mcp_hint:
-            hint.display = True
-            hint.update(mcp_hint)
-        elif paths := attach_hint(event.text_area.text):
-            hint.display = True
-            hint.update(paths)
-        self.query_one(AttachmentBar).show_mentions(
-            self.runtime.check_mentions(self.conversation_id, event.text_area.text))
+        if isinstance(event.text_area, Composer):
+            slash_run.composer_changed(self, event.text_area.text)  # the hint line
 
     async def on_composer_submitted(self, event: Composer.Submitted) -> None:
         text = event.text
@@ -548,27 +520,7 @@ class MainScreen(Screen):
             self.send(text)
 
     async def run_slash(self, command: slash.SlashCommand) -> None:
-        name, arg = command.name, command.argument
-        if name == "/clear":
-            await self.action_new_chat()
-        elif name == "/export":
-            self.action_export()
-        elif name == "/model":
-            if arg:
-                self.app.use_model_named(arg)  # type: ignore[attr-defined]
-            else:
-                self.action_pick_model()
-        elif name == "/system":
-            self.runtime.settings.system_prompt = arg
-            await self.app.save_settings_or_warn()  # type: ignore[attr-defined]
-            self.notify("System prompt cleared." if not arg else "System prompt set (saved).",
-                        timeout=3)
-        elif name == "/attach" and arg.startswith(mcp_commands.RESOURCE_PREFIX):
-            await mcp_commands.attach_resource(self, arg)
-        elif name == "/attach":
-            start_attach(self, arg)  # a worker: Esc cancels a file being read
-        elif slash.is_extra(name):
-            await mcp_commands.run_prompt(self, name, arg)
+        await slash_run.run_slash(self, command)  # tui.screens.slash_run
 
     def send(self, text: str) -> None:
         """Send a message now, or after the replies before it when some are on their way:
@@ -631,9 +583,13 @@ class MainScreen(Screen):
         """One queued message as its own turn; False (text back in the composer) if the
         store refused it."""
         await self.at_newest()
+        # Shown at once: the service's client waits for a loading model before its turn
+        # starts, and the message had left the composer for nowhere meanwhile (issue 48).
+        user_view = await self.chat.add_message(MessageView("user", text))
         try:
             turn = await self.runtime.start_turn(self.conversation_id, text)
         except Exception as exc:  # the store refused: give the text back, lose nothing
+            await user_view.remove()
             queued = [text, *self.queued_texts()]
             self.outbox.clear()
             rest = self.composer.text
@@ -643,8 +599,8 @@ class MainScreen(Screen):
         new_conversation = self.conversation_id != turn.conversation_id
         self.conversation_id = turn.conversation_id
         if turn.rollover is not None:  # the context was summarised into a fresh session
-            await self.chat.add_message(MemoryMarker(turn.rollover))  # type: ignore[arg-type]
-        user_view = await self.chat.add_message(MessageView("user", text, message_id=turn.user_message_id))
+            await self.chat.mount(MemoryMarker(turn.rollover), before=user_view)
+        user_view.message_id = turn.user_message_id
         if new_conversation:
             await self.refresh_sidebar()
         await self.run_turn(turn, user_view)
@@ -680,6 +636,7 @@ class MainScreen(Screen):
         reply = await chat.add_message(MessageView("assistant", branch=branch))
         chat.anchor()
         bar = self.query_one(StatusBar)
+        counted = bar.count_from(user_view.content if user_view is not None else "")
         after_tools = False  # text after a tool round is a new assistant message
         try:
             async for event in turn.events():
@@ -689,8 +646,10 @@ class MainScreen(Screen):
                     reply = await chat.add_message(MessageView("assistant"))
                 if isinstance(event, TextDelta):
                     await reply.append_text(event.text)
+                    counted(event.text)
                 elif isinstance(event, ReasoningDelta):
                     await reply.append_reasoning(event.text)
+                    counted(event.text)
                 elif isinstance(event, ToolCall):
                     await reply.add_tool_call(event)
                 elif isinstance(event, ToolStatus):

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Static
 
 from tui.terminal_text import visible
+
+CHARS_PER_TOKEN = 4  # a rough count while a reply streams; its Usage gives the true one
 
 
 def human_tokens(n: int) -> str:
@@ -31,3 +35,18 @@ class StatusBar(Static):
         # Content, not str: a str is read as markup, and a model named "[/]x.gguf" raised
         # MarkupError on every frame (the app could not start with it selected).
         return Content(visible(f" llmdeck │ {label} {state} │ ctx {ctx}".rstrip(" │ctx")))
+
+    def count_from(self, prompt: str) -> Callable[[str], None]:
+        """Count ctx as a reply streams (about CHARS_PER_TOKEN characters a token) from
+        what it said plus `prompt`; the reply's Usage then sets the exact figure. A new
+        chat said "ctx 0" until its reply ended (issue 48)."""
+        base = self.context_used + len(prompt) // CHARS_PER_TOKEN
+        streamed = 0
+        self.context_used = base
+
+        def add(text: str) -> None:
+            nonlocal streamed
+            streamed += len(text)
+            self.context_used = base + streamed // CHARS_PER_TOKEN
+
+        return add
