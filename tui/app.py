@@ -112,6 +112,7 @@ class LlmdeckApp(App):
         except Exception as exc:  # e.g. a database from a newer llmdeck
             self.notify(str(exc), title="Cannot open history", severity="error", timeout=30)
             gc_tuning.settle_after_start()  # up as far as it gets: full collections again
+            await self.main.opened_at_start()
             return
         finally:
             watch.stop()
@@ -123,6 +124,7 @@ class LlmdeckApp(App):
         self.main.on_model_state(self.runtime.model_state())
         if isinstance(self.runtime, ServiceRuntime):
             await self._open_live_reply()
+        await self.main.opened_at_start()
         # Preload and warm up once the first frame (history listed) is on screen: starting
         # a worker process or importing in a thread competes with painting it.
         painted = asyncio.Event()

@@ -269,9 +269,11 @@ class ModelLifecycle:
             return True
         parsed = model_refs.parse(ref)
         current = self.settings.model
+        # An engine left to choose (settings' None) is the one the model runs on: a
+        # conversation saved as "llamacpp:PATH" is the loaded PATH then (issue 48).
         return (self.spec_override is None and not parsed.is_label and current is not None
                 and Path(parsed.model).expanduser() == Path(current).expanduser()
-                and parsed.engine in (None, self.settings.engine))
+                and parsed.engine in (None, self.settings.engine or self.state.info.get("engine")))
 
     async def find(self, ref: str) -> tuple[str, str | None] | None:
         """(model, engine) to load for a conversation's remembered model, or None when it is

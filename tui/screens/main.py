@@ -116,7 +116,8 @@ class MainScreen(Screen):
         with Horizontal(id="body"):
             yield Sidebar(id="sidebar")
             with Vertical(id="chat-column"):
-                yield ChatView(id="chat")
+                # The service's client, connecting: blank until it knows what opens
+                yield ChatView(id="chat", hint=self.settled)
                 pane = WorkerPane(self.app.runtime.worker_status, self.app.runtime.engine_line,
                                   id="worker-pane")  # type: ignore[attr-defined]
                 pane.display = False
@@ -141,8 +142,15 @@ class MainScreen(Screen):
     history_listed = False
     """Whether the sidebar has listed the history yet (the app lists it once at start)."""
 
+    @property
+    def settled(self) -> bool:
+        """The runtime has answered (always, in process): what the chat shows is known."""
+        return getattr(self.app.runtime, "connected", True)
+
     def on_mount(self) -> None:
         self.query_one("#slash-hint").display = False
+        self.on_model_state(self.runtime.model_state())  # "connecting…", not "no model ○"
+        self.query_one(StatusBar).opening = not self.settled
         mcp_commands.install(self)  # MCP prompts are slash commands too
         self.composer.focus()
         # The runtime read the newest conversations while Textual started: list them in
@@ -179,6 +187,13 @@ class MainScreen(Screen):
         self.show_composer_state()
         if state.state == "failed" and state.error:
             self.notify(state.error, title="Model", severity="error", timeout=8)
+
+    async def opened_at_start(self) -> None:
+        """Start-up has opened what it opens (the service's client: a reply it streams or
+        just finished): an empty chat shows its hint, and the header its ctx, only now."""
+        self.query_one(StatusBar).opening = False
+        if self.conversation_id is None and not self.chat.views:
+            await self.chat.show_empty()
 
     async def refresh_sidebar(self) -> None:
         sidebar = self.query_one(Sidebar)
@@ -275,38 +290,15 @@ class MainScreen(Screen):
     # -- compare (issue 31, item 5): the screen and the core live in compare modules --------
     def action_compare(self) -> None:
         """Compare with…: the composer's message to the chat model and a picked second one."""
-        from tui.screens.compare import CompareScreen
-        from tui.screens.model_picker import ModelPickerScreen
+        from tui.screens.compare import start_compare
 
-        text = self.composer.text
-        if self.busy or self.composer.editing_id is not None:
-            self.notify(BUSY if self.busy else "Finish or cancel the edit first (esc).")
-            return
-        if not text.strip():
-            self.notify("Type the message to compare first, then ctrl+t picks the second model.",
-                        timeout=5)
-            return
-
-        def _picked(choice) -> None:
-            if choice is not None:
-                self.composer.load_text("")
-                self.app.push_screen(CompareScreen(self.conversation_id, text, choice, choice.name),
-                                     self._compared)
-
-        self.app.push_screen(ModelPickerScreen(), _picked)
+        start_compare(self)
 
     @work(group="compare")
     async def _compared(self, outcome) -> None:  # noqa: ANN001  (tui.screens.compare.CompareOutcome)
-        if outcome.kept_id is None and outcome.text:  # nothing was sent: the text comes back
-            self.composer.restore(outcome.text)
-            if outcome.refused:
-                self.notify(outcome.refused, title="Compare", severity="error", timeout=12)
-            return
-        if outcome.conversation_id is not None:
-            with self.store_errors("Compare"):
-                await self.open_conversation(outcome.conversation_id)
-                await self.refresh_sidebar()
-        self.composer.focus()
+        from tui.screens.compare import take_outcome
+
+        await take_outcome(self, outcome)
 
     def action_reload_model(self) -> None:
         if self.busy:

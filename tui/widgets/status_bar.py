@@ -25,16 +25,21 @@ class StatusBar(Static):
     context_used: reactive[int] = reactive(0)
     context_size: reactive[int] = reactive(0)
     base_model: reactive[bool] = reactive(False)  # no chat template: answers are plain
+    # The conversation to show is not known yet (the service's client, starting): no
+    # "ctx 0" for a chat that is about to open (issue 48).
+    opening: reactive[bool] = reactive(False)
 
     def render(self) -> Content:
         state = {"ready": "●", "loading": "◌ loading", "provisioning": "◌ preparing",
-                 "failed": "✖ failed", "idle": "○"}.get(self.model_state, self.model_state)
+                 "failed": "✖ failed", "idle": "○", "connecting": ""}.get(self.model_state,
+                                                                       self.model_state)
         ctx = (f"{human_tokens(self.context_used)} / {human_tokens(self.context_size)}"
-               if self.context_size else "")
+               if self.context_size and not self.opening else "")
         label = f"{self.model_label} · base model" if self.base_model else self.model_label
         # Content, not str: a str is read as markup, and a model named "[/]x.gguf" raised
         # MarkupError on every frame (the app could not start with it selected).
-        return Content(visible(f" llmdeck │ {label} {state} │ ctx {ctx}".rstrip(" │ctx")))
+        head = f" llmdeck │ {label} {state}".rstrip()
+        return Content(visible(head + (f" │ ctx {ctx}" if ctx else "")))
 
     def count_from(self, prompt: str) -> Callable[[str], None]:
         """Count ctx as a reply streams (about CHARS_PER_TOKEN characters a token) from
