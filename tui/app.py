@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from time import monotonic
+from typing import TYPE_CHECKING
 
 from textual import events
 from textual.app import App
@@ -13,7 +14,7 @@ from textual.notifications import SeverityLevel
 
 from core import paths
 from core.config import kept_notice
-from core.runtime import ModelState, Runtime
+from core.runtime import ModelState
 from core.store import StoreError
 from themes import stylesheets
 from themes.palettes import THEME_NAMES, THEMES
@@ -23,6 +24,9 @@ from tui.key_order import InputOrder
 from tui.screens.main import MainScreen
 from tui.service_runtime import ServiceRuntime
 from tui.terminal_text import visible
+
+if TYPE_CHECKING:
+    from core.runtime import Runtime
 
 QUIT_QUESTION = ("A reply is still streaming; quitting stops it here (what arrived is kept). "
                  "Quit anyway?")
@@ -47,7 +51,11 @@ class LlmdeckApp(App):
                  preload: bool = True) -> None:
         super().__init__()
         # In process (tests, --in-process), or the engine service's client (`llmdeck`).
-        self.runtime = runtime or Runtime()
+        if runtime is None:  # loaded here: the service's client never needs it
+            from core.runtime import Runtime
+
+            runtime = Runtime()
+        self.runtime = runtime
         self._preload = preload
         self.runtime.open_store_soon()  # read while Textual starts: the first frame lists it
         for theme in THEMES:

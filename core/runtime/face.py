@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
@@ -26,6 +26,7 @@ from core.remote.backend import Backend
 from core.runtime.live import LiveTurnInfo, LiveTurns, TurnWatch
 from core.runtime.models import ModelLifecycle, ModelState
 from core.runtime.open_warm import OpenWarmer
+from core.runtime.state import SandboxInfo, context_use  # noqa: F401  (the face's names)
 from core.runtime.store_thread import SIDEBAR_PAGE, StoreThread
 from core.runtime.turns import Turn, TurnParts
 from core.store import Conversation, Message, SearchHit, Store
@@ -42,16 +43,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 STOP_GRACE_S = 2.0  # how long close() waits for a stopped reply before ending it harder
-
-
-@dataclass(frozen=True, slots=True)
-class SandboxInfo:
-    """The Python sandbox as the settings screen describes it."""
-
-    processes: int  # per conversation's sandbox
-    max_live: int  # conversations that keep theirs alive at once
-    unwalled: str | None  # why code would run with the person's full rights; None: walled
-    running: bool  # a sandbox process is up (memory limits then apply from its next start)
 
 
 class TurnHandle(Protocol):
@@ -650,10 +641,3 @@ class Runtime:
         was kept aside, when it held entries llmdeck could not read (Settings.save)."""
         return await asyncio.to_thread(self.settings.save)
 
-
-def context_use(messages: list[Message]) -> int:
-    """Tokens the conversation fills: prompt + completion of the newest reply with usage."""
-    for m in reversed(messages):
-        if m.usage:
-            return int(m.usage.get("prompt_tokens", 0)) + int(m.usage.get("completion_tokens", 0))
-    return 0

@@ -11,31 +11,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from core import bundled, model_refs, paths
 from core.config import Settings
 from core.engines.base import ModelSpec
 from core.remote.backend import Backend, PoolBackend
 from core.remote.refs import remote_ref
+from core.runtime.state import ModelState
 from core.workers.pool import WorkerLoadError, WorkerPool
 
 # A switch loads the new model beside the old one; when the budget holds only one, the
 # load waits this long for the replies on the old model to end (Esc ends one at once).
 SWITCH_WAIT_S = 600.0
-
-
-@dataclass
-class ModelState:
-    """What the UI shows about the active model."""
-
-    label: str = "no model"
-    state: str = "idle"  # idle | provisioning | loading | ready | failed
-    error: str | None = None
-    context_size: int = 0
-    info: dict[str, Any] = field(default_factory=dict)
 
 
 def engine_for(path: Path) -> str:

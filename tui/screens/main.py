@@ -16,6 +16,7 @@ import shlex
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from textual import work
 from textual.app import ComposeResult
@@ -25,9 +26,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TextArea
 
 from core.events import Done, Error, ReasoningDelta, TextDelta, ToolCall, Usage
-from core.runtime import ModelState, Turn, context_use
+from core.runtime import ModelState, context_use
 from core.store import StoreError
-from core.tools import ToolStatus
 from tui import mcp_commands, slash
 from tui.dropped_paths import dropped_image_paths
 from tui.footer_layout import footer_bindings
@@ -50,6 +50,9 @@ from tui.widgets.message_view import MessageView
 from tui.widgets.sidebar import Sidebar
 from tui.widgets.status_bar import StatusBar
 from tui.widgets.worker_pane import WorkerPane
+
+if TYPE_CHECKING:
+    from core.runtime import Turn
 
 BUSY = "A reply is still streaming; press Esc to stop it first."
 NEW_CHAT = object()
@@ -627,6 +630,8 @@ class MainScreen(Screen):
         chat.has_newer = False  # the reply is the branch's newest message, whatever page it is on
         reply = await chat.add_message(MessageView("assistant", branch=branch))
         chat.anchor()
+        from core.tools import ToolStatus  # not before the first frame (issue 48)
+
         bar = self.query_one(StatusBar)
         counted = bar.count_from(user_view.content if user_view is not None else "")
         after_tools = False  # text after a tool round is a new assistant message

@@ -22,7 +22,6 @@ from textual.widgets import Collapsible, Markdown, Static
 from textual.widgets._markdown import MarkdownStream
 
 from core.events import Error, ToolCall, Usage
-from core.remote import remote_hint
 from tui.terminal_text import visible
 from tui.widgets.message_body import MessageBody, SafeMarkdown, settled_size, typed_lines
 from tui.widgets.tool_card import STATES, ToolCard
@@ -85,6 +84,8 @@ def format_stats_dict(usage: dict | None) -> str:
 def error_text(message: str, code: str | None, *, remote: bool = False) -> str:
     """The error and the advice under it: a remote's own (check the endpoint, retry) where
     the reply came from one, since "the model process restarts by itself" is not true there."""
+    from core.remote import remote_hint  # the pool behind it: not before the first frame
+
     hint = (remote_hint(code) if remote else None) or ERROR_HINTS.get(code or "", GENERIC_HINT)
     return f"⚠ {message}\n  → {hint}"
 

@@ -16,7 +16,7 @@ from textual.message import Message
 from textual.widgets import Input, OptionList
 from textual.widgets.option_list import Option
 
-from core.store import Conversation, SearchHit, snippet_parts
+from core.store import Conversation, SearchHit
 from tui.terminal_text import visible
 
 
@@ -29,6 +29,8 @@ def _hit_label(hit: SearchHit) -> Text:
 
 def highlight_snippet(snippet: str) -> Text:
     """Turn the store's highlight markers into highlighted spans."""
+    from core.store import snippet_parts  # the search module: not before the first frame
+
     out = Text()
     for part, matched in snippet_parts(snippet.replace("\n", " ")):
         out.append(visible(part), style="bold reverse" if matched else "dim")
