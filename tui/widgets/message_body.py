@@ -27,6 +27,8 @@ _FENCE = re.compile(r"^\s{0,3}(```|~~~)")
 # A line that starts a block of its own (a list item, heading, quote, fence, table row,
 # rule): no hard break is needed before it, and one would glue it to the line above.
 _BLOCK_START = re.compile(r"^\s*([-*+]\s|\d{1,9}[.)]\s|#{1,6}\s|>|```|~~~|\||---|___|\*\*\*)")
+# A line that is a block by itself (a heading, a rule): a backslash there would show.
+_OWN_LINE = re.compile(r"^\s{0,3}(#{1,6}(\s|$)|-{3,}\s*$|_{3,}\s*$|\*{3,}\s*$)")
 
 
 def typed_lines(markdown: str) -> str:
@@ -42,7 +44,9 @@ def typed_lines(markdown: str) -> str:
             continue
         following = lines[i + 1]
         if (fenced or not line.strip() or not following.strip() or line.endswith("\\")
-                or _BLOCK_START.match(following) or line.lstrip().startswith("|")):
+                or _BLOCK_START.match(following) or line.lstrip().startswith("|")
+                or _OWN_LINE.match(line)
+                or line.startswith(("    ", "\t"))):  # an indented code block
             continue
         lines[i] = line.rstrip(" ") + "\\"
     return "\n".join(lines)
