@@ -10,6 +10,7 @@ The package, one idea per module, lowest first:
 - context.py       context preparation: documents and memory (imported on first use)
 - face.py          Runtime: the thin public calls the UI makes
 - state.py         the plain answers a client reads (ModelState, SandboxInfo, context_use)
+- protocol.py      RuntimeFace and TurnHandle: the face's shape, names only
 
 The names below are the face; import them from `core.runtime`, never from a module.
 The context module's names load on first use: documents and memory are ~10 ms of imports
@@ -23,16 +24,17 @@ from typing import TYPE_CHECKING, Any
 from core.runtime.state import ModelState, SandboxInfo, context_use
 
 if TYPE_CHECKING:
-    from core.runtime.face import Runtime, RuntimeFace, TurnHandle
+    from core.runtime.face import Runtime
     from core.runtime.live import LiveTurnInfo, TurnWatch
     from core.runtime.models import engine_for
+    from core.runtime.protocol import RuntimeFace, TurnHandle
     from core.runtime.recorder import FLUSH_S
     from core.runtime.store_thread import SIDEBAR_PAGE
     from core.runtime.turns import Turn
 
 # The rest loads on first use: the service's client reads only the state names above,
 # and the pool, tools and store below them were most of its start-up imports (issue 48).
-_FROM = {"Runtime": "face", "RuntimeFace": "face", "TurnHandle": "face",
+_FROM = {"Runtime": "face", "RuntimeFace": "protocol", "TurnHandle": "protocol",
          "LiveTurnInfo": "live", "TurnWatch": "live", "engine_for": "models",
          "FLUSH_S": "recorder", "SIDEBAR_PAGE": "store_thread", "Turn": "turns"}
 _CONTEXT_NAMES = frozenset({"AttachResult", "ChatContext", "DocContext", "PreparedTurn"})

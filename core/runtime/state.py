@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from core.store import Message
 
+SIDEBAR_PAGE = 200  # conversations the sidebar lists (newest first)
+
 
 @dataclass
 class ModelState:
