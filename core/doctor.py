@@ -276,8 +276,9 @@ def check_service() -> Check:
     models = ", ".join(str(m) for m in status.get("models") or []) or "none loaded"
     from core.terminal_text import visible
 
+    clients = max(int(status.get("clients") or 0) - 1, 0)  # not doctor's own connection
     return Check("service", OK, visible(
-        f"pid {status.get('pid')}, up {up // 60} min, {status.get('clients')} client(s), "
+        f"pid {status.get('pid')}, up {up // 60} min, {clients} client{'s' * (clients != 1)}, "
         f"models: {models}, memory {memory / 2**20:.0f} MiB"))
 
 

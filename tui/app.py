@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from time import monotonic
+from typing import TYPE_CHECKING
 
 from textual import events
 from textual.app import App
@@ -14,7 +15,7 @@ from textual.notifications import SeverityLevel
 
 from core import paths
 from core.config import kept_notice
-from core.runtime import ModelState, Runtime
+from core.runtime import ModelState
 from core.store import StoreError
 from themes import stylesheets
 from themes.palettes import THEME_NAMES, THEMES
@@ -24,6 +25,14 @@ from tui.key_order import InputOrder
 from tui.screens.main import MainScreen
 from tui.service_runtime import ServiceRuntime
 from tui.terminal_text import visible
+
+if TYPE_CHECKING:
+    from core.runtime import Runtime
+
+QUIT_QUESTION = ("A reply is still streaming; quitting stops it here (what arrived is kept). "
+                 "Quit anyway?")
+QUIT_NOTE = ("llmdeck: the reply that was streaming goes on in the engine service; run "
+             "llmdeck again to see it (Esc there stops it).")
 
 
 class LlmdeckApp(App):
@@ -44,7 +53,11 @@ class LlmdeckApp(App):
                  preload: bool = True) -> None:
         super().__init__()
         # In process (tests, --in-process), or the engine service's client (`llmdeck`).
-        self.runtime = runtime or Runtime()
+        if runtime is None:  # loaded here: the service's client never needs it
+            from core.runtime import Runtime
+
+            runtime = Runtime()
+        self.runtime = runtime
         self._preload = preload
         self.runtime.open_store_soon()  # read while Textual starts: the first frame lists it
         for theme in THEMES:
@@ -111,6 +124,7 @@ class LlmdeckApp(App):
         except Exception as exc:  # e.g. a database from a newer llmdeck
             self.notify(str(exc), title="Cannot open history", severity="error", timeout=30)
             gc_tuning.settle_after_start()  # up as far as it gets: full collections again
+            await self.main.opened_at_start()
             return
         finally:
             watch.stop()
@@ -122,6 +136,7 @@ class LlmdeckApp(App):
         self.main.on_model_state(self.runtime.model_state())
         if isinstance(self.runtime, ServiceRuntime):
             await self._open_live_reply()
+        await self.main.opened_at_start()
         # Preload and warm up once the first frame (history listed) is on screen: starting
         # a worker process or importing in a thread competes with painting it.
         painted = asyncio.Event()
@@ -369,8 +384,26 @@ class LlmdeckApp(App):
         super()._handle_exception(error)
 
     async def action_quit(self) -> None:
+        """Quit. A reply still streaming: as the service's client it goes on in the service,
+        and the terminal says so as the app leaves; in process it would be cut, so a yes is
+        asked first (README: Dialogs, "quit while a reply streams")."""
+        streaming = self.main.busy or self.main.live.attaching
+        client = isinstance(self.runtime, ServiceRuntime)
+        if streaming and not client:
+            from tui.screens.dialogs import ConfirmScreen
+
+            if not isinstance(self.screen, ConfirmScreen):
+                self.push_screen(ConfirmScreen(QUIT_QUESTION, "Quit"), self._quit_if)
+            return
+        if streaming:  # the app's workers end first, then on_unmount leaves the service:
+            self.exit(message=QUIT_NOTE)  # closing now would fail the reply's worker
+            return
         await self.runtime.close()
         self.exit()
+
+    def _quit_if(self, yes: bool | None) -> None:
+        if yes:  # the reply's worker ends first; on_unmount closes the runtime (the store
+            self.exit()  # keeps the reply as stopped, with what arrived)
 
     async def on_unmount(self) -> None:
         if self._input_order is not None:

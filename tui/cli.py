@@ -154,7 +154,7 @@ def _dispatch(argv: list[str]) -> int:
         from core import paths
 
         for name in ("data_dir", "config_dir", "log_dir", "cache_dir", "models_dir", "db_path",
-                     "runtime_dir"):
+                     "runtime_dir", "hf_cache_dir"):  # the last: downloaded models
             print(f"{name:12} {getattr(paths, name)()}")
         return 0
     return _run_app(args.model, _in_process(args.in_process))

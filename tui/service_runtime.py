@@ -55,7 +55,8 @@ class ServiceRuntime:
         self._poll: asyncio.Task[None] | None = None
         self._closed = False
         self._back = asyncio.Event()  # set while connected (calls in a gap wait on it)
-        self.model = ModelState(label="connecting…", state="loading")
+        # The header says "connecting…" (no state mark, no ctx) until the service answers.
+        self.model = ModelState(label="connecting…", state="connecting")
         self.listeners: list[Callable[[ModelState], None]] = []
         self.lost_listeners: list[Callable[[str], None]] = []
         # Called with each live reply's summary ({turn, conversation_id, done, ...}).
@@ -141,7 +142,7 @@ class ServiceRuntime:
         current = self.settings.model
         return (not parsed.is_label and current is not None
                 and Path(parsed.model).expanduser() == Path(current).expanduser()
-                and parsed.engine in (None, self.settings.engine))
+                and parsed.engine in (None, self.settings.engine or self.model.info.get("engine")))
 
     async def switch_model(self, path: str, engine: str | None = None) -> bool:
         """The service loads it and records it in its settings; this client's copy of the

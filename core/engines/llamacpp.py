@@ -122,6 +122,10 @@ class LlamaCppEngine:
                 self._llm = self._load(spec, path, threads, False)
                 self._flash_fallback = True
         except (ValueError, RuntimeError) as exc:
+            from core.model_files.gguf_header import unsupported_architecture, unsupported_sentence
+
+            if arch := unsupported_architecture(path):  # whole, but too new for this build
+                raise EngineLoadError("UNSUPPORTED", unsupported_sentence(path.name, arch)) from exc
             raise EngineLoadError(
                 "MODEL_CORRUPT",
                 f"The model file {path.name} could not be loaded; it may be corrupt or "

@@ -11,32 +11,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from core import bundled, model_catalog, model_ids, model_refs, paths
 from core.config import Settings
 from core.engines.base import ModelSpec
 from core.remote.backend import Backend, PoolBackend
 from core.remote.refs import remote_ref
+from core.runtime.state import ModelState
 from core.workers.pool import WorkerLoadError, WorkerPool
 
 # A switch loads the new model beside the old one; when the budget holds only one, the
 # load waits this long for the replies on the old model to end (Esc ends one at once).
 SWITCH_WAIT_S = 600.0
-
-
-@dataclass
-class ModelState:
-    """What the UI shows about the active model."""
-
-    label: str = "no model"  # a local model's one id (core.model_ids), else what names it
-    state: str = "idle"  # idle | provisioning | loading | ready | failed
-    error: str | None = None
-    context_size: int = 0
-    info: dict[str, Any] = field(default_factory=dict)
-    name: str = ""  # the display name beside the id ("Gemma 3 270M (Q4_K_M, bundled)")
 
 
 def engine_for(path: Path) -> str:
@@ -285,9 +272,11 @@ class ModelLifecycle:
             return True
         parsed = model_refs.parse(ref)
         current = self.settings.model
+        # An engine left to choose (settings' None) is the one the model runs on: a
+        # conversation saved as "llamacpp:PATH" is the loaded PATH then (issue 48).
         return (self.spec_override is None and not parsed.is_label and current is not None
                 and Path(parsed.model).expanduser() == Path(current).expanduser()
-                and parsed.engine in (None, self.settings.engine))
+                and parsed.engine in (None, self.settings.engine or self.state.info.get("engine")))
 
     async def find(self, ref: str) -> tuple[str, str | None] | None:
         """(model, engine) to load for a conversation's remembered model, or None when it is

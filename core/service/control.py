@@ -22,7 +22,8 @@ USAGE = """usage: llmdeck service {start,stop,restart,status}
   start     start the engine service for this home (the app starts it by itself too)
   stop      stop it: replies still streaming are stored as stopped, models unload
   restart   stop it, then start it
-  status    pid, uptime, clients, models loaded, memory (exit 3 when none runs)
+  status    pid, uptime, clients (apps and servers attached; this command is not
+            counted), models loaded, memory (exit 3 when none runs)
 """
 
 
@@ -101,7 +102,15 @@ def status_line(status: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
-def format_status(status: dict[str, Any]) -> str:
+def other_clients(status: dict[str, Any]) -> int:
+    """The clients in a status that `llmdeck service status` (or doctor) asked for over
+    its own connection: all but the asker (after every app quit, "clients 1" was itself)."""
+    return max(int(status.get("clients") or 0) - 1, 0)
+
+
+def format_status(status: dict[str, Any], *, asking: bool = False) -> str:
+    """The status as `llmdeck service status` prints it; `asking`: the status came over this
+    command's own connection, which is not counted as a client."""
     from core.terminal_text import visible
 
     up = int(status.get("uptime_s") or 0)
@@ -111,7 +120,8 @@ def format_status(status: dict[str, Any]) -> str:
     models = ", ".join(visible(str(m)) for m in status.get("models") or []) or "none loaded"
     lines = [f"pid      {status.get('pid')}",
              f"uptime   {uptime}",
-             f"clients  {status.get('clients')}  (replies streaming: {status.get('turns')})",
+             f"clients  {other_clients(status) if asking else status.get('clients')}  "
+             f"(replies streaming: {status.get('turns')})",
              f"models   {models}",
              f"memory   {(rss + workers) / 2**20:.0f} MiB  (service {rss / 2**20:.0f} MiB, "
              f"workers {workers / 2**20:.0f} MiB)",
@@ -159,9 +169,9 @@ def _alive(pid: int) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv or argv[0] in ("-h", "--help"):  # as `llmdeck models` does: help, exit 0
         sys.stdout.write(USAGE)
-        return 0 if argv else 2
+        return 0
     command, rest = argv[0], argv[1:]
     if command == "run":
         from core.service.process import main as run_main
@@ -173,7 +183,7 @@ def main(argv: list[str]) -> int:
             if status is None:
                 print(f"llmdeck service: not running on {_home()}.")
                 return NOT_RUNNING
-            print(format_status(status))
+            print(format_status(status, asking=True))
             return 0
         if command in ("stop", "restart"):
             pid = asyncio.run(_stop(restart=command == "restart"))

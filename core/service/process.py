@@ -112,8 +112,8 @@ class ServiceProcess:
                                                 "model"))
         self._open_downloads()
         log.info("service ready (pid %d) on %s", os.getpid(), self.server.path)
-        print(json.dumps({"ready": True, "pid": os.getpid(), "socket": str(self.server.path)}),
-              flush=True)
+        # The log line above says it in service.log; a raw JSON line there read as noise
+        # (issue 48). Nobody reads stdout for it: clients wait on the socket.
         pushing = asyncio.ensure_future(self._push_status())
         await self.stopping.wait()
         pushing.cancel()

@@ -323,9 +323,14 @@ def _parameter_names(name: str) -> tuple[str, ...]:
     """The Runtime method's parameter names, so positional arguments travel by name."""
     import inspect
 
-    from core.runtime import Runtime
+    from core.runtime import RuntimeFace  # names only: not the pool, tools and store
 
-    return tuple(list(inspect.signature(getattr(Runtime, name)).parameters)[1:])
+    method = getattr(RuntimeFace, name, None)
+    if method is None:  # a call beyond the face (compare's, say): Runtime's own
+        from core.runtime import Runtime
+
+        method = getattr(Runtime, name)
+    return tuple(list(inspect.signature(method).parameters)[1:])
 
 
 def _forwarder(name: str) -> Callable[..., Any]:

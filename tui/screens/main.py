@@ -16,6 +16,7 @@ import shlex
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from textual import work
 from textual.app import ComposeResult
@@ -30,6 +31,7 @@ from core.store import StoreError
 from tui import mcp_commands, slash
 from tui.dropped_paths import dropped_image_paths
 from tui.footer_layout import footer_bindings
+from tui.screens import slash_run
 from tui.screens.code_runs import CodeRuns
 from tui.screens.dialogs import ConfirmScreen, PromptScreen
 from tui.screens.live_follow import LiveFollow
@@ -39,10 +41,8 @@ from tui.widgets.attachments import (
     AttachmentBar,
     MemoryMarker,
     SourcesLine,
-    attach_hint,
     attaching,
     cancel_attach,
-    start_attach,
 )
 from tui.widgets.chat_view import PAGE, ChatView
 from tui.widgets.composer import Composer
@@ -51,6 +51,9 @@ from tui.widgets.message_view import MessageView
 from tui.widgets.sidebar import Sidebar
 from tui.widgets.status_bar import StatusBar
 from tui.widgets.worker_pane import WorkerPane
+
+if TYPE_CHECKING:
+    from core.runtime import Turn
 
 BUSY = "A reply is still streaming; press Esc to stop it first."
 NEW_CHAT = object()
@@ -117,7 +120,8 @@ class MainScreen(Screen):
         with Horizontal(id="body"):
             yield Sidebar(id="sidebar")
             with Vertical(id="chat-column"):
-                yield ChatView(id="chat")
+                # The service's client, connecting: blank until it knows what opens
+                yield ChatView(id="chat", hint=self.settled)
                 pane = WorkerPane(self.app.runtime.worker_status, self.app.runtime.engine_line,
                                   id="worker-pane")  # type: ignore[attr-defined]
                 pane.display = False
@@ -142,8 +146,15 @@ class MainScreen(Screen):
     history_listed = False
     """Whether the sidebar has listed the history yet (the app lists it once at start)."""
 
+    @property
+    def settled(self) -> bool:
+        """The runtime has answered (always, in process): what the chat shows is known."""
+        return getattr(self.app.runtime, "connected", True)
+
     def on_mount(self) -> None:
         self.query_one("#slash-hint").display = False
+        self.on_model_state(self.runtime.model_state())  # "connecting…", not "no model ○"
+        self.query_one(StatusBar).opening = not self.settled
         mcp_commands.install(self)  # MCP prompts are slash commands too
         self.composer.focus()
         # The runtime read the newest conversations while Textual started: list them in
@@ -180,6 +191,13 @@ class MainScreen(Screen):
         self.show_composer_state()
         if state.state == "failed" and state.error:
             self.notify(state.error, title="Model", severity="error", timeout=8)
+
+    async def opened_at_start(self) -> None:
+        """Start-up has opened what it opens (the service's client: a reply it streams or
+        just finished): an empty chat shows its hint, and the header its ctx, only now."""
+        self.query_one(StatusBar).opening = False
+        if self.conversation_id is None and not self.chat.views:
+            await self.chat.show_empty()
 
     async def refresh_sidebar(self) -> None:
         sidebar = self.query_one(Sidebar)
@@ -276,38 +294,15 @@ class MainScreen(Screen):
     # -- compare (issue 31, item 5): the screen and the core live in compare modules --------
     def action_compare(self) -> None:
         """Compare with…: the composer's message to the chat model and a picked second one."""
-        from tui.screens.compare import CompareScreen
-        from tui.screens.model_picker import ModelPickerScreen
+        from tui.screens.compare import start_compare
 
-        text = self.composer.text
-        if self.busy or self.composer.editing_id is not None:
-            self.notify(BUSY if self.busy else "Finish or cancel the edit first (esc).")
-            return
-        if not text.strip():
-            self.notify("Type the message to compare first, then ctrl+t picks the second model.",
-                        timeout=5)
-            return
-
-        def _picked(choice) -> None:
-            if choice is not None:
-                self.composer.load_text("")
-                self.app.push_screen(CompareScreen(self.conversation_id, text, choice, choice.name),
-                                     self._compared)
-
-        self.app.push_screen(ModelPickerScreen(), _picked)
+        start_compare(self)
 
     @work(group="compare")
     async def _compared(self, outcome) -> None:  # noqa: ANN001  (tui.screens.compare.CompareOutcome)
-        if outcome.kept_id is None and outcome.text:  # nothing was sent: the text comes back
-            self.composer.restore(outcome.text)
-            if outcome.refused:
-                self.notify(outcome.refused, title="Compare", severity="error", timeout=12)
-            return
-        if outcome.conversation_id is not None:
-            with self.store_errors("Compare"):
-                await self.open_conversation(outcome.conversation_id)
-                await self.refresh_sidebar()
-        self.composer.focus()
+        from tui.screens.compare import take_outcome
+
+        await take_outcome(self, outcome)
 
     def action_reload_model(self) -> None:
         if self.busy:
@@ -471,22 +466,10 @@ class MainScreen(Screen):
         await self.message_actions.act(event.view, event.action)
 
     async def _approve_tool(self, call: ToolCall) -> str:
-        """Ask before a tool runs (the tool loop awaits this): y allows, a always allows a
-        read-only tool in this chat, n or Esc denies; a stopped turn closes the question."""
-        import asyncio
+        """Ask before a tool runs (tui.screens.tool_approval.ask)."""
+        from tui.screens.tool_approval import ask
 
-        from tui.screens.tool_approval import ToolApprovalScreen
-
-        answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        dialog = ToolApprovalScreen(call, can_always=self.runtime.can_always_allow(call.name),
-                                    warning=self.runtime.tool_warning(call.name))
-        self.app.push_screen(dialog, lambda d: answer.done() or answer.set_result(d or "deny"))
-        try:
-            return await answer
-        except asyncio.CancelledError:
-            if dialog.is_attached:
-                dialog.dismiss("deny")
-            raise
+        return await ask(self, call)
 
     # -- fenced Python blocks: F8 and F9, carried out in tui.screens.code_runs -------------
     def action_run_code(self) -> None:
@@ -500,23 +483,8 @@ class MainScreen(Screen):
 
     # -- sending -----------------------------------------------------------------------------
     def on_text_area_changed(self, event: TextArea.Changed) -> None:
-        if not isinstance(event.text_area, Composer):
-            return
-        hint = self.query_one("#slash-hint", Static)
-        mcp_hint = mcp_commands.composer_changed(self, event.text_area.text)
-        matches = slash.completions(event.text_area.text)
-        hint.display = bool(matches)
-        if matches:
-            hint.update("  ".join(f"{m} {slash.known()[m]}" if len(matches) == 1 else m
-                                  for m in matches) + "   (tab completes)")
-        elif mcp_hint:
-            hint.display = True
-            hint.update(mcp_hint)
-        elif paths := attach_hint(event.text_area.text):
-            hint.display = True
-            hint.update(paths)
-        self.query_one(AttachmentBar).show_mentions(
-            self.runtime.check_mentions(self.conversation_id, event.text_area.text))
+        if isinstance(event.text_area, Composer):
+            slash_run.composer_changed(self, event.text_area.text)  # the hint line
 
     async def on_composer_submitted(self, event: Composer.Submitted) -> None:
         text = event.text
@@ -548,27 +516,7 @@ class MainScreen(Screen):
             self.send(text)
 
     async def run_slash(self, command: slash.SlashCommand) -> None:
-        name, arg = command.name, command.argument
-        if name == "/clear":
-            await self.action_new_chat()
-        elif name == "/export":
-            self.action_export()
-        elif name == "/model":
-            if arg:
-                self.app.use_model_named(arg)  # type: ignore[attr-defined]
-            else:
-                self.action_pick_model()
-        elif name == "/system":
-            self.runtime.settings.system_prompt = arg
-            await self.app.save_settings_or_warn()  # type: ignore[attr-defined]
-            self.notify("System prompt cleared." if not arg else "System prompt set (saved).",
-                        timeout=3)
-        elif name == "/attach" and arg.startswith(mcp_commands.RESOURCE_PREFIX):
-            await mcp_commands.attach_resource(self, arg)
-        elif name == "/attach":
-            start_attach(self, arg)  # a worker: Esc cancels a file being read
-        elif slash.is_extra(name):
-            await mcp_commands.run_prompt(self, name, arg)
+        await slash_run.run_slash(self, command)  # tui.screens.slash_run
 
     def send(self, text: str) -> None:
         """Send a message now, or after the replies before it when some are on their way:
@@ -615,9 +563,13 @@ class MainScreen(Screen):
         """One queued message as its own turn; False (text back in the composer) if the
         store refused it."""
         await self.at_newest()
+        # Shown at once: the service's client waits for a loading model before its turn
+        # starts, and the message had left the composer for nowhere meanwhile (issue 48).
+        user_view = await self.chat.add_message(MessageView("user", text))
         try:
             turn = await self.runtime.start_turn(self.conversation_id, text)
         except Exception as exc:  # the store refused: give the text back, lose nothing
+            await user_view.remove()
             queued = [text, *self.queued_texts()]
             self.outbox.clear()
             rest = self.composer.text
@@ -627,8 +579,8 @@ class MainScreen(Screen):
         new_conversation = self.conversation_id != turn.conversation_id
         self.conversation_id = turn.conversation_id
         if turn.rollover is not None:  # the context was summarised into a fresh session
-            await self.chat.add_message(MemoryMarker(turn.rollover))  # type: ignore[arg-type]
-        user_view = await self.chat.add_message(MessageView("user", text, message_id=turn.user_message_id))
+            await self.chat.mount(MemoryMarker(turn.rollover), before=user_view)
+        user_view.message_id = turn.user_message_id
         if new_conversation:
             await self.refresh_sidebar()
         await self.run_turn(turn, user_view)
@@ -667,8 +619,10 @@ class MainScreen(Screen):
             reply = await chat.add_message(MessageView("assistant", branch=branch))
         chat.anchor()
         try:
-            reply = await draw_events(turn, reply, chat, self.query_one(StatusBar),
-                                      self.runtime, self.conversation_id)
+            bar = self.query_one(StatusBar)
+            counted = bar.count_from(user_view.content if user_view is not None else "")
+            reply = await draw_events(turn, reply, chat, bar, self.runtime,
+                                      self.conversation_id, counted)
         finally:
             await reply.finish()
             if turn.sources:

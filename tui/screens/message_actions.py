@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Coroutine
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from core.runtime import Turn
 from tui.screens.dialogs import ConfirmScreen
 from tui.widgets.chat_view import ChatView
 from tui.widgets.composer import Composer
 from tui.widgets.message_view import MessageView
+
+if TYPE_CHECKING:
+    from core.runtime import Turn
 
 
 class MessageScreen(Protocol):

@@ -9,10 +9,10 @@ finished; `g` on it continues it (MessageActions).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from core.events import Done, Error, ReasoningDelta, TextDelta, ToolCall, Usage
-from core.tools import ToolStatus
 from tui.widgets.chat_view import ChatView
 from tui.widgets.composer import Composer
 from tui.widgets.image_card import show_tool_images
@@ -24,9 +24,14 @@ END_STATUS = {"cancelled": "stopped", "length": "cut"}
 
 
 async def draw_events(turn: Any, reply: MessageView, chat: ChatView, bar: StatusBar,
-                      runtime: Any, conversation_id: str | None) -> MessageView:
+                      runtime: Any, conversation_id: str | None,
+                      counted: Callable[[str], None] | None = None) -> MessageView:
     """Draw `turn`'s events into `reply` (and the replies after a tool round); returns the
-    last reply view, to finish."""
+    last reply view, to finish. `counted` hears each piece of text as it streams (the
+    header's ctx counts as it goes: StatusBar.count_from)."""
+    from core.tools import ToolStatus  # not before the first frame (issue 48)
+
+    counted = counted or (lambda _text: None)
     after_tools = False  # text after a tool round is a new assistant message
     async for event in turn.events():
         if isinstance(event, (TextDelta, ReasoningDelta)) and after_tools:
@@ -35,8 +40,10 @@ async def draw_events(turn: Any, reply: MessageView, chat: ChatView, bar: Status
             reply = await chat.add_message(MessageView("assistant"))
         if isinstance(event, TextDelta):
             await reply.append_text(event.text)
+            counted(event.text)
         elif isinstance(event, ReasoningDelta):
             await reply.append_reasoning(event.text)
+            counted(event.text)
         elif isinstance(event, ToolCall):
             await reply.add_tool_call(event)
         elif isinstance(event, ToolStatus):

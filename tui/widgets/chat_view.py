@@ -60,14 +60,16 @@ class ChatView(VerticalScroll):
 
         after: str
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, *, hint: bool = True, **kwargs) -> None:
         super().__init__(**kwargs)
+        self._hint = hint  # False: blank until the screen knows what to show (show_empty)
         self.has_older = False
         self.has_newer = False  # True only while showing an older page (a search hit)
         self._asked = False
 
     def on_mount(self) -> None:
-        self.show_empty()
+        if self._hint:
+            self.show_empty()
 
     def show_empty(self) -> AwaitComplete:
         """Clear the view (awaitable: focus can move only once the old messages are gone)."""

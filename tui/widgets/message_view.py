@@ -22,9 +22,8 @@ from textual.widgets import Collapsible, Markdown, Static
 from textual.widgets._markdown import MarkdownStream
 
 from core.events import Error, ToolCall, Usage
-from core.remote import remote_hint
 from tui.terminal_text import visible
-from tui.widgets.message_body import MessageBody, SafeMarkdown, settled_size
+from tui.widgets.message_body import MessageBody, SafeMarkdown, settled_size, typed_lines
 from tui.widgets.tool_card import STATES, ToolCard
 
 CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.S)
@@ -85,6 +84,8 @@ def format_stats_dict(usage: dict | None) -> str:
 def error_text(message: str, code: str | None, *, remote: bool = False) -> str:
     """The error and the advice under it: a remote's own (check the endpoint, retry) where
     the reply came from one, since "the model process restarts by itself" is not true there."""
+    from core.remote import remote_hint  # the pool behind it: not before the first frame
+
     hint = (remote_hint(code) if remote else None) or ERROR_HINTS.get(code or "", GENERIC_HINT)
     return f"⚠ {message}\n  → {hint}"
 
@@ -155,7 +156,9 @@ class MessageView(Vertical):
         with Collapsible(title="Thinking", collapsed=True, classes="thinking") as c:
             c.display = bool(self.reasoning)
             yield SafeMarkdown(self.reasoning, classes="reasoning")
-        body = MessageBody(self.content, classes="body")
+        # A user's message shows its line breaks as typed; a reply is Markdown as written.
+        body = MessageBody(typed_lines(self.content) if self.role == "user" else self.content,
+                           classes="body")
         body.display = self.role != "tool"  # a tool message is its cards
         yield body
         for record in self._tool_results:  # stored ToolStatus records (core.tools.loop)

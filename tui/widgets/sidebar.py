@@ -18,7 +18,7 @@ from textual.message import Message
 from textual.widgets import Input, OptionList
 from textual.widgets.option_list import Option
 
-from core.store import Conversation, SearchHit, snippet_parts
+from core.store import Conversation, SearchHit
 from tui.terminal_text import visible
 
 
@@ -51,6 +51,8 @@ def last_used(at: float, now: float | None = None) -> str:
 
 def highlight_snippet(snippet: str) -> Text:
     """Turn the store's highlight markers into highlighted spans."""
+    from core.store import snippet_parts  # the search module: not before the first frame
+
     out = Text()
     for part, matched in snippet_parts(snippet.replace("\n", " ")):
         out.append(visible(part), style="bold reverse" if matched else "dim")
@@ -73,6 +75,15 @@ class ConversationList(OptionList):
         if kind in ("c", "h"):
             cid = rest.partition(":")[0]
             self.post_message(Sidebar.Requested(cid, what))
+
+
+class SearchBox(Input):
+    """The search box: Down goes to the hits (Enter there opens one), as Enter here does."""
+
+    BINDINGS = [Binding("down", "to_hits", "Hits", show=False)]
+
+    def action_to_hits(self) -> None:
+        self.screen.query_one("#conversations", OptionList).focus()
 
 
 class Sidebar(Vertical):
@@ -100,7 +111,7 @@ class Sidebar(Vertical):
         self._open_when_fresh: int | None = None  # a row chosen in stale results
 
     def compose(self) -> ComposeResult:
-        yield Input(placeholder="Search chats (ctrl+f)", id="search")
+        yield SearchBox(placeholder="Search chats (ctrl+f)", id="search")
         yield ConversationList(id="conversations")
 
     @property
@@ -174,10 +185,27 @@ class Sidebar(Vertical):
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
+        self._choose(event.option_index)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        """Enter in the search box opens the highlighted hit (the first, unless Down and
+        Up moved it): before, only Tab then Enter did (issue 48)."""
+        event.stop()
+        options = self.options
+        index = options.highlighted if options.highlighted is not None else 0
+        if options.option_count or self._shown_for != self.query_text:
+            self._choose(index)
+
+    def _choose(self, index: int) -> None:
         if self._shown_for is not None and self._shown_for != self.query_text:
-            self._open_when_fresh = event.option_index  # its search is still on its way
+            self._open_when_fresh = index  # its search is still on its way
             return
-        self._open(event.option.id or "")
+        options = self.options
+        if not 0 <= index < options.option_count:
+            return
+        option = options.get_option_at_index(index)
+        if not option.disabled:
+            self._open(option.id or "")
 
     def _open(self, oid: str) -> None:
         kind, _, rest = oid.partition(":")
