@@ -170,12 +170,12 @@ def _models(rest: list[str]) -> int:
 
         print(provision_bundled_chat(overwrite=True))
         return 0
-    from core.service import pull_cli
+    from core.service import downloads_main, pull_in_service, pull_main
 
     if rest[:1] == ["downloads"]:  # the service's jobs (issue 45)
-        return pull_cli.downloads_main()
-    if rest[:1] == ["pull"] and pull_cli.in_service(rest[1:]):
-        return pull_cli.main(rest[1:])
+        return downloads_main()
+    if rest[:1] == ["pull"] and pull_in_service(rest[1:]):
+        return pull_main(rest[1:])
     from core.hub import hub_cli_main as hub_main
 
     return hub_main(rest)

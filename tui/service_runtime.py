@@ -277,7 +277,7 @@ class ServiceRuntime:
         from core.service import RemoteRuntime, start_or_connect
 
         if self.local is not None:
-            from core.service.loopback import Loopback
+            from core.service import Loopback
 
             await self.local.start(preload=preload)
             self._loopback = await Loopback.open(self.local, self._client_name)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from core.runtime.state import ModelState, SandboxInfo, context_use
 
 if TYPE_CHECKING:
+    from core.runtime.compare import LEFT, RIGHT, CompareRefused, Comparison, ModelSpec, spec_for
     from core.runtime.face import Runtime
     from core.runtime.live import LiveTurnInfo, TurnWatch
     from core.runtime.models import engine_for
@@ -37,11 +38,15 @@ if TYPE_CHECKING:
 # and the pool, tools and store below them were most of its start-up imports (issue 48).
 _FROM = {"Runtime": "face", "RuntimeFace": "protocol", "TurnHandle": "protocol",
          "LiveTurnInfo": "live", "TurnWatch": "live", "engine_for": "models",
-         "FLUSH_S": "recorder", "SIDEBAR_PAGE": "store_thread", "Turn": "turns"}
+         "FLUSH_S": "recorder", "SIDEBAR_PAGE": "store_thread", "Turn": "turns",
+         "LEFT": "compare", "RIGHT": "compare", "CompareRefused": "compare",
+         "Comparison": "compare", "spec_for": "compare", "ModelSpec": "compare"}
 _CONTEXT_NAMES = frozenset({"AttachResult", "ChatContext", "DocContext", "PreparedTurn"})
 
-__all__ = ["FLUSH_S", "SIDEBAR_PAGE", "LiveTurnInfo", "ModelState", "Runtime", "RuntimeFace",
+__all__ = ["FLUSH_S", "LEFT", "RIGHT", "SIDEBAR_PAGE", "CompareRefused", "Comparison",
+           "LiveTurnInfo", "ModelSpec", "ModelState", "Runtime", "RuntimeFace",
            "SandboxInfo", "Turn", "TurnHandle", "TurnWatch", "context_use", "engine_for",
+           "spec_for",
            *sorted(_CONTEXT_NAMES)]
 
 
