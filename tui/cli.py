@@ -135,7 +135,7 @@ def _dispatch(argv: list[str]) -> int:
         return cluster_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "mcp":
-        from core.tools import mcp_share_main as mcp_main
+        from core.service import service_mcp_main as mcp_main
 
         return mcp_main()
     if args.command == "workers":

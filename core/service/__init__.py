@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 __all__ = ["Loopback", "RemoteRuntime", "RemoteTurn", "ServiceCallError", "ServiceClient",
            "ServiceUnavailable", "connect", "downloads_main", "format_status",
            "pull_in_service", "pull_main", "run_call", "service_main",
-           "service_serve_main", "service_status", "service_workers_main", "start_or_connect",
-           "status_line"]
+           "service_mcp_main", "service_serve_main", "service_status", "service_workers_main",
+           "start_or_connect", "status_line"]
 
 _FROM = {
     "ServiceCallError": "core.service.client", "ServiceClient": "core.service.client",
@@ -57,6 +57,8 @@ def __getattr__(name: str) -> Any:
         return importlib.import_module("core.service.control").main
     if name == "service_serve_main":  # `llmdeck serve`: the HTTP face in the service
         return importlib.import_module("core.service.serve_face").main
+    if name == "service_mcp_main":  # `llmdeck mcp`: the history shared with other agents
+        return importlib.import_module("core.service.mcp_face").main
     if name == "service_workers_main":  # `llmdeck workers` while a service runs
         return importlib.import_module("core.service.control").workers_main
     if name in _PULL:
