@@ -196,6 +196,29 @@ def test_llamacpp_replies_that_drafts_used_to_flip_are_identical(bundled_gguf, m
         engine.close()
 
 
+def test_llamacpp_a_verifying_pass_of_exact_rows_gives_each_row_its_one_token_logits(
+        bundled_gguf) -> None:
+    """The premise of exactness on this machine's kernels: up to engine.exact_rows tokens
+    in one pass give each row bit-for-bit the logits one-token passes give it (a llama.cpp
+    upgrade or another CPU's kernels that break it fail here first)."""
+    engine = LlamaCppEngine(ModelSpec(str(bundled_gguf), "llamacpp", context_size=256))
+    try:
+        llm, k = engine._llm, engine.exact_rows
+        prompt = llm.tokenize(b"Explain how a bicycle works.", add_bos=True, special=True)
+        llm.n_tokens = 0
+        row = llama_lookup._decode(llm, prompt, False)[-1].copy()
+        reply, singles = [], []
+        for _ in range(k):
+            reply.append(int(row.argmax()))
+            row = llama_lookup._decode(llm, reply[-1:], False)[-1].copy()
+            singles.append(row)
+        llm.n_tokens = len(prompt)
+        rows = llama_lookup._decode(llm, reply, True)
+        assert [bytes(r.data) == bytes(s.data) for r, s in zip(rows, singles, strict=True)] == [True] * k
+    finally:
+        engine.close()
+
+
 def test_llamacpp_a_model_that_refuses_flash_attention_loads_without_drafts(bundled_gguf,
                                                                           monkeypatch):
     from core.engines import llamacpp
