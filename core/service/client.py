@@ -151,11 +151,16 @@ class ServiceClient:
         if not self.connected:
             raise ServiceUnavailable(self.closed_reason or "Not connected to the llmdeck service.")
         call_id = next(self._ids)
+        try:  # a lone surrogate (pasted text) is no UTF-8: refused here as the door would
+            line = encode_line({"id": call_id, "call": name, "args": codec.encode(args)})
+        except UnicodeEncodeError:
+            raise ServiceCallError(protocol.BAD_CALL, f"{name}: the text holds a character "
+                                   "that is not valid Unicode (a lone surrogate); nothing "
+                                   "was sent.") from None
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[call_id] = future
         try:
-            self._writer.write(encode_line({"id": call_id, "call": name,
-                                            "args": codec.encode(args)}))
+            self._writer.write(line)
             await self._writer.drain()
         except (ConnectionError, OSError):
             self._pending.pop(call_id, None)
