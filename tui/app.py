@@ -52,12 +52,16 @@ class LlmdeckApp(App):
     def __init__(self, runtime: Runtime | ServiceRuntime | None = None, *,
                  preload: bool = True) -> None:
         super().__init__()
-        # In process (tests, --in-process), or the engine service's client (`llmdeck`).
+        # Always the engine service's client (issue 42, one path): of this home's service
+        # (`llmdeck`), or of a Runtime this process owns (`--in-process`, the tests),
+        # served here over a socket pair with the same codec (core.service.loopback).
         if runtime is None:  # loaded here: the service's client never needs it
             from core.runtime import Runtime
 
             runtime = Runtime()
-        self.runtime = runtime
+        if not isinstance(runtime, ServiceRuntime):
+            runtime = ServiceRuntime(local=runtime)
+        self.runtime: ServiceRuntime = runtime
         self._preload = preload
         self.runtime.open_store_soon()  # read while Textual starts: the first frame lists it
         for theme in THEMES:
@@ -388,8 +392,9 @@ class LlmdeckApp(App):
         and the terminal says so as the app leaves; in process it would be cut, so a yes is
         asked first (README: Dialogs, "quit while a reply streams")."""
         streaming = self.main.busy or self.main.live.attaching
-        client = isinstance(self.runtime, ServiceRuntime)
-        if streaming and not client:
+        service = self.runtime  # the client's own member, as in _on_lost
+        elsewhere = service.local is None  # a service in this process ends with the app
+        if streaming and not elsewhere:
             from tui.screens.dialogs import ConfirmScreen
 
             if not isinstance(self.screen, ConfirmScreen):

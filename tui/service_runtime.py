@@ -179,10 +179,13 @@ class ServiceRuntime:
         return self._remote.client if self._remote is not None else None
 
     def engine_line(self) -> str | None:
-        """The service's pid, uptime, clients, replies and memory for F4, as mirrored."""
+        """The service's pid, uptime, clients, replies and memory for F4, as mirrored (a
+        service in this process is no separate one: the Runtime's own line)."""
         from core.service import status_line
         from core.terminal_text import visible
 
+        if self.local is not None:
+            return self.local.engine_line()
         found = self._mirror.get("service")
         return visible(status_line(found)) if isinstance(found, dict) else None
 

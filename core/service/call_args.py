@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
-from core.service.protocol import BAD_CALL, NOT_FOUND, SUBSCRIPTION_TOPICS
+from core.service.protocol import BAD_CALL, NOT_FOUND, SUBSCRIPTION_TOPICS, valid_id
 
 MAX_ID_CHARS = 200  # ids are 32 hex characters; a session or ask id a little more
 MAX_NAME_CHARS = 4096  # titles, model references, tool and server names, hosts
@@ -90,6 +90,14 @@ def ident() -> Check:
         if not isinstance(value, str) or not value:
             raise _bad(field, "an id (non-empty text)", value)
         _text_value(field, value, MAX_ID_CHARS)
+    return check
+
+
+def call_id() -> Check:
+    """A call id this client picked (core.service.protocol.valid_id)."""
+    def check(field: str, value: Any) -> None:
+        if not valid_id(value):
+            raise _bad(field, "a call id (a small whole number or short text)", value)
     return check
 
 
@@ -277,6 +285,7 @@ CALLS: dict[str, dict[str, Arg]] = {
     "continue_reply": {"conversation_id": _LIVE_CONV, "message_id": _req(_ID, "message")},
     "watch_turn": {"turn": _opt(_ID), "conversation_id": _opt(_ID)},
     "cancel_turn": {"turn": _req(_ID)},
+    "cancel_call": {"call": _req(call_id())},
     "answer_approval": {"ask": _req(_ID), "decision": _req(one_of("allow", "deny", "always"))},
     "live_turns": {},
     "compare": {"conversation_id": _NEW_OR_LIVE_CONV, "text": _BODY,

@@ -28,6 +28,9 @@ from core.service.framing import MAX_OUT_BYTES, FrameError, LineReader, encode_l
 CONNECT_TIMEOUT_S = 5.0
 START_TIMEOUT_S = 60.0
 MAX_BUFFERED_TURNS = 64  # turns whose events came before anyone asked for them
+# Calls the service stops when their caller gives up on them (`cancel_call`). The others
+# finish there as asked (a rename or a save the app quit during is still made).
+CANCELLED_WITH_THE_CALLER = frozenset({"attach"})
 
 
 class ServiceUnavailable(Exception):
@@ -148,26 +151,54 @@ class ServiceClient:
         if not self.connected:
             raise ServiceUnavailable(self.closed_reason or "Not connected to the llmdeck service.")
         call_id = next(self._ids)
+        try:  # a lone surrogate (pasted text) is no UTF-8: refused here as the door would
+            line = encode_line({"id": call_id, "call": name, "args": codec.encode(args)})
+        except UnicodeEncodeError:
+            raise ServiceCallError(protocol.BAD_CALL, f"{name}: the text holds a character "
+                                   "that is not valid Unicode (a lone surrogate); nothing "
+                                   "was sent.") from None
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[call_id] = future
         try:
-            self._writer.write(encode_line({"id": call_id, "call": name,
-                                            "args": codec.encode(args)}))
+            self._writer.write(line)
             await self._writer.drain()
         except (ConnectionError, OSError):
             self._pending.pop(call_id, None)
             raise ServiceUnavailable("The connection to the llmdeck service broke.") from None
-        if timeout is None:
-            return await future
-        # Not wait_for's TimeoutError: the service may answer with one (a TimeoutError it
-        # raised crosses as itself), which is not ours to read as silence.
-        done, _ = await asyncio.wait({future}, timeout=timeout)
+        try:
+            if timeout is None:
+                return await future
+            # Not wait_for's TimeoutError: the service may answer with one (a TimeoutError
+            # it raised crosses as itself), which is not ours to read as silence.
+            done, _ = await asyncio.wait({future}, timeout=timeout)
+        except asyncio.CancelledError:  # the caller gave up (Esc on an attach): so does
+            if name in CANCELLED_WITH_THE_CALLER:  # the service, or it reads on for nobody
+                self._cancel_call(call_id)
+            raise
         if not done:
             self._pending.pop(call_id, None)
             future.cancel()
             raise ServiceUnavailable(f"The llmdeck service did not answer {name} within "
                                      f"{timeout:.0f} s.")
         return future.result()
+
+    def _cancel_call(self, call_id: int) -> None:
+        """Ask the service to stop call `call_id` (no waiting: this runs as the caller's
+        task is being cancelled). Its future stays pending, cancelled, until its one
+        answer comes (a result that crossed the cancel, or "cancelled"): an answer to an
+        id nobody waits for would end the connection. This one's answer is dropped."""
+        if call_id not in self._pending or not self.connected:
+            return
+        self._pending[call_id].cancel()
+        cancel_id = next(self._ids)
+        quiet: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        quiet.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._pending[cancel_id] = quiet
+        try:
+            self._writer.write(encode_line({"id": cancel_id, "call": "cancel_call",
+                                            "args": codec.encode({"call": call_id})}))
+        except (ConnectionError, OSError):
+            self._pending.pop(cancel_id, None)
 
     async def turn_events(self, turn_id: str) -> AsyncIterator[dict[str, Any]]:
         """The turn's messages (turn, approve, then turn_end) as they arrive; ends after

@@ -203,6 +203,19 @@ async def _cancel_turn(ctx: CallContext, args: dict[str, Any]) -> Any:
     return ctx.hub.cancel(_turn_id(args))
 
 
+async def _cancel_call(ctx: CallContext, args: dict[str, Any]) -> Any:
+    """The caller's own call `call` stops (an attach whose reading the user cancelled):
+    True when it was still running. Its task answers it, once, as cancelled (or with what
+    it had when the cancel came too late to stop it)."""
+    running = getattr(ctx.caller, "running", {})
+    task = running.get(args.get("call"))
+    if task is None or task is asyncio.current_task() or task.done():
+        return False
+    del running[args.get("call")]  # no longer the caller's: its task knows it was told
+    task.cancel()
+    return True
+
+
 async def _answer(ctx: CallContext, args: dict[str, Any]) -> Any:
     ask, decision = args.get("ask"), args.get("decision")
     if not isinstance(ask, str) or decision not in DECISIONS:
@@ -310,6 +323,7 @@ SERVICE_CALLS: dict[str, Handler] = {
     "live_turns": _live_turns,
     "watch_turn": _watch_turn,
     "cancel_turn": _cancel_turn,
+    "cancel_call": _cancel_call,
     "answer_approval": _answer,
     "attach": _attach,
     "mirror": _mirror,

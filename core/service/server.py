@@ -43,6 +43,7 @@ class Session:
         self.outbox = Outbox(encode=_line)
         self.topics: set[str] = set()
         self.calls: set[asyncio.Task[None]] = set()
+        self.running: dict[Any, asyncio.Task[None]] = {}  # call id -> its task (cancel_call)
         self.connected_at = time.time()
         self.closed = False
         self.client = "?"
@@ -256,7 +257,9 @@ class ServiceServer:
                 continue
             task = asyncio.ensure_future(self._call(session, call_id, message))
             session.calls.add(task)
+            session.running[call_id] = task
             task.add_done_callback(session.calls.discard)
+            task.add_done_callback(lambda _t, i=call_id: session.running.pop(i, None))
 
     async def _call(self, session: Session, call_id: Any, message: dict[str, Any]) -> None:
         """One call, answered to its session (a session gone by then just drops it)."""
@@ -269,6 +272,9 @@ class ServiceServer:
             session.send(protocol.error(exc.code, exc.message, call_id))
             return
         except asyncio.CancelledError:
+            if session.running.get(call_id) is not asyncio.current_task():  # cancel_call
+                session.send(protocol.error(protocol.FAILED, "Cancelled by the client.", call_id))
+                return  # its caller gave up on it: the one answer it still waits for
             raise
         except Exception as exc:  # noqa: BLE001 - the call failed; the service goes on
             session.send(errors.answer(exc, protocol.FAILED, call_id, _sentence(exc)))

@@ -1,14 +1,14 @@
 """One path (issue 42): an app whose Runtime is in its own process is the service's client
 too, its service in the same process behind a socket pair (core.service.loopback), so
 every call, answer, push and error crosses the real framing and codec, as for the app
-people run (tests/fixtures/tui.py scripted_client_app)."""
+people run (tests/fixtures/tui.py scripted_app)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from core.service.client import ServiceClient
-from tests.fixtures.tui import scripted_client_app, send, wait_ready, wait_until
+from tests.fixtures.tui import scripted_app, send, wait_ready, wait_until
 from tui.service_runtime import ServiceRuntime
 from tui.widgets.sidebar import Sidebar
 
@@ -27,8 +27,20 @@ def test_the_in_process_app_is_a_client_of_a_service_in_its_process(llmdeck_home
     assert isinstance(app.runtime.local, Runtime)
 
 
+def test_an_app_handed_a_bare_runtime_is_its_client_all_the_same() -> None:
+    """No app runs without the codec: a Runtime handed to LlmdeckApp (the pilot and
+    snapshot tests) is served over the loopback, as with `--in-process`."""
+    from core.runtime import Runtime
+    from tui.app import LlmdeckApp
+
+    runtime = Runtime()
+    app = LlmdeckApp(runtime, preload=False)
+    assert isinstance(app.runtime, ServiceRuntime) and app.runtime.local is runtime
+    assert isinstance(scripted_app().runtime, ServiceRuntime)
+
+
 async def test_a_reply_the_sidebar_and_a_refusal_over_the_loopback(llmdeck_home: Path) -> None:
-    app = scripted_client_app()
+    app = scripted_app()
     async with app.run_test(size=(110, 32)) as pilot:
         await wait_ready(pilot)
         runtime = app.runtime
@@ -51,7 +63,7 @@ async def test_a_damaged_database_is_told_with_its_path_in_process(llmdeck_home:
 
     db = paths.db_path()
     db.write_bytes(b"this is no database " * 4096)
-    app = scripted_client_app()
+    app = scripted_app()
     async with app.run_test() as pilot:
         await wait_until(pilot, lambda: "damaged-" in _said(app), 30)
         moved = [p for p in db.parent.iterdir() if p.name.startswith("llmdeck.db.damaged-")]
@@ -65,7 +77,7 @@ async def test_a_reply_stopped_by_esc_is_regenerated_as_a_new_branch(llmdeck_hom
     in-process app became a client)."""
     from tui.widgets.message_view import MessageView
 
-    app = scripted_client_app(reply=" ".join(f"w{i}" for i in range(300)), tokens_per_s=20)
+    app = scripted_app(reply=" ".join(f"w{i}" for i in range(300)), tokens_per_s=20)
     async with app.run_test(size=(110, 32)) as pilot:
         await wait_ready(pilot)
         await pilot.press(*"hello", "enter")

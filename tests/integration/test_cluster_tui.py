@@ -96,12 +96,12 @@ async def test_a_loopback_cluster_picked_in_f5_chats_shows_in_f4_and_stops_when_
         assert "http://127.0.0.1:" in pane, pane  # rank 0's endpoint
 
         # the idle time: every rank stops, checked by pid
-        backend = app.runtime.backend
+        backend = app.runtime.local.backend
         assert running(pids) == pids  # F4 and its refreshes are no requests: still up
         await wait_until(pilot, lambda: not running(pids), timeout=IDLE_MINUTES * 60 + 20)
         # not before its time: from the end of the last reply (the backend's own clock)
         assert time.monotonic() - backend.idle.last >= IDLE_MINUTES * 60
-        assert not app.runtime.backend.ready()
+        assert not app.runtime.local.backend.ready()
 
         # the next message starts it again (the model line says so) and answers
         before = len(app.main.query(MessageView))

@@ -46,7 +46,7 @@ async def test_esc_cancels_a_file_being_read_and_nothing_is_attached(tmp_path: P
         assert notice().startswith("Reading minutes.txt:") or notice().startswith("Indexing")
         assert notice().endswith("Esc cancels")
         assert "escape" in main.active_bindings, "the footer offers Esc while a file is read"
-        pid = app.runtime.chat.utility.pid
+        pid = app.runtime.local.chat.utility.pid
         assert pid is not None
         await pilot.press("escape")
         await wait_until(pilot, lambda: "Cancelled" in notice())

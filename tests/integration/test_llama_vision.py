@@ -218,9 +218,9 @@ async def test_the_app_puts_an_attached_image_in_the_models_prompt(seeing_gemma:
         await wait_until(pilot, lambda: bar.chips == ["flag.png"], 60)
         await send(pilot, "What is in the picture?")
         cid = app.main.conversation_id
-        reply = app.runtime.store_handle.messages(cid)[-1]
+        reply = app.runtime.local.store_handle.messages(cid)[-1]
         assert reply.role == "assistant" and reply.content, reply
         sent = ({"role": "user", "content": [{"type": "image", "path": "stored.png"},
                                               {"type": "text", "text": "What is in the picture?"}]},)
         assert reply.usage["prompt_tokens"] == expected_prompt_tokens(seeing_gemma, sent)
-        assert app.runtime.chat.captioner.worker is None
+        assert app.runtime.local.chat.captioner.worker is None

@@ -15,7 +15,7 @@ from pathlib import Path
 from core import paths
 from core.config import McpServerConfig, Settings
 from core.vision.captions import HEADER
-from tests.fixtures.tui import scripted_app, wait_until
+from tests.fixtures.tui import scripted_app, service_turn, wait_until
 from tests.integration.test_mcp_servers import http_url  # noqa: F401 - the HTTP fixture server
 from tui.screens.main import MainScreen
 from tui.widgets.image_card import ImageCard
@@ -70,7 +70,7 @@ async def test_approved_and_denied_calls_with_cards_results_fed_back_and_the_f4_
     async with app.run_test(size=SIZE) as pilot:
         await ask(pilot, "Echo hi")
         await until_asked(pilot)
-        turn = app.main.turn
+        turn = service_turn(app)
         assert app.screen.query_one("#always"), "MCP tools offer always-allow"
         await pilot.press("y")
         await wait_until(pilot, lambda: app.main.turn is None, SLOW)
@@ -100,7 +100,7 @@ async def test_approved_and_denied_calls_with_cards_results_fed_back_and_the_f4_
         table = format_table(read_status()[0])
         line = next(x for x in table.splitlines() if x.startswith("mcp:fixture"))
         assert "mcp fixture · 8 tools" in line and " ready " in line
-        pid = app.runtime.tools.mcp.connections["fixture"].pid
+        pid = app.runtime.local.tools.mcp.connections["fixture"].pid
         assert pid is not None and os.path.exists(f"/proc/{pid}")
     assert not os.path.exists(f"/proc/{pid}"), "quitting left the MCP server running"
 
@@ -114,7 +114,7 @@ async def test_an_http_server_image_result_is_an_attached_image_card_and_a_broke
     async with app.run_test(size=SIZE) as pilot:
         await ask(pilot, "Draw")
         await until_asked(pilot)
-        turn = app.main.turn
+        turn = service_turn(app)
         await pilot.press("y")
         await wait_until(pilot, lambda: app.main.turn is None, SLOW)
         card = cards(app)[-1]
@@ -153,7 +153,7 @@ async def test_a_model_that_sees_gets_an_mcp_image_as_an_image_part(http_url) ->
     async with app.run_test(size=SIZE) as pilot:
         await ask(pilot, "Draw")
         await until_asked(pilot)
-        turn = app.main.turn
+        turn = service_turn(app)
         await pilot.press("y")
         await wait_until(pilot, lambda: app.main.turn is None, SLOW)
         path = cards(app)[-1].query_one(ImageCard).image.path
@@ -184,8 +184,11 @@ async def test_a_hanging_call_stops_with_esc_and_a_crash_fails_only_the_call() -
         assert card.result.startswith("MCP server fixture stopped during the call to fixture.crash")
         views = app.main.chat.views
         assert views[-1].role == "assistant" and "fell over" in views[-1].content, "the chat went on"
-        row = next(r for r in app.runtime.worker_status() if r.worker_id == "mcp:fixture")
-        assert (row.state, row.error) == ("crashed", "the server stopped during a call")
+        def row():  # noqa: ANN202 - the client's worker table lags the service by a poll
+            return next(r for r in app.runtime.worker_status() if r.worker_id == "mcp:fixture")
+
+        await wait_until(pilot, lambda: row().state != "ready", SLOW)
+        assert (row().state, row().error) == ("crashed", "the server stopped during a call")
 
 
 async def test_prompts_are_slash_commands_and_resources_attach_like_files() -> None:
@@ -204,7 +207,7 @@ async def test_prompts_are_slash_commands_and_resources_attach_like_files() -> N
         await pilot.press(*"/attach mcp:fixture:notes://today", "enter")
         bar = app.main.query_one("#attachment-bar")
         await wait_until(pilot, lambda: bar.chips == ["today.txt"], SLOW)
-        rt = app.runtime
+        rt = app.runtime.local  # the service's store, read directly
         docs = await rt.store_call(rt.store_handle.attachments, app.main.conversation_id)
         assert [d.alias for d in docs] == ["today.txt"] and "plumber" in docs[0].text
 

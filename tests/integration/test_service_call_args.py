@@ -62,7 +62,7 @@ def _baselines(cid: str, mid: str) -> dict[str, dict[str, Any]]:
               "ref": "nothing", "alias": "nothing", "text": "hi", "paths": [],
               "code": "print(1)", "name": "python", "command": "/none.x", "argument": "",
               "server": "none", "uri": "notes://x", "decision": "deny", "side": 0,
-              "topic": "status", "label": "other",
+              "topic": "status", "label": "other", "call": 999_999, "repo": "none/none", "job": "0",
               "other": {"$type": "ModelSpec", "path": "/nonexistent/other.gguf",
                         "engine": "llamacpp"},
               "settings": None, "repo": "nobody/nothing", "job": MISSING_ID}

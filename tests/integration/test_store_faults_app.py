@@ -64,7 +64,7 @@ async def test_esc_mid_reply_is_shown_and_stored_as_stopped() -> None:
         await wait_until(pilot, lambda: app.main.turn is None)
         view = list(app.main.query(MessageView))[-1]
         assert "(stopped)" in str(view.query_one(".role").render())
-        stored = await app.runtime.store_call(app.runtime.store_handle.get_message,
+        stored = await app.runtime.local.store_call(app.runtime.local.store_handle.get_message,
                                               view.message_id)
         assert stored is not None and stored.status == "stopped"
         assert stored.content and reply.startswith(stored.content) and stored.content != reply

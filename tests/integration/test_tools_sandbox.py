@@ -252,7 +252,7 @@ async def test_the_settings_screen_shows_the_sandbox_limits_and_saves_the_scratc
             "the line follows what is typed"
         await pilot.press("ctrl+s")
         await pilot.pause(0.3)
-        assert app.runtime.tools.sandbox.scratch_mb == 64
+        assert app.runtime.local.tools.sandbox.scratch_mb == 64
     saved = tomllib.loads(paths.config_path().read_text())
     assert saved["python_scratch_mb"] == 64
     monkeypatch.setenv("LLMDECK_SANDBOX_JAIL", "0")

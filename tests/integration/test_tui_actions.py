@@ -96,7 +96,7 @@ async def test_stop_mid_stream_keeps_the_partial_reply() -> None:
         await pilot.press("escape")
         await wait_until(pilot, lambda: app.main.turn is None)
         shown = views(app)[-1].content
-        assert 0 < len(shown) < len(app.runtime.models.spec_override.option("reply"))
+        assert 0 < len(shown) < len(app.runtime.local.models.spec_override.option("reply"))
         with Store.open(paths.db_path()) as store:
             saved = store.get_message(views(app)[-1].message_id)
         assert saved is not None and saved.content == shown

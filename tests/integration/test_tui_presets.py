@@ -54,6 +54,10 @@ async def test_a_new_chat_starts_from_the_models_preset() -> None:
         assert settings.sampling.to_params().temperature == 0.15  # what the next reply gets
 
 
+@pytest.mark.xfail(strict=True, reason="issue 42, a client defect this test found once it drove "
+                   "the client: tui.model_presets puts the preset into the client's copy of "
+                   "the settings, the service loads with its own, and switch_model's refresh "
+                   "then overwrites the copy (the service must apply presets)")
 async def test_a_picked_model_loads_with_its_presets_context_size(bundled_gguf: Path) -> None:
     key = presets.model_key(str(bundled_gguf), "Gemma")
     presets.save(key, presets.Preset(context_size=1024, sampling={"temperature": 0.0}))

@@ -93,6 +93,6 @@ async def test_a_model_state_arriving_as_the_app_closes_is_ignored() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         await app.main.query_one(StatusBar).remove()  # what shutdown does first
-        app.runtime.models.notify()  # the reload that finished meanwhile
+        app.runtime.local.models.notify()  # the reload that finished meanwhile
         await pilot.pause()
     assert app.return_code in (0, None)

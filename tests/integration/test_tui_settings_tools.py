@@ -49,7 +49,7 @@ async def test_out_of_range_sandbox_limits_are_refused_with_the_reason() -> None
         await pilot.pause(0.2)
         assert not paths.config_path().exists()
         assert app.runtime.settings.python_memory_mb == 1024
-        assert app.runtime.tools.sandbox.timeout_s == 30.0
+        assert app.runtime.local.tools.sandbox.timeout_s == 30.0
 
 
 async def test_tool_settings_are_saved_to_toml_and_used_at_once() -> None:
@@ -67,7 +67,7 @@ async def test_tool_settings_are_saved_to_toml_and_used_at_once() -> None:
         saved = tomllib.loads(paths.config_path().read_text())
         assert (saved["tools_enabled"], saved["python_asks"]) == (False, False)
         assert (saved["python_timeout_s"], saved["python_memory_mb"]) == (12.5, 512)
-        tools = app.runtime.tools
+        tools = app.runtime.local.tools
         assert not tools.enabled and tools.offer({"family": "qwen3"}) == ()
         assert not tools.policy.needs_approval("any-chat", "python")
         assert (tools.sandbox.timeout_s, tools.sandbox.memory_mb) == (12.5, 512)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from core import paths
 from core.engines.base import ModelSpec
 from core.store import Store
-from tests.fixtures.tui import scripted_app, wait_ready, wait_until
+from tests.fixtures.tui import scripted_app, service_comparison, wait_ready, wait_until
 from tui.screens.compare import CompareScreen
 from tui.screens.model_picker import ModelPickerScreen
 from tui.widgets.message_view import MessageView
@@ -56,6 +56,7 @@ async def test_keeping_the_right_reply_makes_it_the_reply_and_the_left_a_branch(
     app = scripted_app(reply=LEFT_REPLY)
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_compare(pilot)
+        sides = service_comparison(app, screen).sides
         await pilot.press("2")
         await wait_until(pilot, lambda: app.screen is app.main and app.main.conversation_id
                          and len(app.main.query(MessageView)) == 2)
@@ -64,13 +65,13 @@ async def test_keeping_the_right_reply_makes_it_the_reply_and_the_left_a_branch(
         assert (user.role, user.content) == ("user", QUESTION)
         assert reply.content == RIGHT_REPLY and reply.branch is not None
         assert reply.branch[1] == 2  # two answers to the one question
-        right_id = screen.comparison.sides[1].message_id
+        right_id = sides[1].message_id
         assert reply.message_id == right_id
         with Store.open(paths.db_path()) as store:
             stored = store.messages(app.main.conversation_id)
             assert stored[-1].id == right_id and stored[-1].model == "scripted-right"
             assert {m.id for m in store.branches(right_id)} == {
-                s.message_id for s in screen.comparison.sides}
+                s.message_id for s in sides}
 
         # The chat's branch keys step to the other answer.
         reply.focus()
@@ -92,13 +93,14 @@ async def test_esc_stops_both_then_closes_keeping_the_left() -> None:
         app.push_screen(screen, main._compared)
         await wait_until(pilot, lambda: screen.comparison is not None
                          and all(v.content for v in screen.views))
+        sides = service_comparison(app, screen).sides
         await pilot.press("escape")  # stop both
         await wait_until(pilot, lambda: screen.streamed)
-        assert all(side.finish_reason == "cancelled" for side in screen.comparison.sides)
+        assert all(side.finish_reason == "cancelled" for side in sides)
         assert "(stopped)" in str(screen.views[0].query_one(".role").render())
         await pilot.press("escape")  # close: the left stays the reply
         await wait_until(pilot, lambda: app.screen is main and len(main.chat.views) == 2)
-        assert main.chat.views[-1].message_id == screen.comparison.sides[0].message_id
+        assert main.chat.views[-1].message_id == sides[0].message_id
 
 
 async def test_ctrl_t_asks_for_the_message_first_then_opens_the_picker() -> None:

@@ -31,7 +31,7 @@ def test_settings_mcp_section(snap_compare) -> None:
     async def run_before(pilot) -> None:
         app = pilot.app
         await wait_until(pilot, lambda: app.runtime.model.state == "ready")
-        await app.runtime.tools.prepare({"family": "hermes"})  # what the first turn does
+        await app.runtime.mcp_start_soon()  # what a typed `/` does: the servers start
         await pilot.press("f3")
         await wait_until(pilot, lambda: app.screen.query("#mcp-on-fixture"))
         screen = app.screen

@@ -106,7 +106,7 @@ def test_card_denied(snap_compare) -> None:
         await pilot.press("n")
         await _finish(pilot)
         assert _card(pilot).state == "denied" and _card(pilot).result == "denied by user"
-        assert pilot.app.runtime.tools.sandbox.pid is None, "nothing ran"
+        assert pilot.app.runtime.local.tools.sandbox.pid is None, "nothing ran"
 
     app = _app("import shutil\nshutil.rmtree('/tmp/x')", "Understood, I left it alone.")
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
@@ -130,7 +130,7 @@ def test_always_allow_for_a_read_only_tool_skips_the_next_question(snap_compare,
         await _finish(pilot)
         states = [c.state for c in app.main.query(ToolCard)]
         assert states == ["done", "done"], "asked once, then always allowed in this chat"
-        assert app.runtime.tools.policy.always_allowed(app.main.conversation_id) == {"now"}
+        assert app.runtime.local.tools.policy.always_allowed(app.main.conversation_id) == {"now"}
         for card in app.main.query(ToolCard):  # the clock's answer differs every run
             card.result = "Monday 2026-11-23T09:00:00+00:00 (UTC)"
         await pilot.press("ctrl+l")

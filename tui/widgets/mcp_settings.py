@@ -95,11 +95,14 @@ class McpSettings(Vertical):
         await rows.mount_all(widgets)
 
     def _states(self) -> tuple[dict[str, str], dict[str, str]]:
-        """What each server is doing now, and why the failed ones failed (the F4 rows)."""
-        mcp = getattr(getattr(getattr(self.app, "runtime", None), "tools", None), "mcp", None)
+        """What each server is doing now, and why the failed ones failed (the F4 rows, as
+        the service last told this client: its worker table has the MCP servers' rows)."""
+        runtime = getattr(self.app, "runtime", None)
         states: dict[str, str] = {}
         errors: dict[str, str] = {}
-        for row in mcp.status() if mcp is not None else ():
+        for row in runtime.worker_status() if runtime is not None else ():
+            if not row.worker_id.startswith("mcp:"):
+                continue
             name = row.worker_id.removeprefix("mcp:")
             tools = row.model.rpartition(" · ")[2]
             states[name] = (f"ready · {tools}" if row.state == "ready" else
