@@ -65,7 +65,7 @@ def _baselines(cid: str, mid: str) -> dict[str, dict[str, Any]]:
               "topic": "status", "label": "other", "call": 999_999, "repo": "none/none", "job": "0",
               "other": {"$type": "ModelSpec", "path": "/nonexistent/other.gguf",
                         "engine": "llamacpp"},
-              "settings": None, "repo": "nobody/nothing", "job": MISSING_ID}
+              "settings": None}
     out = {}
     for name, schema in call_args.CALLS.items():
         out[name] = {f: {**values, **ids}[f] for f, a in schema.items() if a.required}
