@@ -51,7 +51,7 @@ def _service_pid(home: Path) -> int:
 def _tui(home: Path) -> TmuxSession:
     tmux = TmuxSession(llmdeck_command(), env={"LLMDECK_HOME": str(home), "HF_HUB_OFFLINE": "1",
                                                "LLMDECK_IN_PROCESS": "0"}, width=110, height=30)
-    tmux.wait_for(lambda s: "scripted:latest ●" in s, 60, "the app attached to the service's model")
+    tmux.wait_for(lambda s: "scripted ●" in s, 60, "the app attached to the service's model")
     return tmux
 
 
