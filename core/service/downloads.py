@@ -33,6 +33,22 @@ def open_for(runtime: Any, push: Callable[[list[dict[str, Any]]], None]) -> int:
     return downloads_of(runtime).resume() if pending else 0
 
 
+def open_for_server(runtime: Any, server: Any) -> int:
+    """open_for with the push every service makes: to the clients of `server` subscribed
+    to "downloads". ServiceProcess and the in-process Loopback both start their jobs
+    here, so `d` in an in-process app shows the same progress as in a service's client."""
+    return open_for(runtime, lambda data: server.broadcast(
+        {"event": "downloads", "data": data}, "downloads"))
+
+
+async def close_for(runtime: Any) -> None:
+    """At service stop: the running job stops (its partial file and its line in the
+    state file kept, so the next service resumes it)."""
+    jobs = existing(runtime)
+    if jobs is not None:
+        await jobs.close()
+
+
 def downloads_of(runtime: Any) -> Any:
     """The Runtime's jobs (core.hub.jobs), telling the clients of this service."""
     from core.hub.jobs import jobs_for

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from core.service.client import ServiceClient, greet
+from core.service.downloads import close_for, open_for_server
 from core.service.server import ServiceServer
 
 
@@ -79,6 +80,7 @@ class Loopback:
         if runtime.store_notice:  # a damaged database moved aside: told as the service tells
             server.notices.say("store", runtime.store_notice, title="History",
                                severity="warning", sticky=True)
+        open_for_server(runtime, server)  # `d` and `llmdeck pull`'s jobs, as a service's
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         reader, writer = await asyncio.open_unix_connection(sock=theirs)
         serving = asyncio.ensure_future(server.serve_connection(reader, writer))
@@ -91,6 +93,7 @@ class Loopback:
             self.server.runtime.listeners.remove(self._forward)
         await self.client.close()
         await self.server.hub.close()
+        await close_for(self.server.runtime)  # a stop, not a cancel: the next run resumes
         for session in list(self.server.sessions):
             session.close()
         self._serving.cancel()

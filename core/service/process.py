@@ -147,10 +147,9 @@ class ServiceProcess:
     def _open_downloads(self) -> None:
         """The download jobs, pushed to the clients subscribed to "downloads"; the ones a
         stopped service left unfinished start again (issue 45)."""
-        from core.service.downloads import open_for
+        from core.service.downloads import open_for_server
 
-        resumed = open_for(self.runtime, lambda data: self.server.broadcast(
-            {"event": "downloads", "data": data}, "downloads"))
+        resumed = open_for_server(self.runtime, self.server)
         if resumed:
             log.info("resumed %d download(s)", resumed)
 
@@ -161,11 +160,9 @@ class ServiceProcess:
         return jobs is not None and jobs.busy()
 
     async def _close_downloads(self) -> None:
-        from core.service.downloads import existing
+        from core.service.downloads import close_for
 
-        jobs = existing(self.runtime)
-        if jobs is not None:
-            await jobs.close()
+        await close_for(self.runtime)
 
     async def shutdown(self) -> None:
         log.info("stopping: %s", self.stop_reason or "asked")

@@ -99,7 +99,7 @@ def test_two_apps_on_one_home_both_work_through_the_service(tmp_path: Path) -> N
         try:
             for _ in range(2):
                 sessions.append(TmuxSession(LLMDECK, env=env, width=110, height=30))
-                sessions[-1].wait_for(lambda s: "scripted ●" in s, 60,
+                sessions[-1].wait_for(lambda s: "scripted:latest ●" in s, 60,
                                       "the app attached to the service's model")
             status = _run(home, "service", "status")
             # two apps; the status command asking is not counted

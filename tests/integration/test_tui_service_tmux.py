@@ -258,7 +258,7 @@ def test_a_new_users_llmdeck_starts_the_service_detached_and_nothing_outlives_it
                                                    "LLMDECK_IN_PROCESS": ""},
                            width=110, height=30)
         try:
-            tmux.wait_for(lambda s: "scripted ●" in s, 60, "the app attached to its service")
+            tmux.wait_for(lambda s: "scripted:latest ●" in s, 60, "the app attached to its service")
             pid = svc.wait_for(lambda: _service_pid(llmdeck_home), 10, "the service's pid")
             app = _app_pid(tmux)
             assert os.getsid(pid) != os.getsid(app), "the service has a session of its own"
