@@ -8,41 +8,13 @@ nothing are returned separately so the composer can flag them before sending.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+
+from core.wire.docs import Attachment, Mention, MentionResolution
 
 MENTION_OPEN = "@doc("
 
 
-@dataclass(frozen=True, slots=True)
-class Attachment:
-    """One file attached to a conversation under a unique alias."""
-
-    alias: str
-    path: str
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class Mention:
-    """An `@doc(...)` in a message: the alias text and where it sits (for highlighting)."""
-
-    alias: str
-    start: int
-    end: int
-
-
-@dataclass(frozen=True, slots=True)
-class MentionResolution:
-    """Which mentions matched an attachment, and which did not (to warn about)."""
-
-    resolved: tuple[Attachment, ...]
-    unresolved: tuple[Mention, ...]
-    mentions: tuple[Mention, ...]
-
-    @property
-    def ok(self) -> bool:
-        return not self.unresolved
 
 
 class AttachmentRegistry:
