@@ -14,7 +14,7 @@ from textual.notifications import SeverityLevel
 from core import paths
 from core.config import kept_notice
 from core.runtime import ModelState, Runtime
-from core.store import StoreError
+from core.wire.store import StoreError
 from themes import stylesheets
 from themes.palettes import THEME_NAMES, THEMES
 from tui import gc_tuning, warmup
@@ -267,7 +267,7 @@ class LlmdeckApp(App):
                         exclusive=True)
 
     async def _use_conversation_model(self, conversation_id: str) -> None:
-        from core import model_refs
+        from core.wire import model_refs
 
         runtime = self.runtime
         conversation = await runtime.conversation(conversation_id)

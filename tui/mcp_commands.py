@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from core.tools import McpCallError
+from core.wire.tools import McpCallError
 from tui import slash
 from tui.widgets.attachments import attach_from_composer
 

@@ -14,7 +14,7 @@ that is no safe relative path stays in the listing, marked `unsafe` with the rea
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
@@ -32,7 +32,7 @@ from core.hub.safe_names import (
 )
 from core.model_files import gguf_shard, is_gguf, is_mmproj, pair_mmproj, quant_label
 from core.terminal_text import visible
-from core.wire.hub import RepoFileInfo, RepoListing
+from core.wire.hub import DownloadPlan, PlannedFile, RepoFileInfo, RepoListing
 
 # What mlx-lm reads from a model directory; everything else (README, images, .bin) stays.
 MLX_PATTERNS = ("config.json", "*.safetensors", "model.safetensors.index.json",
@@ -40,35 +40,6 @@ MLX_PATTERNS = ("config.json", "*.safetensors", "model.safetensors.index.json",
                 "special_tokens_map.json", "generation_config.json", "chat_template.jinja",
                 "chat_template.json", "vocab.json", "merges.txt", "added_tokens.json",
                 "preprocessor_config.json", "processor_config.json")
-
-
-@dataclass(frozen=True, slots=True)
-class PlannedFile:
-    path: str
-    size: int
-    sha256: str | None  # LFS content hash
-    blob_id: str | None = None  # git blob sha1 (files outside LFS)
-
-    @property
-    def expected_hash(self) -> str | None:
-        """The hash the bytes must have: sha256 for LFS files, else the git sha1."""
-        return self.sha256 or self.blob_id
-
-
-@dataclass(frozen=True, slots=True)
-class DownloadPlan:
-    """Exactly what to fetch for one model, at one commit."""
-
-    repo_id: str
-    revision: str
-    format: str  # "mlx" | "gguf"
-    primary: str  # the GGUF file to load, or "" for an MLX directory
-    files: tuple[PlannedFile, ...]
-    ref: str = "main"  # the branch name the user asked for, recorded under refs/
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(f.size for f in self.files)
 
 
 def _detect_format(paths: list[str]) -> str | None:

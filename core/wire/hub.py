@@ -188,6 +188,35 @@ class RepoListing:
 
 
 @dataclass(frozen=True, slots=True)
+class PlannedFile:
+    path: str
+    size: int
+    sha256: str | None  # LFS content hash
+    blob_id: str | None = None  # git blob sha1 (files outside LFS)
+
+    @property
+    def expected_hash(self) -> str | None:
+        """The hash the bytes must have: sha256 for LFS files, else the git sha1."""
+        return self.sha256 or self.blob_id
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadPlan:
+    """Exactly what to fetch for one model, at one commit."""
+
+    repo_id: str
+    revision: str
+    format: str  # "mlx" | "gguf"
+    primary: str  # the GGUF file to load, or "" for an MLX directory
+    files: tuple[PlannedFile, ...]
+    ref: str = "main"  # the branch name the user asked for, recorded under refs/
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+@dataclass(frozen=True, slots=True)
 class Recommendation:
     """One recommended model, in the build chosen for this machine."""
 

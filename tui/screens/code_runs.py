@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from textual.dom import DOMNode
 
-from core.tools import RunResult, fix_prompt, python_blocks
+from core.wire.tools import RunResult, fix_prompt, python_blocks
 from tui.widgets.chat_view import ChatView
 from tui.widgets.composer import Composer
 from tui.widgets.message_view import MessageView

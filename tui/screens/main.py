@@ -26,8 +26,8 @@ from textual.widgets import Footer, Input, Static, TextArea
 
 from core.events import Done, Error, ReasoningDelta, TextDelta, ToolCall, Usage
 from core.runtime import ModelState, Turn, context_use
-from core.store import StoreError
-from core.tools import ToolStatus
+from core.wire.store import StoreError
+from core.wire.tools import ToolStatus
 from tui import mcp_commands, slash
 from tui.dropped_paths import dropped_image_paths
 from tui.footer_layout import footer_bindings

@@ -22,7 +22,7 @@ from textual.widgets import Collapsible, Markdown, Static
 from textual.widgets._markdown import MarkdownStream
 
 from core.events import Error, ToolCall, Usage
-from core.remote import remote_hint
+from core.wire.remote import remote_hint
 from tui.terminal_text import visible
 from tui.widgets.message_body import MessageBody, SafeMarkdown, settled_size
 from tui.widgets.tool_card import STATES, ToolCard

@@ -16,7 +16,7 @@ from textual.message import Message
 from textual.widgets import Input, OptionList
 from textual.widgets.option_list import Option
 
-from core.store import Conversation, SearchHit, snippet_parts
+from core.wire.store import Conversation, SearchHit, snippet_parts
 from tui.terminal_text import visible
 
 
