@@ -1,0 +1,178 @@
+"""The client is thin (issue 47, item 4): tui/ imports only core's faces and wire types.
+
+Every `import core...` / `from core... import` in every .py file under tui/ (at the top,
+inside functions, under TYPE_CHECKING alike) must name one of:
+
+- core.runtime   the runtime face (the one object the UI holds, and its names)
+- core.service   the service client (start or connect, its errors, its status line)
+- core.events    the events a reply streams
+- core.wire...   the plain data that crosses the socket (dataclasses, errors as values,
+                 the pure helpers that read them): any module of the package
+- core.config    the settings: plain dataclasses that cross the socket (the codec lists
+                 Settings, Sampling, McpServerConfig...) read from the one TOML file the
+                 client starts from; a leaf (checked below: it imports only core.paths,
+                 the settings rules, core.engines.base's plain types and core.events)
+- core.paths     where this home's files are (the client finds the service's socket and
+                 the config file there); a leaf (platformdirs only)
+- core.commands  only from tui/cli.py, the entry: its table reaches the subcommands
+                 (doctor, models, cluster, workers, mcp) and the home lock by importlib
+
+What the UI still imports beyond that is listed in DEBT, file by file with the reason; the
+test fails on a new import outside the set and on a DEBT entry no longer needed, so the
+list only shrinks. core.wire itself must stay low: its modules import the standard library
+and core.wire, core.events, core.attach_errors and core.model_files.names, nothing else.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FACES = frozenset({"core.runtime", "core.service", "core.events", "core.config", "core.paths"})
+ENTRY_ONLY = {"core.commands": "tui/cli.py"}
+
+# file -> {module: why it is still there}. Work the client still does itself; each moves
+# behind the runtime face (a face call the service answers), then leaves this list.
+DEBT: dict[str, dict[str, str]] = {
+    "tui/app.py": {
+        "core.bundled": "the client unpacks the bundled model before switch_model; the "
+                        "runtime should do it when asked to load the bundled model",
+    },
+    "tui/model_presets.py": {
+        "core.presets": "the client reads and writes the per-model presets file; presets "
+                        "belong behind the face, as save_settings is",
+    },
+    "tui/screens/compare.py": {
+        "core.runtime.compare": "spec_for unpacks the bundled model and picks the engine in "
+                                "the client; Runtime.compare should take the picked model",
+    },
+    "tui/screens/hub.py": {
+        "core.hub": "search, listing, delete and the recommended list's fit run in the "
+                    "client (the downloads moved to the service: issue 47's download item)",
+        "core.workers": "WorkerStatus: core.wire.workers once hub.py's imports settle",
+    },
+    "tui/screens/model_picker.py": {
+        "core.hub": "the picker lists the models on disk itself (list_local_models); the "
+                    "runtime face should list them",
+    },
+    "tui/widgets/worker_pane.py": {
+        "core.cluster": "F4 reads the clusters' state files itself; the runtime face "
+                        "should report them with the workers",
+    },
+}
+
+WIRE_MAY_IMPORT = ("core.wire", "core.events", "core.attach_errors", "core.model_files.names")
+LEAF_MAY_IMPORT = ("core.paths", "core.settings_rules", "core.wire", "core.engines.base",
+                   "core.events", "core.keep_alive")
+
+
+def _core_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) for every import of a core module in `path`."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "core"]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "core":  # `from core import paths`: the module is core.paths
+                found += [(node.lineno, f"core.{a.name}") for a in node.names]
+            elif node.module.split(".")[0] == "core":
+                found.append((node.lineno, node.module))
+    return found
+
+
+def _within(module: str, roots: tuple[str, ...] | frozenset[str]) -> bool:
+    return any(module == r or module.startswith(r + ".") for r in roots)
+
+
+def _allowed(rel: str, module: str) -> bool:
+    if module in FACES or _within(module, ("core.wire",)):
+        return True
+    return ENTRY_ONLY.get(module) == rel
+
+
+def test_tui_imports_only_cores_faces_and_wire_types() -> None:
+    wrong, used = [], set()
+    for path in sorted((ROOT / "tui").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        for line, module in _core_imports(path):
+            if _allowed(rel, module):
+                continue
+            if module in DEBT.get(rel, {}):
+                used.add((rel, module))
+                continue
+            wrong.append(f"{rel}:{line} imports {module}")
+    assert not wrong, ("tui/ may import only core.runtime, core.service, core.events, "
+                       "core.wire, core.config, core.paths (and core.commands from cli.py); "
+                       "move the type to core.wire or the call behind the runtime face:\n"
+                       + "\n".join(wrong))
+    stale = [f"{rel}: {module}" for rel, mods in DEBT.items() for module in mods
+             if (rel, module) not in used]
+    assert not stale, "no longer imported: take these out of DEBT:\n" + "\n".join(stale)
+
+
+def test_core_wire_imports_nothing_above_it() -> None:
+    wrong = []
+    for path in sorted((ROOT / "core" / "wire").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        tree = ast.parse(path.read_text(encoding="utf-8"), rel)
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.module
+                     and node.level == 0 else [])
+            for name in names:
+                top = name.split(".")[0]
+                if top == "core":
+                    if not _within(name, WIRE_MAY_IMPORT):
+                        wrong.append(f"{rel}:{node.lineno} imports {name}")
+                elif top not in sys.stdlib_module_names and top != "__future__":
+                    wrong.append(f"{rel}:{node.lineno} imports {name} (not the standard library)")
+    assert not wrong, "core.wire must stay below every package that fills it:\n" + "\n".join(wrong)
+
+
+def test_the_faces_the_client_may_read_are_leaves() -> None:
+    """core.config and core.paths load no package that does work."""
+    wrong = []
+    for rel in ("core/config.py", "core/paths.py"):
+        for line, module in _core_imports(ROOT / rel):
+            if not _within(module, LEAF_MAY_IMPORT):
+                wrong.append(f"{rel}:{line} imports {module}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_command_the_entry_names_resolves() -> None:
+    import core.commands as commands
+
+    for name in commands.COMMANDS:
+        assert getattr(commands, name) is not None
+
+
+def test_the_old_names_are_the_wire_types() -> None:
+    """The owning packages hand out the very classes core.wire defines (one class, two
+    doors), and the codec decodes a wire type to that class."""
+    import core.docs
+    import core.hub
+    import core.memory
+    import core.store
+    import core.tools
+    import core.vision
+    import core.workers
+    from core.runtime import compare
+    from core.service import codec
+    from core.wire import compare as wire_compare
+    from core.wire import docs, hub, memory, store, tools, vision, workers
+
+    pairs = [(core.store.Conversation, store.Conversation), (core.store.Message, store.Message),
+             (core.store.StoreError, store.StoreError), (core.hub.HubError, hub.HubError),
+             (core.hub.DownloadProgress, hub.DownloadProgress), (core.hub.LocalModel, hub.LocalModel),
+             (core.tools.ToolStatus, tools.ToolStatus), (core.tools.RunResult, tools.RunResult),
+             (core.tools.McpCallError, tools.McpCallError), (core.docs.Attachment, docs.Attachment),
+             (core.memory.RolloverMarker, memory.RolloverMarker),
+             (core.vision.StoredImage, vision.StoredImage), (core.workers.WorkerStatus, workers.WorkerStatus),
+             (compare.CompareRefused, wire_compare.CompareRefused)]
+    for old, new in pairs:
+        assert old is new, old
+    hit = store.SearchHit("c1", "t", None, "«x»", 1.0)
+    assert codec.decode(codec.encode(hit)) == hit
+    assert type(codec.decode(codec.encode(hit))) is store.SearchHit
