@@ -8,7 +8,8 @@ The package, one idea per module, lowest first:
 - live.py          live turns: each started reply runs as a task; watchers are cursors
 - turns.py         Turn: one reply streaming, from the parts it is handed
 - context.py       context preparation: documents and memory (imported on first use)
-- compare.py       one message to two models side by side (imported on first use)
+- compare.py       one message to two models side by side (imported on first use;
+                   Comparison, spec_for and ModelSpec are on the face)
 - face.py          Runtime: the thin public calls the UI makes
 
 The names below are the face; import them from `core.runtime`, never from a module.
@@ -28,10 +29,11 @@ from core.runtime.store_thread import SIDEBAR_PAGE
 from core.runtime.turns import Turn
 
 _CONTEXT_NAMES = frozenset({"AttachResult", "ChatContext", "DocContext", "PreparedTurn"})
+_COMPARE_NAMES = frozenset({"Comparison", "ModelSpec", "spec_for"})  # the compare screen's
 
 __all__ = ["FLUSH_S", "SIDEBAR_PAGE", "LiveTurnInfo", "ModelState", "Runtime", "RuntimeFace",
            "SandboxInfo", "Turn", "TurnHandle", "TurnWatch", "context_use", "engine_for",
-           *sorted(_CONTEXT_NAMES)]
+           *sorted(_CONTEXT_NAMES), *sorted(_COMPARE_NAMES)]
 
 
 def __getattr__(name: str) -> Any:
@@ -39,4 +41,8 @@ def __getattr__(name: str) -> Any:
         from core.runtime import context
 
         return getattr(context, name)
+    if name in _COMPARE_NAMES:
+        from core.runtime import compare
+
+        return getattr(compare, name)
     raise AttributeError(f"module 'core.runtime' has no attribute {name!r}")

@@ -23,14 +23,14 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from core.events import Done, Error, ReasoningDelta, TextDelta, Usage
-from core.runtime.compare import Comparison, spec_for
+from core.runtime import Comparison, spec_for
 from core.wire.compare import LEFT, RIGHT, CompareRefused
 from tui.screens.model_picker import ModelChoice
 from tui.terminal_text import visible
 from tui.widgets.message_view import MessageView
 
 if TYPE_CHECKING:
-    from core.runtime.compare import ModelSpec
+    from core.runtime import ModelSpec
 
 KEEP_HINT = "1 keeps the left reply · 2 keeps the right · esc closes (the left stays the reply)"
 
