@@ -1,7 +1,7 @@
 """core.wire: the plain data that crosses the socket between the service and its clients.
 
 The UI draws these and nothing else of core's packages (with the runtime face, the
-service client and core.events): dataclasses, enums, errors as values and the pure
+service client, core.events and the settings): dataclasses, enums, errors as values and the pure
 helpers that read them. Each module mirrors the package that fills its types, which
 imports them from here and keeps them in its own face, so every arrow points down:
 a module here imports only the standard library, core.events-level modules
