@@ -26,6 +26,8 @@ engine's own TTFT shows what the pool and HTTP add. `targets` checks issue 20's 
     python bench/chat.py --quick                          # tiny random qwen3 on the CPU
     python bench/chat.py --quick --repeat 3               # alternate, pool: a noisy CPU
     python bench/chat.py --shape qwen3-0.6b               # GPU, bf16 (add --bits 4)
+    python bench/chat.py --shape qwen3-0.6b --scenarios b --no-runtime --kv-disk-pair
+                                                          # issue 49: the disk cache on/off
 """
 
 from __future__ import annotations
@@ -162,10 +164,10 @@ class Server:
 
 
 def start_ours(model_dir: Path, work: Path, context: int, concurrency: int,
-               options: tuple[str, ...] = ()) -> Server:
+               options: tuple[str, ...] = (), name: str = "serve") -> Server:
     from core.config import Settings
 
-    home = work / "home-serve"
+    home = work / f"home-{name}"
     home.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, LLMDECK_HOME=str(home), PYTHONUNBUFFERED="1")
     Settings(context_size=context).save(home / "config.toml")
@@ -175,7 +177,7 @@ def start_ours(model_dir: Path, work: Path, context: int, concurrency: int,
             "--option", f"max_concurrency={concurrency}", "--option", "label=bench"]
     for option in options:  # engine options to compare (e.g. prefill_order=fifo)
         argv += ["--option", option]
-    return Server("llmdeck", argv, port, "bench", env, work / "serve.log")
+    return Server("llmdeck", argv, port, "bench", env, work / f"{name}.log")
 
 
 def start_peer(model_dir: Path, work: Path, concurrency: int) -> Server:
@@ -438,6 +440,11 @@ def targets(ours: dict[str, Any], peer: dict[str, Any], vs: dict[str, Any]) -> d
     if "later" in a and "turn1" in a:
         check("a_later_vs_own_turn1_le_0.5", a["later"]["ttft_p50_ms"] / a["turn1"]["ttft_p50_ms"], 0.5)
     check("b_later_vs_peer_le_0.8", vs.get("b_later_ttft_p50_vs_peer"), 0.8)
+    # issue 49 item 1: later turns with the disk KV cache on
+    check("b_later_vs_peer_le_0.45", vs.get("b_later_ttft_p50_vs_peer"), 0.45)
+    b = ours.get("b", {})
+    if "later" in b and "turn1" in b:
+        check("b_later_vs_own_turn1_le_0.6", b["later"]["ttft_p50_ms"] / b["turn1"]["ttft_p50_ms"], 0.6)
     check("lone_turn1_vs_peer_le_1", vs.get("lone_turn1_ttft_p50_vs_peer"), 1.0)
     check("a_turn1_vs_peer_le_1", vs.get("a_turn1_ttft_p50_vs_peer"), 1.0)
     check("b_turn1_vs_peer_le_1", vs.get("b_turn1_ttft_p50_vs_peer"), 1.0)
@@ -484,26 +491,38 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         servers.append(ours)
         peer = start_peer(model_dir, work, concurrency)
         servers.append(peer)
+        off = None
+        if args.kv_disk_pair:  # issue 49: ours again with the disk KV cache off
+            off = start_ours(model_dir, work, context, concurrency,
+                             (*args.option, "kv_disk_gb=0"), name="serve-kv-off")
+            servers.append(off)
         result["ours_ready_s"] = round(await ours.ready(900), 1)
         result["peer_ready_s"] = round(await peer.ready(900), 1)
+        if off is not None:
+            await off.ready(900)
+            await warm_up(http_sender(off), plan)
         result["ours"], result["peer"] = {}, {}
         # Warm both, then each scenario on both, in turn. With --repeat the runs alternate
         # (ours first, then the peer first, ...) and the samples are pooled, so a burst of
         # load on a shared box lands on both sides; each repetition's ratios are kept too.
         await warm_up(http_sender(ours), plan)
         await warm_up(http_sender(peer), plan)
-        raw: dict[str, dict[str, Any]] = {"ours": {}, "peer": {}}
+        raw: dict[str, dict[str, Any]] = {"ours": {}, "peer": {}, "ours_kv_off": {}}
         per_rep: list[dict[str, Any]] = []
         for rep in range(args.repeat):
-            this_rep: dict[str, dict[str, Any]] = {"ours": {}, "peer": {}}
+            this_rep: dict[str, dict[str, Any]] = {"ours": {}, "peer": {}, "ours_kv_off": {}}
             for name in which:
                 sides = [("ours", ours), ("peer", peer)]
+                if off is not None:
+                    sides.append(("ours_kv_off", off))
                 for side, server in sides if rep % 2 == 0 else sides[::-1]:
                     got = await run_http_raw(server, plan, name, rep)
                     this_rep[side][name] = got
                     merge(raw[side], name, got)
             per_rep.append(compare(finish(this_rep["ours"]), finish(this_rep["peer"])))
             result["ours"], result["peer"] = finish(raw["ours"]), finish(raw["peer"])
+            if off is not None:
+                result["ours_kv_off"] = finish(raw["ours_kv_off"])
             if args.out:  # what is done so far survives a run cut short
                 Path(args.out).write_text(json.dumps(result))
         if args.repeat > 1:
@@ -513,6 +532,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         for s in servers:
             await s.close()
     result["vs_peer"] = compare(result["ours"], result["peer"])
+    if "ours_kv_off" in result:  # the disk KV cache's cost: on / off (1.0: none)
+        result["kv_disk_on_vs_off"] = {k.replace("_vs_peer", "_on_vs_off"): v for k, v in
+                                       compare(result["ours"], result["ours_kv_off"]).items()}
+        result["kv_off_vs_peer"] = compare(result["ours_kv_off"], result["peer"])
     if not args.no_runtime:
         t0 = time.perf_counter()
         try:
@@ -583,6 +606,9 @@ def main() -> None:
     parser.add_argument("--out", help="also write the JSON here")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="an engine option for our server (repeatable), e.g. prefill_order=fifo")
+    parser.add_argument("--kv-disk-pair", action="store_true",
+                        help="also run ours with the disk KV cache off (kv_disk_gb=0): "
+                             "kv_disk_on_vs_off shows what the cache costs each turn kind")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run every scenario this many times, alternating which server goes "
                              "first, and pool the samples (a noisy shared CPU: use 3)")

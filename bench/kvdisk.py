@@ -32,6 +32,14 @@ restart, evicted in that order on a fresh store), as the engine's Usage reports 
     python bench/kvdisk.py --quick                  # tiny qwen3 (MLX, CPU) + bundled Gemma GGUF
                                                     # (llama.cpp: 1.5k tokens; 4k: --llama-tokens 4000)
     python bench/kvdisk.py --shape qwen3-0.6b       # MLX on the GPU, Qwen3-0.6B's shape
+    python bench/kvdisk.py --shape qwen3-0.6b --skip-llamacpp --skip-thinking --read always
+                                                    # the loader alone (--bits 8: 8-bit files)
+
+    python bench/kvdisk.py --lockstep --shape qwen3-0.6b   # 8 conversations, cache on vs off
+
+`restart_read_the_file` says whether the restart read the file (the cost model,
+core.engines.kv_cost, may find a prefill faster: then restart is about cold); `cost_model`
+the rates it decided with (`read_measured` false: the default read rate).
 """
 
 from __future__ import annotations
@@ -147,6 +155,7 @@ def _written(before: dict[tuple[str, int], int], kv_root: Path) -> int:
 
 def ttfts(make: Any, messages: list[dict[str, str]], repeats: int, kv_root: Path) -> dict[str, Any]:
     cold, warm, restart, evicted, warm3, restart3 = [], [], [], [], [], []
+    rates: dict[str, Any] = {}
     cached: dict[str, int] = {}
     written: list[int] = []
     for i in range(repeats):
@@ -191,6 +200,13 @@ def ttfts(make: Any, messages: list[dict[str, str]], repeats: int, kv_root: Path
         _, u = run(engine, nxt)
         restart.append(u.ttft_ms)
         cached["restart"], cached["prompt"] = u.cached_tokens, u.prompt_tokens
+        if engine._kv is not None:  # what the cost model knew when it decided
+            cost = engine._kv.cost
+            rates = {"read_gb_per_s": round(cost.read_bps / 1e9, 3),
+                     "read_measured": bool(cost.reads),
+                     "prefill_tokens_per_s": round(cost.prefill_tps or 0.0),
+                     "file_bytes": sum(_files(kv_root).values()),
+                     "last_load_ms": {k: round(v, 1) for k, v in engine._kv.last_load.items()}}
         engine.close()
         for f in kv_root.rglob("*.kv"):  # what the bound does when others fill the store
             f.unlink()
@@ -205,6 +221,8 @@ def ttfts(make: Any, messages: list[dict[str, str]], repeats: int, kv_root: Path
            (("cold", cold), ("warm", warm), ("restart", restart), ("evicted", evicted),
             ("warm3", warm3), ("restart3", restart3))}
     return {
+        "restart_read_the_file": cached["restart"] > 0,
+        "cost_model": rates,
         "prompt_tokens": cached["prompt"],
         "cached_tokens": {k: cached[k] for k in ("warm", "restart", "evicted", "restart_chain")},
         "bytes_written_per_turn": written,
@@ -263,7 +281,9 @@ def _min_from_turn3(shares: list[float]) -> float:
     return min(shares[2:]) if len(shares) > 2 else float("nan")
 
 
-def bench_mlx(work: Path, shape: str, repeats: int, tokens: int, turns: int) -> dict[str, Any]:
+def bench_mlx(work: Path, shape: str, repeats: int, tokens: int, turns: int,
+              options: tuple[tuple[str, Any], ...] = (), thinking_runs: bool = True,
+              ) -> dict[str, Any]:
     from core.engines.mlx import MlxEngine
     from tests.fixtures.mlx_models import QWEN3_0_6B_SHAPE, QWEN3_SHAPE, build_model_dir
 
@@ -282,13 +302,14 @@ def bench_mlx(work: Path, shape: str, repeats: int, tokens: int, turns: int) -> 
 
     def make(gb: float = 4.0, path: Path = folder) -> Any:
         return MlxEngine(ModelSpec(str(path), "mlx", context_size=ctx, options=(
-            ("warmup_batch_sizes", (1,)), ("kv_disk_gb", gb))))
+            ("warmup_batch_sizes", (1,)), ("kv_disk_gb", gb), *options)))
 
     root = Path(os.environ["LLMDECK_HOME"]) / "cache" / "kv"
     out = ttfts(make, conversation(tokens), repeats, root)
     out["model"] = f"random-weight {shape} ({'bf16' if gpu else 'float32'})"
-    for label, gb, restart in (("", 4.0, False), ("_restarting_each_turn", 4.0, True),
-                               ("_memory_only", 0, False)):
+    out["options"] = {k: v for k, v in options}
+    for label, gb, restart in () if not thinking_runs else (
+            ("", 4.0, False), ("_restarting_each_turn", 4.0, True), ("_memory_only", 0, False)):
         shares, prefilled, prompts, written = thinking_reuse(
             lambda gb=gb: make(gb, thinking), turns, 80, restart, root)
         out[f"thinking_reuse_by_turn{label}"] = shares
@@ -298,6 +319,87 @@ def bench_mlx(work: Path, shape: str, repeats: int, tokens: int, turns: int) -> 
         out[f"thinking_prefilled_tokens_by_turn{label}"] = prefilled
         out[f"thinking_reuse_from_turn3{label}"] = _min_from_turn3(shares)
     return out
+
+
+def lockstep(make: Any, convs: int, turns: int, gap_ms: float, system_words: int,
+             reply_tokens: tuple[int, ...]) -> dict[str, list[float]]:
+    """Issue 49 item 1's workload in process: `convs` conversations in lock-step (each
+    turn sent by all at once once every reply of the last is done, after `gap_ms` of
+    client time in which the engine runs its idle steps), system prompts of
+    system_words * (1..convs) / 2 words. TTFT (the engine's) per turn kind."""
+    engine = make()
+    out: dict[str, list[float]] = {"turn1": [], "later": []}
+    try:
+        msgs = [[{"role": "system", "content": _sentence(i + 3, system_words * (i + 2) // 2)}]
+                for i in range(convs)]
+        for t in range(turns):
+            ids = {}
+            for i, m in enumerate(msgs):
+                m.append({"role": "user", "content": _sentence(t * 31 + i, 20)})
+                rid = f"c{i}t{t}"
+                ids[rid] = i
+                engine.submit(GenerationRequest(rid, tuple(m), SamplingParams(
+                    temperature=0.0, max_tokens=reply_tokens[t % len(reply_tokens)])))
+            texts: dict[str, list[str]] = {rid: [] for rid in ids}
+            done: set[str] = set()
+            while len(done) < len(ids):
+                for rid, events in engine.step():
+                    for e in events:
+                        if isinstance(e, TextDelta):
+                            texts[rid].append(e.text)
+                        elif isinstance(e, Usage):
+                            out["turn1" if t == 0 else "later"].append(e.ttft_ms)
+                            done.add(rid)
+            for rid, i in ids.items():
+                msgs[i].append({"role": "assistant", "content": "".join(texts[rid])})
+            end = time.perf_counter() + gap_ms / 1000
+            while engine.has_work() and time.perf_counter() < end:
+                engine.step()
+    finally:
+        engine.close()
+    return out
+
+
+def bench_lockstep(work: Path, shape: str, repeats: int, gap_ms: float) -> dict[str, Any]:
+    """The disk cache on (kv_disk_gb 4) against off (0), runs interleaved, fresh store each."""
+    from core.engines.mlx import MlxEngine
+    from tests.fixtures.mlx_models import QWEN3_0_6B_SHAPE, QWEN3_SHAPE, build_model_dir
+
+    gpu = shape == "qwen3-0.6b"
+    folder = work / f"mlx-{shape}"
+    if not (folder / "config.json").exists():
+        build_model_dir(folder, QWEN3_0_6B_SHAPE if gpu else QWEN3_SHAPE, seed=3,
+                        dtype="bfloat16" if gpu else "float32")
+    root = Path(os.environ["LLMDECK_HOME"]) / "cache" / "kv"
+    runs: dict[str, dict[str, list[float]]] = {"on": {"turn1": [], "later": []},
+                                               "off": {"turn1": [], "later": []}}
+    for r in range(-1, repeats):  # run -1 warms the device's kernels up, discarded
+        for side in (("on", "off") if r % 2 == 0 else ("off", "on")):
+            if r < 0 and side == "on":
+                continue
+            _progress(f"lockstep {side}, run {r + 1} of {repeats}")
+            shutil.rmtree(root, ignore_errors=True)
+            gb = 4.0 if side == "on" else 0
+
+            def make(gb: float = gb) -> Any:
+                return MlxEngine(ModelSpec(str(folder), "mlx", context_size=8192, options=(
+                    ("warmup_batch_sizes", (1, 8)), ("kv_disk_gb", gb))))
+
+            got = lockstep(make, 8, 4, gap_ms, 200 if gpu else 60,
+                           (64, 128, 48, 96) if gpu else (16, 40, 24, 32))
+            for k, v in got.items():
+                if r >= 0:
+                    runs[side][k].extend(v)
+    med = {side: {k: round(statistics.median(v), 1) for k, v in kinds.items()}
+           for side, kinds in runs.items()}
+    return {
+        "model": f"random-weight {shape} ({'bf16' if gpu else 'float32'})",
+        "gap_ms": gap_ms,
+        "ttft_p50_ms": med,
+        "later_on_over_off": round(med["on"]["later"] / med["off"]["later"], 3),
+        "later_over_own_turn1_on": round(med["on"]["later"] / med["on"]["turn1"], 3),
+        "later_over_own_turn1_off": round(med["off"]["later"] / med["off"]["turn1"], 3),
+    }
 
 
 def bench_llamacpp(repeats: int, tokens: int, turns: int, words: int,
@@ -356,6 +458,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--llamacpp-thinking", action="store_true",
                     help="with --quick, run llama.cpp's thinking conversation too (~20 min on "
                          "a busy 2-core box; --quick must stay under 3 minutes)")
+    ap.add_argument("--read", choices=("auto", "always"), default="auto",
+                    help="kv_disk_read: auto (the cost model decides) or always (time the loader)")
+    ap.add_argument("--bits", type=int, choices=(8, 16), default=16, help="kv_disk_bits")
+    ap.add_argument("--copy", choices=("parallel", "single"), default="parallel",
+                    help="kv_disk_copy: how a read file reaches the device")
+    ap.add_argument("--skip-thinking", action="store_true", help="MLX: the TTFT runs only")
+    ap.add_argument("--lockstep", action="store_true",
+                    help="only the on/off pair of 8 conversations in lock-step (issue 49 item 1)")
+    ap.add_argument("--gap-ms", type=float, default=10.0,
+                    help="--lockstep: client time between turns (the engine idles)")
     args = ap.parse_args(argv)
     skip_llama_thinking = args.skip_llamacpp_thinking or (args.quick and not args.llamacpp_thinking)
     repeats = args.repeats or (2 if args.quick else 5)
@@ -366,9 +478,14 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {}
     started = time.perf_counter()
     try:
-        if not args.skip_mlx:
-            result["mlx"] = bench_mlx(work, args.shape, repeats, args.tokens, args.turns)
-        if not args.skip_llamacpp:
+        if args.lockstep:
+            result["lockstep"] = bench_lockstep(work, args.shape, repeats, args.gap_ms)
+        elif not args.skip_mlx:
+            options = (("kv_disk_read", args.read), ("kv_disk_bits", args.bits),
+                       ("kv_disk_copy", args.copy))
+            result["mlx"] = bench_mlx(work, args.shape, repeats, args.tokens, args.turns,
+                                      options, not args.skip_thinking)
+        if not args.skip_llamacpp and not args.lockstep:
             result["llamacpp"] = bench_llamacpp(repeats, args.llama_tokens or (
                 1500 if args.quick else args.tokens), args.turns,
                                                 8 if args.quick else 40, skip_llama_thinking)

@@ -13,7 +13,8 @@ builds it (tui.cli.build_app, headless Textual), timed from just before its exec
 For each: ready (launch to the model's state being "ready" on the app's status bar, when
 a message sent is answered at once) and first_token (launch to the first reply text on
 screen, the message sent right at ready); paint_to_ready is the part after the app's
-first frame (for warm: connecting, the model's state and settings over the socket; the
+first frame, first_frame the part before it, and warm_newest_conversation the launch to
+the conversation of the reply the warm service just finished being on screen (for warm: connecting, the model's state and settings over the socket; the
 rest of ready is Python and Textual starting, the same for all three). A round runs cold, warm, then in_process, so
 each round is a pair for the ratios; medians over rounds.
 Ratios are named *_ratio as ours over theirs, higher is better:
@@ -49,12 +50,27 @@ async def _probe(in_process: bool) -> None:
     app = build_app(in_process=in_process)
     async with app.run_test(headless=True, size=(100, 30)) as pilot:
         print(f"PAINT {time.monotonic()}", flush=True)  # mounted: the first frame is out
-        while app.runtime.model.state != "ready":
+        from tui.widgets.status_bar import StatusBar
+
+        bar = app.main.query_one(StatusBar)
+        opened = None  # when the conversation start-up opens (warm: the newest reply's) shows
+        while app.runtime.model.state != "ready" or getattr(bar, "opening", False):
             if app.runtime.model.state == "failed":
                 print(f"FAILED {app.runtime.model.error}", flush=True)
                 return
+            if opened is None and app.main.chat.views:
+                opened = time.monotonic()
             await pilot.pause(0.005)
         print(f"READY {time.monotonic()}", flush=True)
+        if not hasattr(bar, "opening"):  # an llmdeck before issue 48: it may open later
+            for _ in range(400):
+                if app.main.chat.views:
+                    break
+                await pilot.pause(0.005)
+        if opened is None and app.main.chat.views:
+            opened = time.monotonic()
+        if opened is not None:
+            print(f"OPEN {opened}", flush=True)
         app.main.send("Say hello.")
         while not any(v.role == "assistant" and v.content for v in app.main.chat.views):
             await pilot.pause(0.002)
@@ -70,21 +86,22 @@ async def _probe(in_process: bool) -> None:
 
 
 # -- the parent ------------------------------------------------------------------------
-def _run_probe(kind: str, env: dict[str, str]) -> tuple[float, float, float]:
+def _run_probe(kind: str, env: dict[str, str]) -> tuple[float, float, float, float, float]:
     start = time.monotonic()
     proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--probe", kind],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     marks = {}
     for line in proc.stdout.splitlines():
         word, _, value = line.partition(" ")
-        if word in ("PAINT", "READY", "TOKEN"):
+        if word in ("PAINT", "READY", "TOKEN", "OPEN"):
             marks[word] = float(value)
         if word == "FAILED":
             raise SystemExit(f"{kind}: the model failed to load: {value}")
     if "TOKEN" not in marks:
         raise SystemExit(f"{kind} probe ended early:\n{proc.stdout}\n{proc.stderr[-2000:]}")
+    opened = (marks["OPEN"] - start) * 1000 if "OPEN" in marks else float("nan")
     return ((marks["READY"] - start) * 1000, (marks["TOKEN"] - start) * 1000,
-            (marks["READY"] - marks["PAINT"]) * 1000)
+            (marks["READY"] - marks["PAINT"]) * 1000, (marks["PAINT"] - start) * 1000, opened)
 
 
 WARM_REPLIES = """
@@ -130,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run([sys.executable, "-m", "tui.cli", "models", "restore-default"], env=env,
                        cwd=ROOT, capture_output=True, timeout=600, check=True)
         _run_probe("inproc", env)  # untimed: bytecode and page cache, as an installed app
-        runs: dict[str, list[tuple[float, float, float]]] = {"cold": [], "warm": [], "in_process": []}
+        runs: dict[str, list[tuple[float, ...]]] = {"cold": [], "warm": [], "in_process": []}
         for _ in range(rounds):
             runs["cold"].append(_run_probe("service", env))  # starts the service
             subprocess.run([sys.executable, "-c", WARM_REPLIES], env=env, cwd=ROOT,
@@ -146,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         out[f"{name}_ready_p50_ms"] = round(pct([p[0] for p in pairs], 0.5), 1)
         out[f"{name}_first_token_p50_ms"] = round(pct([p[1] for p in pairs], 0.5), 1)
         out[f"{name}_paint_to_ready_p50_ms"] = round(pct([p[2] for p in pairs], 0.5), 1)
+        out[f"{name}_first_frame_p50_ms"] = round(pct([p[3] for p in pairs], 0.5), 1)
+    # warm: launch to the newest conversation on screen (the reply the service just
+    # finished opens at start; issue 48)
+    out["warm_newest_conversation_p50_ms"] = round(pct([p[4] for p in runs["warm"]], 0.5), 1)
     for what, index in (("ready", 0), ("first_token", 1)):
         for ours in ("warm", "cold"):
             ratios = [i[index] / o[index] for o, i in zip(runs[ours], runs["in_process"],

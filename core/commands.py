@@ -15,6 +15,7 @@ import importlib
 from typing import Any
 
 # name the entry imports -> "module:attribute" in the package that does the work
+# ("module" alone: the module itself)
 COMMANDS: dict[str, str] = {
     "doctor_main": "core.doctor:main",  # llmdeck doctor
     "cluster_doctor_main": "core.cluster:cluster_doctor_main",  # llmdeck doctor --cluster
@@ -28,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "acquire": "core.home_lock:acquire",  # the home's lock, for the app or `serve`
     "HomeLockError": "core.home_lock:HomeLockError",
     "holder": "core.home_lock:holder",  # the pid holding a role's lock
+    "pull_cli": "core.service.pull_cli",  # models pull|downloads: the service's jobs
 }
 
 __all__ = sorted(COMMANDS)
@@ -38,6 +40,8 @@ def __getattr__(name: str) -> Any:
     if target is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     module, _, attribute = target.partition(":")
-    found = getattr(importlib.import_module(module), attribute)
+    found = importlib.import_module(module)
+    if attribute:
+        found = getattr(found, attribute)
     globals()[name] = found  # resolved once
     return found

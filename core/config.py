@@ -23,7 +23,7 @@ import tomli_w
 
 from core import paths
 from core import settings_rules as rules
-from core.engines.base import DEFAULT_PENALTY_WINDOW, SamplingParams
+from core.engines.base import DEFAULT_PENALTY_WINDOW, ROOM_LEFT, SamplingParams
 from core.settings_rules import Refused
 
 
@@ -34,7 +34,7 @@ class Sampling:
     top_k: int = 40
     min_p: float = 0.0
     repetition_penalty: float = 1.0
-    max_tokens: int = 1024
+    max_tokens: int = 0  # 0: no cap, a reply may use the room left in the context
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     penalty_window: int = DEFAULT_PENALTY_WINDOW  # tokens each penalty looks back over
@@ -47,7 +47,7 @@ class Sampling:
         return SamplingParams(
             temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
             min_p=self.min_p, repetition_penalty=self.repetition_penalty,
-            max_tokens=self.max_tokens, stop=stop, seed=seed,
+            max_tokens=self.max_tokens or ROOM_LEFT, stop=stop, seed=seed,
             presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty,
             repetition_context_size=w, presence_context_size=w, frequency_context_size=w,
         )

@@ -112,20 +112,36 @@ def check_memory_budget() -> Check:
     from core.workers.status_file import read_status, status_path
 
     budget = memory_budget.current_budget()
-    held, models = 0, []
+    held, rss, models = 0, 0, []
+    statuses = _service_workers()  # the engine service's pool first: it holds the models
     for role in ("app", "serve"):
-        for status in read_status(status_path(role))[0]:
-            held += status.memory_bytes
-            if status.memory_bytes and status.model not in models:
-                models.append(status.model)
+        statuses += read_status(status_path(role))[0]
+    for status in statuses:
+        held += status.memory_bytes
+        rss += status.rss_bytes
+        if status.state in ("idle", "busy", "ready", "loading") and status.model not in models:
+            models.append(status.model)
     names = f" ({', '.join(visible(m) for m in models)})" if models else ""
+    really = f" (their workers really hold {_gb(rss)})" if rss else ""
     detail = (f"{budget.describe()}; {_gb(held)} held by {len(models)} loaded "
-              f"model{'s' * (len(models) != 1)}{names}, {_gb(max(budget.total_bytes - held, 0))} free")
+              f"model{'s' * (len(models) != 1)}{names}{really}, "
+              f"{_gb(max(budget.total_bytes - held, 0))} free")
     if budget.total_bytes > budget.physical_bytes - memory_budget.SYSTEM_ROOM:
         return Check("memory budget", WARN, detail, "The budget leaves the system less than "
                      f"{_gb(memory_budget.SYSTEM_ROOM)}: a model that fits it can still be killed "
                      "for memory. Lower memory_budget_gb in config.toml (0 is automatic).")
     return Check("memory budget", OK, detail)
+
+
+def _service_workers() -> list:
+    """The running engine service's workers (issue 45: the budget line agrees with the
+    service line); none when no service runs."""
+    from core.service.client import ServiceCallError, ServiceUnavailable, run_call
+
+    try:
+        return list(run_call("worker_status", timeout=5) or [])
+    except (ServiceUnavailable, ServiceCallError, OSError, TimeoutError):
+        return []
 
 
 def check_disk(min_free: int = MIN_FREE_BYTES) -> Check:
@@ -260,8 +276,9 @@ def check_service() -> Check:
     models = ", ".join(str(m) for m in status.get("models") or []) or "none loaded"
     from core.terminal_text import visible
 
+    clients = max(int(status.get("clients") or 0) - 1, 0)  # not doctor's own connection
     return Check("service", OK, visible(
-        f"pid {status.get('pid')}, up {up // 60} min, {status.get('clients')} client(s), "
+        f"pid {status.get('pid')}, up {up // 60} min, {clients} client{'s' * (clients != 1)}, "
         f"models: {models}, memory {memory / 2**20:.0f} MiB"))
 
 

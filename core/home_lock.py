@@ -54,7 +54,7 @@ def home_label() -> str:
         return f"LLMDECK_HOME={home}"
     import platformdirs
 
-    return f"the default home ({platformdirs.user_data_dir(paths.APP)})"
+    return f"the data folder {platformdirs.user_data_dir(paths.APP)}"
 
 
 def lock_path(role: str) -> Path:

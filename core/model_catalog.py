@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core import model_ids
+from core.bundled import BUNDLED_CHAT_LABEL
 
 if TYPE_CHECKING:
     from core.hub import LocalModel
@@ -67,6 +68,10 @@ class ModelCatalog:
                 self._read_at = time.monotonic()
             return list(self._entries)
 
+    def invalidate(self) -> None:
+        """The disk changed (a model deleted): the next listing reads it again."""
+        self._read_at = -1e9
+
     def cached(self) -> list[CatalogEntry]:
         """The last listing, without touching the disk."""
         return list(self._entries)
@@ -87,7 +92,8 @@ class ModelCatalog:
     @staticmethod
     def _match(name: str, aliases: dict[str, str], entries: list[CatalogEntry]) -> CatalogEntry | None:
         name = aliases.get(name, name)
-        for key in (lambda e: e.id, lambda e: e.name, lambda e: str(e.path)):
+        for key in (lambda e: e.id, lambda e: e.name, lambda e: str(e.path),
+                    lambda e: BUNDLED_CHAT_LABEL if e.bundled else ""):
             exact = [e for e in entries if key(e) == name]
             if exact:
                 return exact[0]
@@ -103,12 +109,38 @@ class ModelCatalog:
         return next((e for e in entries if e.hub_id == name), None)
 
 
+_SHARED: dict[tuple[Path, Path], ModelCatalog] = {}
+
+
+def shared() -> ModelCatalog:
+    """The process's one catalog per home: the app's model lifecycle and the API read the
+    same listing, so the id the header shows is the id /v1/models lists and answers."""
+    from core import paths
+
+    key = (paths.models_dir(), paths.hf_cache_dir())
+    catalog = _SHARED.get(key)
+    if catalog is None:
+        catalog = _SHARED[key] = ModelCatalog()
+    return catalog
+
+
+def id_for_path(path: str | Path) -> str:
+    """The id of the model at `path` (reads the disk: call it in a thread). A file the
+    listing does not hold (outside the models folder and the HF cache) gets the id its
+    name gives, the same rule."""
+    target = Path(path).expanduser()
+    catalog = shared()
+    catalog.entries()
+    entry = catalog.by_path(target)
+    if entry is None:
+        entry = next((e for e in catalog.entries(fresh_s=0) if e.path == target), None)
+    return entry.id if entry is not None else model_ids.base_id(target.name)
+
+
 def _read() -> list[CatalogEntry]:
     from core.hub import list_local_models
 
-    models = [m for m in list_local_models() if m.valid]
-    ids = model_ids.unique_ids([(m.name, m.quant, m.format, str(m.path)) for m in models])
-    return [_entry(model, ident) for model, ident in zip(models, ids, strict=True)]
+    return [_entry(m, m.model_id) for m in list_local_models() if m.valid]
 
 
 def _entry(model: LocalModel, ident: str) -> CatalogEntry:

@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from core.engines.base import GenerationRequest
+from core.engines.base import ROOM_LEFT, GenerationRequest
 from core.events import ERROR_CODES, Error
 
 
@@ -68,8 +68,9 @@ def request_body(request: GenerationRequest, model: str, *, stream: bool = True)
         "stream": stream,
         "temperature": s.temperature,
         "top_p": s.top_p,
-        "max_tokens": s.max_tokens,
     }
+    if s.max_tokens < ROOM_LEFT:  # else the remote's own default: the room left in its context
+        body["max_tokens"] = s.max_tokens
     if stream:
         body["stream_options"] = {"include_usage": True}
     if s.stop:

@@ -25,9 +25,10 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 @pytest.fixture(autouse=True)
 def llmdeck_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Point every llmdeck path at a fresh folder; keep Hugging Face offline. An app a test
-    starts (pilot, tmux, pty) runs its own Runtime: `llmdeck` is the engine service's
-    client by default, and each test would leave a service behind; the service's own
-    tests set LLMDECK_IN_PROCESS=0 where they start an app."""
+    starts in a terminal (tmux, pty) runs its service in its own process
+    (LLMDECK_IN_PROCESS=1: core.service.loopback), still the service's client over the
+    real protocol and codec, so no test leaves a detached service behind; the service's
+    own tests set LLMDECK_IN_PROCESS=0 where they start an app."""
     home = tmp_path / "llmdeck-home"
     home.mkdir()
     monkeypatch.setenv("LLMDECK_HOME", str(home))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from time import monotonic
+from typing import TYPE_CHECKING
 
 from textual import events
 from textual.app import App
@@ -13,7 +15,7 @@ from textual.notifications import SeverityLevel
 
 from core import paths
 from core.config import kept_notice
-from core.runtime import ModelState, Runtime
+from core.runtime import ModelState
 from core.wire.store import StoreError
 from themes import stylesheets
 from themes.palettes import THEME_NAMES, THEMES
@@ -23,6 +25,14 @@ from tui.key_order import InputOrder
 from tui.screens.main import MainScreen
 from tui.service_runtime import ServiceRuntime
 from tui.terminal_text import visible
+
+if TYPE_CHECKING:
+    from core.runtime import Runtime
+
+QUIT_QUESTION = ("A reply is still streaming; quitting stops it here (what arrived is kept). "
+                 "Quit anyway?")
+QUIT_NOTE = ("llmdeck: the reply that was streaming goes on in the engine service; run "
+             "llmdeck again to see it (Esc there stops it).")
 
 
 class LlmdeckApp(App):
@@ -36,13 +46,18 @@ class LlmdeckApp(App):
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("f2", "next_theme", "Theme", show=False),
         Binding("ctrl+o", "open_hub", "Models"),
+        Binding("f10", "start_service", "Start the service", show=False),
     ]
 
     def __init__(self, runtime: Runtime | ServiceRuntime | None = None, *,
                  preload: bool = True) -> None:
         super().__init__()
         # In process (tests, --in-process), or the engine service's client (`llmdeck`).
-        self.runtime = runtime or Runtime()
+        if runtime is None:  # loaded here: the service's client never needs it
+            from core.runtime import Runtime
+
+            runtime = Runtime()
+        self.runtime = runtime
         self._preload = preload
         self.runtime.open_store_soon()  # read while Textual starts: the first frame lists it
         for theme in THEMES:
@@ -90,6 +105,8 @@ class LlmdeckApp(App):
         if isinstance(service := self.runtime, ServiceRuntime):  # the service's client
             service.lost_listeners.append(self._on_service_lost)
             service.live_listeners.append(self.main.on_live_reply)
+            service.notice_listeners.append(self._on_service_notice)
+            service.conversation_listeners.append(self._on_conversations_changed)
         self.run_worker(self.start_runtime(), name="runtime-start", exclusive=True)
 
     def _on_model_state(self, state: ModelState) -> None:
@@ -107,6 +124,7 @@ class LlmdeckApp(App):
         except Exception as exc:  # e.g. a database from a newer llmdeck
             self.notify(str(exc), title="Cannot open history", severity="error", timeout=30)
             gc_tuning.settle_after_start()  # up as far as it gets: full collections again
+            await self.main.opened_at_start()
             return
         finally:
             watch.stop()
@@ -118,6 +136,7 @@ class LlmdeckApp(App):
         self.main.on_model_state(self.runtime.model_state())
         if isinstance(self.runtime, ServiceRuntime):
             await self._open_live_reply()
+        await self.main.opened_at_start()
         # Preload and warm up once the first frame (history listed) is on screen: starting
         # a worker process or importing in a thread competes with painting it.
         painted = asyncio.Event()
@@ -137,24 +156,68 @@ class LlmdeckApp(App):
         if recent and self.main.conversation_id is None and not self.main.busy:
             await self.main.open_conversation(recent[-1]["conversation_id"])
 
+    def _on_service_notice(self, notice: dict) -> None:
+        """A notice of the service (core.service.notices): a database moved aside, a model
+        loaded or unloaded, a download finished; said in every open app."""
+        severity = notice.get("severity")
+        severity = severity if severity in ("information", "warning", "error") else "information"
+        self.notify(str(notice.get("message")), title=str(notice.get("title") or "Service"),
+                    severity=severity, timeout=60 if severity != "information" else 5)
+
+    def _on_conversations_changed(self) -> None:
+        """Another client (or this one) made, renamed, deleted or wrote to a conversation:
+        the sidebar lists again (pushed by the service, a burst gives one listing)."""
+        if getattr(self, "main", None) is not None and self.main.history_listed:
+            self.run_worker(self._list_again(), name="sidebar-push", group="sidebar-push",
+                            exclusive=True, exit_on_error=False)
+
+    async def _list_again(self) -> None:
+        await asyncio.sleep(0.05)  # a burst of changes (a reply's start) lists once
+        try:
+            await self.main.refresh_sidebar()
+        except NoMatches:  # the app is closing
+            pass
+
     def _on_service_lost(self, sentence: str) -> None:
-        self.notify(f"{sentence} Starting a new llmdeck service…", title="Service",
-                    severity="warning", timeout=10)
+        service = self.runtime
+        assert isinstance(service, ServiceRuntime)  # only a client hears "lost"
+        how = service.lost_how
+        if how == "stopped":  # said with its key; nothing starts behind the person's back
+            self.notify(service.stopped or sentence, title="Service", severity="warning",
+                        timeout=600)
+            return
+        if how == "restarting":
+            self.notify("The llmdeck service is restarting…", title="Service", timeout=5)
+        else:
+            self.notify(f"{sentence} Starting a new llmdeck service…", title="Service",
+                        severity="warning", timeout=10)
+        self.run_worker(self._reconnect(start=how != "restarting"), name="service-reconnect",
+                        group="service", exclusive=True, exit_on_error=False)
+
+    def action_start_service(self) -> None:
+        """F10: start the service that was stopped, and attach to it."""
+        service = self.runtime
+        if not isinstance(service, ServiceRuntime) or service.connected:
+            return
+        self.notify("Starting the llmdeck service…", title="Service", timeout=4)
         self.run_worker(self._reconnect(), name="service-reconnect", group="service",
                         exclusive=True, exit_on_error=False)
 
-    async def _reconnect(self) -> None:
-        """Attach to a new service, then show the open conversation as the store has it
-        (a reply the crash cut is stored as stopped with what arrived)."""
+    async def _reconnect(self, start: bool = True) -> None:
+        """Attach to a new service (started here unless a restart brings one), then show
+        the open conversation as the store has it (a reply the crash cut is stored as
+        stopped with what arrived)."""
         service = self.runtime
-        assert isinstance(service, ServiceRuntime)  # only a client hears "lost"
+        assert isinstance(service, ServiceRuntime)
         try:
-            await service.reconnect()
+            await service.reconnect(start=start)
         except Exception as exc:  # noqa: BLE001 - said, and the app stays up to quit
-            self.notify(f"Could not start the llmdeck service again: {exc}", title="Service",
-                        severity="error", timeout=30)
+            message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+            service.stopped = (f"Could not reach the llmdeck service: {message} Press F10 to "
+                               "try again.")
+            self.notify(service.stopped, title="Service", severity="error", timeout=60)
             return
-        self.notify("Connected to a new llmdeck service.", title="Service", timeout=4)
+        self.notify("Connected to the llmdeck service.", title="Service", timeout=4)
         self.main.on_model_state(self.runtime.model_state())
         await self.main.refresh_sidebar()
         if self.main.conversation_id is not None and not self.main.busy:
@@ -305,9 +368,42 @@ class LlmdeckApp(App):
             return
         await self._use_model(found[0])
 
+    def _handle_exception(self, error: Exception) -> None:
+        """A worker that failed on an answer of the service (an error the app did not
+        word, the service gone mid-call) is a notice with the service's sentence, never the
+        end of the app (Textual's default for a failed worker). Anything else is a bug."""
+        from textual.worker import WorkerFailed
+
+        cause = error.error if isinstance(error, WorkerFailed) else None
+        service = sys.modules.get("core.service.client")
+        if cause is not None and service is not None and isinstance(
+                cause, (service.ServiceCallError, service.ServiceUnavailable)):
+            self.notify(getattr(cause, "message", None) or str(cause), title="Service",
+                        severity="error", timeout=15)
+            return
+        super()._handle_exception(error)
+
     async def action_quit(self) -> None:
+        """Quit. A reply still streaming: as the service's client it goes on in the service,
+        and the terminal says so as the app leaves; in process it would be cut, so a yes is
+        asked first (README: Dialogs, "quit while a reply streams")."""
+        streaming = self.main.busy or self.main.live.attaching
+        client = isinstance(self.runtime, ServiceRuntime)
+        if streaming and not client:
+            from tui.screens.dialogs import ConfirmScreen
+
+            if not isinstance(self.screen, ConfirmScreen):
+                self.push_screen(ConfirmScreen(QUIT_QUESTION, "Quit"), self._quit_if)
+            return
+        if streaming:  # the app's workers end first, then on_unmount leaves the service:
+            self.exit(message=QUIT_NOTE)  # closing now would fail the reply's worker
+            return
         await self.runtime.close()
         self.exit()
+
+    def _quit_if(self, yes: bool | None) -> None:
+        if yes:  # the reply's worker ends first; on_unmount closes the runtime (the store
+            self.exit()  # keeps the reply as stopped, with what arrived)
 
     async def on_unmount(self) -> None:
         if self._input_order is not None:

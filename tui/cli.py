@@ -59,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     models = sub.add_parser("models", help="search, pull, list, remove or import models",
                             add_help=False)
     models.add_argument("rest", nargs=argparse.REMAINDER)
+    sub.add_parser("pull", help="download a model in the engine service (models pull); it "
+                   "goes on when this terminal goes")
     sub.add_parser("paths", help="print where llmdeck keeps its files")
     sub.add_parser("mcp", help="run an MCP server (stdio) that lets other agents search your "
                    "conversations and documents, read-only, as turned on in settings")
@@ -121,6 +123,8 @@ def _dispatch(argv: list[str]) -> int:
         return doctor_main(argv[1:])
     if argv[:1] == ["models"]:  # likewise: `models --help`
         return _models(argv[1:])
+    if argv[:1] == ["pull"]:  # short for `models pull` (issue 45), as Ollama's
+        return _models(argv)
     if argv[:1] == ["service"]:  # likewise: `service run --engine scripted`
         from core.service import service_main
 
@@ -149,7 +153,7 @@ def _dispatch(argv: list[str]) -> int:
         from core import paths
 
         for name in ("data_dir", "config_dir", "log_dir", "cache_dir", "models_dir", "db_path",
-                     "runtime_dir"):
+                     "runtime_dir", "hf_cache_dir"):  # the last: downloaded models
             print(f"{name:12} {getattr(paths, name)()}")
         return 0
     return _run_app(args.model, _in_process(args.in_process))
@@ -165,6 +169,12 @@ def _models(rest: list[str]) -> int:
 
         print(provision_bundled_chat(overwrite=True))
         return 0
+    from core.commands import pull_cli
+
+    if rest[:1] == ["downloads"]:  # the service's jobs (issue 45)
+        return pull_cli.downloads_main()
+    if rest[:1] == ["pull"] and pull_cli.in_service(rest[1:]):
+        return pull_cli.main(rest[1:])
     from core.commands import hub_cli_main as hub_main
 
     return hub_main(rest)
@@ -172,8 +182,10 @@ def _models(rest: list[str]) -> int:
 
 def build_app(model: str | None = None, *, in_process: bool = True) -> LlmdeckApp:
     """The app `llmdeck` runs, built as it starts it (bench/ui.py times this same path).
-    In process it owns a Runtime (tests, `--in-process`); otherwise it is a client of this
-    home's engine service (tui.service_runtime), which it starts when none runs."""
+    Always the engine service's client (tui.service_runtime): of this home's service,
+    which it starts when none runs; or, in process (tests, `--in-process`), of a service
+    inside this process that owns a Runtime, over the same protocol and codec
+    (core.service.loopback), so there is one code path."""
     from tui import gc_tuning, terminal_answers, terminal_input
 
     gc_tuning.pause_full_collections()  # until the app is up (settle_after_start)
@@ -181,18 +193,17 @@ def build_app(model: str | None = None, *, in_process: bool = True) -> LlmdeckAp
     terminal_answers.install()  # answers to "what do you draw?" must not become keys
     from core.config import Settings
     from tui.app import LlmdeckApp
+    from tui.service_runtime import ServiceRuntime
 
     settings = Settings.load()
     if not in_process:
-        from tui.service_runtime import ServiceRuntime
-
         return LlmdeckApp(ServiceRuntime(settings, model=model))
     from core.runtime import Runtime
 
     if model:
         settings.model = model
         settings.engine = None
-    return LlmdeckApp(Runtime(settings))
+    return LlmdeckApp(ServiceRuntime(settings, local=Runtime(settings)))
 
 
 # Whether `llmdeck` is the engine service's client when nothing says otherwise (the suite

@@ -10,7 +10,6 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from core.wire.tools import McpCallError
 from tui import slash
 from tui.widgets.attachments import attach_from_composer
 
@@ -46,6 +45,8 @@ def _refresh_hint(screen: Any) -> None:
 
 async def run_prompt(screen: Any, name: str, argument: str) -> None:
     """`/server.prompt ARGS`: the prompt's text goes into the composer, not straight out."""
+    from core.wire.tools import McpCallError  # the tools package: not before the first frame
+
     try:
         text = await screen.runtime.mcp_prompt(name, argument)
     except McpCallError as exc:
@@ -64,6 +65,8 @@ async def attach_resource(screen: Any, argument: str) -> None:
         screen.notify("Usage: /attach mcp:SERVER:URI (e.g. mcp:notes:notes://today).",
                       severity="warning", timeout=6)
         return
+    from core.wire.tools import McpCallError  # the tools package: not before the first frame
+
     try:
         path = await screen.runtime.mcp_save_resource(server, uri)
     except McpCallError as exc:

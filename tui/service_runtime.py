@@ -26,18 +26,24 @@ from core.runtime import ModelState, SandboxInfo
 
 POLL_S = 0.5  # the mirror (worker table, sandbox, MCP listing), while connected
 RECONNECT_WAIT_S = 90.0  # a call made while the service is lost waits this long for a new one
-NOT_REPEATED = frozenset({"start_turn", "regenerate", "edit_and_resend", "watch_turn",
-                          "compare"})
+START_KEY = "F10"  # the app's key to start a stopped service again (tui.app)
+NOT_REPEATED = frozenset({"start_turn", "regenerate", "edit_and_resend", "continue_reply",
+                          "watch_turn", "compare"})
 
 
 class ServiceRuntime:
     """A Runtime-shaped client of the engine service, for the TUI."""
 
     def __init__(self, settings: Settings | None = None, *, model: str | None = None,
-                 client_name: str = "tui") -> None:
+                 client_name: str = "tui", local: Any = None) -> None:
+        # `local`: a core.runtime.Runtime this process owns (`--in-process`, the pilot
+        # tests), served by a service in this process over a socket pair
+        # (core.service.loopback): the same calls, codec and pushes as the home's service.
+        self.local = local
+        self._loopback: Any = None
         # Until the service answers, the home's own file (the service reads the same one):
         # the first frame's theme and the composer need them before the socket does.
-        self._settings = settings or Settings.load()
+        self._settings = settings or (local.settings if local is not None else Settings.load())
         self._model_override = model
         self._client_name = client_name
         self._remote: Any = None  # core.service.RemoteRuntime once started
@@ -49,15 +55,27 @@ class ServiceRuntime:
         self._poll: asyncio.Task[None] | None = None
         self._closed = False
         self._back = asyncio.Event()  # set while connected (calls in a gap wait on it)
-        self.model = ModelState(label="connecting…", state="loading")
+        # The header says "connecting…" (no state mark, no ctx) until the service answers.
+        self.model = ModelState(label="connecting…", state="connecting")
         self.listeners: list[Callable[[ModelState], None]] = []
         self.lost_listeners: list[Callable[[str], None]] = []
         # Called with each live reply's summary ({turn, conversation_id, done, ...}).
         self.live_listeners: list[Callable[[dict[str, Any]], None]] = []
+        # The service's notices (core.service.notices) and "conversations changed" pushes.
+        self.notice_listeners: list[Callable[[dict[str, Any]], None]] = []
+        self.conversation_listeners: list[Callable[[], None]] = []
         self.store_notice: str | None = None
-        self.store_recovering = False
+        # The sentence every call answers while the service is stopped and nobody asked
+        # for a new one (the app offers a key); None while connected or reconnecting.
+        self.stopped: str | None = None
 
     # -- what the app reads without waiting --------------------------------------------
+    @property
+    def store_recovering(self) -> bool:
+        """An in-process service's damaged database being copied (the app says so); the
+        home's service does that before it listens."""
+        return bool(self.local is not None and self.local.store_recovering)
+
     @property
     def settings(self) -> Settings:
         remote = self._remote.settings if self._remote is not None else None
@@ -68,10 +86,14 @@ class ServiceRuntime:
         return list(self._workers)
 
     def open_store_soon(self) -> None:
-        """The service has the store open already."""
+        """The service has the store open already (an in-process one opens it now)."""
+        if self.local is not None:
+            self.local.open_store_soon()
 
-    def take_first_page(self) -> None:
-        return None  # the sidebar lists once start() has connected (a few ms)
+    def take_first_page(self) -> Any:
+        """The sidebar lists once start() has connected (a few ms); an in-process
+        service's store read the first page already (data only, no call)."""
+        return self.local.take_first_page() if self.local is not None else None
 
     def check_mentions(self, conversation_id: str | None, text: str) -> Any:
         """For the composer, without waiting: @doc(...) mentions against the attachments
@@ -120,7 +142,7 @@ class ServiceRuntime:
         current = self.settings.model
         return (not parsed.is_label and current is not None
                 and Path(parsed.model).expanduser() == Path(current).expanduser()
-                and parsed.engine in (None, self.settings.engine))
+                and parsed.engine in (None, self.settings.engine or self.model.info.get("engine")))
 
     async def switch_model(self, path: str, engine: str | None = None) -> bool:
         """The service loads it and records it in its settings; this client's copy of the
@@ -150,6 +172,11 @@ class ServiceRuntime:
 
     def listen_model(self, listener: Callable[[ModelState], None]) -> None:
         self.listeners.append(listener)
+
+    def service_client(self) -> Any:
+        """The connection to the service now (None while lost): the hub's download rows
+        follow the service's jobs through it (tui.hub_service_queue)."""
+        return self._remote.client if self._remote is not None else None
 
     def engine_line(self) -> str | None:
         """The service's pid, uptime, clients, replies and memory for F4, as mirrored."""
@@ -249,11 +276,20 @@ class ServiceRuntime:
         """Connect to this home's service, starting it when none runs."""
         from core.service import RemoteRuntime, start_or_connect
 
-        client = await start_or_connect(self._client_name)
+        if self.local is not None:
+            from core.service import Loopback
+
+            await self.local.start(preload=preload)
+            self._loopback = await Loopback.open(self.local, self._client_name)
+            client = self._loopback.client
+        else:
+            client = await start_or_connect(self._client_name)
         remote = RemoteRuntime(client)
         remote.listeners.append(self._on_model)
         remote.lost_listeners.append(self._on_lost)
         remote.turn_listeners.append(self._on_turn_started)
+        remote.notice_listeners.append(self._on_notice)
+        remote.conversation_listeners.append(self._on_conversations)
         await remote.start()
         self._remote = remote
         await self._refresh_mirror()
@@ -264,11 +300,22 @@ class ServiceRuntime:
             self._model_override = None
         self._poll = asyncio.ensure_future(self._poll_loop())
 
-    async def reconnect(self) -> None:
-        """After the service was lost: start or find one and attach again."""
+    @property
+    def lost_how(self) -> str:
+        """How the service went, as it said when it closed: "stopped" (a person, a signal,
+        idle), "restarting" (`llmdeck service restart`) or "crashed" (it said nothing)."""
+        client = self._remote.client if self._remote is not None else None
+        if client is not None and client.restarting:
+            return "restarting"
+        return "stopped" if client is not None and client.stopped else "crashed"
+
+    async def reconnect(self, start: bool = True) -> None:
+        """After the service was lost: start one (or, `start` False, wait for the one a
+        restart brings) and attach again. Until then `stopped` makes calls fail at once."""
         if self._poll is not None:
             self._poll.cancel()
-        await self._remote.reconnect()
+        await self._remote.reconnect(start=start)
+        self.stopped = None
         self._mcp_listed = False
         await self._refresh_mirror()
         self._back.set()
@@ -277,7 +324,8 @@ class ServiceRuntime:
 
     @property
     def connected(self) -> bool:
-        return self._remote is not None and self._remote.client.connected
+        """Attached and ready: a reconnection counts once it has fetched the model."""
+        return self._remote is not None and self._remote.client.connected and self._back.is_set()
 
     def _on_model(self, state: Any) -> None:
         if isinstance(state, ModelState):
@@ -287,6 +335,14 @@ class ServiceRuntime:
             for listener in list(self.listeners):
                 listener(state)
 
+    def _on_notice(self, notice: dict[str, Any]) -> None:
+        for listener in list(self.notice_listeners):
+            listener(notice)
+
+    def _on_conversations(self) -> None:
+        for listener in list(self.conversation_listeners):
+            listener()
+
     def _on_turn_started(self, summary: dict[str, Any]) -> None:
         for listener in list(self.live_listeners):
             listener(summary)
@@ -294,6 +350,8 @@ class ServiceRuntime:
     def _on_lost(self, sentence: str) -> None:
         if self._closed:
             return
+        if self.lost_how == "stopped":  # a person stopped it: no new one behind their back
+            self.stopped = f"The llmdeck service was stopped. Press {START_KEY} to start it again."
         self._back.clear()
         if self._poll is not None:
             self._poll.cancel()
@@ -330,6 +388,10 @@ class ServiceRuntime:
             self._poll.cancel()
         if self._remote is not None:
             await self._remote.close()
+        if self._loopback is not None:
+            await self._loopback.close()
+        if self.local is not None:
+            await self.local.close()
 
     async def save_settings(self) -> Any:
         if self._remote is None:
@@ -347,18 +409,33 @@ class ServiceRuntime:
         if remote is None or name.startswith("_"):
             raise AttributeError(name)
         fn = getattr(remote, name)
-        if not inspect.iscoroutinefunction(fn) or name in NOT_REPEATED:
+        if not inspect.iscoroutinefunction(fn):
             return fn
+        if name in NOT_REPEATED:
+            async def once(*args: Any, **kwargs: Any) -> Any:
+                from core.service import ServiceUnavailable
+
+                if self.stopped is not None:  # the sentence with the key, not "stopping"
+                    raise ServiceUnavailable(self.stopped)
+                return await fn(*args, **kwargs)
+
+            return once
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             from core.service import ServiceUnavailable
 
+            if self.stopped is not None:
+                raise ServiceUnavailable(self.stopped)
             try:
                 return await fn(*args, **kwargs)
             except ServiceUnavailable:
-                if self._closed:
-                    raise
-                await asyncio.wait_for(self._back.wait(), RECONNECT_WAIT_S)
+                if self._closed or self.stopped is not None:
+                    raise ServiceUnavailable(self.stopped or "llmdeck is closing.") from None
+                try:
+                    await asyncio.wait_for(self._back.wait(), RECONNECT_WAIT_S)
+                except TimeoutError:
+                    raise ServiceUnavailable(self.stopped or "The llmdeck service did not come "
+                                             "back; see its log.") from None
                 return await getattr(self._remote, name)(*args, **kwargs)
 
         return call

@@ -20,7 +20,7 @@ import importlib
 # In process: the documents and memory layers (Runtime.chat, made on the first turn) and
 # numpy. The service's client runs no turn itself; it resolves mentions with core.docs.
 IN_PROCESS_MODULES = ("core.docs", "core.memory", "core.runtime.context", "numpy")
-CLIENT_MODULES = ("core.docs",)
+CLIENT_MODULES = ("core.docs", "core.tools", "core.remote")  # after the first frame
 
 
 def parents_first(name: str) -> list[str]:

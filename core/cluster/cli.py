@@ -21,7 +21,8 @@ def parser() -> argparse.ArgumentParser:
                                 description="Start, stop or show a [[clusters]] entry: one model "
                                 "across several Macs on MLX's distributed engine.")
     p.add_argument("action", choices=("up", "down", "status"))
-    p.add_argument("name", help="the cluster's name in settings ([[clusters]])")
+    p.add_argument("name", nargs="?", help="the cluster's name in settings ([[clusters]]); "
+                   "`status` without one lists every configured cluster")
     p.add_argument("--timeout", type=float, default=180.0, metavar="S",
                    help="how long `up` waits for rank 0 to answer (default 180)")
     return p
@@ -38,6 +39,10 @@ def main(argv: list[str]) -> int:
         return _fail(f"{args.name[:80]!r} is not a cluster's name: {exc}")
 
     settings = Settings.load()
+    if args.name is None:
+        if args.action != "status":
+            parser().error(f"{args.action} needs the cluster's name")
+        return _list(settings)
     cfg = settings.cluster(args.name)
     if args.action == "up":
         if cfg is None:
@@ -61,6 +66,23 @@ def main(argv: list[str]) -> int:
         return _down(state)
     print(format_status(state))
     return 0 if state.state == "up" else 1
+
+
+def _list(settings: object) -> int:
+    """`cluster status` without a name: each configured cluster, one line, with its state
+    (not started, up, down, failed) and its hosts."""
+    configured = list(getattr(settings, "clusters", []))
+    if not configured:
+        print("No cluster is configured; add one under [[clusters]] in settings "
+              "(README: Several Macs, one model).")
+        return 0
+    for cfg in configured:
+        state = current(cfg.name)
+        where = f" at {state.endpoint()}" if state is not None and state.state == "up" else ""
+        said = state.state if state is not None else "not started"
+        hosts = ", ".join(_cell(str(h)) for h in cfg.hosts) or _cell(cfg.hostfile)
+        print(f"{_cell(cfg.name)}  {said}{where}" + (f"  ({hosts})" if hosts else ""))
+    return 0
 
 
 def _down(state: ClusterState) -> int:

@@ -19,6 +19,9 @@ DEFAULT_PENALTY_WINDOW = 64
 MAX_PENALTY_WINDOW = 32_768
 MAX_LOGIT_BIAS = 1024
 MAX_TOP_LOGPROBS = 20
+# max_tokens meaning "no cap of its own": every engine ends a reply when the context is
+# full (context size minus the prompt), as OpenAI's API and Ollama do when not told.
+ROOM_LEFT = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +119,14 @@ class GenerationRequest:
 
     `thinking` (None: the model's own default) is the chat template's thinking switch
     (Qwen3's enable_thinking), passed only to templates that have it (template_switches).
+
+    `reply_prefix` is the start of the assistant's reply, already written (a reply cut at
+    its length limit, continued): it goes after the generation prompt, so the model goes on
+    from it, and the stream carries only what follows. The previous turn's KV cache holds
+    exactly that prefix, so only the few tokens after it are prefilled.
+
+    `aside` marks a request made beside a conversation (its summary, written ahead from
+    its cached history): it must leave the conversation's KV cache where it is.
     """
 
     request_id: str
@@ -127,6 +138,9 @@ class GenerationRequest:
     tool_name: str | None = None
     prompt: str | None = None
     thinking: bool | None = None
+    reply_prefix: str = ""
+    aside: bool = False
+    interactive: bool = False  # a person's turn in the app: first for a slot (workers.slots)
 
 
 def template_switches(template: str | None, thinking: bool | None) -> dict[str, Any]:

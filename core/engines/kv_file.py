@@ -12,6 +12,11 @@ and each section's dtype, shape, size and SHA-256. The file's length must be exa
 header's sum, so a truncated or padded file is refused before anything is hashed; each
 section is hashed (in parallel: hashlib releases the GIL) before it is handed out.
 
+A file is opened by its name inside its folder, never through a symbolic link, never
+blocking (a FIFO under a cache file's name), and only if it is a regular file; its size
+is checked against the header and the cache's bound before any section is touched, and
+sections are memory-mapped rather than read into memory (issue 44 item 6).
+
 A file may hold only the tokens past another file's (a link of a chain, see
 core.engines.kv_store): its header's `parent` names that file, the SHA-256 of the
 parent's header (which lists the parent's section hashes and its own parent's: a chain is
@@ -23,11 +28,13 @@ still the whole prefix, so a child's header alone says what its chain covers.
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 import re
+import stat
 import struct
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,11 +54,15 @@ DTYPES: dict[str, str] = {
     "float16": "<f2",
     "bfloat16": "<u2",
     "uint8": "u1",
+    "uint32": "<u4",
     "int32": "<i4",
 }
-_HASH_THREADS = min(8, os.cpu_count() or 1)
+_HASH_THREADS = min(16, os.cpu_count() or 1)
 # A cache file's name: the hash of its tokens, then (a link) its parent's token hash.
 NAME = re.compile(r"[0-9a-f]{40}(\.[0-9a-f]{40})?\.kv")
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
 class BadKvFile(ValueError):
@@ -105,16 +116,25 @@ class KvHeader:
 def write_file(path: Path, identity: str, tokens: Sequence[int],
                sections: Sequence[tuple[str, str, np.ndarray]], meta: dict[str, Any],
                text: str | None = None, marks: Sequence[tuple[int, int]] = (),
-               parent: Parent | None = None, axis: int = 0, depth: int = 0) -> int:
+               parent: Parent | None = None, axis: int = 0, depth: int = 0,
+               pace: Callable[[], None] | None = None) -> int:
     """Write a cache file atomically (a private temp file renamed into place); returns
     its size. `sections` are (name, stored dtype, array of that dtype's bytes); a link
-    (`parent`) holds only the positions past the parent's tokens along `axis`.
-    OSError (a full disk, a folder gone) propagates: the caller decides it is harmless."""
+    (`parent`) holds only the positions past the parent's tokens along `axis`. `pace`
+    is called before each section is hashed and before each is written (a writer
+    yielding to its engine). OSError (a full disk, a folder gone) propagates: the caller
+    decides it is harmless."""
     arrays = [np.ascontiguousarray(a) for _, _, a in sections]
     for (_, dtype, _), a in zip(sections, arrays, strict=True):
         if dtype not in DTYPES or a.dtype.itemsize != np.dtype(DTYPES[dtype]).itemsize:
             raise ValueError(f"section dtype {dtype} does not match array dtype {a.dtype}")
-    digests = _hash_all([memoryview(a).cast("B") for a in arrays])
+    if pace is None:
+        digests = _hash_all([memoryview(a).cast("B") for a in arrays])
+    else:
+        digests = []
+        for a in arrays:
+            pace()
+            digests.append(hashlib.sha256(memoryview(a).cast("B")).hexdigest())
     header: dict[str, Any] = {
         "identity": identity,
         "tokens": [int(t) for t in tokens],
@@ -142,6 +162,8 @@ def write_file(path: Path, identity: str, tokens: Sequence[int],
             f.write(struct.pack("<Q", len(blob)))
             f.write(blob)
             for a in arrays:
+                if pace is not None:
+                    pace()
                 f.write(memoryview(a).cast("B"))
         os.replace(tmp, path)
     except BaseException:
@@ -150,21 +172,60 @@ def write_file(path: Path, identity: str, tokens: Sequence[int],
     return len(MAGIC) + 8 + len(blob) + sum(a.nbytes for a in arrays)
 
 
-def read_header(path: Path, identity: str | None = None) -> KvHeader:
-    """The file's header, checked for shape and length; BadKvFile when it is not one of
-    ours, belongs to another model (`identity`), or its length does not add up."""
+def open_file(path: Path) -> int:
+    """A read-only descriptor of `path`, a regular file directly inside its folder.
+
+    The name is opened relative to the folder (never a path that climbs out), without
+    following a symbolic link (O_NOFOLLOW) and without blocking (O_NONBLOCK: a FIFO
+    planted under a cache file's name opens at once instead of waiting for a writer),
+    then refused unless fstat says it is a regular file. BadKvFile otherwise."""
+    name = path.name
+    if not name or name in (".", "..") or "/" in name or os.sep in name:
+        raise BadKvFile("not a file name")
+    flags = os.O_RDONLY | _NOFOLLOW | _NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            head = f.read(len(MAGIC) + 8)
-            if len(head) < len(MAGIC) + 8 or head[: len(MAGIC)] != MAGIC:
-                raise BadKvFile("not a cache file")
-            (length,) = struct.unpack("<Q", head[len(MAGIC):])
-            if length > min(MAX_HEADER_BYTES, size):
-                raise BadKvFile("header length out of bounds")
-            blob = f.read(length)
+        folder = os.open(path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError as exc:
         raise BadKvFile(f"unreadable: {exc.strerror or exc}") from exc
+    try:
+        fd = os.open(name, flags, dir_fd=folder)
+    except OSError as exc:  # ELOOP: a symbolic link
+        raise BadKvFile(f"unreadable: {exc.strerror or exc}") from exc
+    finally:
+        os.close(folder)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BadKvFile("not a regular file")
+        if _NONBLOCK:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_header(path: Path, identity: str | None = None,
+                max_bytes: int | None = None) -> KvHeader:
+    """The file's header, checked for shape and length; BadKvFile when it is not a regular
+    file of ours, belongs to another model (`identity`), is larger than the cache's bound
+    (`max_bytes`), or its length does not add up."""
+    fd = open_file(path)
+    try:
+        size = os.fstat(fd).st_size
+        if max_bytes is not None and size > max_bytes:
+            raise BadKvFile("larger than the cache's bound")
+        head = _pread(fd, len(MAGIC) + 8, 0)
+        if len(head) < len(MAGIC) + 8 or head[: len(MAGIC)] != MAGIC:
+            raise BadKvFile("not a cache file")
+        (length,) = struct.unpack("<Q", head[len(MAGIC):])
+        if length > min(MAX_HEADER_BYTES, size - len(head)):
+            raise BadKvFile("header length out of bounds")
+        blob = _pread(fd, length, len(head))
+    except OSError as exc:
+        raise BadKvFile(f"unreadable: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
     if len(blob) != length:
         raise BadKvFile("truncated header")
     try:
@@ -179,26 +240,109 @@ def read_header(path: Path, identity: str | None = None) -> KvHeader:
     return header
 
 
-def read_sections(path: Path, header: KvHeader) -> dict[str, np.ndarray]:
-    """Every section as a numpy array, each checked against its SHA-256 first."""
-    buffers: list[bytearray] = []
+class Sections(dict):  # type: ignore[type-arg]
+    """A file's sections by name (numpy views of `payload`, the file's sections back to
+    back as bytes, memory-mapped): a loader may hand `payload` to a device in one copy.
+    Read with wait=False, the checksums are still being computed: `verify()` waits for
+    them and raises BadKvFile on a mismatch; nothing may be used before it returns."""
+
+    payload: np.ndarray
+    offsets: dict[str, int]
+    # checksums being computed; None: read with hash=False, the caller must hash what it
+    # copies (see copy_and_hash) before verify can pass
+    pending: list[tuple[Section, Future[str]]] | None
+
+    def verify(self) -> None:
+        if self.pending is None:
+            raise BadKvFile("read without checksums, and none were computed")
+        for s, digest in self.pending:
+            if digest.result() != s.sha256:
+                raise BadKvFile(f"checksum mismatch in {s.name}")
+        self.pending = []
+
+
+def read_sections(path: Path, header: KvHeader, max_bytes: int | None = None,
+                  wait: bool = True, hash: bool = True) -> Sections:
+    """Every section as a numpy array, each checked against its SHA-256 first (wait=False:
+    the checks run on threads while the caller copies; see Sections.verify).
+
+    The file is memory-mapped, not read into memory: its length is checked against the
+    header (and the cache's bound) before a byte is touched, and hashing reads it in the
+    page cache, so a file that lies about its sections costs no process memory before its
+    checksum refuses it. Cache files are only ever replaced by a rename, never rewritten
+    in place, so the mapping cannot shrink under the reader."""
+    fd = open_file(path)
     try:
-        with open(path, "rb") as f:
-            f.seek(header.payload_at)
-            for s in header.sections:
-                buf = bytearray(s.nbytes)
-                if f.readinto(buf) != s.nbytes:
-                    raise BadKvFile("truncated section")
-                buffers.append(buf)
+        size = os.fstat(fd).st_size
+        if size != header.payload_at + header.nbytes:
+            raise BadKvFile("file length does not match its header (changed?)")
+        if max_bytes is not None and size > max_bytes:
+            raise BadKvFile("larger than the cache's bound")
+        # MAP_POPULATE: the kernel maps the whole (page-cached) file at once rather than
+        # one page fault at a time under the hashing threads
+        mapped = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE,
+                           prot=mmap.PROT_READ) if size else None
     except OSError as exc:
         raise BadKvFile(f"unreadable: {exc.strerror or exc}") from exc
-    digests = _hash_all([memoryview(b) for b in buffers])
-    out: dict[str, np.ndarray] = {}
-    for s, buf, digest in zip(header.sections, buffers, digests, strict=True):
-        if digest != s.sha256:
-            raise BadKvFile(f"checksum mismatch in {s.name}")
-        out[s.name] = np.frombuffer(buf, dtype=DTYPES[s.dtype]).reshape(s.shape)
+    finally:
+        os.close(fd)
+    payload = (np.frombuffer(mapped, dtype=np.uint8, count=header.nbytes, offset=header.payload_at)
+               if mapped is not None and header.nbytes else np.zeros(0, np.uint8))
+    views, offsets, at = [], {}, 0
+    for s in header.sections:
+        views.append(memoryview(payload[at: at + s.nbytes]))  # type: ignore[arg-type]
+        offsets[s.name] = at
+        at += s.nbytes
+    out = Sections()
+    out.payload, out.offsets = payload, offsets
+    out.pending = ([(s, _pool().submit(_sha256, v)) for s, v in zip(header.sections, views, strict=True)]
+                   if hash else None)
+    if wait and hash:
+        out.verify()
+    for s, view in zip(header.sections, views, strict=True):
+        out[s.name] = np.frombuffer(view, dtype=DTYPES[s.dtype]).reshape(s.shape)
     return out
+
+
+def _sha256(view: memoryview) -> str:
+    return hashlib.sha256(view).hexdigest()
+
+
+def copy_and_hash(sections: Sections, header: KvHeader, into: np.ndarray) -> None:
+    """Copy every section of a file read with hash=False into `into` (uint8, the payload's
+    size: a device buffer's host view, say) on the hashing threads, each hashing what it
+    copied; sections.verify then waits for them. One pass over the bytes instead of two,
+    in parallel, and the bytes checked are the bytes kept."""
+    def one(s: Section) -> str:
+        at = sections.offsets[s.name]
+        np.copyto(into[at: at + s.nbytes], sections.payload[at: at + s.nbytes])
+        return _sha256(memoryview(into[at: at + s.nbytes]))
+
+    sections.pending = [(s, _pool().submit(one, s)) for s in header.sections]
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    """The hashing threads, made once (hashlib releases the GIL on large buffers)."""
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(_HASH_THREADS, thread_name_prefix="kv-hash")
+    return _POOL
+
+
+def _pread(fd: int, n: int, at: int) -> bytes:
+    """Up to n bytes at `at`, in pieces of at most 1 MiB (a short read ends it)."""
+    parts: list[bytes] = []
+    while n > 0:
+        piece = os.pread(fd, min(n, 1 << 20), at)
+        if not piece:
+            break
+        parts.append(piece)
+        n -= len(piece)
+        at += len(piece)
+    return b"".join(parts)
 
 
 def _hash_all(views: list[memoryview]) -> list[str]:

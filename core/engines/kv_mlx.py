@@ -25,6 +25,7 @@ the chain's links and joins them on the device.
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
+from core.engines.kv_cost import LoadCost
+from core.engines.kv_file import copy_and_hash
 from core.engines.kv_next_turn import next_turn_prefix, reply_content
 from core.engines.kv_store import KvDiskStore, KvWriter, disk_budget_bytes, kv_root, model_identity
 
@@ -42,7 +45,12 @@ log = logging.getLogger(__name__)
 
 Marks = tuple[tuple[int, int], ...]
 _STORED = {mx.float32: "float32", mx.float16: "float16", mx.bfloat16: "bfloat16"}
-_LOADED = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
+_LOADED = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16,
+           "uint32": mx.uint32, "uint8": mx.uint8, "int32": mx.int32}
+# 8-bit files (kv_disk_bits = 8): keys and values quantised in groups of this many.
+_GROUP = 64
+# Finished requests' caches waiting for an idle step to be copied out for the writer.
+_MAX_WRITES = 4
 # Follow-ups waiting for an idle step; older ones go first when replies come faster.
 _MAX_FOLLOW_UPS = 4
 # Shorter prompts are not worth a file: prefilling this many tokens costs about what
@@ -66,6 +74,16 @@ class _FollowUp:
     thinking: bool | None = None  # the template's switch, rendered the same on the next turn
 
 
+@dataclass
+class _Write:
+    """A finished cache waiting for an idle step (its layers are lazy views)."""
+
+    tokens: list[int]
+    layers: list[tuple[mx.array, mx.array]]
+    text: str | None
+    marks: Marks
+
+
 class MlxKvKeeper:
     """Disk caches for one loaded MLX model (see the module docstring)."""
 
@@ -73,7 +91,9 @@ class MlxKvKeeper:
                  render: Callable[[list[dict[str, Any]], tuple[dict[str, Any], ...], bool | None],
                                   str] | None,
                  remember: Callable[[list[int], list[Any], str, Marks], None],
-                 stream: Any, eos: set[int]) -> None:
+                 stream: Any, eos: set[int], bits: int = 16, read: str = "auto",
+                 copy: str = "parallel",
+                 discard: Callable[[list[int]], None] | None = None) -> None:
         self.store = store
         self.writer = KvWriter()
         self._model = model
@@ -81,11 +101,22 @@ class MlxKvKeeper:
         self._family = family
         self._render = render
         self._remember = remember
+        self._discard = discard  # drops an in-memory entry by its exact tokens
+        self._disk_only = False  # the last next-turn cache: for the disk only (_next_turn)
         self._stream = stream
         self._eos = eos
         self._follow_ups: deque[_FollowUp] = deque()
         self._hints: deque[list[int]] = deque(maxlen=_MAX_HINTS)
+        self._writes: deque[_Write] = deque(maxlen=_MAX_WRITES)
         self.n_layers = len(make_prompt_cache(model))
+        self.bits = 8 if bits == 8 else 16
+        self.cost = LoadCost.load(store.folder)
+        self.always_read = read == "always"  # kv_disk_read: "auto" asks the cost model
+        self.last_load: dict[str, float] = {}  # the last lookup's read, step by step (benches)
+        # kv_disk_copy: "parallel" (the hashing threads copy into the device buffer, each
+        # hashing what it copied) or "single" (one copy; the mapped file hashed meanwhile)
+        self.parallel_copy = copy != "single"
+        self._per_token = _per_token_bound(model, self.n_layers)
 
     @classmethod
     def open(cls, option: Any, model_dir: Path, **kwargs: Any) -> MlxKvKeeper | None:
@@ -105,8 +136,13 @@ class MlxKvKeeper:
     # -- after a reply -------------------------------------------------------------------
 
     def finished(self, request: Any, prompt: list[int], text: str | None, marks: Marks,
-                 raw: str, tokens: list[int], cache: list[Any]) -> None:
-        """A request's cache was remembered: queue it for disk (cheap; no device sync)."""
+                 raw: str, tokens: list[int], cache: list[Any],
+                 prefill: tuple[int, float] | None = None) -> None:
+        """A request's cache was remembered: queue it for disk (cheap; no device sync).
+        `prefill`: (prompt tokens prefilled, seconds to the first token), for the cost
+        model (core.engines.kv_cost)."""
+        if prefill is not None and self.cost.prefilled(*prefill):
+            self._save_rates()
         if not _plain(cache) or request.request_id.startswith("__"):
             return
         full = _views(cache, len(tokens))
@@ -127,13 +163,21 @@ class MlxKvKeeper:
             self._write(list(tokens), full, text, (*marks, (len(text), len(prompt))))
 
     def busy(self) -> bool:
-        return bool(self._follow_ups or self._hints)
+        return bool(self._follow_ups or self._hints or self._writes)
+
+    def engine_busy(self, busy: bool) -> None:
+        """The engine has (True) or has no (False) prompt or request in hand: the writer
+        pauses between pieces while it has."""
+        self.writer.busy(busy)
 
     def idle_step(self) -> None:
         """Turn one finished reply into its next-turn cache (or write it as generated);
-        with none waiting, warm one opened conversation."""
+        with none waiting, hand one queued write to the writer; then warm one opened
+        conversation."""
         if not self._follow_ups:
-            if self._hints:
+            if self._writes:
+                self._hand_over(self._writes.popleft())
+            elif self._hints:
                 self._warm(self._hints.popleft())
             return
         f = self._follow_ups.popleft()
@@ -142,7 +186,10 @@ class MlxKvKeeper:
             self._write(f.tokens, f.full, f.text, (*f.marks, (len(f.text), len(f.prompt))))
             return
         tokens, cache, text, marks = made
-        self._remember(tokens, cache, text, marks)
+        if not self._disk_only:
+            self._remember(tokens, cache, text, marks)
+            if self._discard is not None:  # the as-generated entry: its prompt is in this one
+                self._discard(f.tokens)
         views = _views(cache, len(tokens))
         if views is not None:
             self._write(tokens, views, text, marks)
@@ -161,6 +208,10 @@ class MlxKvKeeper:
                                 f.text)
         if text is None:
             return None
+        # the history renders as it was generated: the in-memory cache as generated serves
+        # the next turn, and this one goes to disk only (a second copy of the conversation
+        # in memory would only evict others)
+        self._disk_only = text.startswith(f.text + visible)
         suffix = list(self._tokenizer.encode(text[len(f.text):], add_special_tokens=False))
         if not suffix:
             return None
@@ -179,23 +230,56 @@ class MlxKvKeeper:
 
     def _write(self, tokens: list[int], layers: list[tuple[mx.array, mx.array]],
                text: str | None, marks: Marks) -> None:
-        dtype = _STORED.get(layers[0][0].dtype)
-        if dtype is None or len(tokens) < MIN_TOKENS:
+        """Queue a cache for disk: nothing runs now, on the device or the disk; an idle
+        step copies it out (_hand_over) and the writer writes it while the engine is idle."""
+        if _STORED.get(layers[0][0].dtype) is None or len(tokens) < MIN_TOKENS:
             return
-        if dtype == "bfloat16":  # numpy has no bfloat16: its bits travel as uint16
-            layers = [(k.view(mx.uint16), v.view(mx.uint16)) for k, v in layers]
-        mx.async_eval([a for kv in layers for a in kv])
-        store = self.store
+        self._writes.append(_Write(tokens, layers, text, marks))
 
-        def job() -> None:  # the writer's thread: buffers evaluated above, copied here
-            sections = []
+    def _hand_over(self, w: _Write) -> None:
+        """An idle step: copy a queued cache's new tokens (past the longest stored prefix
+        it extends) into fresh buffers, in the KV's own dtype or 8-bit, and queue the
+        write. Fresh buffers: the writer reads them on the host, and reading the live
+        cache there would move its pages off a GPU that still needs them."""
+        base = self.store.stored_prefix(w.tokens)
+        made = self._prepare(w.layers, base)
+        if made is None:
+            return
+        sections, bits = made
+        store, writer = self.store, self.writer
+        meta = {"engine": "mlx", "layers": len(w.layers), "kv_bits": bits}
+
+        def job() -> None:  # the writer's thread: buffers evaluated above
+            arrays = [(name, dtype, np.asarray(a)) for name, dtype, a in sections]
+            store.put(w.tokens, arrays, meta, w.text, w.marks, axis=2, held_from=base,
+                      pace=writer.wait_idle)
+
+        writer.submit(job)
+
+    def _prepare(self, layers: list[tuple[mx.array, mx.array]], base: int,
+                 ) -> tuple[list[tuple[str, str, mx.array]], int] | None:
+        """The sections of a file holding positions [base, end) of `layers`, evaluated."""
+        dtype = _STORED.get(layers[0][0].dtype)
+        if dtype is None:
+            return None
+        bits = 8 if self.bits == 8 and layers[0][0].shape[-1] % _GROUP == 0 else 16
+        out: list[tuple[str, str, mx.array]] = []
+        with mx.stream(self._stream):
             for i, (k, v) in enumerate(layers):
-                sections.append((f"{i}.keys", dtype, np.asarray(k)))
-                sections.append((f"{i}.values", dtype, np.asarray(v)))
-            store.put(tokens, sections, {"engine": "mlx", "layers": len(layers)}, text, marks,
-                      axis=2)
+                for part, a in (("keys", k[:, :, base:, :]), ("values", v[:, :, base:, :])):
+                    if bits == 8:
+                        q, scales, biases = mx.quantize(a, group_size=_GROUP, bits=8)
+                        out += [(f"{i}.{part}", "uint32", q),
+                                (f"{i}.{part}.scales", dtype, _raw(scales)),
+                                (f"{i}.{part}.biases", dtype, _raw(biases))]
+                    else:
+                        out.append((f"{i}.{part}", dtype, _raw(_fresh(a))))
+            mx.eval([a for _, _, a in out])
+        return out, bits
 
-        self.writer.submit(job)
+    def _save_rates(self) -> None:
+        cost, folder = self.cost, self.store.folder
+        self.writer.submit(lambda: cost.save(folder))
 
     # -- an opened conversation ------------------------------------------------------------
 
@@ -213,7 +297,7 @@ class MlxKvKeeper:
         match = self.store.best(prompt)
         if match is None or match.covered < MIN_TOKENS:
             return
-        chain = self.store.load_chain(match)
+        chain = self.store.load_chain(match, self._per_token)
         header = match.header
         layers = None if chain is None else _layers(chain, len(header.tokens))
         if layers is None or len(layers) != self.n_layers:
@@ -232,20 +316,43 @@ class MlxKvKeeper:
         match = self.store.best(prompt)
         if match is None or match.covered <= max(cached, MIN_TOKENS - 1):
             return cache, cached
-        chain = self.store.load_chain(match)
+        nbytes = self.store.chain_bytes(match)
+        if not self.always_read and not self.cost.worth_reading(nbytes, match.covered - cached):
+            return cache, cached  # prefilling is estimated faster than reading
+        started = time.perf_counter()
+        # the checksums run on threads while the payload is copied to the device; nothing
+        # of it reaches the model unless they all match (store.verify)
+        chain = self.store.load_chain(match, self._per_token, wait=False,
+                                      hash=not self.parallel_copy)
         if chain is None:
             return cache, cached
-        layers = _layers(chain, match.covered)
+        mapped = time.perf_counter()
+        layers = _layers(chain, match.covered, self.parallel_copy)
         if layers is None or len(layers) != self.n_layers:
+            self.store.verify(match, chain)
             log.debug("kv cache file %s does not fit this model; removed", match.path.name)
             match.path.unlink(missing_ok=True)
             return cache, cached
+        arrays = [a for c in layers for a in (c.keys, c.values)]
+        mx.async_eval(arrays)
+        copied = time.perf_counter()
+        if not self.store.verify(match, chain):
+            return cache, cached
+        checked = time.perf_counter()
+        mx.eval(arrays)
+        done = time.perf_counter()
+        self.last_load = {"bytes": nbytes, "map_ms": (mapped - started) * 1000,
+                          "copy_ms": (copied - mapped) * 1000, "checksums_ms": (checked - copied) * 1000,
+                          "device_ms": (done - checked) * 1000}
+        self.cost.read(nbytes, done - started)
+        self._save_rates()
         return layers, match.covered
 
     def close(self) -> None:
         """Finish what a reply left (a worker stopped right after a turn keeps that turn),
         within the pool's shutdown grace (3 s before it kills the worker)."""
-        while self._follow_ups:
+        self.writer.busy(False)
+        while self._follow_ups or self._writes:
             self.idle_step()
         self.writer.close(timeout=2.0)
 
@@ -261,28 +368,36 @@ def _views(cache: list[Any], n: int) -> list[tuple[mx.array, mx.array]] | None:
     return [(c.keys[..., :n, :], c.values[..., :n, :]) for c in cache]
 
 
-def _layers(chain: list[tuple[Any, dict[str, np.ndarray]]], n: int) -> list[Any] | None:
+def _layers(chain: list[tuple[Any, dict[str, np.ndarray]]], n: int,
+            parallel: bool = False) -> list[Any] | None:
     """KV layers holding the first n tokens of a chain (its links' positions joined along
     the token axis, parent first); None when a link's sections are not a consistent set
-    of (1, heads, its tokens, dim) keys and values."""
-    count = chain[-1][0].meta.get("layers")
-    if type(count) is not int or count < 1:
+    of (1, heads, its tokens, dim) keys and values. Each link reaches the device in one
+    copy (its mapped payload) and is cut into sections there."""
+    meta = chain[-1][0].meta
+    count, bits = meta.get("layers"), meta.get("kv_bits", 16)
+    if type(count) is not int or count < 1 or bits not in (8, 16):
         return None
+    per_layer = 6 if bits == 8 else 2
     parts: list[list[tuple[mx.array, mx.array]]] = [[] for _ in range(count)]
     for header, sections in chain:
         base, held = header.base, len(header.tokens)
-        if header.meta.get("layers") != count or len(sections) != 2 * count:
+        if (header.meta.get("layers") != count or header.meta.get("kv_bits", 16) != bits
+                or len(sections) != per_layer * count):
             return None
         if base >= n:  # the prompt forks before this link: its tokens are not needed
             break
+        arrays = _on_device(header, sections, parallel)
+        take = min(n, held) - base
         for i in range(count):
-            k, v = sections.get(f"{i}.keys"), sections.get(f"{i}.values")
+            k, v = (_part(arrays, f"{i}.{p}", bits) for p in ("keys", "values"))
             if k is None or v is None or k.ndim != 4 or v.ndim != 4:
                 return None
             if k.shape[0] != 1 or k.shape[2] != held - base or v.shape[:3] != k.shape[:3]:
                 return None
-            take = min(n, held) - base
-            parts[i].append((_to_mx(k[:, :, :take, :]), _to_mx(v[:, :, :take, :])))
+            if take < held - base:
+                k, v = k[:, :, :take, :], v[:, :, :take, :]
+            parts[i].append((k, v))
     out = []
     for links in parts:
         c = KVCache()
@@ -296,7 +411,72 @@ def _layers(chain: list[tuple[Any, dict[str, np.ndarray]]], n: int) -> list[Any]
     return out
 
 
+def _on_device(header: Any, sections: dict[str, np.ndarray],
+               parallel: bool = False) -> dict[str, mx.array]:
+    """A link's sections as device arrays: its whole payload in one copy, then views.
+    `parallel`: the copy runs on the hashing threads, straight into the array's memory
+    (mx.array copies on one thread, holding the GIL)."""
+    payload = getattr(sections, "payload", None)
+    offsets = getattr(sections, "offsets", None)
+    if payload is None or offsets is None or any(s.name not in offsets for s in header.sections):
+        if getattr(sections, "pending", ()) is None:
+            copy_and_hash(sections, header, np.empty(header.nbytes, np.uint8))
+        return {name: _to_mx(a) for name, a in sections.items()}
+    if getattr(sections, "pending", ()) is None or parallel:
+        flat = mx.zeros((max(int(payload.size), 1),), mx.uint8)
+        mx.eval(flat)
+        copy_and_hash(sections, header, np.asarray(flat))  # type: ignore[arg-type]
+    else:
+        flat = mx.array(payload)
+    out = {}
+    for s in header.sections:
+        at = offsets[s.name]
+        raw = flat[at: at + s.nbytes]
+        out[s.name] = raw.view(_LOADED[s.dtype]).reshape(s.shape)
+    return out
+
+
+def _part(arrays: dict[str, mx.array], name: str, bits: int) -> mx.array | None:
+    """One layer's keys or values, dequantised from an 8-bit file."""
+    a = arrays.get(name)
+    if a is None or bits == 16:
+        return a
+    scales, biases = arrays.get(f"{name}.scales"), arrays.get(f"{name}.biases")
+    if (scales is None or biases is None or a.dtype != mx.uint32 or a.ndim != 4
+            or scales.shape != biases.shape or scales.shape[:3] != a.shape[:3]
+            or scales.shape[3] * _GROUP != a.shape[3] * 4):
+        return None
+    return mx.dequantize(a, scales, biases, group_size=_GROUP, bits=8)
+
+
 def _to_mx(a: np.ndarray) -> mx.array:
     if a.dtype == np.uint16:  # stored bfloat16
         return mx.array(np.ascontiguousarray(a)).view(mx.bfloat16)
     return mx.array(np.ascontiguousarray(a))
+
+
+def _raw(a: mx.array) -> mx.array:
+    """bfloat16 travels as its bits (numpy has no bfloat16)."""
+    return a.view(mx.uint16) if a.dtype == mx.bfloat16 else a
+
+
+def _fresh(a: mx.array) -> mx.array:
+    """A copy of `a` in a buffer of its own (a slice may share the live cache's)."""
+    if a.shape[2] < 2:
+        return mx.contiguous(a * 1)
+    return mx.concatenate([a[:, :, :1], a[:, :, 1:]], axis=2)
+
+
+def _per_token_bound(model: Any, layers: int) -> int | None:
+    """The most bytes one token's cache can take for this model (float32 keys and
+    values, twice over for per-layer shapes), or None when its shape is not known."""
+    args = getattr(model, "args", None)
+    heads = getattr(args, "num_attention_heads", None)
+    kv = getattr(args, "num_key_value_heads", None) or heads
+    dim = getattr(args, "head_dim", None)
+    hidden = getattr(args, "hidden_size", None)
+    if not isinstance(dim, int) and isinstance(hidden, int) and isinstance(heads, int) and heads:
+        dim = hidden // heads
+    if not (isinstance(kv, int) and isinstance(dim, int) and kv > 0 and dim > 0):
+        return None
+    return 2 * layers * 2 * kv * dim * 4

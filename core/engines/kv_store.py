@@ -43,6 +43,7 @@ import hashlib
 import logging
 import os
 import queue
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -178,10 +179,24 @@ class KvDiskStore:
         chars, count = h.marks[i]
         return h.tokens[:count].tolist(), chars, h.marks[: i + 1]
 
-    def load(self, match: Match) -> dict[str, np.ndarray] | None:
+    def chain_bytes(self, match: Match) -> int:
+        """Bytes of the sections a load of `match` reads (its whole chain, as indexed)."""
+        names = self._chain_names(match.path.name)
+        with self._lock:
+            held = [self._index[n].nbytes for n in names if n in self._index]
+        return sum(held) if held else match.header.nbytes
+
+    def stored_prefix(self, tokens: Sequence[int]) -> int:
+        """How many of `tokens` the longest stored cache they extend covers (with room in
+        its chain): a writer need only copy out the positions past it (put's held_from)."""
+        self._refresh()
+        parent = self._parent_for(np.asarray(tokens, dtype=np.int64))
+        return len(parent[1].tokens) if parent is not None else 0
+
+    def load(self, match: Match, per_token: int | None = None) -> dict[str, np.ndarray] | None:
         """The cache's sections over all its tokens (a chain's links joined), checked; a
         bad file or chain is removed and None returned."""
-        chain = self.load_chain(match)
+        chain = self.load_chain(match, per_token)
         if chain is None:
             return None
         if len(chain) == 1:
@@ -190,10 +205,18 @@ class KvDiskStore:
         return {name: np.concatenate([part[name] for _, part in chain], axis=axis)
                 for name in chain[0][1]}
 
-    def load_chain(self, match: Match) -> list[tuple[KvHeader, dict[str, np.ndarray]]] | None:
+    def load_chain(self, match: Match, per_token: int | None = None, wait: bool = True,
+                   hash: bool = True) -> list[tuple[KvHeader, dict[str, np.ndarray]]] | None:
         """Every file of the match's chain, parent first: (header, sections holding the
         positions [header.base, len(header.tokens)) along the leaf's `axis`). Each link is
-        checked against the one it extends; any bad or missing link removes the chain."""
+        checked against the one it extends; any bad or missing link removes the chain.
+
+        Before a section is read, the chain's size is checked against the cache's bound
+        and, given `per_token` (the most bytes a token's cache can take for this model),
+        against its tokens: a file claiming more than its tokens can hold is refused
+        unread. wait=False: the checksums are still being computed on return (a loader
+        copies meanwhile); `verify` must say True before anything of it is used. hash=False
+        (with wait=False): the caller hashes what it copies (kv_file.copy_and_hash)."""
         names: list[str] = []
         headers: list[KvHeader] = []
         name = match.path.name
@@ -205,7 +228,7 @@ class KvDiskStore:
             while True:
                 if len(names) >= MAX_LINKS:
                     raise BadKvFile("chain longer than its bound")
-                header = read_header(self.folder / name, self.identity)
+                header = read_header(self.folder / name, self.identity, self.max_bytes)
                 if (digest is not None and header.digest != digest) or not np.array_equal(
                         header.tokens, tokens):
                     raise BadKvFile("a link does not match what its child or index expects")
@@ -219,23 +242,50 @@ class KvDiskStore:
                 tokens = header.tokens[: header.parent.tokens]
             names.reverse()
             headers.reverse()
-            chain = [(h, read_sections(self.folder / n, h)) for n, h in zip(names, headers, strict=True)]
+            if sum(h.payload_at + h.nbytes for h in headers) > self.max_bytes:
+                raise BadKvFile("a chain larger than the cache's bound")
+            if per_token is not None and any(
+                    h.nbytes > per_token * (len(h.tokens) - h.base) for h in headers):
+                raise BadKvFile("sections larger than their tokens' cache can be")
+            chain = [(h, read_sections(self.folder / n, h, self.max_bytes, wait, hash or wait))
+                     for n, h in zip(names, headers, strict=True)]
             _check_joinable(chain)
         except BadKvFile as exc:
-            log.debug("kv cache chain of %s skipped and removed: %s", match.path.name, exc)
-            for n in {*names, name, *self._named_ancestors(name)}:
-                self._forget(n, remove=True)
-            self._drop_orphans()
+            self._drop_chain(match, [*names, name], exc)
             return None
         self._touch(names)
         return chain
+
+    def verify(self, match: Match, chain: list[tuple[KvHeader, dict[str, np.ndarray]]]) -> bool:
+        """Wait for a chain's checksums (load_chain with wait=False); a mismatch removes
+        the chain as load_chain would and says False."""
+        try:
+            for _, sections in chain:
+                check = getattr(sections, "verify", None)
+                if check is not None:
+                    check()
+        except BadKvFile as exc:
+            self._drop_chain(match, self._chain_names(match.path.name) or [match.path.name], exc)
+            return False
+        return True
+
+    def _drop_chain(self, match: Match, names: list[str], exc: Exception) -> None:
+        log.debug("kv cache chain of %s skipped and removed: %s", match.path.name, exc)
+        for n in {*names, *(a for x in names for a in self._named_ancestors(x))}:
+            self._forget(n, remove=True)
+        self._drop_orphans()
 
     # -- writing (the writer's thread) -------------------------------------------------
 
     def put(self, tokens: Sequence[int], sections: Sequence[tuple[str, str, np.ndarray]],
             meta: dict[str, Any], text: str | None = None,
-            marks: Sequence[tuple[int, int]] = (), axis: int | None = None) -> Path | None:
+            marks: Sequence[tuple[int, int]] = (), axis: int | None = None,
+            pace: Callable[[], None] | None = None, held_from: int = 0) -> Path | None:
         """Store a cache covering `tokens`; drops files it supersedes, then evicts.
+        `pace` is called before each section is hashed and written (KvWriter.wait_idle).
+        `held_from`: the sections hold only positions [held_from, len(tokens)) along
+        `axis` (stored_prefix said a parent covers the rest); when no stored parent covers
+        that much any more, nothing is written.
 
         `axis`: the sections' token axis (each holds len(tokens) positions there). Given,
         the cache is written as a link of the longest stored prefix it extends (only the
@@ -252,24 +302,26 @@ class KvDiskStore:
             self._touch(self._chain_names(same[0]))
             return self.folder / same[0]
         parent = self._parent_for(arr) if axis is not None else None
+        if held_from and (parent is None or len(parent[1].tokens) < held_from):
+            return None  # the prefix these sections leave out is no longer stored
         link: Parent | None = None
         depth = 0
         if parent is not None:
             pname, pheader = parent
             base = len(pheader.tokens)
             link, depth = Parent(pname, pheader.digest, base), pheader.depth + 1
-            cut = (slice(None),) * axis + (slice(base, None),)
+            cut = (slice(None),) * (axis or 0) + (slice(base - held_from, None),)
             sections = [(n, dtype, a[cut]) for n, dtype, a in sections]
         name = key + (f".{link.name[:40]}" if link is not None else "") + SUFFIX
         path = self.folder / name
         _private_dir(self.root)
         _private_dir(self.folder)
         size = write_file(path, self.identity, tokens, sections, meta, text, marks, link,
-                          axis or 0, depth)
+                          axis or 0, depth, pace)
         if size > self.max_bytes:
             path.unlink(missing_ok=True)
             return None
-        header = read_header(path, self.identity)
+        header = read_header(path, self.identity, self.max_bytes)
         with self._lock:
             self._index[name] = header
         chain = self._chain_names(name)
@@ -373,6 +425,8 @@ class KvDiskStore:
                     st = e.stat(follow_symlinks=False)
                 except OSError:
                     continue
+                if stat.S_ISDIR(st.st_mode):
+                    continue
                 path = Path(e.path)
                 files.append((st.st_mtime_ns, st.st_size, path))
                 sizes[path] = st.st_size
@@ -432,10 +486,13 @@ class KvDiskStore:
             known = set(self._index)
         for name in names - known:
             try:
-                header = read_header(self.folder / name, self.identity)
+                header = read_header(self.folder / name, self.identity, self.max_bytes)
             except BadKvFile as exc:
                 log.debug("kv cache file %s skipped and removed: %s", name, exc)
-                (self.folder / name).unlink(missing_ok=True)
+                try:
+                    (self.folder / name).unlink(missing_ok=True)
+                except OSError:  # a folder planted under a cache file's name
+                    pass
                 continue
             with self._lock:
                 self._index[name] = header
@@ -456,12 +513,30 @@ class KvWriter:
     At most `depth` writes wait; a newer one past that is dropped (the next turn writes
     a longer cache anyway). `close` waits for what is queued, so a worker shut down
     between two turns leaves the first turn's cache on disk.
+
+    The engine says when it is busy (`busy(True)`: a prompt waits or a request runs); a
+    write then pauses before its next piece (`wait_idle`) until the engine is idle again,
+    so the disk, the checksums and the copies never compete with a prefill or a step
+    (issue 49 item 1: they cost later turns 60% of their time to first token on a GPU).
     """
 
     def __init__(self, depth: int = 2) -> None:
         self._jobs: queue.Queue[Callable[[], None] | None] = queue.Queue(depth)
+        self._idle = threading.Event()
+        self._idle.set()
         self._thread = threading.Thread(target=self._run, name="kv-disk-writer", daemon=True)
         self._thread.start()
+
+    def busy(self, busy: bool) -> None:
+        """The engine's state: a write waits while it is busy."""
+        if busy:
+            self._idle.clear()
+        else:
+            self._idle.set()
+
+    def wait_idle(self) -> None:
+        """Block the writer's thread until the engine is idle (a write's pieces call it)."""
+        self._idle.wait()
 
     def submit(self, job: Callable[[], None]) -> bool:
         try:
@@ -479,6 +554,7 @@ class KvWriter:
         return self._jobs.unfinished_tasks == 0
 
     def close(self, timeout: float = 30.0) -> None:
+        self._idle.set()  # the engine is done: what is queued may go now
         self.flush(timeout)
         try:
             self._jobs.put_nowait(None)
@@ -492,6 +568,7 @@ class KvWriter:
             try:
                 if job is None:
                     return
+                self._idle.wait()
                 job()
             except (OSError, BadKvFile) as exc:
                 log.debug("kv cache write skipped: %s", getattr(exc, "strerror", None) or exc)

@@ -122,6 +122,10 @@ class LlamaCppEngine:
                 self._llm = self._load(spec, path, threads, False)
                 self._flash_fallback = True
         except (ValueError, RuntimeError) as exc:
+            from core.model_files.gguf_header import unsupported_architecture, unsupported_sentence
+
+            if arch := unsupported_architecture(path):  # whole, but too new for this build
+                raise EngineLoadError("UNSUPPORTED", unsupported_sentence(path.name, arch)) from exc
             raise EngineLoadError(
                 "MODEL_CORRUPT",
                 f"The model file {path.name} could not be loaded; it may be corrupt or "
@@ -286,7 +290,7 @@ class LlamaCppEngine:
             add_bos = not (bos and text.startswith(bos))
         elif self._base is not None:
             # special=False: a "<start_of_turn>" typed by the user stays text
-            text, add_bos, special = self._base.render(messages), True, False
+            text, add_bos, special = self._base.render(messages) + request.reply_prefix, True, False
             stop = list(self._base.stops)
         else:
             try:
@@ -296,7 +300,7 @@ class LlamaCppEngine:
             except Exception as exc:
                 return rid, [Error("BAD_REQUEST", f"The chat template failed: {exc}"),
                              Done("error")]
-            text, add_bos, special = rendered.prompt, not rendered.added_special, True
+            text, add_bos, special = rendered.prompt + request.reply_prefix, not rendered.added_special, True
             stop = (rendered.stop if isinstance(rendered.stop, list)
                     else [rendered.stop] if rendered.stop else [])
         if images:

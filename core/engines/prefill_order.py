@@ -18,7 +18,9 @@ shortest prompts share one pass and the longest wait for the next (eight cold
 conversations of 400 to 3,000 tokens: median first token 492 ms, against 594-660 ms all
 in one pass; budgets of 2k and 6k tokens gave 647 and 690 ms).
 A prompt that has waited too long goes next whatever its length, so a long one is never
-starved by a stream of short ones.
+starved by a stream of short ones. A person's turn in the app (interactive) goes before
+API prompts of any length (issue 45); API prompts overdue still lead, so a person typing
+bounds the API's wait, never starves it.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Waiting:
 
     new_tokens: int
     arrived: float
+    interactive: bool = False  # a person waits for it (GenerationRequest.interactive)
 
 
 def next_group(waiting: Sequence[Waiting], limit: int, now: float, free_tokens: int,
@@ -54,6 +57,7 @@ def next_group(waiting: Sequence[Waiting], limit: int, now: float, free_tokens: 
     order = sorted(range(len(waiting)), key=lambda i: (
         now - waiting[i].arrived < overdue_s,  # overdue first ...
         waiting[i].arrived if now - waiting[i].arrived >= overdue_s else 0.0,  # ... FIFO
+        not waiting[i].interactive,  # then the person's turn
         waiting[i].new_tokens,
         waiting[i].arrived,
     ))

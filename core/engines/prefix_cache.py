@@ -219,6 +219,16 @@ class PrefixCache:
                 best_key, best_len = key, n
         return best_key, best_len
 
+    def discard(self, tokens: Sequence[int]) -> None:
+        """Drop the entry holding exactly `tokens` (a reply's cache as generated, once its
+        next-turn form is kept: the two share the prompt, and keeping both doubled the
+        memory a conversation takes, evicting other conversations)."""
+        self.settle()
+        arr = np.asarray(tokens, dtype=np.int64)
+        for key, entry in list(self._entries.items()):
+            if len(entry.tokens) == len(arr) and np.array_equal(entry.tokens, arr):
+                self._drop(key)
+
     def _drop(self, key: int) -> None:
         entry = self._entries.pop(key)
         self._nbytes -= entry.nbytes

@@ -32,7 +32,7 @@ from collections import deque
 from typing import Any
 
 from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec
-from core.events import Done, Event, TextDelta, Usage
+from core.events import Done, Error, Event, TextDelta, Usage
 from core.parsing.stops import StopMatcher
 
 
@@ -92,9 +92,17 @@ class ScriptedEngine:
         reply = self._replies[self._turn % len(self._replies)]
         self._turn += 1
         pieces = [reply[i : i + self._chunk] for i in range(0, len(reply), self._chunk)]
-        run = _Run(request, pieces[: request.sampling.max_tokens])
+        # As a model would: no prompt past the context, no reply past the room left.
+        room = int(self._spec.context_size) - self._prompt_tokens(request)
+        if room < 1:
+            self._out.append((request.request_id, [Error(
+                "CONTEXT_OVERFLOW", f"The conversation is more than this model's context of "
+                f"{self._spec.context_size}."), Done("error")]))
+            return
+        limit = min(request.sampling.max_tokens, room)
+        run = _Run(request, pieces[:limit])
         run.next_at += float(self._spec.option("prefill_s", 0.0))
-        run.truncated = len(pieces) > request.sampling.max_tokens
+        run.truncated = len(pieces) > limit
         self._runs[request.request_id] = run
 
     def cancel(self, request_id: str) -> None:
@@ -144,9 +152,13 @@ class ScriptedEngine:
             with open(self._emit_log, "a", encoding="utf-8") as log:
                 log.write(json.dumps(run.emitted) + "\n")
 
+    @staticmethod
+    def _prompt_tokens(request: GenerationRequest) -> int:
+        prompt = sum(len(str(m.get("content", ""))) // 4 + 4 for m in request.messages)
+        return prompt + len(request.prompt or "") // 4  # a raw prompt (/v1/completions)
+
     def _usage(self, run: _Run) -> Usage:
-        prompt = sum(len(str(m.get("content", ""))) // 4 + 4 for m in run.request.messages)
-        prompt += len(run.request.prompt or "") // 4  # a raw prompt (/v1/completions)
+        prompt = self._prompt_tokens(run.request)
         if self._spec.option("fixed_timing"):  # snapshot tests need identical stats lines
             return Usage(prompt, 0, run.count, 12.0, 100.0)
         now = time.perf_counter()

@@ -64,6 +64,10 @@ class VlmEngine:
         return Usage(run.get("prompt_tokens", 0), 0, n, ttft,
                      (n - 1) / elapsed if n > 1 and elapsed > 0 else 0.0)
 
+    def _cap(self, max_tokens: int) -> int:
+        """No reply runs past the context (ROOM_LEFT asks for no other cap)."""
+        return min(max_tokens, int(self._spec.context_size))
+
     def step(self) -> list[tuple[str, list[Event]]]:
         out, self._out = self._out, []
         if self._active is None and self._queue:
@@ -71,7 +75,7 @@ class VlmEngine:
             s = request.sampling
             self._active = {"request": request, "started": time.perf_counter(), "tokens": 0,
                             "gen": stream_chat(self.model, self.processor, request.messages,
-                                               max_tokens=s.max_tokens,
+                                               max_tokens=self._cap(s.max_tokens),
                                                temperature=s.temperature, top_p=s.top_p)}
         run = self._active
         if run is None:
@@ -80,7 +84,8 @@ class VlmEngine:
         try:
             result = next(run["gen"])
         except StopIteration:
-            finish = "length" if run["tokens"] >= run["request"].sampling.max_tokens else "stop"
+            cap = self._cap(run["request"].sampling.max_tokens)
+            finish = "length" if run["tokens"] >= cap else "stop"
             out.append((rid, [self._usage(), Done(finish)]))
             self._active = None
             return out

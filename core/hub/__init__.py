@@ -8,12 +8,12 @@ from typing import Any
 
 from core.hub.download import (
     CancelToken,
-    DownloadJob,
     DownloadProgress,
     DownloadResult,
     download_plan,
     pull,
 )
+from core.hub.download_job import DownloadJob
 from core.hub.errors import HUB_ERROR_CODES, HubError
 from core.hub.listing import DownloadPlan, RepoFileInfo, RepoListing, list_files, plan_download
 from core.hub.queue import DownloadQueue

@@ -41,14 +41,17 @@ def _parser() -> argparse.ArgumentParser:
     f = sub.add_parser("files", help="list a repo's files with sizes and quant labels")
     f.add_argument("repo")
     f.add_argument("--revision")
-    pl = sub.add_parser("pull", help="download a model (a GGUF file, or an MLX repo)")
+    pl = sub.add_parser("pull", help="download a model (a GGUF file, or an MLX repo) in the "
+                        "engine service; --here: in this terminal")
     pl.add_argument("repo")
     pl.add_argument("file", nargs="?", help="the GGUF file, when the repo has several")
     pl.add_argument("--revision")
     pl.add_argument("--no-mmproj", action="store_true", help="skip the vision projector")
+    pl.add_argument("--here", action="store_true", help="download in this terminal (it stops "
+                    "when this command does) instead of the engine service")
     sub.add_parser("list", help="models on this machine")
     rm = sub.add_parser("rm", help="delete a local model")
-    rm.add_argument("model", help="an id from `llmdeck models list`")
+    rm.add_argument("model", help="an id from `llmdeck models list` (or the hub's handle)")
     rm.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     return p
 
@@ -174,9 +177,9 @@ def _pull(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    rows = [["ID", "FORMAT", "ENGINE", "QUANT", "ROLE", "SIZE", "SOURCE", "STATUS"]]
-    for m in list_local_models():
-        rows.append([m.id, m.format, m.engine or "-", m.quant or "-", m.role,
+    rows = [["ID", "NAME", "FORMAT", "ENGINE", "QUANT", "ROLE", "SIZE", "SOURCE", "STATUS"]]
+    for m in list_local_models():  # the one id the app, the API and F4 show (issue 45)
+        rows.append([m.model_id or m.id, m.name, m.format, m.engine or "-", m.quant or "-", m.role,
                      human_bytes(m.size_bytes), m.source, _status(m)])
     _table(rows)
     return EXIT_OK
@@ -190,18 +193,19 @@ def _status(m: LocalModel) -> str:
 
 def _rm(args: argparse.Namespace) -> int:
     model = find_model(args.model)
+    ident = model.model_id or model.id
     confirm = args.yes
     if not confirm:
         if not sys.stdin.isatty():
-            raise HubError("CONFIRM_REQUIRED", f"Deleting {model.id} needs confirmation; "
+            raise HubError("CONFIRM_REQUIRED", f"Deleting {ident} needs confirmation; "
                            "pass --yes when not at a terminal.")
-        answer = input(visible(f"Delete {model.id} ({human_bytes(model.size_bytes)})? [y/N] "))
+        answer = input(visible(f"Delete {ident} ({human_bytes(model.size_bytes)})? [y/N] "))
         confirm = answer.strip().lower() in ("y", "yes")
         if not confirm:
             print("kept", file=sys.stderr)
             return EXIT_USAGE
     freed = delete_model(model, confirm=confirm)
-    print(visible(f"deleted {model.id}, freed {human_bytes(freed)}"), file=sys.stderr)
+    print(visible(f"deleted {ident}, freed {human_bytes(freed)}"), file=sys.stderr)
     return EXIT_OK
 
 

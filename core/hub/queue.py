@@ -12,7 +12,8 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from core.hub.download import DownloadJob, DownloadProgress
+from core.hub.download import DownloadProgress
+from core.hub.download_job import DownloadJob
 from core.hub.listing import DownloadPlan
 
 OnUpdate = Callable[[DownloadJob, DownloadProgress], None]

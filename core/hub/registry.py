@@ -9,9 +9,10 @@ reason instead of failing later at load time.
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
-from core import paths
+from core import model_ids, paths
 from core.bundled import bundled_chat_target, provision_bundled_chat
 from core.hub import cache_layout as layout
 from core.hub.base_model import is_base_model
@@ -25,8 +26,6 @@ from core.wire.hub import LocalModel
 BUNDLED_ID = "bundled:gemma-3-270m"
 
 
-
-
 def list_local_models(include_bundled: bool = True) -> list[LocalModel]:
     """Every model llmdeck can see, HF cache first, then the models folder, then bundled."""
     models = _from_hf_cache(paths.hf_cache_dir()) + _from_models_dir(paths.models_dir())
@@ -34,13 +33,25 @@ def list_local_models(include_bundled: bool = True) -> list[LocalModel]:
         bundled = _bundled()
         if bundled is not None:
             models.append(bundled)
-    return models
+    return with_model_ids(models)
+
+
+def with_model_ids(models: list[LocalModel]) -> list[LocalModel]:
+    """Each model with its one id (core.model_ids): the valid ones settle clashes among
+    themselves, as the API's catalog does, so the hub, the picker, `models list` and the
+    API name a model alike."""
+    valid = [i for i, m in enumerate(models) if m.valid]
+    unique = model_ids.unique_ids([(models[i].name, models[i].quant, models[i].format,
+                                    str(models[i].path)) for i in valid])
+    ids = dict(zip(valid, unique, strict=True))
+    return [replace(m, model_id=ids.get(i) or model_ids.base_id(m.name, m.quant))
+            for i, m in enumerate(models)]
 
 
 def find_model(ident: str) -> LocalModel:
     """The model whose id (or unique name / repo id) is `ident`; raises HubError."""
     models = list_local_models()
-    exact = [m for m in models if m.id == ident]
+    exact = [m for m in models if ident in (m.model_id, m.id)]
     if exact:
         return exact[0]
     loose = [m for m in models if ident in (m.name, m.repo_id)]

@@ -69,7 +69,8 @@ def mlx_architecture_supported(model_type: str | None) -> bool:
 
 def check_runnable(fmt: str, weights_bytes: int | None, model_type: str | None = None,
                    available: int | None = None) -> Runnable:
-    """Decide whether a model of this format and size can run on this machine now."""
+    """Decide whether a model of this format and size can run on this machine now.
+    `model_type`: config.json's for MLX, the GGUF header's architecture for llama.cpp."""
     free = available_memory_bytes() if available is None else available
     engine = engine_for_format(fmt)
     if engine is None:
@@ -77,6 +78,11 @@ def check_runnable(fmt: str, weights_bytes: int | None, model_type: str | None =
         return Runnable(False, None, need, free, f"no engine installed for {fmt} models")
     if engine == "mlx" and not mlx_architecture_supported(model_type):
         return Runnable(False, engine, 0, free, f"mlx-lm has no '{model_type}' architecture")
+    if engine == "llamacpp" and model_type:  # the Hub's gguf.architecture (issue 48)
+        from core.model_files.gguf_header import known_to_llama_cpp
+
+        if known_to_llama_cpp(model_type) is False:
+            return Runnable(False, engine, 0, free, f"this llama.cpp cannot run {model_type}")
     if weights_bytes is None:
         return Runnable(True, engine, 0, free, "size unknown; fits if the weights do")
     need = estimate_memory_bytes(weights_bytes)

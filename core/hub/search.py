@@ -100,7 +100,8 @@ def _to_result(info: Any, fmt: str) -> SearchResult:
         weights = int(params * _GGUF_TYPICAL_BYTES_PER_PARAM) if params else None
     else:
         weights = size
-    runnable = check_runnable(fmt, weights, config.get("model_type"))
+    runnable = check_runnable(fmt, weights, gguf.get("architecture") if fmt == "gguf"
+                              else config.get("model_type"))
     return SearchResult(
         repo_id=info.id,
         format=fmt,

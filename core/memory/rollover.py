@@ -6,6 +6,13 @@ model through a `summarise(messages) -> str` callable, and a fresh session start
 with that summary, facts retrieved for the new question and the last turns verbatim.
 A `RolloverMarker` records the point: the chat view shows it, the store keeps it. The
 full history is append-only and never rewritten; only what the model sees is replaced.
+
+With `background` set (the runtime's way), no turn waits for a summary: the summary is
+written off the turn from PREPARE_AT (60%) full and handed in as `ready` (a
+PreparedSummary: the text and how many session messages it covers); the turn at the
+threshold (70%) only swaps it in, keeping the messages after it verbatim. Until it is
+ready the session goes on whole; only a prompt that would leave no room for the reply
+(`ContextMonitor.reply_room`) rolls at once, with `fallback_summary`, which needs no model.
 """
 
 from __future__ import annotations
@@ -17,13 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.docs.chunking import count_tokens
+from core.memory.summarise import SUMMARY_PREFIX, fallback_summary
 from core.memory.window import ContextMonitor, Message
 from core.wire.memory import RolloverMarker
 
 Summarise = Callable[[list[Message]], "str | Awaitable[str]"]
 Retrieve = Callable[[str], Sequence[str]]
 
-SUMMARY_PREFIX = "Summary of the conversation so far (earlier turns were condensed):"
 FACTS_PREFIX = "Facts retrieved for the current question:"
 SUMMARY_SHARE = 0.25  # at most this share of the context goes to the summary
 FACTS_SHARE = 0.15
@@ -37,6 +44,16 @@ class TurnPlan:
     session_id: str
     projected_use: float
     marker: RolloverMarker | None = None
+    waited: bool = False  # the turn waited for a summary written inline (never in background)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedSummary:
+    """A summary written in the background: of the session's first `covered` messages."""
+
+    session_id: str
+    covered: int
+    summary: str
 
 
 def _clip(text: str, max_tokens: int) -> str:
@@ -66,6 +83,7 @@ class ConversationMemory:
         retrieve: Retrieve | None = None,
         system_prompt: str | None = None,
         keep_last_messages: int = 4,
+        background: bool = False,
     ) -> None:
         self.conversation_id = conversation_id
         self.monitor = monitor
@@ -78,6 +96,8 @@ class ConversationMemory:
         self.session: list[Message] = self._system()
         self.session_id = self._new_session_id()
         self._last_sent: tuple[Message, ...] = ()
+        self.background = background
+        self.ready: PreparedSummary | None = None  # handed in by the runtime (background)
 
     def _system(self) -> list[Message]:
         return [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
@@ -127,8 +147,16 @@ class ConversationMemory:
         new_tokens = self.monitor.used([user], self.conversation_id)
         projected = self.monitor.projected_use(self.session, new_tokens, self.conversation_id)
         marker = None
+        waited = False
         has_turns = any(m["role"] != "system" for m in self.session)
-        if projected >= self.monitor.threshold and has_turns:
+        if self.background and has_turns:
+            marker = self._swap(user_text, new_tokens, projected)
+            if marker is not None:
+                projected = self.monitor.projected_use(self.session, new_tokens,
+                                                       self.conversation_id)
+            yield None
+        elif projected >= self.monitor.threshold and has_turns:
+            waited = True
             summary = yield list(self.session)
             marker = self._roll(str(summary or "").strip(), user_text, new_tokens)
             projected = self.monitor.projected_use(self.session, new_tokens, self.conversation_id)
@@ -139,12 +167,33 @@ class ConversationMemory:
         self._last_sent = messages
         # The session keeps the plain question: documents are retrieved afresh per turn.
         self.session.append({"role": "user", "content": user_text})
-        return TurnPlan(messages, self.session_id, projected, marker)
+        return TurnPlan(messages, self.session_id, projected, marker, waited)
 
-    def _roll(self, summary: str, user_text: str, new_tokens: int) -> RolloverMarker:
+    def _swap(self, user_text: str, new_tokens: int, projected: float) -> RolloverMarker | None:
+        """Background mode: swap in the prepared summary at the threshold, or roll at once
+        (no model) when the prompt would leave no room for the reply; else nothing yet."""
+        monitor, cid = self.monitor, self.conversation_id
+        ready = self.ready
+        if ready is not None and (ready.session_id != self.session_id
+                                  or ready.covered > len(self.session)):
+            ready = None  # written for another session (a branch, an earlier rollover)
+        no_room = monitor.leaves_no_room(self.session, new_tokens, cid)
+        if ready is not None and (projected >= monitor.threshold or no_room):
+            # The messages after what the summary covers go on verbatim (as many as fit).
+            tail = [m for m in self.session[ready.covered:] if m["role"] != "system"]
+            return self._roll(ready.summary, user_text, new_tokens, keep=len(tail))
+        if no_room:
+            budget = int(monitor.context_tokens * SUMMARY_SHARE / monitor.scale(cid))
+            return self._roll(fallback_summary(self.session, budget), user_text, new_tokens)
+        return None
+
+    def _roll(self, summary: str, user_text: str, new_tokens: int,
+              keep: int | None = None) -> RolloverMarker:
         monitor = self.monitor
         tokens_before = monitor.used(self.session, self.conversation_id) + new_tokens
-        summary = _clip(summary, int(monitor.context_tokens * SUMMARY_SHARE))
+        # The share is of real tokens: the estimate is scaled by what the engine reported.
+        scale = monitor.scale(self.conversation_id)
+        summary = _clip(summary, int(monitor.context_tokens * SUMMARY_SHARE / scale))
         facts: list[str] = []
         if self.retrieve is not None:
             budget = int(monitor.context_tokens * FACTS_SHARE)
@@ -161,13 +210,14 @@ class ConversationMemory:
                 }
             )
         turns = [m for m in self.session if m["role"] != "system"]
-        keep = min(self.keep_last_messages, len(turns))
+        keep = min(self.keep_last_messages if keep is None else keep, len(turns))
         # Carry the last turns verbatim, fewer if they would put us over the threshold again.
         while True:
             kept = turns[len(turns) - keep :] if keep else []
             candidate = [*seed, *kept]
             use = monitor.projected_use(candidate, new_tokens, self.conversation_id)
-            if use < monitor.threshold or keep == 0:
+            roomy = not monitor.leaves_no_room(candidate, new_tokens, self.conversation_id)
+            if (use < monitor.threshold and roomy) or keep == 0:
                 break
             keep -= 1
         # A session must not open with an assistant turn (or a tool result) after the system

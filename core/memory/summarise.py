@@ -21,6 +21,7 @@ SUMMARISE_INSTRUCTIONS = (
     "and decision, and any open question. Write plain sentences, at most about "
     "{words} words, no preamble."
 )
+SUMMARY_PREFIX = "Summary of the conversation so far (earlier turns were condensed):"
 _LABELS = {"user": "User", "assistant": "Assistant", "system": "Earlier summary"}
 
 
@@ -70,9 +71,18 @@ def summary_request(
     ]
 
 
+def summary_followup(summary_tokens: int) -> Message:
+    """The message that asks for a summary of the conversation above it: sent after the
+    session itself, so the engine reuses the session's KV cache and prefills only this."""
+    words = max(30, summary_tokens * 2 // 3)
+    return {"role": "user", "content": SUMMARISE_INSTRUCTIONS.format(words=words).replace(
+        "the conversation below", "our conversation so far (everything above this message)")}
+
+
 def fallback_summary(messages: Sequence[Message], max_tokens: int) -> str:
     """A summary without a model: the earlier summary and the user's questions, newest kept."""
-    earlier = [str(m["content"]) for m in messages[:1] if m["role"] == "system"]
+    earlier = [str(m["content"]).removeprefix(SUMMARY_PREFIX).strip()
+               for m in messages[:1] if m["role"] == "system"]  # never nested prefixes
     asked = [str(m["content"]).strip() for m in messages if m["role"] == "user"]
     text = " ".join(earlier)
     if asked:

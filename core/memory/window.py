@@ -15,6 +15,9 @@ from typing import Any
 from core.docs.chunking import count_tokens
 
 DEFAULT_THRESHOLD = 0.7
+PREPARE_AT = 0.6  # from here the summary that makes room is written in the background
+MIN_REPLY_ROOM = 256
+REPLY_ROOM_SHARE = 0.25
 # Role markers and separators a chat template adds per message, roughly.
 MESSAGE_OVERHEAD_TOKENS = 4
 
@@ -26,6 +29,13 @@ def messages_tokens(messages: Sequence[Message], count: Callable[[str], int] = c
     return sum(count(str(m.get("content") or "")) + MESSAGE_OVERHEAD_TOKENS for m in messages)
 
 
+def reply_room(context_tokens: int, max_tokens: int = 0) -> int:
+    """Tokens kept free for the reply: min(max_tokens, max(256, 25% of the context));
+    max_tokens 0 (no cap of its own) leaves the second term."""
+    room = max(MIN_REPLY_ROOM, int(context_tokens * REPLY_ROOM_SHARE))
+    return min(max_tokens, room) if max_tokens > 0 else room
+
+
 class ContextMonitor:
     """Projects context use per conversation and says when to roll over."""
 
@@ -35,6 +45,7 @@ class ContextMonitor:
         threshold: float = DEFAULT_THRESHOLD,
         reply_reserve: int = 0,
         count: Callable[[str], int] = count_tokens,
+        reply_room: int = 0,
     ) -> None:
         if context_tokens < 1:
             raise ValueError(f"context_tokens must be at least 1 (got {context_tokens})")
@@ -43,6 +54,7 @@ class ContextMonitor:
         self.context_tokens = context_tokens
         self.threshold = threshold
         self.reply_reserve = reply_reserve
+        self.reply_room = reply_room  # kept free for the reply: a prompt past it must roll
         self.count = count
         self._scale: dict[str, float] = {}
         self.last_prompt_tokens: dict[str, int] = {}
@@ -72,6 +84,18 @@ class ContextMonitor:
         conversation_id: str | None = None,
     ) -> bool:
         return self.projected_use(messages, new_prompt_tokens, conversation_id) >= self.threshold
+
+    def leaves_no_room(
+        self,
+        messages: Sequence[Message],
+        new_prompt_tokens: int,
+        conversation_id: str | None = None,
+    ) -> bool:
+        """Whether the next prompt would leave less than `reply_room` tokens for the reply:
+        then the conversation rolls over now, whatever else waits."""
+        scaled_new = round(new_prompt_tokens * self.scale(conversation_id))
+        prompt = self.used(messages, conversation_id) + scaled_new
+        return prompt + self.reply_room > self.context_tokens
 
     def observe(
         self, conversation_id: str, messages: Sequence[Message], prompt_tokens: int

@@ -17,16 +17,20 @@ class StreamParser(MarkerScanner):
 
     `in_reasoning=True` when the chat template already opened the reasoning block in the
     prompt (DeepSeek-R1, Qwen3 thinking, MiniMax-M2): the stream then starts as thinking.
-    Families without a reasoning block ignore it.
+    Families without a reasoning block ignore it. `continues=True` when the stream goes
+    on from a reply already written (GenerationRequest.reply_prefix): its leading space
+    is the space between two words, not the start of a reply, so it is kept.
     """
 
     __slots__ = ("family",)
 
-    def __init__(self, family: str, *, in_reasoning: bool = False) -> None:
+    def __init__(self, family: str, *, in_reasoning: bool = False,
+                 continues: bool = False) -> None:
         grammar = grammar_for(family)
         start = grammar.reasoning_state if in_reasoning and grammar.reasoning_state else None
         super().__init__(grammar, start=start)
         self.family = family
+        self._lstrip = not continues
 
 
 def family_uses_think(family: str) -> bool:

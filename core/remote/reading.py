@@ -27,6 +27,7 @@ T = TypeVar("T")
 MIB = 1024 * 1024
 MAX_LINE_BYTES = 4 * MIB  # one server-sent event line; a token's chunk is a few hundred bytes
 MAX_BODY_BYTES = 16 * MIB  # a non-streamed completion, an error body, a model list
+OPEN_ENDED_TOKENS = 131_072  # the most tokens a reply without a max_tokens is allowed
 MAX_REPLY_BYTES = 64 * MIB  # every byte of one reply, whatever max_tokens says
 MAX_TOOL_CALLS = 64  # tool calls in one reply
 MAX_TOOL_ARGUMENT_CHARS = 256 * 1024  # the arguments of one tool call
@@ -48,7 +49,8 @@ class ReplyBounds:
 
     @classmethod
     def for_max_tokens(cls, max_tokens: int) -> ReplyBounds:
-        n = max(1, int(max_tokens))
+        # No cap of its own (ROOM_LEFT): bounded as a reply that fills a 128k context.
+        n = max(1, min(int(max_tokens), OPEN_ENDED_TOKENS))
         # pieces: twice the tokens, as servers that split a token's text in two exist;
         # seconds: 10 minutes plus 2 tokens a second, slower than any useful remote.
         return cls(n, 2 * n + 64, CHARS_PER_TOKEN * n + 4096, 600.0 + n / 2)

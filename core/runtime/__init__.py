@@ -11,6 +11,8 @@ The package, one idea per module, lowest first:
 - compare.py       one message to two models side by side (imported on first use;
                    Comparison, spec_for and ModelSpec are on the face)
 - face.py          Runtime: the thin public calls the UI makes
+- state.py         the plain answers a client reads (ModelState, SandboxInfo, context_use)
+- protocol.py      RuntimeFace and TurnHandle: the face's shape, names only
 
 The names below are the face; import them from `core.runtime`, never from a module.
 The context module's names load on first use: documents and memory are ~10 ms of imports
@@ -19,15 +21,24 @@ the first frame does not need (tui.warmup imports them in a thread).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from core.runtime.face import Runtime, RuntimeFace, SandboxInfo, TurnHandle, context_use
-from core.runtime.live import LiveTurnInfo, TurnWatch
-from core.runtime.models import ModelState, engine_for
-from core.runtime.recorder import FLUSH_S
-from core.runtime.store_thread import SIDEBAR_PAGE
-from core.runtime.turns import Turn
+from core.runtime.state import ModelState, SandboxInfo, context_use
 
+if TYPE_CHECKING:
+    from core.runtime.face import Runtime
+    from core.runtime.live import LiveTurnInfo, TurnWatch
+    from core.runtime.models import engine_for
+    from core.runtime.protocol import RuntimeFace, TurnHandle
+    from core.runtime.recorder import FLUSH_S
+    from core.runtime.store_thread import SIDEBAR_PAGE
+    from core.runtime.turns import Turn
+
+# The rest loads on first use: the service's client reads only the state names above,
+# and the pool, tools and store below them were most of its start-up imports (issue 48).
+_FROM = {"Runtime": "face", "RuntimeFace": "protocol", "TurnHandle": "protocol",
+         "LiveTurnInfo": "live", "TurnWatch": "live", "engine_for": "models",
+         "FLUSH_S": "recorder", "SIDEBAR_PAGE": "store_thread", "Turn": "turns"}
 _CONTEXT_NAMES = frozenset({"AttachResult", "ChatContext", "DocContext", "PreparedTurn"})
 _COMPARE_NAMES = frozenset({"Comparison", "ModelSpec", "spec_for"})  # the compare screen's
 
@@ -37,6 +48,10 @@ __all__ = ["FLUSH_S", "SIDEBAR_PAGE", "LiveTurnInfo", "ModelState", "Runtime", "
 
 
 def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name in _FROM:
+        return getattr(importlib.import_module(f"core.runtime.{_FROM[name]}"), name)
     if name in _CONTEXT_NAMES:
         from core.runtime import context
 

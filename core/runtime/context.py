@@ -2,7 +2,10 @@
 
 Two things feed a turn: attached documents (whole when small, the top-k chunks with
 "[file.pdf p.3]" citations when large) and the conversation's memory (the context wind
-monitor, and at 70% a summary made by the loaded model that seeds a fresh session).
+monitor; from 60% full a summary is written by the loaded model in the background, and
+the turn at 70% swaps it in as the seed of a fresh session, so no turn waits for it; room
+is kept for the reply, and a context overflow is retried once with a rolled context:
+core.runtime.room does that part).
 Both need work that must not run on the UI loop: extraction and embedding go to the
 utility worker process (core.docs.worker), summaries to the model worker through the
 pool, SQLite to the store thread. This module only orchestrates; the logic lives in
@@ -38,11 +41,20 @@ from core.docs.service import DocsService
 from core.docs.worker import UtilityWorker, UtilityWorkerError
 from core.engines.base import GenerationRequest
 from core.engines.select import sees_images
-from core.events import Done, Error, TextDelta, Usage
+from core.events import Usage
 from core.memory.persist import resume_from_messages, save_marker
-from core.memory.rollover import SUMMARY_SHARE, ConversationMemory, RolloverMarker
+from core.memory.rollover import (
+    SUMMARY_SHARE,
+    ConversationMemory,
+    RolloverMarker,
+)
 from core.memory.summarise import fallback_summary, summary_request
-from core.memory.window import ContextMonitor, Message
+from core.memory.window import (
+    ContextMonitor,
+    Message,
+    reply_room,
+)
+from core.runtime.room import RoomAhead, generate_text
 from core.store import StoreError
 from core.tools import chat_messages
 from core.vision.captions import RECENT_IMAGES, Captioner
@@ -79,7 +91,6 @@ class ObservedTurn(Protocol):
 
 DOCS_SHARE = 0.35  # at most this share of the context goes to document excerpts
 TRANSCRIPT_SHARE = 0.45  # of the context, for the transcript in a summarise request
-HISTORY_PAGE = 400  # messages of the active branch read to rebuild the session
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -147,6 +158,7 @@ class PreparedTurn:
     marker: RolloverMarker | None = None
     sources: tuple[str, ...] = ()
     projected_use: float = 0.0
+    waited: bool = False  # the turn waited for a summary (never: they are written ahead)
 
 
 class ChatContext:
@@ -163,6 +175,10 @@ class ChatContext:
         self.docs = DocsService()  # registries and indexes here; embedding in the worker
         self.threshold = 0.7
         self._monitors: dict[int, ContextMonitor] = {}
+        # The end of the context, met ahead: summaries written in the background, the
+        # session they start prefilled, a context overflow rolled over (core.runtime.room).
+        self.room = RoomAhead(settings, models, store, self.monitor, self._memory)
+        self.ahead = self.room.ahead
         self._loaded: set[str] = set()
         self._images: dict[str, dict[str, AttachedImage]] = {}  # conversation -> alias -> image
         # The "vision" role worker; its model counts against the pool's budget too.
@@ -398,12 +414,16 @@ class ChatContext:
         size = self.context_tokens()
         if size not in self._monitors:
             self._monitors[size] = ContextMonitor(size, threshold=self.threshold)
-        return self._monitors[size]
+        monitor = self._monitors[size]
+        monitor.reply_room = reply_room(size, self.settings.sampling.max_tokens)
+        return monitor
 
     async def prepare_turn(
-        self, conversation_id: str, branch: Sequence[Any], text: str
+        self, conversation_id: str, branch: Sequence[Any], text: str, *, swap: bool = True
     ) -> PreparedTurn:
-        """Messages for `text` after the stored `branch`; rolls over first when needed."""
+        """Messages for `text` after the stored `branch`; rolls over first when needed.
+        `swap` False (a reply asked again, or continued): no summary written ahead is
+        swapped in, so the turn sees the session its first answer saw."""
         docs = DocContext()
         try:
             docs = await self.context_for(conversation_id, text)
@@ -415,6 +435,10 @@ class ChatContext:
             docs = await self._with_images(conversation_id, docs)
         monitor = self.monitor()
         memory = self._memory(conversation_id, branch)
+        if self.models.state.info.get("max_concurrency") == 1:  # llama.cpp: one at a time
+            self.ahead.yield_to_turn(memory.session_id)
+        if not swap:
+            memory.ready = None
         user = {"role": "user", "content": f"{docs.text}\n\n{text}" if docs.text else text}
         new_tokens = monitor.used([user], conversation_id)
         facts: list[str] = []
@@ -425,6 +449,8 @@ class ChatContext:
                 facts = []
         memory.retrieve = lambda _question: facts
         plan = await memory.aprepare(text, docs.text)
+        if plan.marker is not None:  # swapped in (or rolled without it): no longer needed
+            self.ahead.drop(plan.marker.old_session_id)
         messages = plan.messages
         if sees:  # a vision model: the newest images go into the user's message as files
             last = messages[-1]
@@ -432,14 +458,22 @@ class ChatContext:
             parts.append({"type": "text", "text": last["content"]})
             messages = (*messages[:-1], {**last, "content": parts})
         return PreparedTurn(messages, plan.session_id, plan.marker, docs.sources,
-                            plan.projected_use)
+                            plan.projected_use, plan.waited)
 
     def _memory(self, conversation_id: str, branch: Sequence[Any]) -> ConversationMemory:
         """The model-facing session rebuilt from the stored branch (core.memory)."""
-        return resume_from_messages(
+        memory = resume_from_messages(
             conversation_id, self.monitor(), self._summariser(conversation_id), branch,
             convert=chat_messages, system_prompt=self.settings.system_prompt or None,
+            background=True,
         )
+        memory.ready = self.ahead.ready(memory.session_id)
+        return memory
+
+    def after_overflow(self, conversation_id: str,
+                       request: GenerationRequest) -> GenerationRequest | None:
+        """The request rolled over at once after a context overflow (RoomAhead)."""
+        return self.room.after_overflow(conversation_id, request)
 
     def session_so_far(self, conversation_id: str,
                        branch: Sequence[Any]) -> tuple[tuple[dict[str, Any], ...], str]:
@@ -497,7 +531,7 @@ class ChatContext:
         sampling = dataclasses.replace(
             self.settings.sampling.to_params(),
             temperature=0.2,
-            max_tokens=min(summary_tokens, self.settings.sampling.max_tokens),
+            max_tokens=min(summary_tokens, self.settings.sampling.max_tokens or summary_tokens),
         )
         request = GenerationRequest(
             request_id=uuid.uuid4().hex,
@@ -505,16 +539,7 @@ class ChatContext:
             sampling=sampling,
             session_id=f"{conversation_id}:summary",
         )
-        pieces: list[str] = []
-        async for event in self.models.backend.generate(request):
-            if isinstance(event, TextDelta):
-                pieces.append(event.text)
-            elif isinstance(event, Error):
-                return fallback
-            elif isinstance(event, Done):
-                break
-        summary = "".join(pieces).strip()
-        return summary or fallback
+        return await generate_text(self.models.backend, request) or fallback
 
     @staticmethod
     def save_turn_start(store: Any, conversation_id: str, text: str, prepared: PreparedTurn) -> str:
@@ -524,10 +549,13 @@ class ChatContext:
         return store.add_message(conversation_id, "user", text)
 
     def observe(self, turn: ObservedTurn, usage: Usage) -> None:
-        """Calibrate the monitor with the engine's real prompt token count."""
+        """Calibrate the monitor with the engine's real prompt token count, and start the
+        summary in the background once the conversation is PREPARE_AT full."""
         if usage.prompt_tokens > 0:
             self.monitor().observe(turn.conversation_id, turn.request.messages, usage.prompt_tokens)
+            self.room.after_turn(turn.conversation_id, turn.request, usage)
 
     async def close(self) -> None:
+        self.room.close()
         await self.utility.shutdown()
         await self.captioner.close()

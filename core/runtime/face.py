@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from core import paths
 from core.config import Settings
@@ -26,15 +26,16 @@ from core.remote.backend import Backend
 from core.runtime.live import LiveTurnInfo, LiveTurns, TurnWatch
 from core.runtime.models import ModelLifecycle, ModelState
 from core.runtime.open_warm import OpenWarmer
+from core.runtime.protocol import RuntimeFace, TurnHandle  # noqa: F401  (the face's names)
+from core.runtime.state import SandboxInfo, context_use  # noqa: F401  (the face's names)
 from core.runtime.store_thread import SIDEBAR_PAGE, StoreThread
 from core.runtime.turns import Turn, TurnParts
 from core.store import Conversation, Message, SearchHit, Store
-from core.tools import Approver, ToolKit, ToolStatus, chat_messages
+from core.tools import ToolKit, chat_messages
 from core.workers.pool import WorkerPool, WorkerStatus
 
 if TYPE_CHECKING:
     from core.docs import Attachment, DocError, MentionResolution
-    from core.events import Event
     from core.runtime.compare import CompareRefused, Comparison
     from core.runtime.context import AttachResult, ChatContext
     from core.tools.fenced import BlockRun
@@ -42,127 +43,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 STOP_GRACE_S = 2.0  # how long close() waits for a stopped reply before ending it harder
-
-
-@dataclass(frozen=True, slots=True)
-class SandboxInfo:
-    """The Python sandbox as the settings screen describes it."""
-
-    processes: int  # per conversation's sandbox
-    max_live: int  # conversations that keep theirs alive at once
-    unwalled: str | None  # why code would run with the person's full rights; None: walled
-    running: bool  # a sandbox process is up (memory limits then apply from its next start)
-
-
-class TurnHandle(Protocol):
-    """A reply as the UI holds it (Turn in process; a client's stand-in over a socket)."""
-
-    conversation_id: str
-    user_message_id: str
-    assistant_message_id: str | None
-    approve: Approver | None  # asked before a tool runs; None denies every call
-    rollover: Any  # a memory RolloverMarker when this turn started a new session
-    sources: tuple[str, ...]  # documents cited in this turn's context
-
-    def events(self) -> AsyncIterator[Event | ToolStatus]: ...
-
-    def cancel(self) -> None: ...
-
-
-@runtime_checkable
-class RuntimeFace(Protocol):
-    """Every call a front end makes, and nothing else: its door into the core, in process
-    (Runtime) or over the service's socket (a client forwarding each call by name).
-
-    Arguments and results are plain data (str, int, paths, dataclasses of plain types,
-    core.events): nothing here hands out a part of the core to reach through (the tools,
-    the store, the backend). Two calls take a callable for what arrives later,
-    `listen_model` (model states) and `attach`'s progress, and `mcp_start_soon` gives a
-    future: a client over a socket makes those from the service's pushed events.
-    `settings` is the one shared object: the UI edits it, then calls `apply_settings`
-    and `save_settings`.
-    """
-
-    settings: Settings
-
-    # start and stop
-    def open_store_soon(self) -> None: ...
-    def take_first_page(self) -> list[Conversation] | None: ...
-    async def start(self, *, preload: bool = True) -> None: ...
-    async def close(self) -> None: ...
-    @property
-    def store_notice(self) -> str | None: ...
-    @property
-    def store_recovering(self) -> bool: ...
-
-    # settings
-    def apply_settings(self) -> None: ...
-    async def save_settings(self) -> Path | None: ...
-
-    # the model
-    def model_state(self) -> ModelState: ...
-    def listen_model(self, listener: Callable[[ModelState], None]) -> None: ...
-    def model_is_remote(self) -> bool: ...
-    async def ensure_model(self) -> bool: ...
-    async def reload_model(self) -> bool: ...
-    async def switch_model(self, path: str, engine: str | None = None) -> bool: ...
-    def model_ref(self) -> str | None: ...
-    def is_active_model(self, ref: str) -> bool: ...
-    async def find_model(self, ref: str) -> tuple[str, str | None] | None: ...
-    def worker_status(self) -> list[WorkerStatus]: ...
-    def engine_line(self) -> str | None: ...
-
-    # conversations and messages
-    async def list_conversations(self, limit: int = SIDEBAR_PAGE) -> list[Conversation]: ...
-    async def conversation(self, conversation_id: str) -> Conversation | None: ...
-    async def messages(self, conversation_id: str, limit: int = 50,
-                       before: str | None = None) -> list[Message]: ...
-    async def messages_around(self, conversation_id: str, message_id: str,
-                              limit: int = 50) -> tuple[list[Message], bool, bool]: ...
-    async def messages_after(self, conversation_id: str, after: str,
-                             limit: int = 50) -> list[Message]: ...
-    async def search(self, query: str, limit: int = 50) -> list[SearchHit]: ...
-    async def remember_model(self, conversation_id: str) -> None: ...
-    async def rename_conversation(self, conversation_id: str, title: str) -> None: ...
-    async def delete_conversation(self, conversation_id: str) -> None: ...
-    async def export_conversation(self, conversation_id: str,
-                                  folder: Path | None = None) -> Path: ...
-    async def branch_positions(self, message_ids: list[str]) -> dict[str, tuple[int, int]]: ...
-    async def step_branch(self, message_id: str, step: int) -> bool: ...
-    async def delete_message(self, message_id: str) -> int: ...
-
-    # replies
-    async def start_turn(self, conversation_id: str | None, text: str) -> TurnHandle: ...
-    async def regenerate(self, conversation_id: str, message_id: str) -> TurnHandle: ...
-    async def edit_and_resend(self, conversation_id: str, message_id: str,
-                              text: str) -> TurnHandle: ...
-    def live_turns(self) -> list[LiveTurnInfo]: ...
-    def watch_turn(self, conversation_id: str) -> AsyncIterator[Event | ToolStatus] | None: ...
-    def cancel_turn(self, conversation_id: str) -> bool: ...
-
-    # documents and images
-    async def attach(self, conversation_id: str | None, paths: list[str | Path],
-                     progress: Callable[[str, str, int, int], None] | None = None,
-                     ) -> list[AttachResult | DocError]: ...
-    def check_mentions(self, conversation_id: str | None, text: str) -> MentionResolution: ...
-    async def attachments(self, conversation_id: str | None) -> list[Attachment]: ...
-    async def detach(self, conversation_id: str, alias: str) -> bool: ...
-    async def images(self, conversation_id: str | None) -> list[AttachedImage]: ...
-
-    # tools: approval, the Python sandbox, MCP servers
-    def tool_warning(self, name: str) -> str | None: ...
-    def can_always_allow(self, name: str) -> bool: ...
-    async def run_python(self, conversation_id: str, code: str) -> BlockRun: ...
-    def sandbox_info(self) -> SandboxInfo: ...
-    def mcp_prompt_commands(self) -> dict[str, str]: ...
-    def mcp_start_soon(self) -> asyncio.Future[None] | None: ...
-    def mcp_resources(self) -> list[tuple[str, str, str]]: ...
-    async def mcp_prompt(self, command: str, argument: str) -> str: ...
-    async def mcp_save_resource(self, server: str, uri: str) -> Path: ...
-
-    # compare: one message to the chat model and another, side by side (core.runtime.compare)
-    async def compare(self, conversation_id: str | None, text: str, other: ModelSpec,
-                      label: str) -> Comparison | CompareRefused: ...
 
 
 class Runtime:
@@ -507,6 +387,7 @@ class Runtime:
                           session_id=prepared.session_id)
         turn = self._turn(cid, mid, request)
         turn.rollover, turn.sources = prepared.marker, prepared.sources
+        turn.waited_for_summary = prepared.waited
         return turn
 
     # -- documents ----------------------------------------------------------------------
@@ -546,6 +427,7 @@ class Runtime:
             sampling=self.settings.sampling.to_params(),
             session_id=cid,
             thinking=self.settings.thinking,
+            interactive=True,  # a person waits for it: ahead of API traffic (issue 45)
         )
 
     # -- message actions (regenerate, edit, branches, delete) ------------------------------
@@ -559,7 +441,7 @@ class Runtime:
         user, history = await self.store_call(_history)
         request = self._request(cid, history, user.content)
         try:  # documents and memory as for a new turn; a rollover here is not stored
-            prepared = await self.chat.prepare_turn(cid, history, user.content)
+            prepared = await self.chat.prepare_turn(cid, history, user.content, swap=False)
         except Exception:
             return self._turn(cid, user.id, request)
         turn = self._turn(cid, user.id, replace(request, messages=prepared.messages,
@@ -578,6 +460,19 @@ class Runtime:
             raise LookupError("There is no user message to answer.")
         await self.store_call(self.store_handle.switch_branch, user_id)
         return await self._turn_for_user_message(conversation_id, user_id)
+
+    async def continue_reply(self, conversation_id: str, message_id: str) -> Turn:
+        """Go on with reply `message_id`, cut at its length limit: the model continues from
+        its text (the cached prefix) and the new text is appended to the same message."""
+        msg = await self.store_call(self.store_handle.get_message, message_id)
+        if msg is None:
+            raise LookupError("That message no longer exists.")
+        if msg.role != "assistant" or msg.status != "cut" or msg.parent_id is None:
+            raise LookupError("Only a reply cut at its length limit can be continued.")
+        turn = await self._turn_for_user_message(conversation_id, msg.parent_id)
+        turn.request = replace(turn.request, reply_prefix=msg.content)
+        turn.continues = msg
+        return turn
 
     async def edit_and_resend(self, conversation_id: str, message_id: str, text: str) -> Turn:
         """Save `text` as a sibling of user message `message_id` (a new branch) and answer it."""
@@ -650,10 +545,3 @@ class Runtime:
         was kept aside, when it held entries llmdeck could not read (Settings.save)."""
         return await asyncio.to_thread(self.settings.save)
 
-
-def context_use(messages: list[Message]) -> int:
-    """Tokens the conversation fills: prompt + completion of the newest reply with usage."""
-    for m in reversed(messages):
-        if m.usage:
-            return int(m.usage.get("prompt_tokens", 0)) + int(m.usage.get("completion_tokens", 0))
-    return 0

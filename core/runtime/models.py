@@ -11,31 +11,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from core import bundled, model_refs, paths
+from core import bundled, model_catalog, model_ids, model_refs, paths
 from core.config import Settings
 from core.engines.base import ModelSpec
 from core.remote.backend import Backend, PoolBackend
 from core.remote.refs import remote_ref
+from core.runtime.state import ModelState
 from core.workers.pool import WorkerLoadError, WorkerPool
 
 # A switch loads the new model beside the old one; when the budget holds only one, the
 # load waits this long for the replies on the old model to end (Esc ends one at once).
 SWITCH_WAIT_S = 600.0
-
-
-@dataclass
-class ModelState:
-    """What the UI shows about the active model."""
-
-    label: str = "no model"
-    state: str = "idle"  # idle | provisioning | loading | ready | failed
-    error: str | None = None
-    context_size: int = 0
-    info: dict[str, Any] = field(default_factory=dict)
 
 
 def engine_for(path: Path) -> str:
@@ -153,7 +141,8 @@ class ModelLifecycle:
             path = Path(s.model).expanduser()
             label = path.name
         else:
-            self.state.label = bundled.BUNDLED_CHAT_LABEL
+            self.state.label = model_ids.base_id(bundled.BUNDLED_CHAT_NAME)
+            self.state.name = bundled.BUNDLED_CHAT_LABEL
             target = bundled.bundled_chat_target()
             if not await asyncio.to_thread(paths.config_path().exists):  # first run
                 self.state.state = "provisioning"
@@ -176,14 +165,18 @@ class ModelLifecycle:
                 # API's id for it is the app's model, not a second copy loaded beside it
                 s.model = str(target)
             path, label = target, bundled.BUNDLED_CHAT_LABEL
-        self.state.label = label if label != bundled.BUNDLED_CHAT_NAME else bundled.BUNDLED_CHAT_LABEL
+        self.state.name = label if label != bundled.BUNDLED_CHAT_NAME else bundled.BUNDLED_CHAT_LABEL
+        # One id everywhere (issue 45): the header, F4, the pool's rows, /metrics and the
+        # API all name the model by the id the catalog lists it under.
+        self.state.label = await asyncio.to_thread(model_catalog.id_for_path, path)
         engine = s.engine or await asyncio.to_thread(engine_for, path)
         return chat_spec(path, engine, s)
 
     async def _use_remote(self, endpoint_name: str, model: str) -> bool:
         """Point generations at a remote endpoint; nothing loads locally."""
         endpoint = self.settings.remote(endpoint_name)
-        self.state.label = f"{model} @ {endpoint_name}"
+        self.state.label = f"{endpoint_name}/{model}"  # the id the API lists it under
+        self.state.name = f"{model} @ {endpoint_name}"
         if endpoint is None:
             self.state.state = "failed"
             self.state.error = (f"No remote endpoint named {endpoint_name!r} is configured; "
@@ -279,9 +272,11 @@ class ModelLifecycle:
             return True
         parsed = model_refs.parse(ref)
         current = self.settings.model
+        # An engine left to choose (settings' None) is the one the model runs on: a
+        # conversation saved as "llamacpp:PATH" is the loaded PATH then (issue 48).
         return (self.spec_override is None and not parsed.is_label and current is not None
                 and Path(parsed.model).expanduser() == Path(current).expanduser()
-                and parsed.engine in (None, self.settings.engine))
+                and parsed.engine in (None, self.settings.engine or self.state.info.get("engine")))
 
     async def find(self, ref: str) -> tuple[str, str | None] | None:
         """(model, engine) to load for a conversation's remembered model, or None when it is
@@ -301,7 +296,7 @@ class ModelLifecycle:
 
             label = parsed.model
             for m in list_local_models():
-                names = {m.name, m.path.name}
+                names = {m.name, m.path.name, m.model_id}
                 if m.source == "bundled":
                     names.add(bundled.BUNDLED_CHAT_LABEL)
                 if m.valid and label in names:

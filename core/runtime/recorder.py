@@ -2,7 +2,9 @@
 
 Text and reasoning reach the store (as a partial message) at most every FLUSH_S, queued on
 the store thread without waiting, so a crash loses at most that much; `finish` writes the
-rest and the final status (complete, stopped, partial, error) and waits for it. The
+rest and the final status (complete, cut, stopped, partial, error) and waits for it. A
+reply that ended at its length limit is stored `cut`, so it never looks finished; a
+continued one (`continues`) goes on in the same message, its token count added up. The
 MessageStream under it writes whenever it is fed (interval 0): the policy lives here only.
 """
 
@@ -23,11 +25,17 @@ class ReplyRecorder:
     """Feed it a generation's events; `finish` once the generation ends (however it ends)."""
 
     def __init__(self, store: StoreThread, conversation_id: str, *, model: str,
-                 parent_id: str, clock: Callable[[], float] = time.monotonic) -> None:
+                 parent_id: str, clock: Callable[[], float] = time.monotonic,
+                 continues: Any = None) -> None:
         self._store = store
         self._clock = clock
+        ids = None if continues is None else (continues.id, continues.content,
+                                              continues.reasoning)
         self.stream = MessageStream(store.handle, conversation_id, model=model,
-                                    parent_id=parent_id, interval=0.0)
+                                    parent_id=parent_id, interval=0.0, continues=ids)
+        # the continued message's own tokens: its count covers the whole reply
+        self._earlier_tokens = int(((continues.usage if continues else None) or {})
+                                   .get("completion_tokens", 0))
         self._text: list[str] = []  # not yet sent to the store thread
         self._reasoning: list[str] = []
         self.tool_calls: list[dict[str, Any]] = []
@@ -35,9 +43,11 @@ class ReplyRecorder:
         self.error: Error | None = None
         self.finish_reason = "error"  # until a Done says otherwise
         self._last_flush = clock()
+        self._recorded = 0
 
     def record(self, event: Event) -> None:
         """Take one event; queue a write when FLUSH_S has passed since the last one."""
+        self._recorded += 1
         if isinstance(event, TextDelta):
             self._text.append(event.text)
         elif isinstance(event, ReasoningDelta):
@@ -48,7 +58,7 @@ class ReplyRecorder:
         elif isinstance(event, Usage):
             self.usage = {"prompt_tokens": event.prompt_tokens,
                           "cached_tokens": event.cached_tokens,
-                          "completion_tokens": event.completion_tokens,
+                          "completion_tokens": event.completion_tokens + self._earlier_tokens,
                           "ttft_ms": event.ttft_ms, "decode_tps": event.decode_tps}
         elif isinstance(event, Error):
             self.error = event
@@ -65,6 +75,11 @@ class ReplyRecorder:
         self._text.clear()
         self._reasoning.clear()
         return t, r
+
+    @property
+    def empty(self) -> bool:
+        """No event of this generation recorded yet."""
+        return not self._recorded
 
     @property
     def message_id(self) -> str | None:
@@ -85,6 +100,8 @@ class ReplyRecorder:
             status = "partial"
         elif error is None and (cancelled or self.finish_reason == "cancelled"):
             status = "stopped"  # Esc: the text is all the user wanted, not a failure
+        elif error is None and self.finish_reason == "length":
+            status = "cut"  # at the length limit: shown as cut, and it can be continued
         stream, usage, calls = self.stream, self.usage, self.tool_calls
 
         def _finish() -> None:

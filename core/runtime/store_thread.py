@@ -16,11 +16,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from core import paths
+from core.runtime.state import SIDEBAR_PAGE  # noqa: F401  (named here too)
 from core.store import Conversation, Store, StoreError, check_store, open_store
 from core.store.errors import CANNOT_OPEN
 
 T = TypeVar("T")
-SIDEBAR_PAGE = 200  # conversations the sidebar lists (newest first)
 # GIL hand-over interval while the store thread reads the first page (see open_soon).
 STARTUP_SWITCH_INTERVAL_S = 5e-5
 

@@ -35,6 +35,9 @@ class TurnContext(ToolImages, Protocol):
 
     def observe(self, turn: Any, usage: Usage) -> None: ...
 
+    def after_overflow(self, conversation_id: str,
+                       request: GenerationRequest) -> GenerationRequest | None: ...
+
 
 @dataclass(frozen=True)
 class TurnParts:
@@ -62,6 +65,9 @@ class Turn:
         self.max_rounds = MAX_ROUNDS
         self._round: ToolRound | None = None
         self.rollover: Any = None  # a memory RolloverMarker when this turn started a new session
+        self.continues: Any = None  # the stored reply (cut) this turn goes on writing, if any
+        self.overflow_retries = 0  # retried once, silently, with a rolled context
+        self.waited_for_summary = False  # set by start_turn (never, with summaries ahead)
         self.sources: tuple[str, ...] = ()  # documents cited in this turn's context
         # Set when the reply could not be (fully) saved; events() reports it before Done.
         self.store_error: Error | None = None
@@ -155,13 +161,15 @@ class Turn:
                 return
             follow = await tool_round.follow_up("".join(text), calls)
             self.request = replace(self.request, request_id=uuid.uuid4().hex,
-                                   messages=self.request.messages + follow)
+                                   messages=self.request.messages + follow, reply_prefix="")
 
     async def _generate(self, parent_id: str) -> AsyncIterator[Event]:
         """One generation of the reply, saved as one assistant message under `parent_id`."""
         models = self._parts.models
         recorder = ReplyRecorder(self._parts.store, self.conversation_id,
-                                 model=models.state.label, parent_id=parent_id)
+                                 model=models.state.label, parent_id=parent_id,
+                                 continues=self.continues)
+        self.continues = None  # a tool round's follow-up is a message of its own
         try:
             ok = await models.ensure()
             if ok and not self.cancelled and not self.request.tools:
@@ -180,14 +188,31 @@ class Turn:
                 yield done
                 return
             resent = False
-            async for event in models.backend.generate(self.request):
-                if self.cancelled and not resent:  # cancelled while the stream was opening
-                    resent = True
-                    models.backend.cancel(self.request.request_id)
-                if isinstance(event, Usage):
-                    self._parts.context.observe(self, event)
-                recorder.record(event)
-                yield event
+            while True:
+                overflow: list[Event] = []  # a CONTEXT_OVERFLOW before any output, held
+                async for event in models.backend.generate(self.request):
+                    if self.cancelled and not resent:  # cancelled while the stream was opening
+                        resent = True
+                        models.backend.cancel(self.request.request_id)
+                    if overflow or (isinstance(event, Error) and event.code == "CONTEXT_OVERFLOW"
+                                    and not self.overflow_retries and recorder.empty):
+                        overflow.append(event)
+                        continue
+                    if isinstance(event, Usage):
+                        self._parts.context.observe(self, event)
+                    recorder.record(event)
+                    yield event
+                if not overflow:
+                    break
+                self.overflow_retries += 1
+                rolled = None if self.cancelled else self._parts.context.after_overflow(
+                    self.conversation_id, self.request)
+                if rolled is None:  # nothing to roll: the overflow is the answer after all
+                    for event in overflow:
+                        recorder.record(event)
+                        yield event
+                    break
+                self.request = rolled
         finally:
             self.store_error = await recorder.finish(cancelled=self.cancelled)
             self.assistant_message_id = recorder.message_id

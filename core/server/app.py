@@ -276,7 +276,8 @@ class ChatServer:
         entries = await self.local_models.entries()  # first: local_name reads this listing
         if self.model_health()[0] != "failed":  # a request for it is served (or waits for the load)
             data.append({"id": self.local_name(), "object": "model", "created": now,
-                         "owned_by": "llmdeck", "name": self.runtime.model.label,
+                         "owned_by": "llmdeck",
+                         "name": self.runtime.model.name or self.runtime.model.label,
                          "loaded": app_model is not None,
                          **(describe(app_model) if app_model else {})})
         for entry in entries:

@@ -10,12 +10,12 @@ from typing import Any
 
 from aiohttp import web
 
-from core.server import anthropic, metrics, ollama, responses
+from core.server import anthropic, metrics, ollama, ollama_pull, responses
 from core.server.dialects import Render, auth_middleware, shape_middleware
 
 HINTS = {"/api": ("This server's Ollama API offers /api/chat, /api/generate, /api/tags, "
-                  "/api/show, /api/ps and /api/version; models are fetched with llmdeck's hub "
-                  "(llmdeck models), not pulled, pushed or created through the API.")}
+                  "/api/show, /api/ps, /api/version, /api/pull (hf.co/<owner>/<repo>:<quant>) "
+                  "and /api/delete; models are not pushed or created through the API.")}
 
 
 async def _root(request: web.Request) -> web.Response:
@@ -38,4 +38,5 @@ def register(app: web.Application, server: Any) -> None:
     app.router.add_get("/", _root)  # HEAD too: Claude Code and Ollama clients probe it
     anthropic.add_routes(app, server)
     ollama.add_routes(app, server)
+    ollama_pull.add_routes(app, server)  # /api/pull, /api/delete: the service's jobs
     responses.add_routes(app, server)

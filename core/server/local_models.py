@@ -27,7 +27,8 @@ from aiohttp import web
 
 from core import keep_alive
 from core.engines.base import ModelSpec
-from core.model_catalog import AmbiguousModel, CatalogEntry, ModelCatalog
+from core.model_catalog import AmbiguousModel, CatalogEntry
+from core.model_catalog import shared as shared_catalog
 from core.remote.backend import PoolBackend
 from core.runtime.models import chat_spec
 from core.server.sse import json_response
@@ -63,7 +64,7 @@ class LocalModels:
 
     def __init__(self, server: Any) -> None:
         self.server = server
-        self.catalog = ModelCatalog()
+        self.catalog = shared_catalog()  # the lifecycle's too: one id per model
         self.loaded: dict[str, Loaded] = {}  # by pool key (the model's id)
         self.waiters = 0  # requests waiting for a load
 
@@ -125,7 +126,7 @@ class LocalModels:
                 await asyncio.to_thread(ensure_bundled)
             fresh = key not in self.pool.loaded()
             info = await asyncio.wait_for(asyncio.shield(self.pool.load(
-                key, spec, replicas=replicas, label=entry.name, wait_s=wait)), wait)
+                key, spec, replicas=replicas, label=entry.id, wait_s=wait)), wait)
         except TimeoutError:
             raise ApiError(503, f"{entry.name} is still loading after {wait:.0f} s of waiting; "
                            "retry in a moment.", code="model_loading") from None

@@ -17,7 +17,7 @@ from typing import Any
 
 from core import json_text
 from core.config import Sampling
-from core.engines.base import GenerationRequest, SamplingParams
+from core.engines.base import ROOM_LEFT, GenerationRequest, SamplingParams
 from core.events import Error, Usage
 
 # events.Error code -> HTTP status the server answers with (before the stream starts).
@@ -333,7 +333,8 @@ def parse_sampling(body: Mapping[str, Any], defaults: Sampling, *, logprobs: boo
         min_p=float(_number(body, "min_p", defaults.min_p)),
         repetition_penalty=float(_number(body, "repetition_penalty", defaults.repetition_penalty)),
         seed=seed,
-        max_tokens=int(_number({"max_tokens": max_tokens}, "max_tokens", defaults.max_tokens, integer=True)),
+        max_tokens=int(_number({"max_tokens": max_tokens}, "max_tokens",
+                               defaults.max_tokens or ROOM_LEFT, integer=True)),
         stop=stops,
         presence_penalty=float(_number(body, "presence_penalty", defaults.presence_penalty)),
         frequency_penalty=float(_number(body, "frequency_penalty", defaults.frequency_penalty)),

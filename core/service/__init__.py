@@ -30,9 +30,10 @@ if TYPE_CHECKING:
         run_call,
     )
     from core.service.launch import start_or_connect
+    from core.service.loopback import Loopback
     from core.service.remote_runtime import RemoteRuntime, RemoteTurn
 
-__all__ = ["RemoteRuntime", "RemoteTurn", "ServiceCallError", "ServiceClient",
+__all__ = ["Loopback", "RemoteRuntime", "RemoteTurn", "ServiceCallError", "ServiceClient",
            "ServiceUnavailable", "connect", "format_status", "run_call", "service_main",
            "service_serve_main", "service_status", "service_workers_main", "start_or_connect",
            "status_line"]
@@ -44,6 +45,7 @@ _FROM = {
     "RemoteRuntime": "core.service.remote_runtime", "RemoteTurn": "core.service.remote_runtime",
     "service_status": "core.service.control", "format_status": "core.service.control",
     "status_line": "core.service.control",
+    "Loopback": "core.service.loopback",  # --in-process: a service in the client's process
 }
 
 

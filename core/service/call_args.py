@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
-from core.service.protocol import BAD_CALL, NOT_FOUND
+from core.service.protocol import BAD_CALL, NOT_FOUND, SUBSCRIPTION_TOPICS
 
 MAX_ID_CHARS = 200  # ids are 32 hex characters; a session or ask id a little more
 MAX_NAME_CHARS = 4096  # titles, model references, tool and server names, hosts
@@ -274,6 +274,7 @@ CALLS: dict[str, dict[str, Arg]] = {
     "regenerate": {"conversation_id": _LIVE_CONV, "message_id": _req(_ID, "message")},
     "edit_and_resend": {"conversation_id": _LIVE_CONV, "message_id": _req(_ID, "message"),
                         "text": _BODY},
+    "continue_reply": {"conversation_id": _LIVE_CONV, "message_id": _req(_ID, "message")},
     "watch_turn": {"turn": _opt(_ID), "conversation_id": _opt(_ID)},
     "cancel_turn": {"turn": _req(_ID)},
     "answer_approval": {"ask": _req(_ID), "decision": _req(one_of("allow", "deny", "always"))},
@@ -284,14 +285,14 @@ CALLS: dict[str, dict[str, Arg]] = {
     "compare_keep": {"compare": _req(_ID), "side": _req(one_of(0, 1))},
     # the service
     "status": {},
-    "subscribe": {"topic": _req(one_of("status", "model", "turns"))},
-    "unsubscribe": {"topic": _req(one_of("status", "model", "turns"))},
+    "subscribe": {"topic": _req(one_of(*SUBSCRIPTION_TOPICS))},
+    "unsubscribe": {"topic": _req(one_of(*SUBSCRIPTION_TOPICS))},
     "model_state": {},
     "mirror": {},
     "mcp_start": {},
     "get_settings": {},
     "save_settings": {"settings": _req(instance("Settings", _settings))},
-    "shutdown": {},
+    "shutdown": {"restart": _opt(one_of(True, False))},
     "serve_open": {"host": _opt(text(255), nullable=True),
                    "port": _opt(whole(0, 65535), nullable=True),
                    "api_key": _opt(text(4096), nullable=True),
@@ -299,8 +300,17 @@ CALLS: dict[str, dict[str, Arg]] = {
                    "served_name": _opt(text(MAX_NAME_CHARS), nullable=True),
                    "max_connections": _opt(whole(1, 1_000_000), nullable=True),
                    "idle_timeout": _opt(seconds(zero=False), nullable=True),
-                   "load_wait": _opt(seconds(zero=True), nullable=True)},
+                   "load_wait": _opt(seconds(zero=True), nullable=True),
+                   "request_log": _opt(one_of(True, False))},
     "serve_close": {},
+    # downloads (core.service.downloads checks the names' shape again)
+    "download_start": {"repo": _req(text(MAX_NAME_CHARS, empty=False)),
+                       "file": _opt(text(MAX_NAME_CHARS), nullable=True),
+                       "revision": _opt(text(MAX_NAME_CHARS), nullable=True),
+                       "load": _opt(one_of(True, False)),
+                       "include_mmproj": _opt(one_of(True, False))},
+    "download_cancel": {"job": _req(text(MAX_NAME_CHARS, empty=False))},
+    "downloads": {},
 }
 
 

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from core.service import codec, protocol
+from core.service import codec, errors, protocol
 from core.service.framing import MAX_OUT_BYTES, FrameError, LineReader, encode_line
 
 CONNECT_TIMEOUT_S = 5.0
@@ -63,6 +63,10 @@ class ServiceClient:
         self._turns: dict[str, asyncio.Queue[dict[str, Any] | None]] = {}
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
         self.closed_reason: str | None = None
+        # Told by the service as it closed: stopped (by a person, `service stop`, a signal,
+        # idle) or restarting (`service restart`: a new one follows). Neither: it crashed.
+        self.stopped = False
+        self.restarting = False
         self._closing = False
         self._lost_told = False
         self._reading = asyncio.ensure_future(self._read_loop())
@@ -90,18 +94,20 @@ class ServiceClient:
                 self._turn_queue(str(message.get("turn"))).put_nowait(message)
             if message["event"] == "closing":
                 self.closed_reason = str(message.get("message", ""))
+                self.restarting = message.get("restart") is True
+                self.stopped = not self.restarting
             for listener in list(self.listeners):
                 listener(message)
             return
         future = self._pending.pop(call_id, None) if isinstance(call_id, int) else None
         if "error" in message:
             err = message["error"] if isinstance(message["error"], dict) else {}
-            exc = ServiceCallError(str(err.get("code", "?")), str(err.get("message", "")))
+            exc = errors.rebuild(err, ServiceCallError)  # StoreError, LookupError, ...
             if future is not None:
                 if not future.done():
                     future.set_exception(exc)
             else:  # about the connection itself: it ends
-                self._fail_all(exc.message)
+                self._fail_all(str(err.get("message", "")))
             return
         if future is not None and not future.done():
             try:
@@ -136,8 +142,9 @@ class ServiceClient:
     def connected(self) -> bool:
         return not self._reading.done()
 
-    async def call(self, name: str, timeout: float | None = None, **args: Any) -> Any:
-        """Ask the service; returns the decoded result."""
+    async def call(self, name: str, /, timeout: float | None = None, **args: Any) -> Any:
+        """Ask the service; returns the decoded result (`name` is positional: a call may
+        have an argument called name)."""
         if not self.connected:
             raise ServiceUnavailable(self.closed_reason or "Not connected to the llmdeck service.")
         call_id = next(self._ids)
@@ -152,12 +159,15 @@ class ServiceClient:
             raise ServiceUnavailable("The connection to the llmdeck service broke.") from None
         if timeout is None:
             return await future
-        try:
-            return await asyncio.wait_for(future, timeout)
-        except TimeoutError:
+        # Not wait_for's TimeoutError: the service may answer with one (a TimeoutError it
+        # raised crosses as itself), which is not ours to read as silence.
+        done, _ = await asyncio.wait({future}, timeout=timeout)
+        if not done:
             self._pending.pop(call_id, None)
+            future.cancel()
             raise ServiceUnavailable(f"The llmdeck service did not answer {name} within "
-                                     f"{timeout:.0f} s.") from None
+                                     f"{timeout:.0f} s.")
+        return future.result()
 
     async def turn_events(self, turn_id: str) -> AsyncIterator[dict[str, Any]]:
         """The turn's messages (turn, approve, then turn_end) as they arrive; ends after
@@ -214,6 +224,13 @@ async def connect(client: str = "cli", *, path: Path | None = None,
         raise ServiceUnavailable(f"The process listening at {target} belongs to another user "
                                  f"(uid {peer.uid}); llmdeck will not talk to it. Remove the "
                                  "socket, or set LLMDECK_HOME to a folder of your own.")
+    return await greet(reader, writer, client, str(target), timeout)
+
+
+async def greet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client: str,
+                target: str, timeout: float = CONNECT_TIMEOUT_S) -> ServiceClient:
+    """Say hello on a connection made (connect's socket, or core.service.loopback's pair)
+    and wait for the service's; the connected ServiceClient."""
     lines = LineReader(reader, max_bytes=MAX_OUT_BYTES + 1024)
     try:
         writer.write(encode_line(protocol.hello(client)))

@@ -48,6 +48,7 @@ TYPES: dict[str, tuple[tuple[str, ...], str]] = {
     "Mention": (("core.wire.docs", "core.docs"), "Mention"),
     "MentionResolution": (("core.wire.docs", "core.docs"), "MentionResolution"),
     "DocError": (("core.wire.docs", "core.docs"), "DocError"),
+    "AttachError": (("core.attach_errors",), "AttachError"),  # DocError's own name
     "AttachResult": (("core.runtime", "core.runtime.context", "core.chat_context"), "AttachResult"),
     "AttachedImage": (("core.wire.vision", "core.vision"), "AttachedImage"),
     "StoredImage": (("core.wire.vision", "core.vision"), "StoredImage"),
@@ -92,8 +93,11 @@ def _tag_of(cls: type) -> str:
     tag = _by_class.get(cls)
     if tag is not None:
         return tag
-    for candidate, (_, attr) in TYPES.items():
-        if attr == cls.__name__ and candidate not in _by_tag:
+    # Tags whose attribute has the class's name first; then the rest (a name that is an
+    # alias of another, as core.docs.DocError is of AttachError, is found either way).
+    ordered = sorted(TYPES.items(), key=lambda item: item[1][1] != cls.__name__)
+    for candidate, _ in ordered:
+        if candidate not in _by_tag:
             try:
                 _resolve(candidate)
             except CodecError:

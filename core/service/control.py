@@ -22,7 +22,8 @@ USAGE = """usage: llmdeck service {start,stop,restart,status}
   start     start the engine service for this home (the app starts it by itself too)
   stop      stop it: replies still streaming are stored as stopped, models unload
   restart   stop it, then start it
-  status    pid, uptime, clients, models loaded, memory (exit 3 when none runs)
+  status    pid, uptime, clients (apps and servers attached; this command is not
+            counted), models loaded, memory (exit 3 when none runs)
 """
 
 
@@ -90,12 +91,26 @@ def status_line(status: dict[str, Any]) -> str:
              f"{clients} client{'s' if clients != 1 else ''}",
              f"{turns} repl{'ies' if turns != 1 else 'y'} streaming",
              f"{memory / 2**20:.0f} MiB with its workers"]
+    watched = status.get("memory")
+    if isinstance(watched, dict) and watched.get("total_bytes"):
+        free = int(watched.get("available_bytes") or 0) / 1e9
+        parts.append(f"{free:.1f} GB free" + (" (low)" if watched.get("pressure") else ""))
+        if watched.get("unloaded"):
+            parts.append("unloaded for memory: " + ", ".join(map(str, watched["unloaded"])))
     if status.get("http"):
         parts.append(f"serving {status['http']}")
     return " · ".join(parts)
 
 
-def format_status(status: dict[str, Any]) -> str:
+def other_clients(status: dict[str, Any]) -> int:
+    """The clients in a status that `llmdeck service status` (or doctor) asked for over
+    its own connection: all but the asker (after every app quit, "clients 1" was itself)."""
+    return max(int(status.get("clients") or 0) - 1, 0)
+
+
+def format_status(status: dict[str, Any], *, asking: bool = False) -> str:
+    """The status as `llmdeck service status` prints it; `asking`: the status came over this
+    command's own connection, which is not counted as a client."""
     from core.terminal_text import visible
 
     up = int(status.get("uptime_s") or 0)
@@ -105,7 +120,8 @@ def format_status(status: dict[str, Any]) -> str:
     models = ", ".join(visible(str(m)) for m in status.get("models") or []) or "none loaded"
     lines = [f"pid      {status.get('pid')}",
              f"uptime   {uptime}",
-             f"clients  {status.get('clients')}  (replies streaming: {status.get('turns')})",
+             f"clients  {other_clients(status) if asking else status.get('clients')}  "
+             f"(replies streaming: {status.get('turns')})",
              f"models   {models}",
              f"memory   {(rss + workers) / 2**20:.0f} MiB  (service {rss / 2**20:.0f} MiB, "
              f"workers {workers / 2**20:.0f} MiB)",
@@ -118,8 +134,9 @@ def format_status(status: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-async def _stop() -> int | None:
-    """Ask the service to stop and wait for it to exit; its pid, or None if none ran."""
+async def _stop(restart: bool = False) -> int | None:
+    """Ask the service to stop and wait for it to exit; its pid, or None if none ran.
+    `restart`: its clients are told a new one follows (they wait for it)."""
     try:
         client = await connect("cli")
     except ServiceUnavailable as exc:
@@ -128,7 +145,7 @@ async def _stop() -> int | None:
         raise
     pid = client.pid
     try:
-        await client.call("shutdown", timeout=10)
+        await client.call("shutdown", timeout=10, **({"restart": True} if restart else {}))
     except ServiceUnavailable:
         pass  # it went while answering: what we asked for
     finally:
@@ -152,9 +169,9 @@ def _alive(pid: int) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv or argv[0] in ("-h", "--help"):  # as `llmdeck models` does: help, exit 0
         sys.stdout.write(USAGE)
-        return 0 if argv else 2
+        return 0
     command, rest = argv[0], argv[1:]
     if command == "run":
         from core.service.process import main as run_main
@@ -166,10 +183,10 @@ def main(argv: list[str]) -> int:
             if status is None:
                 print(f"llmdeck service: not running on {_home()}.")
                 return NOT_RUNNING
-            print(format_status(status))
+            print(format_status(status, asking=True))
             return 0
         if command in ("stop", "restart"):
-            pid = asyncio.run(_stop())
+            pid = asyncio.run(_stop(restart=command == "restart"))
             if pid is None and command == "stop":
                 print(f"llmdeck service: not running on {_home()}.")
                 return 0

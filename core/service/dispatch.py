@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from core.service import call_args, codec
-from core.service.protocol import BAD_CALL, FAILED, NOT_FOUND
+from core.service import call_args, codec, downloads
+from core.service.protocol import BAD_CALL, NOT_FOUND, SUBSCRIPTION_TOPICS, CallError
 from core.service.turns import TurnHub
 
 # Runtime methods forwarded as they are: name -> True when it is a coroutine.
@@ -59,18 +59,8 @@ RUNTIME_CALLS: dict[str, bool] = {
 }
 MCP_CALLS = frozenset({"mcp_prompt", "mcp_save_resource"})
 # Runtime methods that return a Turn: the hub runs it and the caller watches it.
-TURN_CALLS = ("start_turn", "regenerate", "edit_and_resend")
-SUBSCRIPTION_TOPICS = ("status", "model", "turns")
+TURN_CALLS = ("start_turn", "regenerate", "edit_and_resend", "continue_reply")
 DECISIONS = ("allow", "deny", "always")
-
-
-class CallError(Exception):
-    """A call the client got wrong (code BAD_CALL / NOT_FOUND), with the sentence."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class Caller(Protocol):
@@ -83,7 +73,7 @@ class Caller(Protocol):
 
 class ServiceControl(Protocol):
     def status(self) -> dict[str, Any]: ...
-    def request_stop(self, reason: str) -> None: ...
+    def request_stop(self, reason: str, restart: bool = False) -> None: ...
     async def open_http(self, args: dict[str, Any], owner: Any = None) -> dict[str, Any]: ...
     async def close_http(self) -> bool: ...
     def session_gone(self, session: Any) -> None: ...
@@ -111,13 +101,8 @@ def _bound(fn: Callable[..., Any], name: str, args: dict[str, Any]) -> inspect.B
 async def _forward(ctx: CallContext, name: str, args: dict[str, Any]) -> Any:
     fn = getattr(ctx.runtime, name)
     bound = _bound(fn, name, args)
-    if name in MCP_CALLS:  # McpCallError's text is the sentence the client shows
-        from core.tools import McpCallError
-
-        try:
-            return await fn(*bound.args, **bound.kwargs)
-        except McpCallError as exc:
-            raise CallError(FAILED, str(exc)) from None
+    # What it raises crosses as its own type with its sentence (core.service.errors):
+    # McpCallError's text, a StoreError's message, LookupError's.
     result = fn(*bound.args, **bound.kwargs)
     return await result if RUNTIME_CALLS[name] else result
 
@@ -274,6 +259,11 @@ async def _subscribe(ctx: CallContext, args: dict[str, Any]) -> Any:
     ctx.caller.topics.add(topic)
     if topic == "turns":  # the replies running now; each new one is pushed (turn_started)
         return ctx.hub.live()
+    if topic in ("notices", "conversations"):  # core.service.notices: what was said already
+        sticky = getattr(ctx.service, "sticky_notices", None)
+        return list(sticky()) if topic == "notices" and sticky is not None else []
+    if topic == "downloads":  # every job now; each change is pushed ("downloads" events)
+        return await downloads.downloads(ctx, {})
     return ctx.service.status() if topic == "status" else ctx.runtime.model_state()
 
 
@@ -295,7 +285,12 @@ async def _live_turns(ctx: CallContext, args: dict[str, Any]) -> Any:
 
 
 async def _shutdown(ctx: CallContext, args: dict[str, Any]) -> Any:
-    ctx.service.request_stop("asked to stop by a client")
+    """Stop; {"restart": true} (`llmdeck service restart`) tells the clients to wait for
+    the next service rather than say it was stopped."""
+    if args.get("restart") is True:
+        ctx.service.request_stop("restarting", restart=True)
+    else:
+        ctx.service.request_stop("asked to stop by a client")
     return True
 
 
@@ -327,6 +322,7 @@ SERVICE_CALLS: dict[str, Handler] = {
     "shutdown": _shutdown,
     "serve_open": _serve_open,
     "serve_close": _serve_close,
+    **downloads.CALLS,  # issue 45: downloads are the service's jobs
 }
 
 

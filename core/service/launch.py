@@ -101,3 +101,19 @@ async def start_or_connect(client: str = "tui", *, timeout: float = START_TIMEOU
             raise
     proc = await asyncio.to_thread(spawn_detached, service_args)
     return await wait_for_service(proc, client, timeout)
+
+
+async def wait_to_connect(client: str = "tui", *, timeout: float = START_TIMEOUT_S) -> ServiceClient:
+    """Connect to the service someone else is starting (`llmdeck service restart`), without
+    starting one; ServiceUnavailable when none answers within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await connect(client, timeout=max(0.5, min(5.0, deadline - time.monotonic())))
+        except ServiceUnavailable as exc:
+            if not isinstance(exc.__cause__, (FileNotFoundError, ConnectionRefusedError)):
+                raise
+        if time.monotonic() >= deadline:
+            raise ServiceUnavailable(f"No llmdeck service came back within {timeout:.0f} s "
+                                     f"after the restart. Its log: {log_path()}.")
+        await asyncio.sleep(0.1)

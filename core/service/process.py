@@ -44,8 +44,10 @@ class ServiceProcess:
         self.server = ServiceServer(runtime, socket_path(), self)
         self.stopping = asyncio.Event()
         self.stop_reason = ""
+        self.restarting = False  # `llmdeck service restart`: the clients wait for the next
         self.http: Any = None  # core.server.ServerHandle while `llmdeck serve` asks for it
         self.http_owner: Any = None
+        self.memory: Any = None  # core.workers.memory_watch.MemoryWatch once running
 
     # -- ServiceControl --------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -61,11 +63,13 @@ class ServiceProcess:
                 "models": models, "model_state": getattr(self.runtime.model, "state", "?"),
                 "rss_bytes": rss, "workers_rss_bytes": workers_rss,
                 "socket": str(self.server.path), "idle_exit_s": self.idle_s,
+                "memory": self.memory.last.as_dict() if self.memory is not None else None,
                 "http": self.http.url if self.http is not None else None}
 
-    def request_stop(self, reason: str) -> None:
+    def request_stop(self, reason: str, restart: bool = False) -> None:
         if not self.stopping.is_set():
             self.stop_reason = reason
+            self.restarting = restart
             self.stopping.set()
 
     async def open_http(self, args: dict[str, Any], owner: Any = None) -> dict[str, Any]:
@@ -89,6 +93,10 @@ class ServiceProcess:
         log.info("HTTP face closed")
         return True
 
+    def sticky_notices(self) -> list[dict[str, Any]]:
+        """What a client that connects now is told at once (the database moved aside)."""
+        return list(self.server.notices.sticky)
+
     def session_gone(self, session: Any) -> None:
         if self.http is not None and self.http_owner is session:
             asyncio.ensure_future(self.close_http())  # `serve` went: its listener goes too
@@ -96,12 +104,16 @@ class ServiceProcess:
     # -- running -----------------------------------------------------------------------
     async def run(self) -> int:
         await self.server.start()
+        if self.runtime.store_notice:  # a damaged database was moved aside: where it went
+            self.server.notices.say("store", self.runtime.store_notice, title="History",
+                                    severity="warning", sticky=True)
         self.runtime.listeners.append(
             lambda state: self.server.broadcast({"event": "model", "data": _encoded(state)},
                                                 "model"))
+        self._open_downloads()
         log.info("service ready (pid %d) on %s", os.getpid(), self.server.path)
-        print(json.dumps({"ready": True, "pid": os.getpid(), "socket": str(self.server.path)}),
-              flush=True)
+        # The log line above says it in service.log; a raw JSON line there read as noise
+        # (issue 48). Nobody reads stdout for it: clients wait on the socket.
         pushing = asyncio.ensure_future(self._push_status())
         await self.stopping.wait()
         pushing.cancel()
@@ -110,19 +122,57 @@ class ServiceProcess:
 
     async def _push_status(self) -> None:
         """Status to subscribers every second, and the idle clock."""
+        from core.workers.memory_watch import MemoryWatch
+
+        self.memory = MemoryWatch(self.runtime.pool)
         while True:
             await asyncio.sleep(STATUS_PUSH_S)
+            if self.memory.due():  # issue 45: what the workers hold, and idle models out
+                try:  # under pressure
+                    await self.memory.look()
+                except Exception as exc:  # noqa: BLE001 - the watch never stops the service
+                    log.warning("memory watch: %s", type(exc).__name__)
             if any("status" in s.topics for s in self.server.sessions):
                 self.server.broadcast({"event": "status", "data": self.status()}, "status")
-            if self.server.busy() or self.http is not None:
+            try:
+                self.server.notices.models_now(
+                    s.model for s in self.runtime.pool.status() if s.model)
+            except Exception:  # noqa: BLE001 - a notice never stops the service
+                pass
+            if self.server.busy() or self.http is not None or self._downloading():
                 self.server.last_active = time.monotonic()
             elif self.idle_s and time.monotonic() - self.server.last_active >= self.idle_s:
                 self.request_stop(f"idle for {self.idle_s:.0f} s with no client")
 
+    def _open_downloads(self) -> None:
+        """The download jobs, pushed to the clients subscribed to "downloads"; the ones a
+        stopped service left unfinished start again (issue 45)."""
+        from core.service.downloads import open_for
+
+        resumed = open_for(self.runtime, lambda data: self.server.broadcast(
+            {"event": "downloads", "data": data}, "downloads"))
+        if resumed:
+            log.info("resumed %d download(s)", resumed)
+
+    def _downloading(self) -> bool:
+        from core.service.downloads import existing
+
+        jobs = existing(self.runtime)
+        return jobs is not None and jobs.busy()
+
+    async def _close_downloads(self) -> None:
+        from core.service.downloads import existing
+
+        jobs = existing(self.runtime)
+        if jobs is not None:
+            await jobs.close()
+
     async def shutdown(self) -> None:
         log.info("stopping: %s", self.stop_reason or "asked")
-        await self.server.close(f"The llmdeck service is stopping ({self.stop_reason}).")
+        await self.server.close(f"The llmdeck service is stopping ({self.stop_reason}).",
+                                restart=self.restarting)
         await self.server.hub.close()
+        await self._close_downloads()
         await self.close_http()
         await self.runtime.close()  # models unload, workers stop, the store closes
         log.info("stopped")
@@ -223,6 +273,40 @@ async def _serve(args: argparse.Namespace) -> int:
         return 1
 
 
+LOCK_WAIT_S = 60.0  # how long a start waits for a service that holds the lock and is going
+
+
+def _take_lock(acquire: Any) -> None:
+    """The service lock. One held by a service that answers on the socket is taken for
+    good (HomeLockError at once: the caller connects to it). One held by a service that
+    does not listen is on its way out (`service stop` a moment ago: it is storing replies,
+    unloading models) or still opening: wait for it rather than fail, up to LOCK_WAIT_S."""
+    from core.home_lock import HomeLockError
+
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            acquire("service", grace_s=0.5)
+            return
+        except HomeLockError:
+            if time.monotonic() >= deadline or _someone_listens():
+                raise
+
+
+def _someone_listens() -> bool:
+    import socket
+
+    from core.service.socket_path import socket_path
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        try:
+            sock.connect(str(socket_path()))
+        except OSError:
+            return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -231,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     from core.home_lock import HomeLockError, acquire, holder, home_label
 
     try:
-        acquire("service", grace_s=0.5)
+        _take_lock(acquire)
     except HomeLockError as exc:
         print(f"llmdeck service: {exc.message}", file=sys.stderr, flush=True)
         return EXIT_TAKEN

@@ -13,7 +13,16 @@
                         {"event": "model", "data": <ModelState>}
                         {"event": "turn_started", "data": {turn, conversation_id, ...}}
                                               (after subscribe "turns"; not to its starter)
-                        {"event": "closing", "message": "..."}   (the service is stopping)
+                        {"event": "notice", "data": {kind, title, severity, message}}
+                                              (after subscribe "notices"; core.service.notices)
+                        {"event": "conversations"}   (after subscribe "conversations": one
+                                              was made, renamed, deleted or written to)
+                        {"event": "closing", "message": "...", "restart": false}
+                                              (the service is stopping; restart: a new one
+                                              follows, `llmdeck service restart`)
+    a failed call       {"id": 7, "error": {"code": "FAILED", "message": "...",
+                         "type": "StoreError", "args": [...], "fields": {...}}}
+                                              (core.service.errors: raised again as itself)
     either way          {"error": {"code": "...", "message": "..."}} and the line closes
 
 Values are JSON, with the face's dataclasses as tagged dicts (core.service.codec). A
@@ -56,3 +65,17 @@ def valid_id(value: Any) -> bool:
     """A call id the client picked: a small int or a short string (echoed back as is)."""
     return (isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**53) or \
         (isinstance(value, str) and 0 < len(value) <= 64)
+
+# What a client may subscribe to: the service's status, the model's state, live replies,
+# notices (a database moved aside, a model loaded...) and the conversation list's changes.
+SUBSCRIPTION_TOPICS = ("status", "model", "turns", "notices", "conversations", "downloads")
+
+
+class CallError(Exception):
+    """A call the client got wrong (code BAD_CALL / NOT_FOUND), with the sentence. Here,
+    low, so every handler module can raise it without importing the dispatch table."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message

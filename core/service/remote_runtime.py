@@ -60,20 +60,31 @@ class RemoteTurn:
         and Done("error") (the service stores what arrived)."""
         from core.events import Done, Error
 
+        # Done is held until turn_end, which names the stored reply: a caller stops reading
+        # at Done (as at a local Turn's), and must find assistant_message_id set by then
+        # (else a regenerate right after said "This message is not saved yet").
+        done: Any = None
         try:
             async for message in self._client.turn_events(self.turn_id):
                 kind = message.get("event")
                 if kind == "turn":
-                    yield codec.decode(message.get("data"))
+                    event = codec.decode(message.get("data"))
+                    if isinstance(event, Done):
+                        done = event
+                    else:
+                        yield event
                 elif kind == "approve":
                     asyncio.ensure_future(self._answer(message))
                 elif kind == "turn_end":
                     self.assistant_message_id = message.get("assistant_message_id")
                     self.finish_reason = message.get("finish_reason")
         except ServiceUnavailable as exc:
-            yield Error("INTERNAL", f"{exc.message} The reply stopped there; what arrived "
-                        "before is saved.")
-            yield Done("error")
+            if done is None:
+                yield Error("INTERNAL", f"{exc.message} The reply stopped there; what arrived "
+                            "before is saved.")
+                done = Done("error")
+        if done is not None:
+            yield done
 
     async def _answer(self, message: dict[str, Any]) -> None:
         if self.approve is None:
@@ -173,6 +184,10 @@ class RemoteRuntime:
         # Called with a sentence when the connection to the service is lost (a crash, a
         # stop): the UI says so and calls reconnect().
         self.lost_listeners: list[Callable[[str], None]] = []
+        # The service's notices ({kind, title, severity, message}, core.service.notices),
+        # and its "conversations changed" pushes (the sidebar lists again).
+        self.notice_listeners: list[Callable[[dict[str, Any]], None]] = []
+        self.conversation_listeners: list[Callable[[], None]] = []
         client.listeners.append(self._on_event)
 
     async def start(self) -> None:
@@ -181,21 +196,33 @@ class RemoteRuntime:
         self.model = await self.client.call("subscribe", topic="model")
         self.settings = await self.client.call("get_settings")
         await self.client.call("subscribe", topic="turns")
+        await self.client.call("subscribe", topic="conversations")
+        for notice in await self.client.call("subscribe", topic="notices") or ():
+            self._tell(notice)  # said before we came (the database moved aside at start)
+
+    def _tell(self, notice: Any) -> None:
+        if isinstance(notice, dict) and isinstance(notice.get("message"), str):
+            for listener in list(self.notice_listeners):
+                listener(notice)
 
     async def save_settings(self) -> Any:
         """Send `settings` (edited here, as the UI edits Runtime.settings) to the service,
         which applies and writes them; returns what Runtime.save_settings returns."""
         return await self.client.call("save_settings", settings=self.settings)
 
-    async def reconnect(self, timeout: float = 60.0) -> None:
+    async def reconnect(self, timeout: float = 60.0, start: bool = True) -> None:
         """After a "lost" event (the service crashed or was stopped): start a service again
-        when none runs, attach to it, and fetch the model and settings afresh. A reply the
-        crash cut is in the store with what arrived; watch_turn finds live ones."""
-        from core.service.launch import start_or_connect
+        when none runs (only wait for one when `start` is False: a restart someone else
+        makes), attach to it, and fetch the model and settings afresh. A reply the crash
+        cut is in the store with what arrived; watch_turn finds live ones."""
+        from core.service.launch import start_or_connect, wait_to_connect
 
         old = self.client
-        old.listeners.remove(self._on_event)
-        self.client = await start_or_connect(old.name, timeout=timeout)
+        fresh = await (start_or_connect(old.name, timeout=timeout) if start
+                       else wait_to_connect(old.name, timeout=timeout))
+        if self._on_event in old.listeners:
+            old.listeners.remove(self._on_event)
+        self.client = fresh
         self.client.listeners[:0] = [self._on_event, *old.listeners]
         await old.close()
         await self.start()
@@ -204,6 +231,13 @@ class RemoteRuntime:
         if message.get("event") == "lost":
             for listener in list(self.lost_listeners):
                 listener(str(message.get("message")))
+            return
+        if message.get("event") == "notice":
+            self._tell(message.get("data"))
+            return
+        if message.get("event") == "conversations":
+            for listener in list(self.conversation_listeners):
+                listener()
             return
         if message.get("event") == "turn_started":
             summary = message.get("data")
@@ -230,6 +264,10 @@ class RemoteRuntime:
 
     async def regenerate(self, conversation_id: str, message_id: str) -> RemoteTurn:
         return await self._turn("regenerate", conversation_id=conversation_id,
+                                message_id=message_id)
+
+    async def continue_reply(self, conversation_id: str, message_id: str) -> RemoteTurn:
+        return await self._turn("continue_reply", conversation_id=conversation_id,
                                 message_id=message_id)
 
     async def edit_and_resend(self, conversation_id: str, message_id: str,
@@ -285,9 +323,14 @@ def _parameter_names(name: str) -> tuple[str, ...]:
     """The Runtime method's parameter names, so positional arguments travel by name."""
     import inspect
 
-    from core.runtime import Runtime
+    from core.runtime import RuntimeFace  # names only: not the pool, tools and store
 
-    return tuple(list(inspect.signature(getattr(Runtime, name)).parameters)[1:])
+    method = getattr(RuntimeFace, name, None)
+    if method is None:  # a call beyond the face (compare's, say): Runtime's own
+        from core.runtime import Runtime
+
+        method = getattr(Runtime, name)
+    return tuple(list(inspect.signature(method).parameters)[1:])
 
 
 def _forwarder(name: str) -> Callable[..., Any]:

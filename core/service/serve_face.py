@@ -95,9 +95,11 @@ async def _serve(client: ServiceClient, args: argparse.Namespace, started: bool)
     await asyncio.wait([asyncio.ensure_future(stop.wait()), gone],
                        return_when=asyncio.FIRST_COMPLETED)
     loading.cancel()
-    if gone.done():
-        print(f"llmdeck serve: {client.closed_reason or 'the llmdeck service went away.'}",
-              file=sys.stderr)
+    if gone.done():  # the API had no engine left: say so, and that the port is closed
+        why = client.closed_reason or "The llmdeck service went away."
+        print(f"llmdeck serve: lost its engine: {why} The API on {opened['url']} is closed; "
+              "run `llmdeck serve` again to serve on a new service.", file=sys.stderr,
+              flush=True)
         return 1
     gone.cancel()
     try:

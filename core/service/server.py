@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.service import protocol
+from core.service import errors, protocol
 from core.service.dispatch import CallContext, CallError, ServiceControl, dispatch
 from core.service.framing import MAX_OUT_BYTES, FrameError, LineReader, encode_line
+from core.service.notices import Notices
 from core.service.outbox import Outbox, SlowClient
 from core.service.peer import peer_of
 from core.service.turns import TurnHub
@@ -102,6 +103,7 @@ class ServiceServer:
         self.sessions: set[Session] = set()
         self.hub = TurnHub(warning=self._tool_warning, can_always=self._can_always,
                            on_begin=self._turn_started)
+        self.notices = Notices(self.broadcast)  # pushed to every client (core.service.notices)
         self.last_active = time.monotonic()
         self._server: asyncio.AbstractServer | None = None
         self._numbers = 0
@@ -138,16 +140,19 @@ class ServiceServer:
             if session is not starter and "turns" in session.topics:
                 session.send({"event": "turn_started", "data": summary})
 
-    def broadcast(self, message: dict[str, Any], topic: str | None = None) -> None:
+    def broadcast(self, message: dict[str, Any], topic: str | None = None,
+                  but: Any = None) -> None:
         for session in list(self.sessions):
-            if topic is None or topic in session.topics:
+            if session is not but and (topic is None or topic in session.topics):
                 session.send(dict(message))
 
     def busy(self) -> bool:
         return bool(self.sessions) or self.hub.live_count() > 0
 
-    async def close(self, reason: str) -> None:
-        self.broadcast({"event": "closing", "message": reason})
+    async def close(self, reason: str, restart: bool = False) -> None:
+        # "restart": a new service follows (`llmdeck service restart`): clients wait for it
+        # instead of saying the service was stopped (core.service.client).
+        self.broadcast({"event": "closing", "message": reason, "restart": restart})
         if self._server is not None:
             self._server.close()
         await asyncio.sleep(0.05)  # let the writers flush the closing line
@@ -157,6 +162,12 @@ class ServiceServer:
             self.path.unlink()
         except FileNotFoundError:
             pass
+
+    async def serve_connection(self, reader: asyncio.StreamReader,
+                               writer: asyncio.StreamWriter) -> None:
+        """A client on a connection made elsewhere (core.service.loopback's socket pair):
+        the same checks, hello and session as one accepted on the socket."""
+        await self._accept(reader, writer)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Every connection counts against MAX_CLIENTS from the moment it is accepted (not
@@ -260,21 +271,16 @@ class ServiceServer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - the call failed; the service goes on
-            session.send(protocol.error(protocol.FAILED, _sentence(exc), call_id))
+            session.send(errors.answer(exc, protocol.FAILED, call_id, _sentence(exc)))
             log.warning("call %r failed: %s", str(name)[:60], type(exc).__name__)
             return
         session.send({"id": call_id, "result": result})
+        self.notices.after_call(name, session)  # the other clients' sidebars, if it changed
 
 
 def _sentence(exc: Exception) -> str:
-    """What a failed call tells the client: the exception's own sentence where it has one
-    (StoreError.message, WorkerLoadError.message, LookupError's text)."""
-    message = getattr(exc, "message", None)
-    if isinstance(message, str) and message:
-        return message
-    if isinstance(exc, (LookupError, ValueError, OSError)) and str(exc):
-        return str(exc)
-    return f"The service could not do that ({type(exc).__name__}); see the service log."
+    """What a failed call tells the client (core.service.errors.sentence)."""
+    return errors.sentence(exc)
 
 
 def _failure(exc: BaseException, timeout_text: str) -> tuple[str, str]:

@@ -20,14 +20,26 @@ Call everything from one dedicated thread (the runtime's store worker), never th
 Every StoreError has a stable `code` (errors.py) and a `message` to show as is.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .errors import StoreError
 from .models import Attachment, Chunk, Conversation, Message, SearchHit
-from .recovery import Recovery, check_store, open_store
-from .schema import SCHEMA_VERSION
-from .search import HIGHLIGHT_END, HIGHLIGHT_START, fts_query, snippet_parts
-from .store import Store
-from .stream import MessageStream
-from .titles import auto_title
+
+if TYPE_CHECKING:
+    from .recovery import Recovery, check_store, open_store
+    from .schema import SCHEMA_VERSION
+    from .search import HIGHLIGHT_END, HIGHLIGHT_START, fts_query, snippet_parts
+    from .store import Store
+    from .stream import MessageStream
+    from .titles import auto_title
+
+# The rest loads on first use: the engine service's client reads only the plain records
+# above before its first frame, and SQLite's side (store, recovery, search, export) was
+# a tenth of its start-up imports (issue 48).
+_FROM = {"Recovery": "recovery", "check_store": "recovery", "open_store": "recovery",
+         "SCHEMA_VERSION": "schema", "HIGHLIGHT_END": "search", "HIGHLIGHT_START": "search",
+         "fts_query": "search", "snippet_parts": "search", "Store": "store",
+         "MessageStream": "stream", "auto_title": "titles"}
 
 __all__ = [
     "HIGHLIGHT_END",
@@ -48,3 +60,11 @@ __all__ = [
     "open_store",
     "snippet_parts",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_FROM[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

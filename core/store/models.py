@@ -12,7 +12,7 @@ from core import json_text
 from core.wire.store import Conversation, Message, SearchHit  # noqa: F401  (the store's names)
 
 ROLES = ("system", "user", "assistant", "tool")
-STATUSES = ("partial", "complete", "error", "stopped")
+STATUSES = ("partial", "complete", "error", "stopped", "cut")  # cut: at the length limit
 
 
 @dataclass(frozen=True, slots=True)

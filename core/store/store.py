@@ -6,9 +6,10 @@ keeps a stray second caller from interleaving transactions. The connection runs 
 autocommit mode and every write takes an explicit BEGIN IMMEDIATE, so a write never
 half-happens and never waits on a lock upgrade deadlock.
 
-Branches: every message has a parent; a conversation remembers its active leaf and shows
-the path from the root to it. Edit and regenerate add a sibling (same parent) that becomes
-the active leaf; switching branch only moves the leaf pointer.
+This module holds the connection, its transactions and the conversation and message rows;
+the branch tree (paging the active branch, switching, editing, deleting a subtree) is in
+branches.py, attachment rows in attachments.py, sqlite errors' translation into
+StoreError in sqlite_errors.py, argument checks in checks.py.
 """
 
 from __future__ import annotations
@@ -28,18 +29,11 @@ if TYPE_CHECKING:
 
 from . import exchange, search
 from .attachments import AttachmentRows
-from .errors import (
-    CANNOT_OPEN,
-    DISK_FULL,
-    LOCKED,
-    NOT_A_DATABASE,
-    NOT_FOUND,
-    StoreError,
-)
+from .branches import BranchTree, leaf_or_latest
+from .checks import check_parent, check_role, check_status, conversation_gone, message_gone
+from .errors import CANNOT_OPEN, NOT_A_DATABASE, StoreError
 from .models import (
     MESSAGE_COLUMNS,
-    ROLES,
-    STATUSES,
     Conversation,
     Message,
     Recovery,
@@ -51,6 +45,7 @@ from .models import (
     storable,
 )
 from .schema import FTS_TABLES, migrate, rebuild_fts, schema_version
+from .sqlite_errors import corrupt, translate, user_facing
 from .titles import auto_title
 
 DEFAULT_BUSY_TIMEOUT_MS = 5000
@@ -61,115 +56,10 @@ SELECT c.id, c.title, c.model, c.created_at, c.updated_at,
 FROM conversations c
 """
 
-# Walk up from a message to the root, at most :limit steps; depth 0 is the start. The
-# scalar subquery and CROSS JOIN pin the plan to one index lookup per step (a plain join
-# lets the planner build a Bloom filter over the whole messages table on every call).
-_BRANCH_UP = f"""
-WITH RECURSIVE chain(id, depth) AS (
-    SELECT :start, 0
-    UNION ALL
-    SELECT (SELECT m.parent_id FROM messages m WHERE m.id = chain.id), chain.depth + 1
-    FROM chain WHERE chain.id IS NOT NULL AND chain.depth + 1 < :limit
-)
-SELECT {", ".join("m." + c.strip() for c in MESSAGE_COLUMNS.split(","))}
-FROM chain CROSS JOIN messages m ON m.id = chain.id
-ORDER BY chain.depth DESC
-"""
 
-# Steps any walk of the branch tree takes at most: the tree has no cycles unless another
-# program edited the file, and then a walk must still end.
-_MAX_DEPTH = 1_000_000
-
-# Whether :target lies on the path from :leaf up to the root.
-_ON_PATH = f"""
-WITH RECURSIVE up(id, depth) AS (
-    SELECT :leaf, 0
-    UNION ALL
-    SELECT (SELECT m.parent_id FROM messages m WHERE m.id = up.id), up.depth + 1 FROM up
-    WHERE up.id IS NOT NULL AND up.id != :target AND up.depth < {_MAX_DEPTH}
-)
-SELECT 1 FROM up WHERE id = :target
-"""
-
-# The path from :target down to :leaf, oldest first (empty-ish when :target is off it).
-_PATH_BELOW = f"""
-WITH RECURSIVE up(id, depth) AS (
-    SELECT :leaf, 0
-    UNION ALL
-    SELECT (SELECT m.parent_id FROM messages m WHERE m.id = up.id), up.depth + 1 FROM up
-    WHERE up.id IS NOT NULL AND up.id != :target AND up.depth < {_MAX_DEPTH}
-)
-SELECT {", ".join("m." + c.strip() for c in MESSAGE_COLUMNS.split(","))}
-FROM up CROSS JOIN messages m ON m.id = up.id
-ORDER BY up.depth DESC
-"""
-
-# Walk down from a message along the newest child at each step; the deepest row is the leaf.
-_NEWEST_LEAF = f"""
-WITH RECURSIVE down(id, depth) AS (
-    SELECT :start, 0
-    UNION ALL
-    SELECT (SELECT c.id FROM messages c WHERE c.parent_id = down.id ORDER BY c.seq DESC LIMIT 1),
-           down.depth + 1
-    FROM down WHERE down.id IS NOT NULL AND down.depth < {_MAX_DEPTH}
-)
-SELECT id FROM down WHERE id IS NOT NULL ORDER BY depth DESC LIMIT 1
-"""
-
-
-# A message and everything below it, parents before children (breadth by depth).
-_SUBTREE = f"""
-WITH RECURSIVE below(id, depth) AS (
-    SELECT :start, 0
-    UNION ALL
-    SELECT m.id, below.depth + 1 FROM messages m JOIN below ON m.parent_id = below.id
-    WHERE below.depth < {_MAX_DEPTH}
-)
-SELECT id FROM below ORDER BY depth
-"""
-
-def _user_facing(exc: BaseException) -> bool:
-    """Locks, full disks and damaged files reach the user; bugs (bad SQL, constraint
-    violations) stay exceptions for the log."""
-    return isinstance(exc, sqlite3.DatabaseError) and not isinstance(
-        exc, sqlite3.IntegrityError | sqlite3.ProgrammingError | sqlite3.InterfaceError
-    )
-
-
-def _corrupt(exc: BaseException) -> bool:
-    name = getattr(exc, "sqlite_errorname", "") or ""
-    return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in str(exc)
-
-
-def _translate(exc: sqlite3.Error, path: Path) -> StoreError:
-    text = str(exc).lower()
-    name = getattr(exc, "sqlite_errorname", "") or ""
-    if name.startswith("SQLITE_FULL"):
-        text = "full"
-    elif _corrupt(exc):
-        text = "malformed"
-    if "locked" in text or "busy" in text:
-        return StoreError(
-            LOCKED,
-            f"The conversation database {path} is busy (another llmdeck is writing to it); "
-            "close the other instance or try again.",
-        )
-    if "full" in text:
-        return StoreError(
-            DISK_FULL,
-            f"The disk holding {path} is full; free some space so conversations can be saved.",
-        )
-    if "not a database" in text or "malformed" in text:
-        return StoreError(
-            NOT_A_DATABASE,
-            f"{path} is not an llmdeck database or is damaged; move it aside and llmdeck "
-            "will start a new one.",
-        )
-    return StoreError(CANNOT_OPEN, f"Could not use the conversation database {path}: {exc}.")
-
-
-class Store(AttachmentRows):
-    """Conversations, messages, search, attachments. See the module docstring."""
+class Store(BranchTree, AttachmentRows):
+    """Conversations, messages, search, attachments; the branch tree comes from BranchTree
+    (branches.py), attachment rows from AttachmentRows (attachments.py)."""
 
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self.conn = conn
@@ -234,7 +124,7 @@ class Store(AttachmentRows):
             raise
         except sqlite3.Error as exc:
             conn.close()
-            raise _translate(exc, path) from exc
+            raise translate(exc, path) from exc
         return cls(conn, path)
 
     def quick_check(self, max_errors: int = 5) -> list[str]:
@@ -275,15 +165,15 @@ class Store(AttachmentRows):
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
-                raise _translate(exc, self.path) from exc
+                raise translate(exc, self.path) from exc
             try:
                 yield self.conn
                 self.conn.execute("COMMIT")
             except BaseException as exc:
                 if self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
-                if _user_facing(exc):
-                    raise _translate(exc, self.path) from exc  # type: ignore[arg-type]
+                if user_facing(exc):
+                    raise translate(exc, self.path) from exc  # type: ignore[arg-type]
                 raise
 
     def _read(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
@@ -291,8 +181,8 @@ class Store(AttachmentRows):
             try:
                 return self.conn.execute(sql, params).fetchall()
             except sqlite3.DatabaseError as exc:
-                if _user_facing(exc):
-                    raise _translate(exc, self.path) from exc
+                if user_facing(exc):
+                    raise translate(exc, self.path) from exc
                 raise
 
     # -- conversations -------------------------------------------------------------------
@@ -328,7 +218,7 @@ class Store(AttachmentRows):
                 (storable(title.strip()), conversation_id),
             )
             if cur.rowcount == 0:
-                raise _conversation_gone(conversation_id)
+                raise conversation_gone(conversation_id)
 
     def set_generated_title(self, conversation_id: str, title: str) -> bool:
         """Use a model-written title unless the user has named the conversation; returns
@@ -373,8 +263,8 @@ class Store(AttachmentRows):
     ) -> str:
         """Append a message under `parent_id` (default: the active leaf) and make it the
         active leaf. The first user message titles an untitled conversation."""
-        _check_role(role)
-        _check_status(status)
+        check_role(role)
+        check_status(status)
         content, reasoning = storable(content), storable(reasoning)
         message_id = new_id()
         now = time.time()
@@ -383,12 +273,12 @@ class Store(AttachmentRows):
                 "SELECT title, active_leaf_id FROM conversations WHERE id = ?", (conversation_id,)
             ).fetchone()
             if row is None:
-                raise _conversation_gone(conversation_id)
+                raise conversation_gone(conversation_id)
             title, leaf = row
             if parent_id is None:
-                parent_id = _leaf_or_latest(conn, conversation_id, leaf)
+                parent_id = leaf_or_latest(conn, conversation_id, leaf)
             else:
-                _check_parent(conn, conversation_id, parent_id)
+                check_parent(conn, conversation_id, parent_id)
             conn.execute(
                 "INSERT INTO messages (id, conversation_id, parent_id, role, content, reasoning, "
                 "tool_calls, tool_results, usage, model, status, error, created_at) "
@@ -430,7 +320,7 @@ class Store(AttachmentRows):
         if reasoning is not None:
             fields["reasoning"] = storable(reasoning)
         if status is not None:
-            _check_status(status)
+            check_status(status)
             fields["status"] = status
         if usage is not None:
             fields["usage"] = dumps(usage)
@@ -449,10 +339,7 @@ class Store(AttachmentRows):
             else:
                 found = len(conn.execute("SELECT 1 FROM messages WHERE id = ?", (message_id,)).fetchall())
             if found == 0:
-                raise StoreError(
-                    NOT_FOUND,
-                    "This message no longer exists; its conversation may have been deleted.",
-                )
+                raise message_gone()
             if status is not None:
                 conn.execute(
                     "UPDATE conversations SET updated_at = ? WHERE id = "
@@ -463,172 +350,6 @@ class Store(AttachmentRows):
     def get_message(self, message_id: str) -> Message | None:
         rows = self._read(f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?", (message_id,))
         return message_from_row(rows[0]) if rows else None
-
-    def messages(
-        self, conversation_id: str, limit: int = 50, before: str | None = None
-    ) -> list[Message]:
-        """The active branch, oldest first: its last `limit` messages, or the `limit` just
-        before message `before` (for loading older pages)."""
-        if limit <= 0:
-            return []
-        with self._lock:
-            if before is None:
-                start = self._active_leaf(conversation_id)
-            else:
-                row = self.conn.execute(
-                    "SELECT parent_id FROM messages WHERE id = ? AND conversation_id = ?",
-                    (before, conversation_id),
-                ).fetchone()
-                start = row[0] if row else None
-            if start is None:
-                return []
-            rows = self._read(_BRANCH_UP, {"start": start, "limit": limit})
-        return [message_from_row(row) for row in rows]
-
-    def _active_leaf(self, conversation_id: str) -> str | None:
-        row = self.conn.execute(
-            "SELECT active_leaf_id FROM conversations WHERE id = ?", (conversation_id,)
-        ).fetchone()
-        return None if row is None else _leaf_or_latest(self.conn, conversation_id, row[0])
-
-    def active_leaf(self, conversation_id: str) -> str | None:
-        """Id of the last message on the active branch (None for an empty conversation)."""
-        with self._lock:
-            return self._active_leaf(conversation_id)
-
-    # -- branches ------------------------------------------------------------------------
-
-    def branches(self, message_id: str) -> list[Message]:
-        """`message_id` and its siblings (same parent), oldest first: the alternatives the
-        UI pages through with "< 2/3 >"."""
-        rows = self._read(
-            f"""SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id =
-                    (SELECT conversation_id FROM messages WHERE id = :id)
-                AND parent_id IS (SELECT parent_id FROM messages WHERE id = :id)
-                ORDER BY seq""",
-            {"id": message_id},
-        )
-        return [message_from_row(row) for row in rows]
-
-    def switch_branch(self, message_id: str) -> str:
-        """Make the branch through `message_id` active and return its leaf id. A message
-        already on the active branch keeps it; otherwise the newest child is followed at
-        each step below it. One pointer write: instant at any size."""
-        with self._write() as conn:
-            row = conn.execute(
-                "SELECT conversation_id FROM messages WHERE id = ?", (message_id,)
-            ).fetchone()
-            if row is None:
-                raise _message_gone()
-            leaf = self._active_leaf(row[0])
-            if leaf is not None and conn.execute(
-                _ON_PATH, {"leaf": leaf, "target": message_id}
-            ).fetchone():
-                return leaf
-            leaf = conn.execute(_NEWEST_LEAF, {"start": message_id}).fetchone()[0]
-            conn.execute(
-                "UPDATE conversations SET active_leaf_id = ? WHERE id = ?", (leaf, row[0])
-            )
-        return leaf
-
-    def messages_through(
-        self, conversation_id: str, message_id: str, limit: int = 50
-    ) -> list[Message]:
-        """The page of the active branch that ends with `message_id` (inclusive), oldest
-        first: where to open a conversation at a search hit. Call switch_branch first
-        when the hit may sit on another branch."""
-        if limit <= 0:
-            return []
-        with self._lock:
-            known = self.conn.execute(
-                "SELECT 1 FROM messages WHERE id = ? AND conversation_id = ?",
-                (message_id, conversation_id),
-            ).fetchone()
-            if known is None:
-                return []
-            rows = self._read(_BRANCH_UP, {"start": message_id, "limit": limit})
-        return [message_from_row(row) for row in rows]
-
-    def messages_after(self, conversation_id: str, after: str, limit: int = 50) -> list[Message]:
-        """The `limit` messages that follow `after` on the active branch, oldest first
-        (the newer pages once a conversation was opened at an older message)."""
-        if limit <= 0:
-            return []
-        with self._lock:
-            leaf = self._active_leaf(conversation_id)
-            if leaf is None:
-                return []
-            rows = self._read(_PATH_BELOW, {"leaf": leaf, "target": after})
-        below = [message_from_row(row) for row in rows]
-        if not below or below[0].id != after:
-            return []  # `after` is not on the active branch
-        return below[1 : 1 + limit]
-
-    def delete_message(self, message_id: str) -> int:
-        """Delete a message and every reply below it (a reply without the message it answers
-        would be a branch without a question); returns how many messages went, 0 when it
-        was already gone. Each row is deleted by id so the FTS triggers keep search in step.
-        When the active branch ran through it, the newest surviving sibling's branch becomes
-        active, else its parent."""
-        with self._write() as conn:
-            row = conn.execute(
-                "SELECT conversation_id, parent_id FROM messages WHERE id = ?", (message_id,)
-            ).fetchone()
-            if row is None:
-                return 0
-            conversation_id, parent_id = row
-            subtree = [r[0] for r in conn.execute(_SUBTREE, {"start": message_id})]
-            leaf = self._active_leaf(conversation_id)
-            # Deepest first, so no row's cascade reaches a child before the child's own
-            # delete runs its FTS trigger.
-            for mid in reversed(subtree):
-                conn.execute("DELETE FROM messages WHERE id = ?", (mid,))
-            if leaf is not None and leaf in subtree:
-                sibling = conn.execute(
-                    "SELECT id FROM messages WHERE conversation_id = ? AND parent_id IS ? "
-                    "ORDER BY seq DESC LIMIT 1",
-                    (conversation_id, parent_id),
-                ).fetchone()
-                new_leaf = (
-                    conn.execute(_NEWEST_LEAF, {"start": sibling[0]}).fetchone()[0]
-                    if sibling else parent_id
-                )
-                conn.execute(
-                    "UPDATE conversations SET active_leaf_id = ? WHERE id = ?",
-                    (new_leaf, conversation_id),
-                )
-        return len(subtree)
-
-    def edit_message(self, message_id: str, content: str) -> str:
-        """Add an edited copy of a message as its sibling (the original is kept as another
-        branch) and make it active; returns the new id."""
-        original = self.get_message(message_id)
-        if original is None:
-            raise StoreError(
-                NOT_FOUND, "This message no longer exists; its conversation may have been deleted."
-            )
-        return self._add_sibling(original, storable(content))
-
-    def _add_sibling(self, original: Message, content: str) -> str:
-        if original.parent_id is not None:
-            return self.add_message(
-                original.conversation_id, original.role, content,
-                parent_id=original.parent_id, model=original.model,
-            )
-        # A new root: add_message would otherwise hang it under the active leaf.
-        message_id = new_id()
-        now = time.time()
-        with self._write() as conn:
-            conn.execute(
-                "INSERT INTO messages (id, conversation_id, parent_id, role, content, model, "
-                "created_at) VALUES (?, ?, NULL, ?, ?, ?, ?)",
-                (message_id, original.conversation_id, original.role, content, original.model, now),
-            )
-            conn.execute(
-                "UPDATE conversations SET updated_at = ?, active_leaf_id = ? WHERE id = ?",
-                (now, message_id, original.conversation_id),
-            )
-        return message_id
 
     # -- search --------------------------------------------------------------------------
 
@@ -641,9 +362,9 @@ class Store(AttachmentRows):
             except MemoryError:  # SQLITE_NOMEM: a damaged count in the index (rebuild_fts)
                 pass
             except sqlite3.DatabaseError as exc:  # a damaged index, never the query
-                if not _corrupt(exc):
-                    if _user_facing(exc):
-                        raise _translate(exc, self.path) from exc
+                if not corrupt(exc):
+                    if user_facing(exc):
+                        raise translate(exc, self.path) from exc
                     raise
             # The search index is damaged (quick_check cannot see inside FTS5's blobs): it is
             # derived from the messages, so rebuild it from them and search again.
@@ -651,7 +372,7 @@ class Store(AttachmentRows):
             try:
                 return search.search(self.conn, query, limit)
             except sqlite3.DatabaseError as exc:
-                raise _translate(exc, self.path) from exc
+                raise translate(exc, self.path) from exc
 
     def rebuild_search_index(self) -> None:
         """Rebuild both full-text indexes from the rows they index (seconds at 200,000
@@ -705,56 +426,3 @@ def _import_sqlite_utils():  # noqa: ANN202  (the module)
         if sys.modules.get("pandas", 0) is None:
             del sys.modules["pandas"]
     return sqlite_utils
-
-
-def _leaf_or_latest(conn: sqlite3.Connection, conversation_id: str, leaf: str | None) -> str | None:
-    """The stored active leaf when it is a message of this conversation; otherwise (None,
-    or a pointer left dangling by another program's edit) the newest message, so the
-    history still shows and the next message appends under it."""
-    if leaf is not None and conn.execute(
-            "SELECT 1 FROM messages WHERE id = ? AND conversation_id = ?",
-            (leaf, conversation_id)).fetchone():
-        return leaf
-    return _latest_message(conn, conversation_id)
-
-
-def _latest_message(conn: sqlite3.Connection, conversation_id: str) -> str | None:
-    row = conn.execute(
-        "SELECT id FROM messages WHERE conversation_id = ? ORDER BY seq DESC LIMIT 1",
-        (conversation_id,),
-    ).fetchone()
-    return row[0] if row else None
-
-
-def _check_parent(conn: sqlite3.Connection, conversation_id: str, parent_id: str) -> None:
-    row = conn.execute(
-        "SELECT conversation_id FROM messages WHERE id = ?", (parent_id,)
-    ).fetchone()
-    if row is None:
-        raise StoreError(
-            NOT_FOUND, "The message to reply to no longer exists; reload the conversation."
-        )
-    if row[0] != conversation_id:
-        raise ValueError(f"parent {parent_id} belongs to another conversation")
-
-
-def _check_role(role: str) -> None:
-    if role not in ROLES:
-        raise ValueError(f"role must be one of {ROLES}, not {role!r}")
-
-
-def _check_status(status: str) -> None:
-    if status not in STATUSES:
-        raise ValueError(f"status must be one of {STATUSES}, not {status!r}")
-
-
-def _message_gone() -> StoreError:
-    return StoreError(
-        NOT_FOUND, "This message no longer exists; its conversation may have been deleted."
-    )
-
-
-def _conversation_gone(conversation_id: str) -> StoreError:
-    return StoreError(
-        NOT_FOUND, "This conversation no longer exists; it may have been deleted in another window."
-    )

@@ -34,7 +34,10 @@ class MessageStream:
         parent_id: str | None = None,
         interval: float = 0.25,
         clock: Callable[[], float] = time.monotonic,
+        continues: tuple[str, str, str] | None = None,
     ) -> None:
+        """`continues` (message id, its text, its reasoning): go on writing that stored
+        message (a reply cut at its length limit, continued in place) instead of a new one."""
         self.store = store
         self.conversation_id = conversation_id
         self.model = model
@@ -46,6 +49,10 @@ class MessageStream:
         self._last_write = 0.0
         self._dirty = False
         self.message_id: str | None = None
+        if continues is not None:
+            self.message_id = continues[0]
+            self._text = [continues[1]] if continues[1] else []
+            self._reasoning = [continues[2]] if continues[2] else []
         self.writes = 0  # rows written (creation included), for tests and the bench
         self.flushed_text = ""  # content as of the last write
         self.finished = False

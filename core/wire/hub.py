@@ -126,6 +126,7 @@ class LocalModel:
     mmproj: Path | None = None
     base_model: bool = False  # no chat template: prompted as a transcript (picker says so)
     verified: bool = True  # False: some of its files came with no hash from the Hub to check
+    model_id: str = ""  # the one id every surface shows (core.model_ids): `gemma3:270m-q4_k_m`
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core import model_ids
+
 # How settings name a remote model: "remote:<endpoint>/<model>" in settings.model (kept
 # apart from the HTTP client, so the Runtime tells local from remote without aiohttp).
 REMOTE_PREFIX = "remote:"
@@ -63,11 +65,13 @@ def parse(ref: str) -> ModelRef:
 
 
 def display(ref: str) -> str:
-    """A short name for notices: the file or folder name, or "model @ endpoint"."""
+    """The model's id for notices, as the header and the API name it (core.model_ids):
+    `gemma3:270m-q4_k_m` for a local file or folder, "endpoint/model" for a remote."""
     parsed = parse(ref)
     if parsed.remote is not None:
         endpoint, model = parsed.remote
-        return f"{model} @ {endpoint}"
+        return f"{endpoint}/{model}"
     if parsed.is_label:
         return parsed.model
-    return parsed.model.rstrip("/").rsplit("/", 1)[-1] or parsed.model
+    name = parsed.model.rstrip("/").rsplit("/", 1)[-1] or parsed.model
+    return model_ids.base_id(name)

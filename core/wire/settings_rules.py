@@ -105,9 +105,12 @@ def context_size(text: str) -> int:
 
 
 def max_tokens(text: str, context: int) -> int:
+    """A blank field (or 0) means no cap: a reply may use the room left in the context."""
+    if not text.strip():
+        return 0
     value = int(_number(text, "Max tokens", int))
-    if value < 1:
-        raise Refused("Max tokens must be 1 or more.")
+    if value < 0:
+        raise Refused("Max tokens must be 1 or more, or blank for the room left in the context.")
     if value >= context:
         raise Refused(f"Max tokens must be less than the context size ({context}).")
     return value

@@ -307,7 +307,8 @@ class WorkerPool:
         rid = stream.request.request_id if stream.request else ""
         worker.waiting += 1
         worker.queue[rid] = stream
-        acquire = asyncio.ensure_future(worker.slots.acquire())
+        acquire = asyncio.ensure_future(worker.slots.acquire(bool(stream.request and
+                                                                 stream.request.interactive)))
         try:
             while not acquire.done() and not stream.done:
                 stream.waiter = asyncio.get_running_loop().create_future()
@@ -444,6 +445,25 @@ class WorkerPool:
                 out.append(WorkerStatus(f"{group.key}#-", group.label, group.spec.engine, "failed",
                                         None, 0, 0, 0, 0.0, 0, group.failed))
         return out
+
+    def trim_caches(self) -> int:
+        """Ask every ready worker to drop its prompt caches (memory is short); how many."""
+        asked = 0
+        for group in self._groups.values():
+            for worker in group.workers:
+                if worker.state == "ready":
+                    try:
+                        worker.send((p.TRIM,))
+                        asked += 1
+                    except (OSError, ValueError):  # its pipe closed: it is going anyway
+                        pass
+        return asked
+
+    def idle_models(self) -> list[tuple[str, str]]:
+        """(key, label) of the models loaded and doing nothing, least recently used first:
+        what the memory watch (core.workers.memory_watch) may unload under pressure."""
+        idle = sorted((g for g in self._groups.values() if g.idle()), key=lambda g: g.last_used)
+        return [(g.key, g.label) for g in idle]
 
     def pids(self) -> list[int]:
         return [w.process.pid for g in self._groups.values() for w in g.workers

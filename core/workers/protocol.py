@@ -18,6 +18,9 @@ STATS = "stats"  # (STATS,) -> worker answers with STATS, dict
 # (WARM, GenerationRequest): a conversation was opened; its stored cache may be loaded in
 # idle time (engines with `warm`, MLX). No answer; a generate that comes first wins.
 WARM = "warm"
+# (TRIM,): memory is short (core.workers.memory_watch): drop what the engine keeps only to
+# be faster (prompt caches); replies running go on. No answer; engines without caches ignore it.
+TRIM = "trim"
 
 # worker -> app
 LOADED = "loaded"  # (LOADED, info: dict)

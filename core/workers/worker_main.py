@@ -70,7 +70,8 @@ class _Parsers:
                 from core.parsing import JSON_CALL
 
                 family = JSON_CALL  # the engine holds the reply to one bare JSON call
-            self._active[request.request_id] = self._factory(family)
+            self._active[request.request_id] = self._factory(
+                family, continues=bool(request.reply_prefix))
 
     def process(self, request_id: str, events: list[Event]) -> list[Event]:
         parser = self._active.get(request_id)
@@ -193,6 +194,10 @@ def _handle(msg: tuple, conn: Connection, engine: Engine, parsers: _Parsers, tok
         engine.cancel(msg[1])
     elif kind == p.WARM:
         _warm(engine, msg[1])
+    elif kind == p.TRIM:
+        trim = getattr(engine, "trim", None)
+        if callable(trim):
+            trim()
     elif kind == p.STATS:
         conn.send((p.STATS, {"pid": os.getpid(), "steps_with_output": tokens}))
     elif kind == p.SHUTDOWN:

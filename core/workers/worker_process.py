@@ -25,6 +25,7 @@ from core.events import Done, Error, ReasoningDelta, TextDelta
 from core.workers import protocol as p
 from core.workers.load_error import WorkerLoadError
 from core.workers.request_stream import RequestStream
+from core.workers.slots import PrioritySlots
 from core.workers.status import WorkerStatus
 from core.workers.worker_main import worker_main
 
@@ -78,7 +79,7 @@ class WorkerProcess:
         self.info: dict[str, Any] = {}
         self.streams: dict[str, RequestStream] = {}  # running on the worker
         self.queue: dict[str, RequestStream] = {}  # waiting for a free slot on it
-        self.slots = asyncio.Semaphore(1)
+        self.slots = PrioritySlots(1)  # the person's turns first (core.workers.slots)
         self.waiting = 0
         self.stop_reason: str | None = None  # why the pool stopped it (unload, shutdown)
         self.restarts = 0
@@ -131,7 +132,7 @@ class WorkerProcess:
                 "and was stopped. Check that the file is a valid model and that memory is free."
             )
             raise WorkerLoadError("TIMEOUT", self.error) from None
-        self.slots = asyncio.Semaphore(int(self.info.get("max_concurrency", 1)))
+        self.slots = PrioritySlots(int(self.info.get("max_concurrency", 1)))
         self.state = "ready"
 
     def worker_spec(self) -> ModelSpec:

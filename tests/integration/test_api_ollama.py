@@ -184,9 +184,12 @@ def test_a_keyed_server_wants_the_key_as_a_bearer_token(server: ServerThread) ->
 
 
 def test_endpoints_not_offered_say_so_in_ollamas_shape(client: ollama.Client) -> None:
-    with pytest.raises(ollama.ResponseError) as caught:
+    with pytest.raises(ollama.ResponseError) as caught:  # models come from Hugging Face
         client.pull("llama3")
-    assert caught.value.status_code == 404 and "llmdeck models" in caught.value.error
+    assert caught.value.status_code == 400 and "hf.co/<owner>/<repo>" in caught.value.error
+    with pytest.raises(ollama.ResponseError) as caught:
+        client.push("me/model")
+    assert caught.value.status_code == 404 and "not pushed" in caught.value.error
     with pytest.raises(ollama.ResponseError) as caught:
         client._request_raw("GET", "/api/chat")
     assert caught.value.status_code == 405 and "does not accept GET" in caught.value.error

@@ -6,6 +6,7 @@ One runtime (and so one utility process, one MiniLM load) serves the whole modul
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from pathlib import Path
@@ -201,13 +202,21 @@ async def test_a_rollover_carries_facts_retrieved_from_the_attachments(rt: Runti
     cid = rt.test_cid  # type: ignore[attr-defined]
     rt.chat.threshold = 0.05  # this conversation is already past 5% of 4096 tokens
     rt.chat._monitors.clear()
+    # The summary is written ahead (in the background from 60% full): here, at once.
+    session, sid = rt.chat.session_so_far(cid, await rt.messages(cid, limit=400))
+
+    async def written() -> str:
+        return "They went over the handbook."
+
+    rt.chat.ahead.start(sid, len(session), written())
+    await asyncio.gather(*rt.chat.ahead.pending())
     try:
         turn = await rt.start_turn(cid, FACTS[4][1])
     finally:
         rt.chat.threshold = 0.7
         rt.chat._monitors.clear()
     marker = turn.rollover
-    assert marker is not None and marker.summary  # the scripted model wrote it
+    assert marker is not None and marker.summary == "They went over the handbook."
     assert marker.facts[0].startswith(FACTS[4][0]) and "[handbook.pdf p." in marker.facts[0]
     facts = [m["content"] for m in turn.request.messages if m["content"].startswith(FACTS_PREFIX)]
     assert facts and FACTS[4][0] in facts[0]

@@ -41,18 +41,18 @@ def test_search_pull_list_rm(fake_hub: FakeHub, llmdeck_home: Path) -> None:
     assert "100.0%" in pulled.stderr  # the progress bar reached the end
     assert "downloaded" in pulled.stderr
 
-    listed = models(fake_hub, "list")
-    row = next(line for line in listed.stdout.splitlines() if line.startswith(VISION_REPO))
+    listed = models(fake_hub, "list")  # by the one id the app and the API show (issue 45)
+    row = next(line for line in listed.stdout.splitlines() if line.startswith("tiny-vl:q4_k_m"))
     assert "vision" in row and row.rstrip().endswith("ok") and "hf-cache" in row
 
     refused = models(fake_hub, "rm", f"{VISION_REPO}:tiny-vl-Q4_K_M.gguf")
     assert refused.returncode == 2 and "CONFIRM_REQUIRED" in refused.stderr
     assert path.exists()
-    removed = models(fake_hub, "rm", f"{VISION_REPO}:tiny-vl-Q4_K_M.gguf", "--yes")
+    removed = models(fake_hub, "rm", "tiny-vl:q4_k_m", "--yes")
     assert removed.returncode == 0, removed.stderr
     assert "freed" in removed.stderr
     assert not path.exists()
-    assert VISION_REPO not in models(fake_hub, "list").stdout
+    assert "tiny-vl" not in models(fake_hub, "list").stdout
 
 
 def test_errors_exit_non_zero_with_the_code_and_a_sentence(fake_hub: FakeHub) -> None:
@@ -78,6 +78,6 @@ def test_list_shows_models_folder_and_invalid_files(fake_hub: FakeHub, llmdeck_h
     listed = models(fake_hub, "list")
     assert listed.returncode == 0
     rows = {line.split()[0]: line for line in listed.stdout.splitlines()[1:]}
-    assert rows["local:mine-Q8_0.gguf"].rstrip().endswith("ok")
-    assert "invalid: not a GGUF file" in rows["local:broken-Q4_0.gguf"]
-    assert "bundled:gemma-3-270m" in rows
+    assert rows["mine:q8_0"].rstrip().endswith("ok")
+    assert "invalid: not a GGUF file" in rows["broken:q4_0"]
+    assert "gemma3:270m-q4_k_m" in rows  # the bundled model, by the id the API lists

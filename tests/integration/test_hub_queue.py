@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from core.hub import list_files, list_local_models, plan_download
-from core.hub.download import DownloadJob, DownloadProgress
+from core.hub.download import DownloadProgress
+from core.hub.download_job import DownloadJob
 from core.hub.queue import DownloadQueue
 from tests.fakes.hub_repos import (  # noqa: F401  (fixtures)
     GGUF_REPO,

@@ -22,6 +22,7 @@ from tests.helpers.tmux import TmuxSession, llmdeck_command
 REPO = "acme/gemma-3-270m-it-GGUF"
 FILE = "gemma-3-270m-it-Q4_K_M.gguf"
 READY = "●"  # the status bar's ready mark
+MODEL_ID = "gemma3:270m-it-q4_k_m"  # the one id the header, the store and the API use
 
 
 @pytest.fixture(name="gemma_hub")
@@ -79,21 +80,21 @@ def test_search_download_load_and_chat_with_keys_only(
         tmux.wait_for(lambda s: "done" in s or "Download finished" in s, 90,
                       "the download to finish")
         tmux.send("C-t")
-        tmux.wait_for(lambda s: f"{REPO}/{FILE}" in s and "hf-cache" in s, 20,
+        tmux.wait_for(lambda s: f"{MODEL_ID}  {REPO}" in s and "hf-cache" in s, 20,
                       "the local tab with the download selected")
         tmux.send("l")
-        tmux.wait_for(lambda s: FILE in s and READY in s and "Model hub" not in s, 60,
+        tmux.wait_for(lambda s: MODEL_ID in s and READY in s and "Model hub" not in s, 60,
                       "the chat screen with the downloaded model ready")
         tmux.type("What is the capital of France?")
         tmux.send("Enter")
         db = paths.db_path()
-        tmux.wait_for(lambda s: any(model == FILE and text.strip()
+        tmux.wait_for(lambda s: any(model == MODEL_ID and text.strip()
                                     for model, text in assistant_replies(db)), 30,
                       "a reply from the downloaded model, stored")
         tmux.send("Escape")  # stop it: a 270M model rambles
         workers = worker_pids(tmux.pane_pid())
         tmux.send("C-q")
-        tmux.wait_for(lambda s: "Model hub" not in s and FILE not in s, 15, "the app to quit")
+        tmux.wait_for(lambda s: "Model hub" not in s and MODEL_ID not in s, 15, "the app to quit")
         assert wait_gone(workers, 5) == []
     finally:
         tmux.close()

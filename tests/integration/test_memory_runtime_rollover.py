@@ -1,11 +1,14 @@
 """Long conversations through the real Runtime: worker process, pool, SQLite, memory.
 
-The scripted engine answers in a fixed order (its `replies`, one per generate call), so
-a summarise request is visible as one reply consumed between two answers: the summary a
-rollover stores must be exactly the reply the engine produced for it.
+The scripted engine answers from its `replies`, one per generate call. Summaries are
+written in the background (from 60% full) as generate calls of their own, so a summary
+the model wrote is one of those replies; a rollover that could not wait for it (no room
+left for the reply) carries the fallback summary, the user's own questions.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from core.config import Settings
 from core.engines.base import ModelSpec
@@ -22,9 +25,9 @@ REPLIES = tuple(
 )
 
 
-def _runtime() -> Runtime:
+def _runtime(*options: tuple[str, object]) -> Runtime:
     spec = ModelSpec(path="scripted", engine="scripted", context_size=CONTEXT,
-                     options=(("replies", REPLIES), ("fixed_timing", True)))
+                     options=(("replies", REPLIES), ("fixed_timing", True), *options))
     settings = Settings(context_size=CONTEXT)
     settings.sampling.max_tokens = 200
     return Runtime(settings, model_spec=spec)
@@ -36,10 +39,14 @@ def _question(i: int) -> str:
     return f"Question {i}: where is item {i} kept, and who catalogued it in the archive?"
 
 
-async def _chat(rt: Runtime, cid: str | None, turns: int, start: int = 0):
-    """Run `turns` turns; returns (cid, [(turn, reply text, usage)])."""
+async def _chat(rt: Runtime, cid: str | None, turns: int, start: int = 0, *,
+                reader: bool = False):
+    """Run `turns` turns; returns (cid, [(turn, reply text, usage)]). A `reader` takes
+    the time to read each reply: the summary being written meanwhile is done by the next."""
     out = []
     for i in range(start, start + turns):
+        if reader:
+            await asyncio.gather(*rt.chat.ahead.pending(), return_exceptions=True)
         turn = await rt.start_turn(cid, _question(i))
         cid = turn.conversation_id
         events = [e async for e in turn.events()]
@@ -58,15 +65,14 @@ async def test_long_conversation_rolls_over_twice_and_keeps_answering() -> None:
         rollovers = [t for t, _, _ in turns if t.rollover is not None]
         assert len(rollovers) >= 2, [u.prompt_tokens for _, _, u in turns]
 
-        # Every turn got an answer, and the engine saw one extra request per rollover:
-        # the summarise call went through the pool to the loaded model.
-        consumed = 0
+        # Every turn got an answer, none waited for a summary, and a summary is the
+        # model's (a reply of its own, through the pool) or, where there was no time to
+        # write it, the fallback.
         for turn, text, usage in turns:
+            assert text in REPLIES and not turn.waited_for_summary
             if turn.rollover is not None:
-                assert turn.rollover.summary == REPLIES[consumed % len(REPLIES)]
-                consumed += 1
-            assert text == REPLIES[consumed % len(REPLIES)]
-            consumed += 1
+                summary = turn.rollover.summary
+                assert summary in REPLIES or "The user asked:" in summary, summary
             # The real prompt never overflows the context (it would without rollovers).
             assert usage.prompt_tokens < CONTEXT
 
@@ -99,6 +105,39 @@ async def test_long_conversation_rolls_over_twice_and_keeps_answering() -> None:
         assert "earlier messages remain searchable" in stored[first].content
         hits = await rt.search("HERON")
         assert [h.conversation_id for h in hits] == [cid]
+    finally:
+        await rt.close()
+
+
+async def test_a_summary_written_in_the_background_is_swapped_in() -> None:
+    """A user who reads each reply gives the background summary its time: every rollover
+    then carries the model's summary, and no turn waited for one."""
+    rt = _runtime()
+    await rt.start()
+    try:
+        _, turns = await _chat(rt, None, 12, reader=True)
+        rollovers = [t.rollover for t, _, _ in turns if t.rollover is not None]
+        assert rollovers
+        assert all(m.summary in REPLIES for m in rollovers), [m.summary for m in rollovers]
+        assert not any(t.waited_for_summary for t, _, _ in turns)
+    finally:
+        await rt.close()
+
+
+async def test_on_a_one_at_a_time_engine_the_summary_yields_and_the_swap_is_warmed() -> None:
+    """llama.cpp runs one request at a time: a summary still being written stops when a
+    turn comes (and starts again after it); one written in the reader's time is swapped
+    in, and the session it starts is prefilled once the next turn is sure to swap."""
+    rt = _runtime(("max_concurrency", 1), ("tokens_per_s", 200))
+    await rt.start()
+    try:
+        _, hasty = await _chat(rt, None, 12)  # no time between turns: summaries yield
+        assert not any(t.waited_for_summary for t, _, _ in hasty)
+        assert all(t.rollover.summary not in REPLIES for t, _, _ in hasty if t.rollover)
+        _, turns = await _chat(rt, None, 12, reader=True)
+        rolled = [t for t, _, _ in turns if t.rollover is not None]
+        assert rolled and all(t.rollover.summary in REPLIES for t in rolled)
+        assert {t.rollover.old_session_id for t in rolled} <= rt.chat.room.warmed
     finally:
         await rt.close()
 

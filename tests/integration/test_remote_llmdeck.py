@@ -58,7 +58,8 @@ async def test_runtime_turn_round_trips_through_a_remote_llmdeck(peer: str) -> N
         [usage] = [e for e in events if isinstance(e, Usage)]
         assert usage.completion_tokens > 0 and usage.prompt_tokens > 0
         assert events[-1] == Done("stop")
-        assert rt.model.label == "peer-model @ peer" and rt.model.state == "ready"
+        assert rt.model.label == "peer/peer-model" and rt.model.state == "ready"  # its API id
+        assert rt.model.name == "peer-model @ peer"
         [user, reply] = await rt.messages(turn.conversation_id)
         assert reply.content == "Hello from the peer, over HTTP." and reply.status == "complete"
         assert reply.reasoning == "Short answer."

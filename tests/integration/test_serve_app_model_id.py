@@ -51,7 +51,7 @@ def test_the_apps_model_is_listed_once_by_id_everywhere(server: ServerThread) ->
     client = openai.OpenAI(base_url=server.url, api_key="none", max_retries=0, timeout=120)
     listed = [m for m in client.models.list() if ID in m.id or DISPLAY in (m.id, m.model_extra.get("name"))]
     assert [m.id for m in listed] == [ID]
-    assert listed[0].model_extra["name"] == server.runtime.model.label  # the display name stays
+    assert listed[0].model_extra["name"] == DISPLAY == server.runtime.model.name  # beside it
     host = server.url.removesuffix("/v1")
     tags = [m.model for m in ollama.Client(host=host).list().models]
     assert ID in tags and len(tags) == len(set(tags)) and DISPLAY not in tags

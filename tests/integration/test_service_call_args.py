@@ -114,6 +114,8 @@ def test_every_call_with_hostile_arguments_is_refused_naming_the_field(llmdeck_h
         attacks += [{k: v for k, v in base.items() if k != field} for field in base]
         for field in call_args.CALLS[name]:
             values = HOSTILE + (BAD_SETTINGS if field == "settings" else [])
+            if name == "shutdown":  # true/false are its restart flag's values: it would stop
+                values = [v for v in values if not isinstance(v, bool)]
             attacks += [{**base, field: value} for value in values]
         attacks += [[], "args", 7]  # args that are not an object (null means none: {})
         if name != "shutdown":

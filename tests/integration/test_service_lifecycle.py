@@ -37,7 +37,8 @@ def test_start_status_stop(llmdeck_home: Path) -> None:
         "one service per home"
     out = svc.wait_for(lambda: (s := _status()) and "models   scripted" in s and s,
                        30, "the model in status")
-    assert f"pid      {pid}" in out and "clients  1" in out  # the status client itself
+    # The status command's own connection is not a client (issue 48, item 6)
+    assert f"pid      {pid}" in out and "clients  0" in out
     assert "MiB" in out and "uptime" in out
     # The socket is the user's alone: a 0600 socket in a 0700 folder, checked from outside.
     sock = svc.socket_path()
@@ -51,6 +52,9 @@ def test_start_status_stop(llmdeck_home: Path) -> None:
     doctor = svc.llmdeck("doctor", "--offline")
     line = next(x for x in doctor.stdout.splitlines() if " service " in x)
     assert f"pid {pid}" in line and "scripted" in line, line
+    assert "0 clients" in line, line  # doctor's own connection is not one
+    budget = next(x for x in doctor.stdout.splitlines() if "memory budget" in x)
+    assert "held by 1 loaded model (scripted)" in budget, budget  # the service's, as above
 
     stopped = svc.llmdeck("service", "stop")
     assert stopped.returncode == 0 and f"stopped (pid {pid})" in stopped.stdout, stopped.stdout
@@ -61,6 +65,8 @@ def test_start_status_stop(llmdeck_home: Path) -> None:
     assert gone.returncode == 3 and "not running" in gone.stdout
     log = (llmdeck_home / "logs" / "service.log").read_text()
     assert "service ready" in log and "stopped" in log
+    assert not any(x.startswith("{") for x in log.splitlines()), "a raw JSON line in the log"
+    assert "not running on LLMDECK_HOME=" in gone.stdout
     assert "Hello from the service" not in log, "no conversation text in the log"
 
 
@@ -129,5 +135,5 @@ def test_two_starts_at_once_give_one_service(llmdeck_home: Path) -> None:
 
     time.sleep(1.0)  # a loser that lost the lock has exited by now
     assert services() == list(pids), "the second start left a second service running"
-    usage = svc.llmdeck("service")
-    assert usage.returncode == 2 and "start" in usage.stdout and "Traceback" not in usage.stderr
+    usage = svc.llmdeck("service")  # help, as `llmdeck models` prints (issue 48, item 10)
+    assert usage.returncode == 0 and "start" in usage.stdout and "Traceback" not in usage.stderr

@@ -108,3 +108,18 @@ def test_serve_alone_starts_the_service_and_stops_it_on_the_way_out(llmdeck_home
     assert proc.wait(30) == 0
     svc.wait_for(lambda: not svc.alive(pid), 30, "the service serve started to stop")
     assert svc.wait_for(lambda: all(not svc.alive(w) for w in workers), 10, "workers gone")
+
+
+def test_serve_says_it_lost_its_engine_when_the_service_stops(llmdeck_home: Path) -> None:
+    """`llmdeck service stop` under a running `serve`: it says so and that its API is
+    closed, and exits (issue 42)."""
+    svc.start(*svc.scripted_args(reply="Here."))
+    serve, url, _ = _serve()
+    try:
+        assert svc.llmdeck("service", "stop").returncode == 0
+        assert serve.wait(30) == 1
+        said = serve.stdout.read() if serve.stdout is not None else ""
+        assert "lost its engine" in said and f"The API on {url} is closed" in said, said
+    finally:
+        if serve.poll() is None:
+            serve.kill()

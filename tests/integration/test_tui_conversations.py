@@ -73,20 +73,20 @@ async def test_opening_a_conversation_selects_its_model(tmp_path: Path) -> None:
         assert "model-a" in header(app)
 
         await open_by_search(pilot, "bravo")
-        await wait_until(pilot, lambda: app.runtime.model.label == "model-b"
+        await wait_until(pilot, lambda: app.runtime.model.label == "model-b:latest"
                          and app.runtime.model.state == "ready")
-        assert "model-b ●" in header(app)
+        assert "model-b:latest ●" in header(app)  # its one id
         assert app.runtime.settings.model == b
         await wait_until(pilot, lambda: Settings.load().model == b)  # saved for the next start
 
         await open_by_search(pilot, "alpha")
-        await wait_until(pilot, lambda: app.runtime.model.label == "model-a"
+        await wait_until(pilot, lambda: app.runtime.model.label == "model-a:latest"
                          and app.runtime.model.state == "ready")
-        assert "model-a ●" in header(app)
+        assert "model-a:latest ●" in header(app)
 
         await open_by_search(pilot, "remote")  # configured endpoint: no network needed to pick it
-        await wait_until(pilot, lambda: app.runtime.model.label == "big-model @ gpu")
-        assert "big-model @ gpu" in header(app)
+        await wait_until(pilot, lambda: app.runtime.model.label == "gpu/big-model")
+        assert "gpu/big-model" in header(app)  # the id the API lists
         assert app.runtime.model.info["engine"] == "remote"
 
 
@@ -99,8 +99,8 @@ async def test_a_model_that_is_gone_keeps_the_current_one_and_says_so(tmp_path: 
         await wait_ready(pilot)
         await open_by_search(pilot, "gone")
         await wait_until(pilot, lambda: "no longer available" in notices(app))
-        assert "deleted.gguf" in notices(app) and "keeping model-a" in notices(app)
-        assert app.runtime.model.label == "model-a" and app.runtime.model.state == "ready"
+        assert "deleted:latest" in notices(app) and "keeping model-a:latest" in notices(app)
+        assert app.runtime.model.label == "model-a:latest" and app.runtime.model.state == "ready"
         assert app.runtime.settings.model == a
         assert [v.content for v in views(app)] == ["message 0 gone", "message 1"]
         with Store.open(paths.db_path()) as store:  # nothing lost or rewritten
@@ -108,8 +108,8 @@ async def test_a_model_that_is_gone_keeps_the_current_one_and_says_so(tmp_path: 
                 str(tmp_path / "deleted.gguf"), "llamacpp")
 
         await open_by_search(pilot, "unplugged")
-        await wait_until(pilot, lambda: "some-model @ nowhere" in notices(app))
-        assert app.runtime.model.label == "model-a"
+        await wait_until(pilot, lambda: "nowhere/some-model" in notices(app))
+        assert app.runtime.model.label == "model-a:latest"
 
         await pilot.press("ctrl+l")
         await send(pilot, "still here")  # the conversation goes on with the current model

@@ -138,7 +138,8 @@ def test_local_models_and_delete_confirm(snap_compare, fake_hub: FakeHub) -> Non
         # does not refresh them under a dialog)
         [model] = [m for m in table.models if m.repo_id == VISION_REPO]
         screen.show_loaded(table.models, workers=[WorkerStatus(
-            "w1", model.name, "llamacpp", "idle", 4243, 9 * MB, 0, 0, 0.0, 0,
+            "w1", model.model_id,  # the pool names a model by its id (issue 45)
+            "llamacpp", "idle", 4243, 9 * MB, 0, 0, 0.0, 0,
             memory_bytes=int(3.4 * MB), last_used=time.time() - 42.4, idle_left_s=239.6,
             path=str(model.path))])
         await pilot.pause()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from core.config import Settings
 from tests.fixtures.tui import scripted_app, send, wait_ready, wait_until
 
 SIZE = (120, 40)
@@ -32,4 +33,16 @@ def test_load_error_in_chat_view(snap_compare) -> None:
         await pilot.pause(0.1)
 
     app = scripted_app(fail_load="LOAD_FAILED")
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_a_cut_reply_says_so_under_it(snap_compare) -> None:
+    """A reply at its length limit (max_tokens 4 here) shows the cut line and its key."""
+    async def run_before(pilot) -> None:
+        await wait_ready(pilot)
+        await send(pilot, "Count to ten, please.")
+
+    settings = Settings()
+    settings.sampling.max_tokens = 4
+    app = scripted_app(settings, replies=("One two three four five six seven eight.",))
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)

@@ -111,15 +111,19 @@ def test_search_results_highlight_matches(snap_compare) -> None:
 
 def fixed_worker_status_for_snapshot() -> list[WorkerStatus]:
     """Real RSS and pids differ every run; the pane's layout is what this pins down: two
-    models loaded at once, one answering (kept loaded, 4 threads), one idle (unloads in 4
-    minutes; its engine reports no thread count: '-')."""
+    models loaded at once, one answering (kept loaded, 4 threads: "answering", not "kept
+    loaded"), one idle in two llama.cpp replicas told apart by number and pid (issue 48;
+    unloads in 4 minutes; its engine reports no thread count: '-')."""
     now = time.time()
     return [WorkerStatus("w0", "scripted-test", "scripted", "busy", 4242, 512 * 1024 * 1024,
                          1, 2, 98.5, 1, memory_bytes=1_300_000_000, last_used=now - 0.5,
                          threads=4),
-            WorkerStatus("w1", "qwen3:4b-4bit", "mlx", "idle", 4243, 2300 * 1024 * 1024,
-                         0, 0, 0.0, 0, memory_bytes=2_600_000_000, last_used=now - 42.4,
-                         idle_left_s=239.6)]
+            WorkerStatus("chat#0", "gemma3:270m-q4_k_m", "llamacpp", "idle", 4250,
+                         300 * 1024 * 1024, 0, 0, 0.0, 0, memory_bytes=200_000_000,
+                         last_used=now - 42.4, idle_left_s=239.6),
+            WorkerStatus("chat#1", "gemma3:270m-q4_k_m", "llamacpp", "idle", 4251,
+                         300 * 1024 * 1024, 0, 0, 0.0, 0, memory_bytes=200_000_000,
+                         last_used=now - 42.4, idle_left_s=239.6)]
 
 
 def test_worker_pane(snap_compare) -> None:

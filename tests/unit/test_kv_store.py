@@ -250,3 +250,137 @@ def test_an_evicted_parent_takes_its_links_and_the_bound_holds(tmp_path: Path) -
     keys = {n.split(".")[0] for n in names}
     assert all(n.count(".") == 1 or n.split(".")[1] in keys for n in names), names
     assert store.best([*old, 5, 6, 7]) is None
+
+
+# -- issue 44 item 6: files planted where the next turn reads its cache -------------------
+
+
+def _planted(store: KvDiskStore, tokens: list[int]) -> Path:
+    """Where a cache file for `tokens` goes in `store`'s folder."""
+    from core.engines.kv_store import tokens_key
+
+    return store.folder / f"{tokens_key(tokens)}.kv"
+
+
+def test_a_symlink_to_a_cache_file_outside_is_not_followed(tmp_path: Path) -> None:
+    outside = KvDiskStore(tmp_path / "outside", ID, 1 << 20).put([1, 2, 3, 4], _sections(4), {})
+    assert outside is not None
+    store = KvDiskStore(tmp_path / "kv", ID, 1 << 20)
+    link = _planted(store, [1, 2, 3, 4])
+    link.symlink_to(outside)
+    assert store.best([1, 2, 3, 4, 5]) is None
+    assert not os.path.lexists(link) and outside.exists()  # the link goes, its target stays
+    # a link swapped in after the listing is refused when read, too
+    real = store.put([1, 2, 3, 4], _sections(4), {})
+    assert real is not None
+    match = store.best([1, 2, 3, 4, 5])
+    assert match is not None
+    real.unlink()
+    real.symlink_to(outside)
+    assert store.load(match) is None
+    assert outside.exists()
+    with pytest.raises(BadKvFile):
+        read_header(real)
+
+
+def _fifo_attack(tmp_path: Path, via_link: bool) -> tuple[bool, object]:
+    """Plant a FIFO (or a link to one outside) as a cache file; (the lookup returned
+    within 5 s, what it returned). A blocked reader is let go by opening the FIFO."""
+    import threading
+
+    store = KvDiskStore(tmp_path / "kv", ID, 1 << 20)
+    fifo = tmp_path / "fifo" if via_link else _planted(store, [1, 2, 3, 4])
+    os.mkfifo(fifo)
+    if via_link:
+        _planted(store, [1, 2, 3, 4]).symlink_to(fifo)
+    got: list[object] = []
+    t = threading.Thread(target=lambda: got.append(store.best([1, 2, 3, 4, 5])), daemon=True)
+    t.start()
+    t.join(5)
+    done = not t.is_alive()
+    if not done:  # the old code waits for a writer: give it one so the thread ends
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        os.close(fd)
+        t.join(5)
+    return done, got[0] if got else None
+
+
+@pytest.mark.parametrize("via_link", [False, True], ids=["fifo", "link-to-fifo"])
+def test_a_fifo_named_like_a_cache_file_never_blocks_the_turn(tmp_path: Path, via_link: bool) -> None:
+    done, match = _fifo_attack(tmp_path, via_link)
+    assert done, "the lookup blocked on a FIFO"
+    assert match is None
+
+
+def _huge_claim(store: KvDiskStore, tokens: list[int], claim: int) -> Path:
+    """A sparse file whose header claims a section of `claim` bytes (bad checksum)."""
+    import json
+    import struct
+
+    n = claim // 4
+    header = {"identity": store.identity, "tokens": tokens, "meta": {},
+              "sections": [{"name": "0.keys", "dtype": "float32", "shape": [1, 1, 1, n],
+                            "nbytes": claim, "sha256": "0" * 64}]}
+    blob = json.dumps(header).encode()
+    path = _planted(store, tokens)
+    with open(path, "wb") as f:
+        f.write(MAGIC + struct.pack("<Q", len(blob)) + blob)
+        f.truncate(len(MAGIC) + 8 + len(blob) + claim)
+    return path
+
+
+def test_a_header_claiming_more_than_the_bound_is_refused_unread(tmp_path: Path) -> None:
+    store = KvDiskStore(tmp_path / "kv", ID, 1 << 30)  # a 1 GiB bound
+    path = _huge_claim(store, [1, 2, 3, 4], 3 << 29)  # 1.5 GiB
+    assert store.best([1, 2, 3, 4, 5]) is None
+    assert not path.exists()
+
+
+def test_a_header_claiming_more_than_its_tokens_hold_is_refused_unread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import core.engines.kv_file as kv_file
+
+    store = KvDiskStore(tmp_path / "kv", ID, 4 << 30)
+    path = _huge_claim(store, [1, 2, 3, 4], 3 << 29)
+    match = store.best([1, 2, 3, 4, 5])
+    assert match is not None  # within the bound: listed
+
+    def unread(*_a: object) -> list[str]:
+        raise AssertionError("a section was read")
+
+    monkeypatch.setattr(kv_file, "_hash_all", unread)
+    assert store.load(match, per_token=1 << 20) is None
+    assert not path.exists()
+
+
+def test_sections_are_mapped_not_copied(tmp_path: Path) -> None:
+    """A loaded file's sections share one payload mapped from the file (a loader hands it
+    to a device in one copy), at the offsets the header lists."""
+    from core.engines.kv_file import read_sections
+
+    store = KvDiskStore(tmp_path / "kv", ID, 1 << 20)
+    path = store.put([1, 2, 3, 4], _sections(4), {})
+    assert path is not None
+    header = read_header(path)
+    got = read_sections(path, header)
+    assert got.offsets == {"0.keys": 0, "0.values": 128}
+    assert np.shares_memory(got["0.values"], got.payload)
+
+
+def test_a_chain_loaded_before_its_checksums_is_refused_at_verify(tmp_path: Path) -> None:
+    """wait=False hands the sections out while their checksums run (a loader copies
+    meanwhile); a damaged file is refused and removed at verify, before any use."""
+    store = KvDiskStore(tmp_path / "kv", ID, 1 << 20)
+    path = store.put([1, 2, 3, 4], _sections(4), {})
+    assert path is not None
+    match = store.best([1, 2, 3, 4, 5])
+    assert match is not None
+    good = store.load_chain(match, wait=False)
+    assert good is not None and store.verify(match, good)
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x40
+    path.write_bytes(bytes(data))
+    bad = store.load_chain(match, wait=False)
+    assert bad is not None  # handed out unchecked...
+    assert not store.verify(match, bad)  # ...and refused before use
+    assert not path.exists()

@@ -21,7 +21,8 @@ def test_labels_from_before_refs_read_as_labels() -> None:
     assert parse("weird:thing").is_label  # not a known engine prefix
 
 
-def test_display_names_are_short() -> None:
-    assert display("mlx:/models/Qwen3-0.6B-4bit/") == "Qwen3-0.6B-4bit"
-    assert display("remote:gpu/llama-70b") == "llama-70b @ gpu"
+def test_notices_name_a_model_by_its_one_id() -> None:
+    assert display("mlx:/models/Qwen3-0.6B-4bit/") == "qwen3:0.6b-4bit"
+    assert display("llamacpp:/m/gemma-3-270m-q4_k_m.gguf") == "gemma3:270m-q4_k_m"
+    assert display("remote:gpu/llama-70b") == "gpu/llama-70b"
     assert display("scripted-test") == "scripted-test"

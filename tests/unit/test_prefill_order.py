@@ -65,3 +65,13 @@ def test_an_overdue_long_prompt_goes_next_before_shorter_newcomers():
     assert cpu([*fresh, old], 8, now=OVERDUE_S + 0.1)[0] == 5
     # Not yet overdue: the newcomers go first, and together.
     assert cpu([*fresh, old], 8, now=1.0) == [0, 1, 2, 3, 4]
+
+
+def test_a_persons_prompt_is_prefilled_before_api_prompts_of_any_length() -> None:
+    """Issue 45: the app's turn (interactive) goes ahead of waiting API prompts, even
+    shorter ones; an API prompt overdue still leads (the API's wait stays bounded)."""
+    api = [Waiting(40, 0.0), Waiting(60, 0.0), Waiting(30, 0.1)]
+    person = Waiting(900, 0.2, interactive=True)
+    assert cpu([*api, person], 1, now=0.5) == [3]
+    overdue = Waiting(50, -5.0)
+    assert cpu([*api, person, overdue], 1, now=0.5) == [4]

@@ -36,8 +36,8 @@ def test_the_runtime_answers_every_call_of_the_face_and_the_face_hands_out_no_pa
 
 
 def test_the_check_reads_the_face_from_the_source() -> None:
-    """The protocol in face.py lists what the members above say (nothing hidden in a base)."""
-    tree = ast.parse((ROOT / "core" / "runtime" / "face.py").read_text())
+    """The protocol in protocol.py lists what the members above say (nothing hidden in a base)."""
+    tree = ast.parse((ROOT / "core" / "runtime" / "protocol.py").read_text())
     proto = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "RuntimeFace")
     listed = {n.name for n in proto.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
     assert listed and listed <= _face_members()

@@ -8,14 +8,16 @@ that F9 turns into a message for the model. The screen keeps the keys and the bu
 from __future__ import annotations
 
 from collections.abc import Coroutine
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from textual.dom import DOMNode
 
-from core.wire.tools import RunResult, fix_prompt, python_blocks
 from tui.widgets.chat_view import ChatView
 from tui.widgets.composer import Composer
 from tui.widgets.message_view import MessageView
+
+if TYPE_CHECKING:
+    from core.wire.tools import RunResult
 
 
 class CodeScreen(Protocol):
@@ -46,6 +48,8 @@ class CodeRuns:
 
     def run_focused(self) -> None:
         """Run the blocks of the focused message, or of the newest reply that has some."""
+        from core.wire.tools import python_blocks  # the tools package: not before the first frame
+
         screen = self.screen
         node = screen.focused
         while node is not None and not isinstance(node, MessageView):
@@ -88,6 +92,8 @@ class CodeRuns:
         if self.failed_run is None:
             screen.notify("Nothing to fix: no code run has failed.", timeout=3)
             return
+        from core.wire.tools import fix_prompt
+
         code, result = self.failed_run
         screen.composer.load_text(fix_prompt(code, result))
         screen.composer.focus()

@@ -13,7 +13,7 @@ turns into the conversation it shows (or the refusal it tells, with the text giv
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from textual import work
 from textual.app import ComposeResult
@@ -152,3 +152,44 @@ class CompareScreen(Screen[CompareOutcome]):
             self.notify(str(exc), title="Not kept", severity="error", timeout=8)
             return
         self.dismiss(CompareOutcome(comparison.conversation_id, kept_id=kept))
+
+
+# -- the chat screen's side (moved out of tui/screens/main.py, kept under 700 lines) -------
+BUSY = "A reply is still streaming; press Esc to stop it first."
+
+
+def start_compare(screen: Any) -> None:
+    """Ctrl+T on the chat screen: pick the second model, then compare the composer's text."""
+    text = screen.composer.text
+    if screen.busy or screen.composer.editing_id is not None:
+        screen.notify(BUSY if screen.busy else "Finish or cancel the edit first (esc).")
+        return
+    if not text.strip():
+        screen.notify("Type the message to compare first, then ctrl+t picks the second model.",
+                      timeout=5)
+        return
+
+    def _picked(choice: ModelChoice | None) -> None:
+        if choice is not None:
+            screen.composer.load_text("")
+            screen.app.push_screen(CompareScreen(screen.conversation_id, text, choice, choice.name),
+                                   screen._compared)
+
+    from tui.screens.model_picker import ModelPickerScreen
+
+    screen.app.push_screen(ModelPickerScreen(), _picked)
+
+
+async def take_outcome(screen: Any, outcome: CompareOutcome) -> None:
+    """What the comparison left: the text back in the composer when nothing was sent (and
+    the refusal said), else the conversation with the kept reply opened."""
+    if outcome.kept_id is None and outcome.text:
+        screen.composer.restore(outcome.text)
+        if outcome.refused:
+            screen.notify(outcome.refused, title="Compare", severity="error", timeout=12)
+        return
+    if outcome.conversation_id is not None:
+        with screen.store_errors("Compare"):
+            await screen.open_conversation(outcome.conversation_id)
+            await screen.refresh_sidebar()
+    screen.composer.focus()

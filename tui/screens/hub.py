@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from rich.console import Group
 from rich.text import Text
@@ -28,11 +29,7 @@ from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
 from core.hub import (
     DownloadJob,
-    DownloadProgress,
     DownloadQueue,
-    HubError,
-    LocalModel,
-    Recommendation,
     delete_model,
     ensure_bundled,
     fit,
@@ -42,7 +39,8 @@ from core.hub import (
     plan_download,
     search_models,
 )
-from core.workers import WorkerStatus
+from core.wire.hub import DownloadProgress, HubError, LocalModel, Recommendation
+from core.wire.workers import WorkerStatus
 from tui.terminal_text import visible
 from tui.widgets import hub_format as fmt
 from tui.widgets.hub_confirm import ConfirmDialog
@@ -89,7 +87,7 @@ class HubScreen(Screen):
 
     def __init__(self, *, search_on_open: bool = True) -> None:
         super().__init__(id="hub-screen")
-        self.queue: DownloadQueue | None = None
+        self.queue: Any = None  # DownloadQueue, or the service's (tui.hub_service_queue)
         self.query_text = ""
         self._search_on_open = search_on_open  # search when the search tab first shows
         self._searched = False
@@ -121,7 +119,14 @@ class HubScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.queue = DownloadQueue(on_update=self._on_download_update)
+        client = getattr(getattr(self.app, "runtime", None), "service_client", None)
+        if callable(client):  # the service's jobs: they outlive this terminal (issue 45)
+            from tui.hub_service_queue import ServiceDownloadQueue
+
+            self.queue = ServiceDownloadQueue(client, on_update=self._on_download_update)
+            self.queue.start()
+        else:
+            self.queue = DownloadQueue(on_update=self._on_download_update)
         self._show_filters()
         self.query_one(RecommendedTable).focus()
         self.refresh_recommended()
@@ -464,7 +469,7 @@ class HubScreen(Screen):
                 self.remove_model(model)
 
         self.app.push_screen(
-            ConfirmDialog(f"Delete {model.name}?", _delete_detail(model)),
+            ConfirmDialog(f"Delete {model.model_id or model.name}?", _delete_detail(model)),
             answered,
         )
 

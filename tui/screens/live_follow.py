@@ -10,11 +10,13 @@ it owns the turn, the chat and the workers; this class holds only the following 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from core.runtime import Turn
 from tui.widgets.chat_view import ChatView
 from tui.widgets.message_view import MessageView
+
+if TYPE_CHECKING:
+    from core.runtime import Turn
 
 
 class FollowingScreen(Protocol):

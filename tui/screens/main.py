@@ -6,7 +6,7 @@ carries them out through the runtime. Whole topics live beside it, each owned by
 screen and reached through thin handlers here (Textual finds actions and handlers by
 name on the screen): the footer's layout (tui.footer_layout), following a reply another
 client started (live_follow), F8/F9 code runs (code_runs), message actions
-(message_actions).
+(message_actions), drawing a turn's events and the composer's busy note (turn_stream).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import shlex
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from textual import work
 from textual.app import ComposeResult
@@ -24,33 +25,35 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TextArea
 
-from core.events import Done, Error, ReasoningDelta, TextDelta, ToolCall, Usage
+from core.events import ToolCall
 from core.runtime import ModelState, Turn, context_use
 from core.wire.store import StoreError
-from core.wire.tools import ToolStatus
 from tui import mcp_commands, slash
 from tui.dropped_paths import dropped_image_paths
 from tui.footer_layout import footer_bindings
+from tui.screens import slash_run
 from tui.screens.code_runs import CodeRuns
 from tui.screens.dialogs import ConfirmScreen, PromptScreen
 from tui.screens.live_follow import LiveFollow
 from tui.screens.message_actions import MessageActions
+from tui.screens.turn_stream import draw_events, show_composer_state
 from tui.widgets.attachments import (
     AttachmentBar,
     MemoryMarker,
     SourcesLine,
-    attach_hint,
     attaching,
     cancel_attach,
-    start_attach,
 )
 from tui.widgets.chat_view import PAGE, ChatView
 from tui.widgets.composer import Composer
-from tui.widgets.image_card import place_images, show_tool_images
+from tui.widgets.image_card import place_images
 from tui.widgets.message_view import MessageView
 from tui.widgets.sidebar import Sidebar
 from tui.widgets.status_bar import StatusBar
 from tui.widgets.worker_pane import WorkerPane
+
+if TYPE_CHECKING:
+    from core.runtime import Turn
 
 BUSY = "A reply is still streaming; press Esc to stop it first."
 NEW_CHAT = object()
@@ -117,7 +120,8 @@ class MainScreen(Screen):
         with Horizontal(id="body"):
             yield Sidebar(id="sidebar")
             with Vertical(id="chat-column"):
-                yield ChatView(id="chat")
+                # The service's client, connecting: blank until it knows what opens
+                yield ChatView(id="chat", hint=self.settled)
                 pane = WorkerPane(self.app.runtime.worker_status, self.app.runtime.engine_line,
                                   id="worker-pane")  # type: ignore[attr-defined]
                 pane.display = False
@@ -142,8 +146,15 @@ class MainScreen(Screen):
     history_listed = False
     """Whether the sidebar has listed the history yet (the app lists it once at start)."""
 
+    @property
+    def settled(self) -> bool:
+        """The runtime has answered (always, in process): what the chat shows is known."""
+        return getattr(self.app.runtime, "connected", True)
+
     def on_mount(self) -> None:
         self.query_one("#slash-hint").display = False
+        self.on_model_state(self.runtime.model_state())  # "connecting…", not "no model ○"
+        self.query_one(StatusBar).opening = not self.settled
         mcp_commands.install(self)  # MCP prompts are slash commands too
         self.composer.focus()
         # The runtime read the newest conversations while Textual started: list them in
@@ -180,6 +191,13 @@ class MainScreen(Screen):
         self.show_composer_state()
         if state.state == "failed" and state.error:
             self.notify(state.error, title="Model", severity="error", timeout=8)
+
+    async def opened_at_start(self) -> None:
+        """Start-up has opened what it opens (the service's client: a reply it streams or
+        just finished): an empty chat shows its hint, and the header its ctx, only now."""
+        self.query_one(StatusBar).opening = False
+        if self.conversation_id is None and not self.chat.views:
+            await self.chat.show_empty()
 
     async def refresh_sidebar(self) -> None:
         sidebar = self.query_one(Sidebar)
@@ -276,38 +294,15 @@ class MainScreen(Screen):
     # -- compare (issue 31, item 5): the screen and the core live in compare modules --------
     def action_compare(self) -> None:
         """Compare with…: the composer's message to the chat model and a picked second one."""
-        from tui.screens.compare import CompareScreen
-        from tui.screens.model_picker import ModelPickerScreen
+        from tui.screens.compare import start_compare
 
-        text = self.composer.text
-        if self.busy or self.composer.editing_id is not None:
-            self.notify(BUSY if self.busy else "Finish or cancel the edit first (esc).")
-            return
-        if not text.strip():
-            self.notify("Type the message to compare first, then ctrl+t picks the second model.",
-                        timeout=5)
-            return
-
-        def _picked(choice) -> None:
-            if choice is not None:
-                self.composer.load_text("")
-                self.app.push_screen(CompareScreen(self.conversation_id, text, choice, choice.name),
-                                     self._compared)
-
-        self.app.push_screen(ModelPickerScreen(), _picked)
+        start_compare(self)
 
     @work(group="compare")
     async def _compared(self, outcome) -> None:  # noqa: ANN001  (tui.screens.compare.CompareOutcome)
-        if outcome.kept_id is None and outcome.text:  # nothing was sent: the text comes back
-            self.composer.restore(outcome.text)
-            if outcome.refused:
-                self.notify(outcome.refused, title="Compare", severity="error", timeout=12)
-            return
-        if outcome.conversation_id is not None:
-            with self.store_errors("Compare"):
-                await self.open_conversation(outcome.conversation_id)
-                await self.refresh_sidebar()
-        self.composer.focus()
+        from tui.screens.compare import take_outcome
+
+        await take_outcome(self, outcome)
 
     def action_reload_model(self) -> None:
         if self.busy:
@@ -471,22 +466,10 @@ class MainScreen(Screen):
         await self.message_actions.act(event.view, event.action)
 
     async def _approve_tool(self, call: ToolCall) -> str:
-        """Ask before a tool runs (the tool loop awaits this): y allows, a always allows a
-        read-only tool in this chat, n or Esc denies; a stopped turn closes the question."""
-        import asyncio
+        """Ask before a tool runs (tui.screens.tool_approval.ask)."""
+        from tui.screens.tool_approval import ask
 
-        from tui.screens.tool_approval import ToolApprovalScreen
-
-        answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        dialog = ToolApprovalScreen(call, can_always=self.runtime.can_always_allow(call.name),
-                                    warning=self.runtime.tool_warning(call.name))
-        self.app.push_screen(dialog, lambda d: answer.done() or answer.set_result(d or "deny"))
-        try:
-            return await answer
-        except asyncio.CancelledError:
-            if dialog.is_attached:
-                dialog.dismiss("deny")
-            raise
+        return await ask(self, call)
 
     # -- fenced Python blocks: F8 and F9, carried out in tui.screens.code_runs -------------
     def action_run_code(self) -> None:
@@ -500,23 +483,8 @@ class MainScreen(Screen):
 
     # -- sending -----------------------------------------------------------------------------
     def on_text_area_changed(self, event: TextArea.Changed) -> None:
-        if not isinstance(event.text_area, Composer):
-            return
-        hint = self.query_one("#slash-hint", Static)
-        mcp_hint = mcp_commands.composer_changed(self, event.text_area.text)
-        matches = slash.completions(event.text_area.text)
-        hint.display = bool(matches)
-        if matches:
-            hint.update("  ".join(f"{m} {slash.known()[m]}" if len(matches) == 1 else m
-                                  for m in matches) + "   (tab completes)")
-        elif mcp_hint:
-            hint.display = True
-            hint.update(mcp_hint)
-        elif paths := attach_hint(event.text_area.text):
-            hint.display = True
-            hint.update(paths)
-        self.query_one(AttachmentBar).show_mentions(
-            self.runtime.check_mentions(self.conversation_id, event.text_area.text))
+        if isinstance(event.text_area, Composer):
+            slash_run.composer_changed(self, event.text_area.text)  # the hint line
 
     async def on_composer_submitted(self, event: Composer.Submitted) -> None:
         text = event.text
@@ -548,27 +516,7 @@ class MainScreen(Screen):
             self.send(text)
 
     async def run_slash(self, command: slash.SlashCommand) -> None:
-        name, arg = command.name, command.argument
-        if name == "/clear":
-            await self.action_new_chat()
-        elif name == "/export":
-            self.action_export()
-        elif name == "/model":
-            if arg:
-                self.app.use_model_named(arg)  # type: ignore[attr-defined]
-            else:
-                self.action_pick_model()
-        elif name == "/system":
-            self.runtime.settings.system_prompt = arg
-            await self.app.save_settings_or_warn()  # type: ignore[attr-defined]
-            self.notify("System prompt cleared." if not arg else "System prompt set (saved).",
-                        timeout=3)
-        elif name == "/attach" and arg.startswith(mcp_commands.RESOURCE_PREFIX):
-            await mcp_commands.attach_resource(self, arg)
-        elif name == "/attach":
-            start_attach(self, arg)  # a worker: Esc cancels a file being read
-        elif slash.is_extra(name):
-            await mcp_commands.run_prompt(self, name, arg)
+        await slash_run.run_slash(self, command)  # tui.screens.slash_run
 
     def send(self, text: str) -> None:
         """Send a message now, or after the replies before it when some are on their way:
@@ -608,32 +556,20 @@ class MainScreen(Screen):
             self.refresh_bindings()
 
     def show_composer_state(self) -> None:
-        """The composer says what Enter does while the app is busy, so it never looks dead:
-        it takes keys at all times, and a message sent meanwhile waits its turn."""
-        found = self.query(Composer)
-        if not found:  # not composed yet, or the app is closing
-            return
-        composer = found.first()
-        state = self.runtime.model_state().state
-        queued = len(self.queued_texts())
-        if queued:
-            note = f"{queued} queued: sent after this reply · esc stops and returns them"
-        elif self.busy:
-            note = "replying… type your next message: enter queues it · esc stops"
-        elif state in ("loading", "provisioning"):
-            note = "the model is loading… type away: enter sends when it is ready"
-        else:
-            note = ""
-        composer.placeholder = note if not queued else ""
-        composer.border_subtitle = note if queued else None
+        """The composer says what Enter does while the app is busy (turn_stream)."""
+        show_composer_state(self)
 
     async def _send_one(self, text: str) -> bool:
         """One queued message as its own turn; False (text back in the composer) if the
         store refused it."""
         await self.at_newest()
+        # Shown at once: the service's client waits for a loading model before its turn
+        # starts, and the message had left the composer for nowhere meanwhile (issue 48).
+        user_view = await self.chat.add_message(MessageView("user", text))
         try:
             turn = await self.runtime.start_turn(self.conversation_id, text)
         except Exception as exc:  # the store refused: give the text back, lose nothing
+            await user_view.remove()
             queued = [text, *self.queued_texts()]
             self.outbox.clear()
             rest = self.composer.text
@@ -643,8 +579,8 @@ class MainScreen(Screen):
         new_conversation = self.conversation_id != turn.conversation_id
         self.conversation_id = turn.conversation_id
         if turn.rollover is not None:  # the context was summarised into a fresh session
-            await self.chat.add_message(MemoryMarker(turn.rollover))  # type: ignore[arg-type]
-        user_view = await self.chat.add_message(MessageView("user", text, message_id=turn.user_message_id))
+            await self.chat.mount(MemoryMarker(turn.rollover), before=user_view)
+        user_view.message_id = turn.user_message_id
         if new_conversation:
             await self.refresh_sidebar()
         await self.run_turn(turn, user_view)
@@ -665,9 +601,11 @@ class MainScreen(Screen):
         await self.run_turn(turn, user_view)
 
     async def run_turn(self, turn: Turn, user_view: MessageView | None,
-                       branch: tuple[int, int] | None = None) -> None:
-        """Stream a turn into a new reply view; the shared tail of send/regenerate/edit.
-        `branch` labels a regenerated reply while it streams (the store confirms at the end)."""
+                       branch: tuple[int, int] | None = None,
+                       reply: MessageView | None = None) -> None:
+        """Stream a turn into a new reply view (or `reply`, a cut reply continued in place);
+        the shared tail of send/regenerate/edit/continue. `branch` labels a regenerated
+        reply while it streams (the store confirms at the end). Drawing: turn_stream."""
         self.turn = turn
         self._no_turn.clear()
         self._starting = False  # busy now because the turn streams
@@ -677,41 +615,14 @@ class MainScreen(Screen):
         self.show_composer_state()
         chat = self.chat
         chat.has_newer = False  # the reply is the branch's newest message, whatever page it is on
-        reply = await chat.add_message(MessageView("assistant", branch=branch))
+        if reply is None:
+            reply = await chat.add_message(MessageView("assistant", branch=branch))
         chat.anchor()
-        bar = self.query_one(StatusBar)
-        after_tools = False  # text after a tool round is a new assistant message
         try:
-            async for event in turn.events():
-                if isinstance(event, (TextDelta, ReasoningDelta)) and after_tools:
-                    after_tools = False
-                    await reply.finish()
-                    reply = await chat.add_message(MessageView("assistant"))
-                if isinstance(event, TextDelta):
-                    await reply.append_text(event.text)
-                elif isinstance(event, ReasoningDelta):
-                    await reply.append_reasoning(event.text)
-                elif isinstance(event, ToolCall):
-                    await reply.add_tool_call(event)
-                elif isinstance(event, ToolStatus):
-                    if not after_tools:
-                        after_tools = True
-                        reply.message_id = turn.assistant_message_id
-                    card = reply.tool_card(event.call.id) or await reply.add_tool_call(event.call)
-                    card.state = event.state
-                    card.result = event.result
-                    if event.final and event.figures:  # an MCP image: attached, shown here
-                        await show_tool_images(card, self.runtime, self.conversation_id,
-                                               event.figures)
-                elif isinstance(event, Usage):
-                    reply.set_usage(event)
-                    bar.context_used = event.prompt_tokens + event.completion_tokens
-                elif isinstance(event, Error):
-                    reply.show_error(event, remote=self.runtime.model_is_remote())
-                elif isinstance(event, Done):
-                    if event.finish_reason == "cancelled":
-                        reply.set_status("stopped")  # as the store has it (Esc)
-                    break
+            bar = self.query_one(StatusBar)
+            counted = bar.count_from(user_view.content if user_view is not None else "")
+            reply = await draw_events(turn, reply, chat, bar, self.runtime,
+                                      self.conversation_id, counted)
         finally:
             await reply.finish()
             if turn.sources:

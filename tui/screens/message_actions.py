@@ -1,4 +1,5 @@
-"""What the keys on a focused message do: regenerate, edit, walk branches, delete.
+"""What the keys on a focused message do: regenerate, edit, walk branches, delete, and
+continue a reply cut at its length limit (in place: the same view streams on).
 
 MessageView posts a MessageView.Action; the chat screen receives it (the handler must live
 on the screen), checks that no reply streams, and hands it here. This class carries the
@@ -10,13 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Coroutine
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from core.runtime import Turn
 from tui.screens.dialogs import ConfirmScreen
 from tui.widgets.chat_view import ChatView
 from tui.widgets.composer import Composer
 from tui.widgets.message_view import MessageView
+
+if TYPE_CHECKING:
+    from core.runtime import Turn
 
 
 class MessageScreen(Protocol):
@@ -39,7 +42,8 @@ class MessageScreen(Protocol):
     async def open_conversation(self, conversation_id: str, focus_message: str | None = None,
                                 *, follow: bool = True) -> None: ...
     async def run_turn(self, turn: Turn, user_view: MessageView | None,
-                       branch: tuple[int, int] | None = None) -> None: ...
+                       branch: tuple[int, int] | None = None,
+                       reply: MessageView | None = None) -> None: ...
 
 
 class MessageActions:
@@ -56,6 +60,12 @@ class MessageActions:
             return
         if action == "regenerate":
             screen.run_worker(self._regenerate(view), group="turn", exclusive=True)
+        elif action == "continue":
+            if view.role != "assistant" or view.status != "cut":
+                screen.notify("Only a reply cut at its length limit can be continued; press r "
+                              "to regenerate it.", timeout=3)
+                return
+            screen.run_worker(self._continue(view), group="turn", exclusive=True)
         elif action == "edit":
             if view.role != "user":
                 screen.notify("Only your own messages can be edited; press r to regenerate a reply.")
@@ -112,3 +122,16 @@ class MessageActions:
             count = old_reply.branch[1] if old_reply.branch else 1
             await self.drop_from(old_reply)
         await screen.run_turn(turn, user_view, branch=(count + 1, count + 1))
+
+    async def _continue(self, view: MessageView) -> None:
+        """The cut reply goes on from where it stopped, in the same view and message."""
+        screen = self.screen
+        try:
+            turn = await screen.runtime.continue_reply(screen.conversation_id, view.message_id)
+        except Exception as exc:
+            screen.notify(f"Cannot continue: {exc}", severity="error")
+            return
+        view.begin_continue()
+        user_view = next((v for v in screen.chat.views if v.message_id == turn.user_message_id),
+                         None)
+        await screen.run_turn(turn, user_view, reply=view)

@@ -40,7 +40,7 @@ def load_choices() -> tuple[list[ModelChoice], list[tuple[str, str]]]:
         if m.role != "chat" and m.source != "bundled":
             continue
         if m.valid:
-            ok.append(ModelChoice(m.id, m.name, str(m.path), m.engine, m.source == "bundled",
+            ok.append(ModelChoice(m.model_id or m.id, m.name, str(m.path), m.engine, m.source == "bundled",
                                   m.base_model))
         else:
             bad.append((m.name, m.problem or "invalid"))
@@ -57,8 +57,11 @@ def cluster_choices(settings: object) -> list[ModelChoice]:
 def choice_label(choice: ModelChoice, current: str, loaded: bool = False) -> Text:
     """● marks the model in use; "loaded" one the pool holds already (picking it answers
     at once: several models stay loaded)."""
-    text = Text("● " if choice.name in current or current in choice.path else "  ", style="bold")
-    text.append(visible(choice.name), style="bold")
+    using = choice.id == current or choice.name in current or current in choice.path
+    text = Text("● " if using else "  ", style="bold")
+    text.append(visible(choice.id), style="bold")  # the one id (issue 45), its file beside
+    if choice.name != choice.id:
+        text.append(f"  {visible(choice.name)}", style="dim")
     text.append(f"  {choice.engine or '?'}", style="dim")
     if choice.base_model:
         text.append("  base model", style="italic dim")

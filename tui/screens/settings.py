@@ -29,7 +29,7 @@ NUMERIC = (
     ("frequency_penalty", "Frequency penalty (−2–2)"),
     ("penalty_window", "Penalty window (tokens)"),
     ("seed", "Seed (blank: random)"),
-    ("max_tokens", "Max tokens (< context)"),
+    ("max_tokens", "Max tokens (blank: room left)"),
     ("context_size", "Context size (tokens)"),
 )
 # The tool section (core/tools): the python tool's sandbox limits, checked like the above.
@@ -57,7 +57,7 @@ class SettingsScreen(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         s = self.app.runtime.settings  # type: ignore[attr-defined]
         values = {"temperature": s.sampling.temperature, "top_p": s.sampling.top_p,
-                  "top_k": s.sampling.top_k, "max_tokens": s.sampling.max_tokens,
+                  "top_k": s.sampling.top_k, "max_tokens": s.sampling.max_tokens or "",
                   "min_p": f"{s.sampling.min_p:g}",
                   "repetition_penalty": f"{s.sampling.repetition_penalty:g}",
                   "presence_penalty": f"{s.sampling.presence_penalty:g}",

@@ -3,6 +3,8 @@ conversation), n or Esc denies. The tool loop in core waits on the answer."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -54,3 +56,22 @@ class ToolApprovalScreen(ModalScreen[str]):
         if decision == "always" and not self.can_always:
             decision = "allow"  # python and other side-effecting tools ask every time
         self.dismiss(decision)
+
+
+async def ask(screen: Any, call: ToolCall) -> str:
+    """Ask before a tool runs (the tool loop awaits this, through the chat screen): y allows,
+    a always allows a read-only tool in this chat, n or Esc denies; a stopped turn closes
+    the question."""
+    import asyncio
+
+    runtime = screen.runtime
+    answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    dialog = ToolApprovalScreen(call, can_always=runtime.can_always_allow(call.name),
+                                warning=runtime.tool_warning(call.name))
+    screen.app.push_screen(dialog, lambda d: answer.done() or answer.set_result(d or "deny"))
+    try:
+        return await answer
+    except asyncio.CancelledError:
+        if dialog.is_attached:
+            dialog.dismiss("deny")
+        raise

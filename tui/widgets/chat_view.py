@@ -36,7 +36,8 @@ def view_for(m: Message, branch: tuple[int, int] | None = None) -> MessageView:
     return MessageView(m.role, m.content, reasoning=m.reasoning or "",
                        stats=format_stats_dict(m.usage), status=m.status,
                        error=f"⚠ {error}\n  → Press r on this reply to try again." if error else None,
-                       message_id=m.id, branch=branch, tool_results=m.tool_results)
+                       message_id=m.id, branch=branch, tool_results=m.tool_results,
+                       tokens=int((m.usage or {}).get("completion_tokens") or 0))
 
 
 class ChatView(VerticalScroll):
@@ -59,14 +60,16 @@ class ChatView(VerticalScroll):
 
         after: str
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, *, hint: bool = True, **kwargs) -> None:
         super().__init__(**kwargs)
+        self._hint = hint  # False: blank until the screen knows what to show (show_empty)
         self.has_older = False
         self.has_newer = False  # True only while showing an older page (a search hit)
         self._asked = False
 
     def on_mount(self) -> None:
-        self.show_empty()
+        if self._hint:
+            self.show_empty()
 
     def show_empty(self) -> AwaitComplete:
         """Clear the view (awaitable: focus can move only once the old messages are gone)."""

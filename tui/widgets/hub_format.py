@@ -54,7 +54,9 @@ def verdict(runnable: Runnable) -> str:
     """Short cell text; the reason goes in the detail line under the table."""
     if runnable.ok:
         return f"✓ {runnable.engine}"
-    return "✗ no engine" if runnable.engine is None else "✗ too big"
+    if runnable.engine is None:
+        return "✗ no engine"
+    return "✗ too big" if runnable.needed_bytes else "✗ unsupported"  # an architecture
 
 
 def result_detail(r: SearchResult) -> str:

@@ -105,7 +105,10 @@ class LocalTable(MeasuredTable):
 
 def _cells(m: LocalModel, workers: list[WorkerStatus], use: str | None) -> tuple[str, ...]:
     """A model's row, one string per column of COLUMNS."""
-    name = m.repo_id + "/" + m.name if m.repo_id and m.format == "gguf" else (m.repo_id or m.name)
+    # The one id first (issue 45), then where it came from: the repo (the id already says
+    # the quant), or the file or folder name in the models folder.
+    where = m.repo_id or m.name
+    name = f"{m.model_id}  {where}" if m.model_id else where
     role = f"{m.role}, {use}" if use else m.role
     return (name, m.format, m.engine or "none", m.quant or "", role, fmt.size(m.size_bytes),
             _loaded(workers), m.source, _state(m))

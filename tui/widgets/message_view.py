@@ -22,9 +22,8 @@ from textual.widgets import Collapsible, Markdown, Static
 from textual.widgets._markdown import MarkdownStream
 
 from core.events import Error, ToolCall, Usage
-from core.wire.remote import remote_hint
 from tui.terminal_text import visible
-from tui.widgets.message_body import MessageBody, SafeMarkdown, settled_size
+from tui.widgets.message_body import MessageBody, SafeMarkdown, settled_size, typed_lines
 from tui.widgets.tool_card import STATES, ToolCard
 
 CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.S)
@@ -85,8 +84,16 @@ def format_stats_dict(usage: dict | None) -> str:
 def error_text(message: str, code: str | None, *, remote: bool = False) -> str:
     """The error and the advice under it: a remote's own (check the endpoint, retry) where
     the reply came from one, since "the model process restarts by itself" is not true there."""
+    from core.wire.remote import remote_hint  # the pool behind it: not before the first frame
+
     hint = (remote_hint(code) if remote else None) or ERROR_HINTS.get(code or "", GENERIC_HINT)
     return f"⚠ {message}\n  → {hint}"
+
+
+def cut_note(tokens: int) -> str:
+    """The line under a reply that hit its length limit: it is not the whole answer."""
+    at = f" at {tokens:,} tokens" if tokens else ""
+    return f"✂ cut{at} (the length limit) · press g to continue it"
 
 
 BRANCH_KEYS = Binding.Group("Branch", compact=True)  # one "[] Branch" in the footer
@@ -103,6 +110,7 @@ class MessageView(Vertical):
         Binding("y", "copy_code", "Copy code"),
         Binding("r", "act('regenerate')", "Regenerate"),
         Binding("e", "act('edit')", "Edit"),
+        Binding("g", "act('continue')", "Continue", show=False),
         Binding("left_square_bracket", "act('prev_branch')", "◀ Branch", key_display="[",
                 group=BRANCH_KEYS),
         Binding("right_square_bracket", "act('next_branch')", "Branch ▶", key_display="]",
@@ -123,8 +131,10 @@ class MessageView(Vertical):
     def __init__(self, role: str, content: str = "", *, reasoning: str = "",
                  stats: str = "", error: str | None = None, status: str = "complete",
                  message_id: str | None = None, branch: tuple[int, int] | None = None,
-                 tool_results: list[Any] | None = None) -> None:
+                 tool_results: list[Any] | None = None, tokens: int = 0) -> None:
         super().__init__(classes=f"message {role}")
+        self.tokens = tokens  # the reply's completion tokens (the cut line says them)
+        self._tokens_before = 0  # a continued reply's tokens before this generation
         self.role = role
         self.message_id = message_id
         self._content = [content] if content else []  # pieces; joined when read
@@ -146,7 +156,9 @@ class MessageView(Vertical):
         with Collapsible(title="Thinking", collapsed=True, classes="thinking") as c:
             c.display = bool(self.reasoning)
             yield SafeMarkdown(self.reasoning, classes="reasoning")
-        body = MessageBody(self.content, classes="body")
+        # A user's message shows its line breaks as typed; a reply is Markdown as written.
+        body = MessageBody(typed_lines(self.content) if self.role == "user" else self.content,
+                           classes="body")
         body.display = self.role != "tool"  # a tool message is its cards
         yield body
         for record in self._tool_results:  # stored ToolStatus records (core.tools.loop)
@@ -159,6 +171,9 @@ class MessageView(Vertical):
         stats = Static(self._stats, classes="stats")
         stats.display = bool(self._stats)
         yield stats
+        cut = Static(cut_note(self.tokens), classes="cut", markup=False)
+        cut.display = self._status == "cut"
+        yield cut
         err = Static(visible(self._error or ""), classes="error", markup=False)
         err.display = bool(self._error)
         yield err
@@ -173,6 +188,10 @@ class MessageView(Vertical):
         if self.branch:
             label += f"  ‹ {self.branch[0]}/{self.branch[1]} ›"
         return label
+
+    @property
+    def status(self) -> str:
+        return self._status
 
     @property
     def content(self) -> str:
@@ -260,15 +279,24 @@ class MessageView(Vertical):
         return next((c for c in self.query(ToolCard) if c.call_id == call_id), None)
 
     def set_status(self, status: str) -> None:
-        """The stored status (partial, stopped, ...) once a streamed reply ends."""
+        """The stored status (partial, stopped, cut, ...) once a streamed reply ends."""
         self._status = status
         self.query_one(".role", Static).update(visible(self._role_label()))
+        cut = self.query_one(".cut", Static)
+        cut.update(cut_note(self.tokens))
+        cut.display = status == "cut"
+
+    def begin_continue(self) -> None:
+        """This cut reply streams on (continued in place): the cut line goes until it ends."""
+        self._tokens_before = self.tokens
+        self.set_status("complete")
 
     def set_branch(self, branch: tuple[int, int] | None) -> None:
         self.branch = branch
         self.query_one(".role", Static).update(visible(self._role_label()))
 
     def set_usage(self, usage: Usage) -> None:
+        self.tokens = self._tokens_before + usage.completion_tokens
         stats = self.query_one(".stats", Static)
         stats.update(format_stats(usage))
         stats.display = True

@@ -6,6 +6,8 @@ name or a confirmation, since it owns the runtime.
 
 from __future__ import annotations
 
+import time
+from collections import Counter
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -16,7 +18,7 @@ from textual.message import Message
 from textual.widgets import Input, OptionList
 from textual.widgets.option_list import Option
 
-from core.wire.store import Conversation, SearchHit, snippet_parts
+from core.wire.store import Conversation, SearchHit
 from tui.terminal_text import visible
 
 
@@ -27,8 +29,30 @@ def _hit_label(hit: SearchHit) -> Text:
     return text
 
 
+def _row(conversation: Conversation, repeated: bool) -> Text:
+    """A conversation's row: its title (Text, not str: a str prompt is read as markup, and
+    a title is anyone's words), and when it was last used where the title repeats."""
+    text = Text(visible(conversation.title or "Untitled"))
+    if repeated:
+        text.append(f" · {last_used(conversation.updated_at)}", style="dim")
+    return text
+
+
+def last_used(at: float, now: float | None = None) -> str:
+    """A short date/time: 14:05 today, 28 Nov 14:05 this year, 28 Nov 2025 before."""
+    then = time.localtime(at)
+    today = time.localtime(now if now is not None else time.time())
+    if then[:3] == today[:3]:
+        return time.strftime("%H:%M", then)
+    if then.tm_year == today.tm_year:
+        return time.strftime("%d %b %H:%M", then).lstrip("0")
+    return time.strftime("%d %b %Y", then).lstrip("0")
+
+
 def highlight_snippet(snippet: str) -> Text:
     """Turn the store's highlight markers into highlighted spans."""
+    from core.wire.store import snippet_parts  # the search module: not before the first frame
+
     out = Text()
     for part, matched in snippet_parts(snippet.replace("\n", " ")):
         out.append(visible(part), style="bold reverse" if matched else "dim")
@@ -51,6 +75,15 @@ class ConversationList(OptionList):
         if kind in ("c", "h"):
             cid = rest.partition(":")[0]
             self.post_message(Sidebar.Requested(cid, what))
+
+
+class SearchBox(Input):
+    """The search box: Down goes to the hits (Enter there opens one), as Enter here does."""
+
+    BINDINGS = [Binding("down", "to_hits", "Hits", show=False)]
+
+    def action_to_hits(self) -> None:
+        self.screen.query_one("#conversations", OptionList).focus()
 
 
 class Sidebar(Vertical):
@@ -78,7 +111,7 @@ class Sidebar(Vertical):
         self._open_when_fresh: int | None = None  # a row chosen in stale results
 
     def compose(self) -> ComposeResult:
-        yield Input(placeholder="Search chats (ctrl+f)", id="search")
+        yield SearchBox(placeholder="Search chats (ctrl+f)", id="search")
         yield ConversationList(id="conversations")
 
     @property
@@ -88,9 +121,10 @@ class Sidebar(Vertical):
     def show_conversations(self, conversations: list[Conversation], current: str | None = None) -> None:
         options = self.options
         options.clear_options()
+        titles = Counter(c.title or "Untitled" for c in conversations)
         options.add_options(
-            # Text, not str: a str prompt is read as markup, and a title is anyone's words
-            Option(Text(visible(c.title or "Untitled")), id=f"c:{c.id}") for c in conversations
+            Option(_row(c, titles[c.title or "Untitled"] > 1), id=f"c:{c.id}")
+            for c in conversations
         )
         if not conversations:
             options.add_option(Option(Text("No conversations yet", style="dim"), disabled=True))
@@ -151,10 +185,27 @@ class Sidebar(Vertical):
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
+        self._choose(event.option_index)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        """Enter in the search box opens the highlighted hit (the first, unless Down and
+        Up moved it): before, only Tab then Enter did (issue 48)."""
+        event.stop()
+        options = self.options
+        index = options.highlighted if options.highlighted is not None else 0
+        if options.option_count or self._shown_for != self.query_text:
+            self._choose(index)
+
+    def _choose(self, index: int) -> None:
         if self._shown_for is not None and self._shown_for != self.query_text:
-            self._open_when_fresh = event.option_index  # its search is still on its way
+            self._open_when_fresh = index  # its search is still on its way
             return
-        self._open(event.option.id or "")
+        options = self.options
+        if not 0 <= index < options.option_count:
+            return
+        option = options.get_option_at_index(index)
+        if not option.disabled:
+            self._open(option.id or "")
 
     def _open(self, oid: str) -> None:
         kind, _, rest = oid.partition(":")

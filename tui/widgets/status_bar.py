@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Static
 
 from tui.terminal_text import visible
+
+CHARS_PER_TOKEN = 4  # a rough count while a reply streams; its Usage gives the true one
 
 
 def human_tokens(n: int) -> str:
@@ -21,13 +25,33 @@ class StatusBar(Static):
     context_used: reactive[int] = reactive(0)
     context_size: reactive[int] = reactive(0)
     base_model: reactive[bool] = reactive(False)  # no chat template: answers are plain
+    # The conversation to show is not known yet (the service's client, starting): no
+    # "ctx 0" for a chat that is about to open (issue 48).
+    opening: reactive[bool] = reactive(False)
 
     def render(self) -> Content:
         state = {"ready": "●", "loading": "◌ loading", "provisioning": "◌ preparing",
-                 "failed": "✖ failed", "idle": "○"}.get(self.model_state, self.model_state)
+                 "failed": "✖ failed", "idle": "○", "connecting": ""}.get(self.model_state,
+                                                                       self.model_state)
         ctx = (f"{human_tokens(self.context_used)} / {human_tokens(self.context_size)}"
-               if self.context_size else "")
+               if self.context_size and not self.opening else "")
         label = f"{self.model_label} · base model" if self.base_model else self.model_label
         # Content, not str: a str is read as markup, and a model named "[/]x.gguf" raised
         # MarkupError on every frame (the app could not start with it selected).
-        return Content(visible(f" llmdeck │ {label} {state} │ ctx {ctx}".rstrip(" │ctx")))
+        head = f" llmdeck │ {label} {state}".rstrip()
+        return Content(visible(head + (f" │ ctx {ctx}" if ctx else "")))
+
+    def count_from(self, prompt: str) -> Callable[[str], None]:
+        """Count ctx as a reply streams (about CHARS_PER_TOKEN characters a token) from
+        what it said plus `prompt`; the reply's Usage then sets the exact figure. A new
+        chat said "ctx 0" until its reply ended (issue 48)."""
+        base = self.context_used + len(prompt) // CHARS_PER_TOKEN
+        streamed = 0
+        self.context_used = base
+
+        def add(text: str) -> None:
+            nonlocal streamed
+            streamed += len(text)
+            self.context_used = base + streamed // CHARS_PER_TOKEN
+
+        return add

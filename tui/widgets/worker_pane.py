@@ -42,13 +42,29 @@ def status_table(rows: list[WorkerStatus]) -> Table | Text | Group:
                           ("active", "right"), ("queue", "right"), ("RSS", "right"),
                           ("threads", "right"), ("restarts", "right")):
         table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    for w in rows:
-        table.add_row(table_cell(w.model), table_cell(w.state), f"{w.tokens_per_s:.1f}", str(w.active), str(w.queued),
+    names = row_names(rows)
+    for w, name in zip(rows, names, strict=True):
+        table.add_row(table_cell(name), table_cell(w.state),
+                      f"{w.tokens_per_s:.1f}", str(w.active), str(w.queued),
                       human_bytes(w.rss_bytes), str(w.threads or "-"), str(w.restarts))
     # Reasons under the table, whole: in the state column a long one squeezed every other
     # column (an MCP server's "command not found; ..." hid its name).
     errors = [Text(visible(f"{w.model}: {w.error}"), style="red") for w in rows if w.error]
     return Group(table, *loaded_lines(rows), *errors)
+
+
+def row_names(rows: list[WorkerStatus]) -> list[str]:
+    """Each row's model id; a model with several workers (llama.cpp replicas) gets each
+    worker's number in front (`#1 gemma3:270m-q4_k_m`: the pane is narrow, and a cut cell
+    keeps its start), so two rows never read alike; the pids are in the line below."""
+    counts: dict[str, int] = {}
+    for w in rows:
+        counts[w.model] = counts.get(w.model, 0) + 1
+    return [f"#{_number(w)} {w.model}" if counts[w.model] > 1 else w.model for w in rows]
+
+
+def _number(w: WorkerStatus) -> str:
+    return w.worker_id.rpartition("#")[2] or w.worker_id
 
 
 def decimal_bytes(n: int) -> str:
@@ -71,8 +87,12 @@ def loaded_lines(rows: list[WorkerStatus]) -> list[Text]:
     for name, workers in models.items():
         memory = sum(w.memory_bytes for w in workers)
         last, unloads = idle_cells(workers[0], now)
+        answering = any(w.state == "busy" for w in workers)
         parts = [decimal_bytes(memory) if memory else "", f"used {last}",
-                 "kept loaded" if unloads == "kept" else f"unloads {unloads}"]
+                 "answering" if answering and unloads in ("kept", "after reply")
+                 else "kept loaded" if unloads == "kept" else f"unloads {unloads}"]
+        if len(workers) > 1:  # replicas: which row is which process
+            parts.append("pids " + ", ".join(f"#{_number(w)} {w.pid or '-'}" for w in workers))
         out.append(Text(visible(f"{name}: " + " · ".join(p for p in parts if p)), style="dim"))
     return out
 

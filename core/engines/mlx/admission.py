@@ -47,13 +47,13 @@ class Admission:
             return request.prompt
         messages = [dict(m) for m in request.messages]
         if self._base is not None:
-            return self._base.render(messages)
+            return self._base.render(messages) + request.reply_prefix
         kwargs: dict[str, Any] = template_switches(self._template, request.thinking)
         if request.tools and "tools" in self._template:
             kwargs["tools"] = [dict(t) for t in request.tools]
         return self._tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=True, **kwargs
-        )
+        ) + request.reply_prefix
 
     def render_prompt(self, request: GenerationRequest) -> list[int]:
         """Token ids of the request, reusing a cached conversation's exact ids for its history.

@@ -107,10 +107,20 @@ class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, Prefi
     # -- Engine protocol -------------------------------------------------------------
 
     def submit(self, request: GenerationRequest) -> None:
+        if self._kv is not None:  # kv-disk hook: the writer pauses until the engine idles
+            self._kv.engine_busy(True)
         self._pending.append(self._admit(request))
 
     def cancel(self, request_id: str) -> None:
         self._cancelled.add(request_id)
+
+    def trim(self) -> None:
+        """Memory is short (the pool's memory watch): the prompt caches go (the disk keeps
+        what was saved); running requests keep their own KV."""
+        self._prefix.clear()
+        import mlx.core as mx
+
+        mx.clear_cache()
 
     def has_work(self) -> bool:
         # Finished requests' caches still to be split and indexed count as work: the worker
@@ -140,6 +150,8 @@ class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, Prefi
             self._prefix.settle(_SETTLE_PER_STEP)
         elif self._kv is not None and not (self._pending or self._single or self._batch):
             self._kv.idle_step()  # kv-disk hook: a finished reply's next-turn cache
+        if self._kv is not None:  # kv-disk hook: disk writes only while nothing runs
+            self._kv.engine_busy(bool(self._pending or self._single or self._batch))
         self._steps += 1
         return [(rid, events) for rid, events in out.items() if events]
 

@@ -32,13 +32,24 @@ class PrefixSaves:
     render_text: Callable[[GenerationRequest], str]  # Admission's
 
     def _open_kv(self, path: Path) -> MlxKvKeeper | None:
-        """kv-disk hook (issue 33): caches on disk across restarts (core.engines.kv_mlx)."""
+        """kv-disk hook (issue 33): caches on disk across restarts (core.engines.kv_mlx).
+        The warm-up's long prompt (prefilled once its shapes were compiled) is the cost
+        model's first prefill rate."""
+        keeper = self._new_kv(path)
+        seen = getattr(self, "warmup_prefill_seen", None)
+        if keeper is not None and seen is not None:
+            keeper.cost.prefilled(*seen)
+        return keeper
+
+    def _new_kv(self, path: Path) -> MlxKvKeeper | None:
         return MlxKvKeeper.open(
             self.spec.option("kv_disk_gb"), path, model=self._model, tokenizer=self._tokenizer,
             family=self._tool_grammars.family, stream=self._stream, eos=self._eos,
             render=lambda msgs, tools, thinking: self.render_text(
                 GenerationRequest("", tuple(msgs), tools=tools, thinking=thinking)),
-            remember=self._prefix.store)
+            remember=self._prefix.store, bits=int(self.spec.option("kv_disk_bits", 16)),
+            read=str(self.spec.option("kv_disk_read", "auto")),
+            copy=str(self.spec.option("kv_disk_copy", "parallel")), discard=self._prefix.discard)
 
     def warm(self, request: GenerationRequest) -> bool:
         """kv-disk hook (issue 33 item 2): the runtime opened `request`'s conversation (its
@@ -79,7 +90,13 @@ class PrefixSaves:
         the prompt's (inherited ones and its end) and, when `tokens` holds every generated
         token, the reply's end. A regenerated or edited turn reuses the ids up to them."""
         if self._kv is not None:  # kv-disk hook: queued for disk, written off this thread
-            self._kv.finished(act.req, act.prompt, act.text, act.marks, act.raw, tokens, cache)
+            # a prefill's rate for the cost model: only a lone request's TTFT is one (under
+            # concurrency it includes the others' prefills and steps)
+            first = act.first_token_at
+            prefill = ((len(act.prompt) - act.cached, first - act.submitted)
+                       if first and act.alone else None)
+            self._kv.finished(act.req, act.prompt, act.text, act.marks, act.raw, tokens, cache,
+                              prefill)
         if act.text is None:
             self._prefix.store(tokens, cache)
             return

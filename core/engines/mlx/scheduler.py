@@ -43,7 +43,8 @@ class Scheduling:
             for act in pending:
                 if act.new_tokens is None:
                     act.new_tokens = len(act.prompt) - self._prefix.match(act.prompt)
-            waiting = [Waiting(act.new_tokens or 0, act.submitted) for act in pending]
+            waiting = [Waiting(act.new_tokens or 0, act.submitted, act.req.interactive)
+                       for act in pending]
             limit = min(free, bg.prefill_batch_size - joining)
             chosen = next_group(waiting, limit, time.perf_counter(), self._group_tokens,
                                 self._group_slack)

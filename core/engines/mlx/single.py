@@ -53,7 +53,10 @@ class SinglePath:
     _single: SingleStream | None
 
     def _start_single(self, act: Request) -> None:
-        cache, cached = self._prefix.fetch(act.prompt, take_forks=True)
+        act.alone = True
+        # An aside (a summary written ahead) copies the conversation's cache: taking it
+        # would leave the conversation's next turn to prefill its whole history again.
+        cache, cached = self._prefix.fetch(act.prompt, take_forks=not act.req.aside)
         if self._kv is not None:  # kv-disk hook: a stored cache covering more
             cache, cached = self._kv.lookup(act.prompt, cache, cached)
         if cache is None:

@@ -45,6 +45,7 @@ class Request:
     draft_cache: list[Any] | None = None  # the draft model's KV (when one is loaded) ...
     draft_fed: int = 0  # ... holding this many tokens of prompt + generated
     drafter: NgramDrafter | None = None
+    alone: bool = False  # prefilled on the single path: its TTFT is a prefill's time
 
 
 @dataclass

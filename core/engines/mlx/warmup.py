@@ -41,6 +41,7 @@ class WarmUp:
     _pending: deque[Request]
     _unsaved: deque[FinishedRows]
     _warmup_prefill: bool
+    warmup_prefill_seen: tuple[int, float] | None = None  # (tokens, s) of the long prompt
     _bucketed: bool
     _prefill_step: int
 
@@ -68,6 +69,8 @@ class WarmUp:
             first = self._admit(GenerationRequest("__warmup-long", (), greedy), prompt=long)
             self._pending.append(first)
             self._drain()
+            if first.first_token_at is not None:  # the disk cache's cost model starts here
+                self.warmup_prefill_seen = (len(long), first.first_token_at - first.submitted)
             follow = long + first.generated + base[:16]
             req = GenerationRequest("__warmup-next-turn", (), greedy)
             self._pending.append(self._admit(req, prompt=follow))
