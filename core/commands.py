@@ -1,7 +1,7 @@
 """What the `llmdeck` entry (tui/cli.py) calls in the packages that do the work.
 
 The entry is part of the client, and the client imports only core's faces and wire
-types (issue 47). Its subcommands (`doctor`, `models`, `cluster`, `workers`, `mcp`) and
+types (issue 47). Its subcommands (`doctor`, `models`, `cluster`, `workers`) and
 the home lock it takes before opening the app still live in the working packages, so it
 reaches them through this one table: `from core.commands import doctor_main` resolves
 the name here, on first use, with importlib. A command pays only for its own imports,
@@ -22,14 +22,12 @@ COMMANDS: dict[str, str] = {
     "cluster_main": "core.cluster:cluster_main",  # llmdeck cluster ...
     "clusters_report": "core.cluster:clusters_report",  # llmdeck workers, under the workers
     "workers_main": "core.workers:workers_main",  # llmdeck workers, with no service running
-    "mcp_share_main": "core.tools:mcp_share_main",  # llmdeck mcp
     "hub_cli_main": "core.hub:hub_cli_main",  # llmdeck models search|pull|list|rm|files
     "import_gguf_main": "core.engines:import_gguf_main",  # llmdeck models import
     "provision_bundled_chat": "core.bundled:provision_bundled_chat",  # models restore-default
     "acquire": "core.home_lock:acquire",  # the home's lock, for the app or `serve`
     "HomeLockError": "core.home_lock:HomeLockError",
     "holder": "core.home_lock:holder",  # the pid holding a role's lock
-    "pull_cli": "core.service.pull_cli",  # models pull|downloads: the service's jobs
 }
 
 __all__ = sorted(COMMANDS)

@@ -135,7 +135,7 @@ def _dispatch(argv: list[str]) -> int:
         return cluster_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "mcp":
-        from core.commands import mcp_share_main as mcp_main
+        from core.service import service_mcp_main as mcp_main
 
         return mcp_main()
     if args.command == "workers":
@@ -169,12 +169,12 @@ def _models(rest: list[str]) -> int:
 
         print(provision_bundled_chat(overwrite=True))
         return 0
-    from core.commands import pull_cli
+    from core.service import downloads_main, pull_in_service, pull_main
 
     if rest[:1] == ["downloads"]:  # the service's jobs (issue 45)
-        return pull_cli.downloads_main()
-    if rest[:1] == ["pull"] and pull_cli.in_service(rest[1:]):
-        return pull_cli.main(rest[1:])
+        return downloads_main()
+    if rest[:1] == ["pull"] and pull_in_service(rest[1:]):
+        return pull_main(rest[1:])
     from core.commands import hub_cli_main as hub_main
 
     return hub_main(rest)

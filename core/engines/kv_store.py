@@ -78,13 +78,9 @@ def kv_root() -> Path:
 
 
 def disk_budget_bytes(option: Any) -> int:
-    """The store's bound: the engine option "kv_disk_gb" when given, else the setting
-    (core.config kv_disk_gb); 0 turns the store off."""
-    gb = option
-    if gb is None:
-        from core.config import Settings
-
-        gb = getattr(Settings.load(), "kv_disk_gb", DEFAULT_GB)
+    """The store's bound: the engine option "kv_disk_gb" (the worker fills it in from the
+    setting: core.workers.worker_main.with_settings), else DEFAULT_GB; 0 turns the store off."""
+    gb = DEFAULT_GB if option is None else option
     try:
         value = float(gb)
     except (TypeError, ValueError):

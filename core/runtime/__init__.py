@@ -8,8 +8,7 @@ The package, one idea per module, lowest first:
 - live.py          live turns: each started reply runs as a task; watchers are cursors
 - turns.py         Turn: one reply streaming, from the parts it is handed
 - context.py       context preparation: documents and memory (imported on first use)
-- compare.py       one message to two models side by side (imported on first use;
-                   Comparison, spec_for and ModelSpec are on the face)
+- compare.py       one message to two models side by side (imported on first use)
 - face.py          Runtime: the thin public calls the UI makes
 - state.py         the plain answers a client reads (ModelState, SandboxInfo, context_use)
 - protocol.py      RuntimeFace and TurnHandle: the face's shape, names only
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from core.runtime.state import ModelState, SandboxInfo, context_use
 
 if TYPE_CHECKING:
+    from core.runtime.compare import LEFT, RIGHT, CompareRefused, Comparison, ModelSpec, spec_for
     from core.runtime.face import Runtime
     from core.runtime.live import LiveTurnInfo, TurnWatch
     from core.runtime.models import engine_for
@@ -38,13 +38,16 @@ if TYPE_CHECKING:
 # and the pool, tools and store below them were most of its start-up imports (issue 48).
 _FROM = {"Runtime": "face", "RuntimeFace": "protocol", "TurnHandle": "protocol",
          "LiveTurnInfo": "live", "TurnWatch": "live", "engine_for": "models",
-         "FLUSH_S": "recorder", "SIDEBAR_PAGE": "store_thread", "Turn": "turns"}
+         "FLUSH_S": "recorder", "SIDEBAR_PAGE": "store_thread", "Turn": "turns",
+         "LEFT": "compare", "RIGHT": "compare", "CompareRefused": "compare",
+         "Comparison": "compare", "spec_for": "compare", "ModelSpec": "compare"}
 _CONTEXT_NAMES = frozenset({"AttachResult", "ChatContext", "DocContext", "PreparedTurn"})
-_COMPARE_NAMES = frozenset({"Comparison", "ModelSpec", "spec_for"})  # the compare screen's
 
-__all__ = ["FLUSH_S", "SIDEBAR_PAGE", "LiveTurnInfo", "ModelState", "Runtime", "RuntimeFace",
+__all__ = ["FLUSH_S", "LEFT", "RIGHT", "SIDEBAR_PAGE", "CompareRefused", "Comparison",
+           "LiveTurnInfo", "ModelSpec", "ModelState", "Runtime", "RuntimeFace",
            "SandboxInfo", "Turn", "TurnHandle", "TurnWatch", "context_use", "engine_for",
-           *sorted(_CONTEXT_NAMES), *sorted(_COMPARE_NAMES)]
+           "spec_for",
+           *sorted(_CONTEXT_NAMES)]
 
 
 def __getattr__(name: str) -> Any:
@@ -56,8 +59,4 @@ def __getattr__(name: str) -> Any:
         from core.runtime import context
 
         return getattr(context, name)
-    if name in _COMPARE_NAMES:
-        from core.runtime import compare
-
-        return getattr(compare, name)
     raise AttributeError(f"module 'core.runtime' has no attribute {name!r}")

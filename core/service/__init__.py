@@ -34,9 +34,10 @@ if TYPE_CHECKING:
     from core.service.remote_runtime import RemoteRuntime, RemoteTurn
 
 __all__ = ["Loopback", "RemoteRuntime", "RemoteTurn", "ServiceCallError", "ServiceClient",
-           "ServiceUnavailable", "connect", "format_status", "run_call", "service_main",
-           "service_serve_main", "service_status", "service_workers_main", "start_or_connect",
-           "status_line"]
+           "ServiceUnavailable", "connect", "downloads_main", "format_status",
+           "pull_in_service", "pull_main", "run_call", "service_main",
+           "service_mcp_main", "service_serve_main", "service_status", "service_workers_main",
+           "start_or_connect", "status_line"]
 
 _FROM = {
     "ServiceCallError": "core.service.client", "ServiceClient": "core.service.client",
@@ -44,9 +45,10 @@ _FROM = {
     "run_call": "core.service.client", "start_or_connect": "core.service.launch",
     "RemoteRuntime": "core.service.remote_runtime", "RemoteTurn": "core.service.remote_runtime",
     "service_status": "core.service.control", "format_status": "core.service.control",
-    "status_line": "core.service.control",
-    "Loopback": "core.service.loopback",  # --in-process: a service in the client's process
+    "status_line": "core.service.control", "Loopback": "core.service.loopback",
 }
+# `llmdeck pull` and `models downloads`: the service's download jobs (core.service.pull_cli)
+_PULL = {"pull_main": "main", "downloads_main": "downloads_main", "pull_in_service": "in_service"}
 
 
 def __getattr__(name: str) -> Any:
@@ -56,8 +58,12 @@ def __getattr__(name: str) -> Any:
         return importlib.import_module("core.service.control").main
     if name == "service_serve_main":  # `llmdeck serve`: the HTTP face in the service
         return importlib.import_module("core.service.serve_face").main
+    if name == "service_mcp_main":  # `llmdeck mcp`: the history shared with other agents
+        return importlib.import_module("core.service.mcp_face").main
     if name == "service_workers_main":  # `llmdeck workers` while a service runs
         return importlib.import_module("core.service.control").workers_main
+    if name in _PULL:
+        return getattr(importlib.import_module("core.service.pull_cli"), _PULL[name])
     if name in _FROM:
         return getattr(importlib.import_module(_FROM[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -41,7 +41,6 @@ __all__ = [
     "ToolStatus",
     "chat_messages",
     "fix_prompt",
-    "mcp_share_main",
     "python_blocks",
     "run_block",
 ]
@@ -53,8 +52,4 @@ def __getattr__(name: str) -> Any:
         from core.tools.mcp import McpCallError
 
         return McpCallError
-    if name == "mcp_share_main":  # `llmdeck mcp`
-        from core.tools.mcp.share import main
-
-        return main
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,8 +23,23 @@ PARENT_CHECK_S = 0.5
 log = logging.getLogger(__name__)
 
 
+def with_settings(spec: ModelSpec) -> ModelSpec:
+    """`spec` with the settings an engine reads filled in where the spec leaves them out
+    (the disk KV cache's bound, kv_disk_gb): engines know nothing of the config file, so
+    the worker, which runs in the person's home, hands them what it says."""
+    if spec.option("kv_disk_gb") is not None:
+        return spec
+    from dataclasses import replace
+
+    from core.config import Settings
+
+    gb = getattr(Settings.load(), "kv_disk_gb", None)
+    return spec if gb is None else replace(spec, options=(*spec.options, ("kv_disk_gb", gb)))
+
+
 def load_engine(spec: ModelSpec) -> Engine:
     """Build the engine named by the spec; raises EngineLoadError for user-caused failures."""
+    spec = with_settings(spec)
     if spec.engine == "llamacpp":
         from core.engines.llamacpp import LlamaCppEngine
 

@@ -23,8 +23,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from core.events import Done, Error, ReasoningDelta, TextDelta, Usage
-from core.runtime import Comparison, spec_for
-from core.wire.compare import LEFT, RIGHT, CompareRefused
+from core.runtime import LEFT, RIGHT, CompareRefused, Comparison, spec_for
 from tui.screens.model_picker import ModelChoice
 from tui.terminal_text import visible
 from tui.widgets.message_view import MessageView

@@ -5,12 +5,12 @@ llmdeck history, read-only, and only what the person turned on in settings.
                    mcp_share_documents = true       # search_documents
 
 The database is opened with SQLite's query_only switch on, so nothing the server is asked
-can change it; a missing database is never created.
+can change it; a missing database is never created. The command itself is the engine
+service's client (core.service.mcp_face), which hands this server its history view.
 """
 
 from __future__ import annotations
 
-import sys
 import threading
 from typing import Any
 
@@ -127,16 +127,3 @@ NOTHING_SHARED = (
     "llmdeck mcp offers nothing yet: turn on what other agents may search in llmdeck's "
     "settings (F3, 'Share with other agents'), or set mcp_share_conversations = true and/or "
     "mcp_share_documents = true in {path}.")
-
-
-def main(argv: list[str] | None = None) -> int:
-    settings = Settings.load()
-    for problem in settings.problems:
-        print(problem, file=sys.stderr)
-    if not (settings.mcp_share_conversations or settings.mcp_share_documents):
-        print(NOTHING_SHARED.format(path=paths.config_path()), file=sys.stderr)
-        return 2
-    from core.service.history_store import service_history_store
-
-    build_server(settings, ReadOnlyHistory(service_history_store())).run()
-    return 0

@@ -1,0 +1,70 @@
+"""The fast tier, measured rather than guessed: a test that took SLOW_S or more in the last
+recorded full run is marked `slow`, so `pytest -m "not slow"` is the few-minute loop a
+developer runs while working, and the README's command still runs everything.
+
+The figures live in tests/durations.json (test id -> seconds: set-up, call and tear-down
+together, from one `-n 2` run on a 2-core box). A test not in the file counts as fast: a new
+test is expected to be cheap, and the next recording puts it where it belongs. Record
+again after a change that moves the figures:
+
+    .venv/bin/python -m pytest -n 2 --record-durations
+
+A module's shared fixture (a model loaded once per file) is charged to the test that asked
+for it first, which is then slow; the file's other tests stay fast only if they do not
+need the fixture, so a file usually falls wholly on one side.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+DURATIONS = Path(__file__).resolve().parents[1] / "durations.json"
+SLOW_S = 1.5
+
+_SPENT: dict[str, float] = {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--record-durations", action="store_true",
+                     help=f"write each test's seconds to {DURATIONS.name} at the end "
+                          "(the fast tier's source)")
+
+
+def recorded() -> dict[str, float]:
+    try:
+        data = json.loads(DURATIONS.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): float(v) for k, v in data.items() if isinstance(v, (int, float))}
+
+
+def mark_slow(items: list[pytest.Item]) -> int:
+    """Mark the recorded slow tests `slow` (those a module marks already stay so); returns
+    how many this added."""
+    seconds = recorded()
+    added = 0
+    for item in items:
+        if seconds.get(item.nodeid, 0.0) >= SLOW_S and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
+            added += 1
+    return added
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark_slow(items)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # On the controller under xdist too: every worker's reports reach it.
+    _SPENT[report.nodeid] = _SPENT.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if not session.config.getoption("--record-durations") or hasattr(session.config,
+                                                                     "workerinput"):
+        return
+    DURATIONS.write_text(json.dumps({k: round(v, 2) for k, v in sorted(_SPENT.items())},
+                                    indent=0) + "\n", encoding="utf-8")
