@@ -109,6 +109,14 @@ def test_tui_imports_only_cores_faces_and_wire_types() -> None:
     assert not stale, "no longer imported: take these out of DEBT:\n" + "\n".join(stale)
 
 
+def test_the_clients_warm_up_loads_no_working_package() -> None:
+    """tui.warmup imports by name, in a thread after the first frame: the client's list
+    obeys the same rule as its imports (the in-process list is the service's side)."""
+    from tui import warmup
+
+    assert [m for m in warmup.CLIENT_MODULES if not _allowed("tui/warmup.py", m)] == []
+
+
 def test_core_wire_imports_nothing_above_it() -> None:
     wrong = []
     for path in sorted((ROOT / "core" / "wire").rglob("*.py")):
