@@ -355,11 +355,9 @@ class LlmdeckApp(App):
         self.run_worker(self._use_model_named(name), group="model", exclusive=True)
 
     async def _use_model_named(self, name: str) -> None:
-        import asyncio
-
         from tui.screens.model_picker import load_choices
 
-        choices, _ = await asyncio.to_thread(load_choices)
+        choices, _ = await load_choices(self.runtime)
         found = [c for c in choices if name.lower() in c.name.lower() or name == c.id]
         if len(found) != 1:
             names = ", ".join(c.name for c in choices) or "none"

@@ -37,6 +37,7 @@ TYPES: dict[str, tuple[tuple[str, ...], str]] = {
     "Message": (("core.wire.store", "core.store"), "Message"),
     "SearchHit": (("core.wire.store", "core.store"), "SearchHit"),
     "WorkerStatus": (("core.wire.workers", "core.workers"), "WorkerStatus"),
+    "LocalModel": (("core.wire.hub", "core.hub"), "LocalModel"),
     "ModelState": (("core.runtime",), "ModelState"),
     "SandboxInfo": (("core.runtime",), "SandboxInfo"),
     "LiveTurnInfo": (("core.runtime",), "LiveTurnInfo"),

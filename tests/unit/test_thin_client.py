@@ -49,10 +49,6 @@ DEBT: dict[str, dict[str, str]] = {
         "core.hub": "search, listing, delete, the recommended list's fit and the "
                     "in-process download queue run in the client",
     },
-    "tui/screens/model_picker.py": {
-        "core.hub": "the picker lists the models on disk itself (list_local_models); the "
-                    "runtime face should list them",
-    },
     "tui/widgets/worker_pane.py": {
         "core.cluster": "F4 reads the clusters' state files itself; the runtime face "
                         "should report them with the workers",
@@ -178,3 +174,20 @@ def test_the_old_names_are_the_wire_types() -> None:
     hit = store.SearchHit("c1", "t", None, "«x»", 1.0)
     assert codec.decode(codec.encode(hit)) == hit
     assert type(codec.decode(codec.encode(hit))) is store.SearchHit
+
+
+def test_the_model_list_crosses_the_socket() -> None:
+    """The picker asks the runtime for the models on disk (a face call the service
+    answers); each LocalModel comes back whole, its paths still paths."""
+    from pathlib import Path
+
+    from core.service import call_args, codec
+    from core.service.dispatch import RUNTIME_CALLS
+    from core.wire.hub import LocalModel
+
+    assert RUNTIME_CALLS["local_models"] is True and call_args.CALLS["local_models"] == {}
+    model = LocalModel("o/r:m.gguf", "m.gguf", Path("/m/m.gguf"), "gguf", "llamacpp", 1, "hf-cache",
+                       True, None, "Q4_K_M", "chat", mmproj=Path("/m/p.gguf"), model_id="m:q4_k_m")
+    back = codec.decode(codec.encode([model]))
+    assert back == [model] and isinstance(back[0].path, Path)
+
