@@ -9,7 +9,8 @@ in this paragraph", "repeat this code with one change", free writing):
   hits both alike; `_speedup_ratio` is with / without (higher is better; the issue's
   targets: >= 1.5 on the two copy prompts, >= 0.95 on free writing);
 - `_identical`: the reply's text is the same both ways (llama.cpp: exact since
-  speculation turns flash attention on and verifies at most 7 tokens a pass); `_accepted` / `_drafted`:
+  speculation turns flash attention on and verifies at most 7 tokens a pass, 3
+  where the weights are repacked); `_accepted` / `_drafted`:
   drafted tokens the model confirmed, over all drafted (the last run);
 - `_tokens`: reply length; `_reply_head`: its first characters, to see what was timed.
 

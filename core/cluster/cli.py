@@ -33,16 +33,15 @@ def main(argv: list[str]) -> int:
     from core.cluster.state import BadClusterName, checked_name
     from core.config import Settings
 
+    settings = Settings.load()
+    if args.name is None:  # `cluster status` alone lists them; up and down need a name
+        if args.action != "status":
+            parser().error(f"{args.action} needs the cluster's name")
+        return _list(settings)
     try:  # a name is never a path: `../../x` would read and write outside the clusters folder
         checked_name(args.name)
     except BadClusterName as exc:
         return _fail(f"{args.name[:80]!r} is not a cluster's name: {exc}")
-
-    settings = Settings.load()
-    if args.name is None:
-        if args.action != "status":
-            parser().error(f"{args.action} needs the cluster's name")
-        return _list(settings)
     cfg = settings.cluster(args.name)
     if args.action == "up":
         if cfg is None:

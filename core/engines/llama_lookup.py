@@ -13,8 +13,13 @@ Exactness: greedy output is identical to plain decoding only if a verifying pass
 each row the logits a one-token pass gives it. llama.cpp's CPU kernels do that only with
 flash attention on (without it a 2-token pass already differs by up to ~0.8 in a logit,
 and the KV it writes carries the difference on) and for passes of at most EXACT_ROWS
-tokens (8 or more take other kernels); the engine turns flash attention on for
-speculation (core.engines.llamacpp) and drafts fit in EXACT_ROWS here.
+tokens (8 or more take other kernels), or of at most EXACT_ROWS_REPACKED where the
+weights are repacked at load (core.engines.llama_params.repack_weights: on wherever the
+CPU has no AMX): the repacked matrix product takes a pass's rows four at a time through
+a many-row kernel and only the rest through the one-row kernel a one-token pass uses, so
+a 4-token pass already differs by up to ~0.7 in a logit (measured on an AMD EPYC). The
+engine turns flash attention on for speculation (core.engines.llamacpp), picks the bound
+with exact_rows and drafts fit in it here.
 
 The stream yields chunks in create_completion's shape, one token each, and keeps
 `llm.n_tokens` at "every yielded token but the last is in the context", which the
@@ -31,8 +36,15 @@ from core.engines.speculative import Acceptance, NgramDrafter, accepted
 
 # Most tokens one verifying pass may hold (the last token + its drafts) and still give
 # each row bit-for-bit the logits of a one-token pass: measured on llama.cpp 0.3.36's CPU
-# kernels with flash attention over the bundled Gemma, 2..7 exact, 8+ not.
+# kernels with flash attention over the bundled Gemma, 2..7 exact, 8+ not; with repacked
+# weights 2..3 exact, 4+ not.
 EXACT_ROWS = 7
+EXACT_ROWS_REPACKED = 3
+
+
+def exact_rows(repacked: bool) -> int:
+    """The bound on a verifying pass for a model loaded with or without repacked weights."""
+    return EXACT_ROWS_REPACKED if repacked else EXACT_ROWS
 
 
 def _decode(llm: Any, tokens: list[int], all_rows: bool) -> Any:
@@ -84,8 +96,10 @@ class Penalties:
 
 def lookup_stream(llm: Any, tokens: list[int], *, max_tokens: int, stop: list[str],
                   penalties: Penalties | None = None, speculate: bool = True,
-                  acceptance: Acceptance | None = None) -> Iterator[dict[str, Any]]:
-    """create_completion(temperature=0)'s stream for `tokens`, drafting from the history."""
+                  acceptance: Acceptance | None = None,
+                  max_rows: int = EXACT_ROWS) -> Iterator[dict[str, Any]]:
+    """create_completion(temperature=0)'s stream for `tokens`, drafting from the history;
+    a verifying pass holds at most `max_rows` tokens (exact_rows)."""
     import llama_cpp
 
     from core.parsing.stops import StopMatcher
@@ -130,7 +144,7 @@ def lookup_stream(llm: Any, tokens: list[int], *, max_tokens: int, stop: list[st
         draft: list[int] = []
         if drafter is not None and acceptance.on:
             drafter.extend([token])
-            draft = drafter.draft(min(acceptance.k, EXACT_ROWS - 1, max_tokens - generated))
+            draft = drafter.draft(min(acceptance.k, max_rows - 1, max_tokens - generated))
             if not draft:
                 acceptance.miss()
         if not draft:

@@ -23,8 +23,8 @@ from core.engines.base import (
 )
 from core.engines.base_prompt import BaseFormat, base_format, effective_repetition_penalty
 from core.engines.kv_llama import LlamaKvKeeper
-from core.engines.llama_lookup import Penalties, lookup_stream
-from core.engines.llama_params import load_llama, worker_threads
+from core.engines.llama_lookup import Penalties, exact_rows, lookup_stream
+from core.engines.llama_params import load_llama, repack_weights, worker_threads
 from core.engines.llama_sampling import (
     Unsupported,
     completion_options,
@@ -168,6 +168,8 @@ class LlamaCppEngine:
         self.speculative = bool(spec.option("speculative", True)) and not self._flash_fallback \
             and not (getattr(self._llm, "_is_recurrent", False)
                      or getattr(self._llm, "_is_hybrid", False))
+        # Tokens a verifying pass may hold and stay exact: fewer on repacked weights.
+        self.exact_rows = exact_rows(repack_weights())
         self.acceptance: Acceptance | None = None
         self._tool_grammars: ToolGrammars | None = None  # made on the first request with tools
         self._queue: deque[GenerationRequest] = deque()
@@ -342,7 +344,7 @@ class LlamaCppEngine:
                 self._llm, tokens, max_tokens=min(s.max_tokens, budget), stop=[],
                 penalties=Penalties(self._llm.last_n_tokens_size, penalty,
                                     s.frequency_penalty, s.presence_penalty),
-                acceptance=self.acceptance)
+                acceptance=self.acceptance, max_rows=self.exact_rows)
         else:
             stream = self._llm.create_completion(
                 prompt=tokens,

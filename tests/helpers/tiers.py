@@ -3,7 +3,8 @@ recorded full run is marked `slow`, so `pytest -m "not slow"` is the few-minute 
 developer runs while working, and the README's command still runs everything.
 
 The figures live in tests/durations.json (test id -> seconds: set-up, call and tear-down
-together, from one `-n 2` run on a 2-core box). A test not in the file counts as fast: a new
+together, from one `-n 2` run on a 2-core box; only the slow ones are kept, so the file
+stays small). A test not in the file counts as fast: a new
 test is expected to be cheap, and the next recording puts it where it belongs. Record
 again after a change that moves the figures:
 
@@ -66,5 +67,5 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if not session.config.getoption("--record-durations") or hasattr(session.config,
                                                                      "workerinput"):
         return
-    DURATIONS.write_text(json.dumps({k: round(v, 2) for k, v in sorted(_SPENT.items())},
-                                    indent=0) + "\n", encoding="utf-8")
+    slow = {k: round(v, 1) for k, v in sorted(_SPENT.items()) if v >= SLOW_S}
+    DURATIONS.write_text(json.dumps(slow, indent=0) + "\n", encoding="utf-8")

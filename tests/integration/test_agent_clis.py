@@ -40,13 +40,23 @@ def _call(name: str, arguments: dict[str, str]) -> str:
     return f'<tool_call>{json.dumps({"name": name, "arguments": arguments})}</tool_call>'
 
 
+def _agent_home(tmp_path: Path) -> Path:
+    """A home whose context holds an agent's whole first request (Claude Code's and Codex's
+    run to tens of thousands of characters; the scripted engine refuses a prompt past its
+    context, as a model does)."""
+    home = tmp_path / "home"
+    (home / "config").mkdir(parents=True)
+    (home / "config" / "config.toml").write_text("context_size = 131072\n", encoding="utf-8")
+    return home
+
+
 def test_claude_code_runs_a_tool_against_serve(tmp_path: Path) -> None:
     claude = _cli("claude", "@anthropic-ai/claude-code")
     note = tmp_path / "note.txt"
     note.write_text("hello-from-file\n")
     replies = json.dumps([f"I will read it.{_call('Read', {'file_path': str(note)})}",
                           "The file says hello."])
-    proc, url = spawn_serve(tmp_path / "home", *scripted_args(template=TEMPLATE),
+    proc, url = spawn_serve(_agent_home(tmp_path), *scripted_args(template=TEMPLATE),
                             "--option", f"replies={replies}")
     try:
         env = {**os.environ, "HOME": str(tmp_path), "ANTHROPIC_BASE_URL": url.removesuffix("/v1"),
@@ -71,7 +81,7 @@ def test_codex_runs_a_tool_against_serve(tmp_path: Path) -> None:
     note = tmp_path / "note.txt"
     note.write_text("hello-from-file\n")
     replies = json.dumps([_call("exec_command", {"cmd": f"cat {note}"}), "The file says hello."])
-    proc, url = spawn_serve(tmp_path / "home", *scripted_args(template=TEMPLATE),
+    proc, url = spawn_serve(_agent_home(tmp_path), *scripted_args(template=TEMPLATE),
                             "--option", f"replies={replies}")
     try:
         home = tmp_path / "codex"

@@ -104,4 +104,5 @@ def test_a_reply_cut_by_max_tokens_drops_the_start_of_a_stop(engine_name: str,
     assert finish == "length" and reply.strip()
     last = reply.split()[-1]
     held, finish = _cut(engine, "Hello", 8, stop=(last + " \u2603 never written",))
-    assert finish == "length" and held == reply[: reply.rindex(last)], (reply, held)
+    # (without the whitespace the cut leaves: a base model's reply ends trimmed, issue 48)
+    assert finish == "length" and held == reply[: reply.rindex(last)].rstrip(), (reply, held)

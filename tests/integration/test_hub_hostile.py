@@ -19,6 +19,7 @@ import pytest
 
 from core import paths
 from core.hub import HubError, list_files, list_local_models, pull, search_models
+from core.model_catalog import id_for_path
 from tests.fakes.hub_repos import (  # noqa: F401  (fixtures)
     MLX_REPO,
     PYTHON,
@@ -161,8 +162,9 @@ def test_a_file_without_any_hash_is_kept_as_unverified_and_shown(
     assert blob.name == hashlib.sha256(blob.read_bytes()).hexdigest()
     [model] = [m for m in list_local_models(include_bundled=False) if m.repo_id == EVIL]
     assert model.valid and not model.verified
-    listed = _models(fake_hub, "list")
-    row = next(line for line in listed.stdout.splitlines() if line.startswith(EVIL))
+    listed = _models(fake_hub, "list")  # by the model's one id (issue 45)
+    model_id = id_for_path(model.path)
+    row = next(line for line in listed.stdout.splitlines() if line.startswith(model_id))
     assert "unverified" in row
 
 
@@ -319,7 +321,7 @@ def test_a_tokenizer_config_nested_100000_deep_does_not_break_models_list(
     assert model.format == "mlx"
     listed = _models(fake_hub, "list")
     assert listed.returncode == 0, listed.stderr
-    assert "evil/Deep-4bit" in listed.stdout and "Traceback" not in listed.stderr
+    assert id_for_path(model.path) in listed.stdout and "Traceback" not in listed.stderr
 
 
 # -- 5. outside text on the terminal -----------------------------------------------------------

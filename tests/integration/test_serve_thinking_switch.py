@@ -6,7 +6,8 @@ model spends no tokens reasoning), "enabled" / true / a level turn it on. Before
 first two only hid the reasoning the model still wrote, and the third was dropped.
 
 Seen from outside through each real client: the prompt's token count, which grows by the
-empty think block only when thinking is off. The model is the tiny random-weight
+empty think block only when thinking is off (in Anthropic's usage, the sum of input_tokens
+and the cache's reads and writes, which it reports apart). The model is the tiny random-weight
 Qwen3-shaped MLX model with the switch in its template (tests/fixtures/thinking_models).
 """
 
@@ -40,7 +41,12 @@ def test_anthropics_thinking_switch_reaches_the_template(server: ServerThread) -
 
     def prompt_tokens(**kwargs: object) -> int:
         reply = client.messages.create(model="thinker", max_tokens=2, messages=HI, **kwargs)
-        return reply.usage.input_tokens
+        # Anthropic reports the prompt in parts: input_tokens are those not read from the
+        # cache. The second request reuses the first's cached prefix, so only the sum is
+        # the prompt's length.
+        usage = reply.usage
+        return (usage.input_tokens + (usage.cache_read_input_tokens or 0)
+                + (usage.cache_creation_input_tokens or 0))
 
     on = prompt_tokens(thinking={"type": "enabled", "budget_tokens": 1024})
     off = prompt_tokens(thinking={"type": "disabled"})

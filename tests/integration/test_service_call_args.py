@@ -65,7 +65,7 @@ def _baselines(cid: str, mid: str) -> dict[str, dict[str, Any]]:
               "topic": "status", "label": "other",
               "other": {"$type": "ModelSpec", "path": "/nonexistent/other.gguf",
                         "engine": "llamacpp"},
-              "settings": None}
+              "settings": None, "repo": "nobody/nothing", "job": MISSING_ID}
     out = {}
     for name, schema in call_args.CALLS.items():
         out[name] = {f: {**values, **ids}[f] for f, a in schema.items() if a.required}

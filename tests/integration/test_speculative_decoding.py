@@ -12,6 +12,7 @@ import pytest
 from core.config import Settings
 from core.engines import llama_lookup
 from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec, SamplingParams
+from core.engines.llama_params import repack_weights
 from core.engines.llamacpp import LlamaCppEngine
 from core.engines.mlx import MlxEngine
 from core.events import Done, TextDelta, Usage
@@ -163,9 +164,10 @@ def test_llamacpp_drafts_change_no_token_and_are_accepted_on_a_copy_prompt(bundl
         engine.close()
 
 
-# Replies that drafts used to change (flash attention off, 9-token verifying passes):
-# the drafted reply took the other token of a near-tie (top-2 margin 0.003 to 0.15 of a
-# logit) at its 7th to 14th token, in Gemma's own turns with the base model's penalty.
+# Replies that drafts used to change (flash attention off, 9-token verifying passes; and
+# on a CPU without AMX, where weights are repacked, 4- to 7-token passes): the drafted
+# reply took the other token of a near-tie (top-2 margin 0.003 to 0.15 of a logit) at its
+# 7th to 14th token, in Gemma's own turns with the base model's penalty.
 FLIPPED = ("Explain how a bicycle works.", "List ten fruits and their colours.",
            "Write a short story about a cat who learns to fly.")
 
@@ -188,7 +190,31 @@ def test_llamacpp_replies_that_drafts_used_to_flip_are_identical(bundled_gguf, m
             plain, drafted = both_ways(engine, ask(text, f"r{i}", max_tokens=24))
             assert drafted == plain, text
             assert engine.acceptance is not None and engine.acceptance.drafted > 0
-        assert rows and max(rows) <= llama_lookup.EXACT_ROWS
+        assert rows and max(rows) <= engine.exact_rows
+        assert engine.exact_rows == llama_lookup.exact_rows(repack_weights())
+    finally:
+        engine.close()
+
+
+def test_llamacpp_a_verifying_pass_of_exact_rows_gives_each_row_its_one_token_logits(
+        bundled_gguf) -> None:
+    """The premise of exactness on this machine's kernels: up to engine.exact_rows tokens
+    in one pass give each row bit-for-bit the logits one-token passes give it (a llama.cpp
+    upgrade or another CPU's kernels that break it fail here first)."""
+    engine = LlamaCppEngine(ModelSpec(str(bundled_gguf), "llamacpp", context_size=256))
+    try:
+        llm, k = engine._llm, engine.exact_rows
+        prompt = llm.tokenize(b"Explain how a bicycle works.", add_bos=True, special=True)
+        llm.n_tokens = 0
+        row = llama_lookup._decode(llm, prompt, False)[-1].copy()
+        reply, singles = [], []
+        for _ in range(k):
+            reply.append(int(row.argmax()))
+            row = llama_lookup._decode(llm, reply[-1:], False)[-1].copy()
+            singles.append(row)
+        llm.n_tokens = len(prompt)
+        rows = llama_lookup._decode(llm, reply, True)
+        assert [bytes(r.data) == bytes(s.data) for r, s in zip(rows, singles, strict=True)] == [True] * k
     finally:
         engine.close()
 
