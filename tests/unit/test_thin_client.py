@@ -191,3 +191,20 @@ def test_the_model_list_crosses_the_socket() -> None:
     back = codec.decode(codec.encode([model]))
     assert back == [model] and isinstance(back[0].path, Path)
 
+
+
+def test_every_listed_error_names_the_module_that_defines_it() -> None:
+    """core.service.errors finds a raised error's tag by its class's __module__: an entry
+    naming a module that only re-exports the class (core.store.errors, once StoreError
+    moved to core.wire.store) would let that error leak as an unlisted exception."""
+    import importlib
+
+    from core.service.errors import ERRORS
+
+    wrong = []
+    for tag, target in ERRORS.items():
+        module, _, name = target.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        if cls.__module__ != module:
+            wrong.append(f"{tag}: {target} is defined in {cls.__module__}")
+    assert wrong == []
