@@ -1,63 +1,6 @@
-"""How a conversation remembers its model, so opening it can select that model again.
+"""Kept path: model references (how a conversation remembers its model) now live in
+core.wire.model_refs (the client parses and shows them too); core imports them from here."""
 
-A reference is the settings' model string (a local path, or "remote:<endpoint>/<model>"),
-prefixed with "<engine>:" when an engine was chosen for a local path, e.g.
-"llamacpp:/models/gemma.gguf". Conversations saved before references existed hold the
-model's display label instead; `parse` reads those as labels to match by name.
-"""
+from core.wire.model_refs import ENGINES, ModelRef, display, make, parse
 
-from __future__ import annotations
-
-from dataclasses import dataclass
-
-from core import model_ids
-from core.remote.refs import remote_ref
-
-ENGINES = ("llamacpp", "mlx", "scripted")
-
-
-@dataclass(frozen=True)
-class ModelRef:
-    """A parsed reference: `model` is a path or a remote string, or a bare label."""
-
-    model: str
-    engine: str | None = None
-    is_label: bool = False
-
-    @property
-    def remote(self) -> tuple[str, str] | None:
-        return remote_ref(self.model)
-
-
-def make(model: str | None, engine: str | None) -> str | None:
-    """The reference for settings' (model, engine); None when no model is configured."""
-    if not model:
-        return None
-    if engine and remote_ref(model) is None:
-        return f"{engine}:{model}"
-    return model
-
-
-def parse(ref: str) -> ModelRef:
-    """Split a stored reference; anything that is neither a path nor a remote is a label."""
-    if remote_ref(ref) is not None:
-        return ModelRef(ref)
-    engine, sep, rest = ref.partition(":")
-    if sep and engine in ENGINES and rest:
-        return ModelRef(rest, engine)
-    if ref.startswith(("/", "~", "./", "../")):
-        return ModelRef(ref)
-    return ModelRef(ref, is_label=True)
-
-
-def display(ref: str) -> str:
-    """The model's id for notices, as the header and the API name it (core.model_ids):
-    `gemma3:270m-q4_k_m` for a local file or folder, "endpoint/model" for a remote."""
-    parsed = parse(ref)
-    if parsed.remote is not None:
-        endpoint, model = parsed.remote
-        return f"{endpoint}/{model}"
-    if parsed.is_label:
-        return parsed.model
-    name = parsed.model.rstrip("/").rsplit("/", 1)[-1] or parsed.model
-    return model_ids.base_id(name)
+__all__ = ["ENGINES", "ModelRef", "display", "make", "parse"]

@@ -16,7 +16,7 @@ from textual.notifications import SeverityLevel
 from core import paths
 from core.config import kept_notice
 from core.runtime import ModelState
-from core.store import StoreError
+from core.wire.store import StoreError
 from themes import stylesheets
 from themes.palettes import THEME_NAMES, THEMES
 from tui import gc_tuning, warmup
@@ -334,7 +334,7 @@ class LlmdeckApp(App):
                         exclusive=True)
 
     async def _use_conversation_model(self, conversation_id: str) -> None:
-        from core import model_refs
+        from core.wire import model_refs
 
         runtime = self.runtime
         conversation = await runtime.conversation(conversation_id)
@@ -359,11 +359,9 @@ class LlmdeckApp(App):
         self.run_worker(self._use_model_named(name), group="model", exclusive=True)
 
     async def _use_model_named(self, name: str) -> None:
-        import asyncio
-
         from tui.screens.model_picker import load_choices
 
-        choices, _ = await asyncio.to_thread(load_choices)
+        choices, _ = await load_choices(self.runtime)
         found = [c for c in choices if name.lower() in c.name.lower() or name == c.id]
         if len(found) != 1:
             names = ", ".join(c.name for c in choices) or "none"

@@ -114,11 +114,11 @@ def _dispatch(argv: list[str]) -> int:
             return 1
         return service_serve_main(argv[1:])
     if argv[:1] == ["doctor"] and any(a.startswith("--cluster") for a in argv):
-        from core.cluster import cluster_doctor_main
+        from core.commands import cluster_doctor_main
 
         return cluster_doctor_main(argv[1:])
     if argv[:1] == ["doctor"]:  # likewise: `doctor --offline`
-        from core.doctor import main as doctor_main
+        from core.commands import doctor_main
 
         return doctor_main(argv[1:])
     if argv[:1] == ["models"]:  # likewise: `models --help`
@@ -130,7 +130,7 @@ def _dispatch(argv: list[str]) -> int:
 
         return service_main(argv[1:])
     if argv[:1] == ["cluster"]:  # likewise: `cluster up NAME --timeout 60`
-        from core.cluster import cluster_main
+        from core.commands import cluster_main
 
         return cluster_main(argv[1:])
     args = _parser().parse_args(argv)
@@ -139,9 +139,8 @@ def _dispatch(argv: list[str]) -> int:
 
         return mcp_main()
     if args.command == "workers":
-        from core.cluster import clusters_report
+        from core.commands import clusters_report, workers_main
         from core.service import service_workers_main
-        from core.workers import workers_main
 
         code = service_workers_main()
         if code is None:  # no service runs: the status files of an app or a server
@@ -162,11 +161,11 @@ def _dispatch(argv: list[str]) -> int:
 
 def _models(rest: list[str]) -> int:
     if rest and rest[0] == "import":
-        from core.engines import import_gguf_main as import_main
+        from core.commands import import_gguf_main as import_main
 
         return import_main(rest[1:])
     if rest and rest[0] == "restore-default":
-        from core.bundled import provision_bundled_chat
+        from core.commands import provision_bundled_chat
 
         print(provision_bundled_chat(overwrite=True))
         return 0
@@ -176,7 +175,7 @@ def _models(rest: list[str]) -> int:
         return downloads_main()
     if rest[:1] == ["pull"] and pull_in_service(rest[1:]):
         return pull_main(rest[1:])
-    from core.hub import hub_cli_main as hub_main
+    from core.commands import hub_cli_main as hub_main
 
     return hub_main(rest)
 
@@ -227,7 +226,7 @@ def _in_process(argv_flag: bool) -> bool:
 def _lock_home(role: str) -> bool:
     """Take this home's lock for the app or the server (core.home_lock), or say on stderr
     who holds it / why the home cannot be written."""
-    from core.home_lock import HomeLockError, acquire
+    from core.commands import HomeLockError, acquire
 
     try:
         acquire(role)
@@ -238,7 +237,7 @@ def _lock_home(role: str) -> bool:
 
 
 def _service_holder() -> int | None:
-    from core.home_lock import holder
+    from core.commands import holder
 
     return holder("service")
 

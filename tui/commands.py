@@ -5,7 +5,6 @@ Everything the keys do is also here, so ctrl+p is a way to find any action by na
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterator
 from functools import partial
 
@@ -39,7 +38,7 @@ class ModelCommands(_ListedCommands):
         from tui.screens.model_picker import load_choices
 
         try:
-            self._choices, _ = await asyncio.to_thread(load_choices)
+            self._choices, _ = await load_choices(self.app.runtime)  # type: ignore[attr-defined]
         except Exception:  # a damaged cache must not break the palette
             self._choices = []
 

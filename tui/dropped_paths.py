@@ -18,7 +18,7 @@ def dropped_image_paths(text: str) -> list[str]:
     text = text.strip()
     if not text.startswith(("/", "~", "'", '"', "file://", "./", "../")):
         return []  # not a path: an ordinary message costs nothing here
-    from core.vision import is_image  # the vision layer loads after the first frame
+    from core.wire.vision import is_image
 
     if "\n" in text and not all(line.strip() for line in text.splitlines()):
         return []

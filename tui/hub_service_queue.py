@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from core.hub import HUB_ERROR_CODES, DownloadPlan, DownloadProgress, HubError
+from core.wire.hub import HUB_ERROR_CODES, DownloadPlan, DownloadProgress, HubError
 
 OnUpdate = Callable[[Any, DownloadProgress], None]
 _STATES = ("queued", "downloading", "verifying", "done", "error", "cancelled")

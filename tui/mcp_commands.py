@@ -45,7 +45,7 @@ def _refresh_hint(screen: Any) -> None:
 
 async def run_prompt(screen: Any, name: str, argument: str) -> None:
     """`/server.prompt ARGS`: the prompt's text goes into the composer, not straight out."""
-    from core.tools import McpCallError  # the tools package: not before the first frame
+    from core.wire.tools import McpCallError  # the tools package: not before the first frame
 
     try:
         text = await screen.runtime.mcp_prompt(name, argument)
@@ -65,7 +65,7 @@ async def attach_resource(screen: Any, argument: str) -> None:
         screen.notify("Usage: /attach mcp:SERVER:URI (e.g. mcp:notes:notes://today).",
                       severity="warning", timeout=6)
         return
-    from core.tools import McpCallError  # the tools package: not before the first frame
+    from core.wire.tools import McpCallError  # the tools package: not before the first frame
 
     try:
         path = await screen.runtime.mcp_save_resource(server, uri)

@@ -99,7 +99,7 @@ class ServiceRuntime:
         """For the composer, without waiting: @doc(...) mentions against the attachments
         this client last fetched or made for the conversation (the service resolves them
         again when the turn starts)."""
-        from core.docs import AttachmentRegistry
+        from core.wire.docs import AttachmentRegistry
 
         known = self._attached.get(conversation_id, []) if conversation_id else []
         return AttachmentRegistry(list(known)).resolve(text)
@@ -136,7 +136,7 @@ class ServiceRuntime:
             return True
         from pathlib import Path
 
-        from core import model_refs
+        from core.wire import model_refs
 
         parsed = model_refs.parse(ref)
         current = self.settings.model
@@ -182,7 +182,7 @@ class ServiceRuntime:
         """The service's pid, uptime, clients, replies and memory for F4, as mirrored (a
         service in this process is no separate one: the Runtime's own line)."""
         from core.service import status_line
-        from core.terminal_text import visible
+        from core.wire.text import visible
 
         if self.local is not None:
             return self.local.engine_line()
@@ -245,7 +245,7 @@ class ServiceRuntime:
     async def _mcp_call(self, name: str, *args: Any) -> Any:
         """An MCP call in the service; its failure is the McpCallError the UI words."""
         from core.service import ServiceCallError
-        from core.tools import McpCallError
+        from core.wire.tools import McpCallError
 
         try:
             return await self._remote_call(name, *args)
@@ -256,7 +256,7 @@ class ServiceRuntime:
         """The service's store remembers the model for the conversation; its StoreError
         (a full disk) comes back as one."""
         from core.service import ServiceCallError
-        from core.store import StoreError
+        from core.wire.store import StoreError
 
         try:
             await self._remote_call("remember_model", conversation_id)

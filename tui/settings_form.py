@@ -1,6 +1,6 @@
 """Validation of the settings a person types, field by field.
 
-Each rule (core.settings_rules, shared with the config file's reader) refuses a value
+Each rule (core.wire.settings_rules, shared with the config file's reader) refuses a value
 with a sentence that says what is allowed, so the settings screen can show the reason
 next to the field the moment it is typed.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.settings_rules import (  # noqa: F401  (the screen and tests use form.<rule>)
+from core.wire.settings_rules import (  # noqa: F401  (the screen and tests use form.<rule>)
     MAX_CONTEXT,
     MAX_PYTHON_MEMORY_MB,
     MAX_PYTHON_SCRATCH_MB,

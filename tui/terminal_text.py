@@ -1,9 +1,9 @@
-"""The TUI's faces of core.terminal_text: `visible` for every widget that shows outside
+"""The TUI's faces of core.wire.text: `visible` for every widget that shows outside
 text, and `table_cell` for DataTable cells, which Textual reads as markup."""
 
 from __future__ import annotations
 
-from core.terminal_text import visible
+from core.wire.text import visible
 
 __all__ = ["table_cell", "visible"]
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 import importlib
 
 # In process: the documents and memory layers (Runtime.chat, made on the first turn) and
-# numpy. The service's client runs no turn itself; it resolves mentions with core.docs.
+# numpy. The service's client runs no turn itself: it resolves mentions, shows tool
+# statuses and a remote's advice with the wire types (core.wire), never the packages.
 IN_PROCESS_MODULES = ("core.docs", "core.memory", "core.runtime.context", "numpy")
-CLIENT_MODULES = ("core.docs", "core.tools", "core.remote")  # after the first frame
+CLIENT_MODULES = ("core.wire.docs", "core.wire.tools", "core.wire.remote")  # after the first frame
 
 
 def parents_first(name: str) -> list[str]:

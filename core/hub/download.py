@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 from core import paths
@@ -44,6 +44,7 @@ from core.hub.runnable import human_bytes
 from core.hub.safe_names import check_commit, check_etag, check_repo_path, is_hash_etag
 from core.hub.timeouts import HubTimeouts, hub_timeouts
 from core.terminal_text import visible
+from core.wire.hub import DownloadProgress, State  # noqa: F401  (the hub's names)
 
 log = logging.getLogger("llmdeck.hub")
 
@@ -52,36 +53,6 @@ log = logging.getLogger("llmdeck.hub")
 CHUNK_SIZE: int | None = None
 PROGRESS_INTERVAL_S = 0.1
 CANCEL_GRACE_S = 0.3  # how long a cancel waits for the thread's own, exact, last word
-
-State = Literal["queued", "downloading", "verifying", "done", "error", "cancelled"]
-
-
-@dataclass(frozen=True, slots=True)
-class DownloadProgress:
-    """A snapshot of one download for progress bars: bytes over the whole plan."""
-
-    repo_id: str
-    filename: str
-    file_index: int
-    file_count: int
-    downloaded: int
-    total: int
-    rate_bps: float
-    eta_s: float | None
-    state: State
-    error: HubError | None = None
-    path: str | None = None  # set when done: the GGUF file or the MLX directory
-    stalled_s: float | None = None  # seconds with (next to) no data, once worth showing
-    unverified: tuple[str, ...] = ()  # files the Hub gave no hash for (set when done)
-
-    @property
-    def fraction(self) -> float:
-        return self.downloaded / self.total if self.total else 1.0
-
-    @property
-    def finished(self) -> bool:
-        return self.state in ("done", "error", "cancelled")
-
 
 @dataclass(frozen=True, slots=True)
 class DownloadResult:

@@ -10,46 +10,7 @@ from __future__ import annotations
 import errno
 
 from core.hub.endpoint import endpoint
-
-HUB_ERROR_CODES = frozenset(
-    {
-        "GATED",  # repo needs its terms accepted (and a token)
-        "AUTH",  # token missing or rejected
-        "NOT_FOUND",  # repo, revision or file does not exist
-        "OFFLINE",  # cannot reach the Hub, or offline mode is on
-        "DISK_FULL",  # not enough free space (checked before, or hit while writing)
-        "CHECKSUM_MISMATCH",  # bytes do not match the Hub's hash even after a re-download
-        "CANCELLED",  # the user cancelled; partial bytes are kept for resume
-        "CONFIRM_REQUIRED",  # a destructive call without confirm=True
-        "BAD_REQUEST",  # the request itself cannot be served (no such local model ...)
-        "HTTP",  # any other Hub answer we cannot act on more precisely
-        "TIMEOUT",  # the Hub did not connect, answer or keep sending within its time
-        "UNSAFE",  # the Hub's answer names a path outside the cache, or breaks its word
-    }
-)
-
-
-class HubError(Exception):
-    """A hub failure with `code` (one of HUB_ERROR_CODES) and a `message` for people."""
-
-    def __init__(self, code: str, message: str) -> None:
-        if code not in HUB_ERROR_CODES:
-            raise ValueError(f"unknown hub error code {code!r}")
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-    def __repr__(self) -> str:
-        return f"HubError({self.code!r}, {self.message!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, HubError)
-            and (self.code, self.message) == (other.code, other.message)
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.code, self.message))
+from core.wire.hub import HUB_ERROR_CODES, HubError  # noqa: F401  (the hub's names)
 
 
 def classify(exc: BaseException, repo_id: str = "", filename: str = "") -> HubError:

@@ -14,7 +14,7 @@ that is no safe relative path stays in the listing, marked `unsafe` with the rea
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
@@ -32,6 +32,7 @@ from core.hub.safe_names import (
 )
 from core.model_files import gguf_shard, is_gguf, is_mmproj, pair_mmproj, quant_label
 from core.terminal_text import visible
+from core.wire.hub import DownloadPlan, PlannedFile, RepoFileInfo, RepoListing
 
 # What mlx-lm reads from a model directory; everything else (README, images, .bin) stays.
 MLX_PATTERNS = ("config.json", "*.safetensors", "model.safetensors.index.json",
@@ -39,76 +40,6 @@ MLX_PATTERNS = ("config.json", "*.safetensors", "model.safetensors.index.json",
                 "special_tokens_map.json", "generation_config.json", "chat_template.jinja",
                 "chat_template.json", "vocab.json", "merges.txt", "added_tokens.json",
                 "preprocessor_config.json", "processor_config.json")
-
-
-@dataclass(frozen=True, slots=True)
-class RepoFileInfo:
-    """One file of a repo, as the file list shows it."""
-
-    path: str
-    size: int
-    sha256: str | None  # LFS files: the content hash the Hub checks against
-    quant: str | None
-    role: str | None  # chat | embedding | vision | projector for model files, else None
-    mmproj: str | None  # the projector offered together with this GGUF model file
-    blob_id: str | None = None  # the git blob sha1, checked for files outside LFS
-    unsafe: str | None = None  # why the name cannot be written under the cache, if so
-
-
-@dataclass(frozen=True, slots=True)
-class RepoListing:
-    repo_id: str
-    revision: str  # the commit the listing describes
-    format: str | None  # "mlx" | "gguf" | None (nothing llmdeck runs)
-    gated: bool
-    pipeline_tag: str | None
-    model_type: str | None
-    files: tuple[RepoFileInfo, ...]
-    ref: str = "main"
-
-    def file(self, path: str) -> RepoFileInfo:
-        for f in self.files:
-            if f.path == path:
-                return f
-        raise HubError("NOT_FOUND", f"{self.repo_id} has no file {visible(path)!r}; list its "
-                       "files first.")
-
-    @property
-    def model_files(self) -> list[RepoFileInfo]:
-        """Files a user picks: GGUF models (first shard only) or the MLX weights."""
-        if self.format == "gguf":
-            return [f for f in self.files if is_gguf(f.path) and not is_mmproj(f.path)
-                    and (gguf_shard(f.path) or (1, 1))[0] == 1]
-        return [f for f in self.files if f.path.endswith(".safetensors")]
-
-
-@dataclass(frozen=True, slots=True)
-class PlannedFile:
-    path: str
-    size: int
-    sha256: str | None  # LFS content hash
-    blob_id: str | None = None  # git blob sha1 (files outside LFS)
-
-    @property
-    def expected_hash(self) -> str | None:
-        """The hash the bytes must have: sha256 for LFS files, else the git sha1."""
-        return self.sha256 or self.blob_id
-
-
-@dataclass(frozen=True, slots=True)
-class DownloadPlan:
-    """Exactly what to fetch for one model, at one commit."""
-
-    repo_id: str
-    revision: str
-    format: str  # "mlx" | "gguf"
-    primary: str  # the GGUF file to load, or "" for an MLX directory
-    files: tuple[PlannedFile, ...]
-    ref: str = "main"  # the branch name the user asked for, recorded under refs/
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(f.size for f in self.files)
 
 
 def _detect_format(paths: list[str]) -> str | None:

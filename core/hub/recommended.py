@@ -11,54 +11,19 @@ from __future__ import annotations
 
 import platform
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from core.hub.errors import HubError
+from core.wire.hub import Fit, Recommendation
 from core.workers import memory_budget
 
 RECOMMENDED_TOML = Path(__file__).with_name("recommended.toml")
 KV_BYTES_PER_VALUE = memory_budget.KV_DTYPE_BYTES  # fp16/bf16, as llama.cpp and mlx-lm keep it
 
 
-@dataclass(frozen=True, slots=True)
-class Recommendation:
-    """One recommended model, in the build chosen for this machine."""
-
-    name: str
-    family: str
-    good_at: str
-    licence: str
-    format: str  # "mlx" (a whole repo) | "gguf" (one file of a repo)
-    repo: str
-    file: str | None  # the GGUF file; None for an MLX repo
-    size_bytes: int
-    kv_bytes_per_token: int
-
-    @property
-    def local_id(self) -> str:
-        """The id core.hub.registry gives this model once downloaded."""
-        return f"{self.repo}:{self.file}" if self.file else self.repo
-
-    def kv_cache_bytes(self, context: int) -> int:
-        return self.kv_bytes_per_token * max(context, 0)
-
-    def needed_bytes(self, context: int) -> int:
-        """Model bytes plus its KV cache at `context` tokens."""
-        return self.size_bytes + self.kv_cache_bytes(context)
-
-
-@dataclass(frozen=True, slots=True)
-class Fit:
-    """Whether a model fits this machine's memory: ok | tight | too_big, and the figures."""
-
-    verdict: str
-    needed_bytes: int
-    total_bytes: int
-    budget_bytes: int = 0  # the pool's memory budget the verdict was judged against
 
 
 def machine_format(system: str | None = None, machine: str | None = None) -> str:

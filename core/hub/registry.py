@@ -9,7 +9,7 @@ reason instead of failing later at load time.
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from core import model_ids, paths
@@ -21,31 +21,9 @@ from core.hub.filenames import suggested_role
 from core.hub.runnable import engine_for_format, human_bytes
 from core.hub.validate import check_gguf, check_mlx_dir
 from core.model_files import gguf_shard, is_gguf, is_mmproj, json_object, pair_mmproj, quant_label
+from core.wire.hub import LocalModel
 
 BUNDLED_ID = "bundled:gemma-3-270m"
-
-
-@dataclass(frozen=True, slots=True)
-class LocalModel:
-    """A model on disk and what llmdeck knows about it."""
-
-    id: str  # stable handle: "owner/name:file.gguf", "owner/name", "local:<name>", BUNDLED_ID
-    name: str
-    path: Path  # the GGUF file or the MLX directory
-    format: str  # "gguf" | "mlx"
-    engine: str | None  # the engine that would serve it here
-    size_bytes: int
-    source: str  # "hf-cache" | "models-dir" | "bundled"
-    valid: bool
-    problem: str | None
-    quant: str | None
-    role: str
-    repo_id: str | None = None
-    revision: str | None = None
-    mmproj: Path | None = None
-    base_model: bool = False  # no chat template: prompted as a transcript (picker says so)
-    verified: bool = True  # False: some of its files came with no hash from the Hub to check
-    model_id: str = ""  # the one id every surface shows (core.model_ids): `gemma3:270m-q4_k_m`
 
 
 def list_local_models(include_bundled: bool = True) -> list[LocalModel]:

@@ -10,24 +10,16 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
+from core.wire.hub import Runnable, human_bytes  # noqa: F401  (the hub's names)
 
 OVERHEAD_FRACTION = 0.20
 OVERHEAD_BYTES = 512 * 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class Runnable:
-    """Whether a model fits here, with which engine, and why not when it does not."""
-
-    ok: bool
-    engine: str | None
-    needed_bytes: int
-    available_bytes: int
-    reason: str
 
 
 def estimate_memory_bytes(weights_bytes: int) -> int:
@@ -102,10 +94,3 @@ def check_runnable(fmt: str, weights_bytes: int | None, model_type: str | None =
     return Runnable(True, engine, need, free, f"about {human_bytes(need)} of {human_bytes(free)}")
 
 
-def human_bytes(n: float) -> str:
-    """1.2 GB style sizes (decimal units, like the Hub shows)."""
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"

@@ -8,8 +8,6 @@ ever on a Hub that accepts the request and never answers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Literal
 
 from core.hub.bounded_http import get_json
@@ -17,8 +15,9 @@ from core.hub.client import ensure_reachable
 from core.hub.endpoint import endpoint
 from core.hub.errors import HubError, classify
 from core.hub.filenames import suggested_role
-from core.hub.runnable import Runnable, check_runnable
+from core.hub.runnable import check_runnable
 from core.model_files import is_gguf, is_mmproj, quant_label
+from core.wire.hub import SearchResult
 
 Format = Literal["mlx", "gguf", "all"]
 Sort = Literal["downloads", "likes", "recent"]
@@ -30,22 +29,6 @@ _EXPAND = ["downloads", "likes", "lastModified", "library_name", "tags", "gated"
 _GGUF_TYPICAL_BYTES_PER_PARAM = 0.61
 
 
-@dataclass(frozen=True, slots=True)
-class SearchResult:
-    """One repo in a search: what the results table shows and whether it runs here."""
-
-    repo_id: str
-    format: str  # "mlx" | "gguf"
-    downloads: int
-    likes: int
-    last_modified: datetime | None
-    size_bytes: int | None
-    quant: str | None
-    architecture: str | None
-    license: str | None
-    gated: bool
-    role: str
-    runnable: Runnable
 
 
 def search_models(query: str = "", fmt: Format = "all", sort: Sort = "downloads",

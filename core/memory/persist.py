@@ -14,21 +14,7 @@ from typing import Any
 
 from core.memory.rollover import ConversationMemory, RolloverMarker, Summarise
 from core.memory.window import ContextMonitor
-
-USAGE_KEY = "rollover"
-
-
-def marker_percent(marker: RolloverMarker) -> int:
-    """How full the context was projected to be when the conversation rolled over."""
-    return round(100 * marker.tokens_before / max(1, marker.context_tokens))
-
-
-def marker_headline(marker: RolloverMarker) -> str:
-    """The one line the chat view shows at the rollover point."""
-    return (
-        f"Memory: conversation summarised at {marker_percent(marker)}% of context — "
-        "earlier messages remain searchable"
-    )
+from core.wire.memory import USAGE_KEY, is_marker, marker_headline, marker_of, marker_percent  # noqa: F401
 
 
 def marker_text(marker: RolloverMarker) -> str:
@@ -50,22 +36,6 @@ def save_marker(store: Any, marker: RolloverMarker, parent_id: str | None = None
         parent_id=parent_id,
         usage={USAGE_KEY: marker.to_dict()},
     )
-
-
-def is_marker(message: Any) -> bool:
-    return (message.role == "system" and bool(message.usage)
-            and isinstance(message.usage.get(USAGE_KEY), dict))
-
-
-def marker_of(message: Any) -> RolloverMarker | None:
-    """The rollover marker a stored message carries (None for ordinary messages, and for
-    a marker garbled on disk: the conversation then reads as if it had not rolled over)."""
-    if not is_marker(message):
-        return None
-    try:
-        return RolloverMarker.from_dict(message.usage[USAGE_KEY])
-    except (TypeError, ValueError):
-        return None
 
 
 def load_markers(store: Any, conversation_id: str, limit: int = 10_000) -> list[RolloverMarker]:

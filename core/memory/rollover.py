@@ -18,15 +18,15 @@ ready the session goes on whole; only a prompt that would leave no room for the 
 from __future__ import annotations
 
 import inspect
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from core.docs.chunking import count_tokens
 from core.memory.summarise import SUMMARY_PREFIX, fallback_summary
 from core.memory.window import ContextMonitor, Message
+from core.wire.memory import RolloverMarker
 
 Summarise = Callable[[list[Message]], "str | Awaitable[str]"]
 Retrieve = Callable[[str], Sequence[str]]
@@ -34,45 +34,6 @@ Retrieve = Callable[[str], Sequence[str]]
 FACTS_PREFIX = "Facts retrieved for the current question:"
 SUMMARY_SHARE = 0.25  # at most this share of the context goes to the summary
 FACTS_SHARE = 0.15
-
-
-@dataclass(frozen=True, slots=True)
-class RolloverMarker:
-    """Where a conversation rolled over into a fresh session, and what it carried."""
-
-    conversation_id: str
-    seq: int  # 1 for the first rollover of the conversation, 2 for the second...
-    at_message: int  # messages of the full history before this point
-    old_session_id: str
-    new_session_id: str
-    summary: str
-    facts: tuple[str, ...]
-    kept_messages: int  # last messages carried over verbatim
-    seed: tuple[Message, ...]  # the fresh session as the model will see it
-    tokens_before: int  # projected prompt tokens that crossed the threshold
-    tokens_after: int  # projected prompt tokens of the fresh session
-    context_tokens: int
-    created_at: float = field(default_factory=time.time)
-
-    @property
-    def kind(self) -> str:
-        return "rollover"
-
-    def to_dict(self) -> dict[str, Any]:
-        """A plain record for the store (JSON-serialisable)."""
-        record = asdict(self)
-        record["seed"] = [dict(m) for m in self.seed]
-        record["facts"] = list(self.facts)
-        record["kind"] = self.kind
-        return record
-
-    @classmethod
-    def from_dict(cls, record: dict[str, Any]) -> RolloverMarker:
-        """Rebuild a marker kept by the store (inverse of `to_dict`)."""
-        fields = {k: v for k, v in record.items() if k != "kind"}
-        fields["facts"] = tuple(fields.get("facts", ()))
-        fields["seed"] = tuple(dict(m) for m in fields.get("seed", ()))
-        return cls(**fields)
 
 
 @dataclass(frozen=True, slots=True)

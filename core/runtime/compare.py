@@ -30,6 +30,7 @@ from core.events import Done, Error, Event, TextDelta, Usage
 from core.remote.backend import Backend, PoolBackend
 from core.runtime.recorder import ReplyRecorder
 from core.tools import chat_messages
+from core.wire.compare import LEFT, RIGHT, CompareRefused
 from core.workers.pool import WorkerLoadError
 
 if TYPE_CHECKING:
@@ -37,14 +38,6 @@ if TYPE_CHECKING:
 
 COMPARE_KEY = "compare"  # the pool's name for the second model of a comparison (_pool_key)
 HISTORY = 200  # messages of the conversation sent with the compared message
-LEFT, RIGHT = 0, 1
-
-
-@dataclass(frozen=True)
-class CompareRefused:
-    """Why a comparison cannot start, as a sentence a person can act on."""
-
-    message: str
 
 
 @dataclass

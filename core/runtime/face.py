@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from core.runtime.context import AttachResult, ChatContext
     from core.tools.fenced import BlockRun
     from core.vision import AttachedImage
+    from core.wire.hub import LocalModel
 
 T = TypeVar("T")
 STOP_GRACE_S = 2.0  # how long close() waits for a stopped reply before ending it harder
@@ -216,6 +217,13 @@ class Runtime:
         """(model, engine) to load for a conversation's remembered model, or None when it is
         no longer here (models.find)."""
         return await self.models.find(ref)
+
+    async def local_models(self) -> list[LocalModel]:
+        """The models on this machine (the hub's registry, read in a thread): the model
+        picker lists them from here, so a client reads no model folder itself."""
+        from core.hub import list_local_models
+
+        return await asyncio.to_thread(list_local_models)
 
     # -- the store (core.runtime.store_thread owns it) ------------------------------------
     def open_store_soon(self) -> None:

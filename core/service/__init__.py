@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         run_call,
     )
     from core.service.launch import start_or_connect
+    from core.service.loopback import Loopback
     from core.service.remote_runtime import RemoteRuntime, RemoteTurn
 
 __all__ = ["Loopback", "RemoteRuntime", "RemoteTurn", "ServiceCallError", "ServiceClient",

@@ -258,6 +258,7 @@ CALLS: dict[str, dict[str, Arg]] = {
     "switch_model": {"path": _req(text(MAX_NAME_CHARS, empty=False)),
                      "engine": _opt(text(64), nullable=True)},
     "find_model": {"ref": _req(text(MAX_NAME_CHARS, empty=False))},
+    "local_models": {},
     "model_ref": {},
     "is_active_model": {"ref": _NAME},
     "worker_status": {},

@@ -20,8 +20,9 @@ import importlib
 from pathlib import Path, PurePath
 from typing import Any
 
-# tag -> (modules to look in, first found wins; attribute). Several modules where a
-# name is moving between rooms (core.runtime is becoming a package).
+# tag -> (modules to look in, first found wins; attribute). The wire types live in
+# core.wire (a client decodes them without loading the packages that make them); the
+# owning package follows as the fallback where a name is moving between rooms.
 TYPES: dict[str, tuple[tuple[str, ...], str]] = {
     "TextDelta": (("core.events",), "TextDelta"),
     "ReasoningDelta": (("core.events",), "ReasoningDelta"),
@@ -31,27 +32,28 @@ TYPES: dict[str, tuple[tuple[str, ...], str]] = {
     "Logprobs": (("core.events",), "Logprobs"),
     "Done": (("core.events",), "Done"),
     "Error": (("core.events",), "Error"),
-    "ToolStatus": (("core.tools",), "ToolStatus"),
-    "Conversation": (("core.store",), "Conversation"),
-    "Message": (("core.store",), "Message"),
-    "SearchHit": (("core.store",), "SearchHit"),
-    "WorkerStatus": (("core.workers",), "WorkerStatus"),
+    "ToolStatus": (("core.wire.tools", "core.tools"), "ToolStatus"),
+    "Conversation": (("core.wire.store", "core.store"), "Conversation"),
+    "Message": (("core.wire.store", "core.store"), "Message"),
+    "SearchHit": (("core.wire.store", "core.store"), "SearchHit"),
+    "WorkerStatus": (("core.wire.workers", "core.workers"), "WorkerStatus"),
+    "LocalModel": (("core.wire.hub", "core.hub"), "LocalModel"),
     "ModelState": (("core.runtime",), "ModelState"),
     "SandboxInfo": (("core.runtime",), "SandboxInfo"),
     "LiveTurnInfo": (("core.runtime",), "LiveTurnInfo"),
-    "RunResult": (("core.tools",), "RunResult"),
+    "RunResult": (("core.wire.tools", "core.tools"), "RunResult"),
     "ModelSpec": (("core.engines.base",), "ModelSpec"),
-    "CompareRefused": (("core.runtime.compare",), "CompareRefused"),
-    "BlockRun": (("core.tools", "core.tools.fenced"), "BlockRun"),
-    "DocAttachment": (("core.docs",), "Attachment"),
-    "Mention": (("core.docs",), "Mention"),
-    "MentionResolution": (("core.docs",), "MentionResolution"),
-    "DocError": (("core.docs",), "DocError"),
+    "CompareRefused": (("core.wire.compare", "core.runtime.compare"), "CompareRefused"),
+    "BlockRun": (("core.wire.tools", "core.tools", "core.tools.fenced"), "BlockRun"),
+    "DocAttachment": (("core.wire.docs", "core.docs"), "Attachment"),
+    "Mention": (("core.wire.docs", "core.docs"), "Mention"),
+    "MentionResolution": (("core.wire.docs", "core.docs"), "MentionResolution"),
+    "DocError": (("core.wire.docs", "core.docs"), "DocError"),
     "AttachError": (("core.attach_errors",), "AttachError"),  # DocError's own name
     "AttachResult": (("core.runtime", "core.runtime.context", "core.chat_context"), "AttachResult"),
-    "AttachedImage": (("core.vision",), "AttachedImage"),
-    "StoredImage": (("core.vision",), "StoredImage"),
-    "RolloverMarker": (("core.memory",), "RolloverMarker"),
+    "AttachedImage": (("core.wire.vision", "core.vision"), "AttachedImage"),
+    "StoredImage": (("core.wire.vision", "core.vision"), "StoredImage"),
+    "RolloverMarker": (("core.wire.memory", "core.memory"), "RolloverMarker"),
     "Settings": (("core.config",), "Settings"),
     "Sampling": (("core.config",), "Sampling"),
     "RemoteEndpoint": (("core.config",), "RemoteEndpoint"),

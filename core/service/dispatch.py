@@ -39,6 +39,7 @@ RUNTIME_CALLS: dict[str, bool] = {
     "reload_model": True,
     "switch_model": True,
     "find_model": True,
+    "local_models": True,
     "attachments": True,
     "detach": True,
     "images": True,

@@ -23,17 +23,18 @@ import importlib
 from typing import Any
 
 # tag -> "module:attribute" of an exception a face call may raise (looked up lazily, on
-# the client, the first time that tag arrives).
+# the client, the first time that tag arrives). The module is where the class is defined
+# (its __module__): the wire types' errors live in core.wire.
 ERRORS: dict[str, str] = {
     # core's own, each with a sentence a person can act on
-    "StoreError": "core.store.errors:StoreError",
-    "HubError": "core.hub.errors:HubError",
+    "StoreError": "core.wire.store:StoreError",
+    "HubError": "core.wire.hub:HubError",
     "WorkerLoadError": "core.workers.load_error:WorkerLoadError",
     "EngineLoadError": "core.engines.base:EngineLoadError",
     "SelectionError": "core.engines.select:SelectionError",
-    "McpCallError": "core.tools.mcp.connection:McpCallError",
+    "McpCallError": "core.wire.tools:McpCallError",
     "HomeLockError": "core.home_lock:HomeLockError",
-    "SettingsRefused": "core.settings_rules:Refused",
+    "SettingsRefused": "core.wire.settings_rules:Refused",
     "KeepAliveError": "core.keep_alive:KeepAliveError",
     "AmbiguousModel": "core.model_catalog:AmbiguousModel",
     "RemoteError": "core.remote.client:RemoteError",

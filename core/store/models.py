@@ -9,56 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from core import json_text
+from core.wire.store import Conversation, Message, SearchHit  # noqa: F401  (the store's names)
 
 ROLES = ("system", "user", "assistant", "tool")
 STATUSES = ("partial", "complete", "error", "stopped", "cut")  # cut: at the length limit
-
-
-@dataclass(frozen=True, slots=True)
-class Conversation:
-    """A sidebar row. Times are Unix seconds (float); `message_count` counts every
-    message of the conversation, all branches included."""
-
-    id: str
-    title: str | None
-    model: str | None
-    created_at: float
-    updated_at: float
-    message_count: int
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One message. `status` is partial while streaming (or after a crash mid-stream),
-    complete, stopped (the user stopped the reply: its text is all there was), or error
-    (then `error` says why). `parent_id` links the branch tree."""
-
-    id: str
-    conversation_id: str
-    role: str
-    content: str
-    reasoning: str
-    tool_calls: list[Any] | None
-    tool_results: list[Any] | None
-    usage: dict[str, Any] | None
-    model: str | None
-    status: str
-    created_at: float
-    parent_id: str | None
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SearchHit:
-    """Best match of one conversation. `snippet` marks matched terms with
-    HIGHLIGHT_START/HIGHLIGHT_END (« and »); `message_id` is None when the title matched
-    better than any message. Lower `rank` is better (bm25 as FTS5 reports it)."""
-
-    conversation_id: str
-    title: str | None
-    message_id: str | None
-    snippet: str
-    rank: float
 
 
 @dataclass(frozen=True, slots=True)

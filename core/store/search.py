@@ -24,10 +24,10 @@ import sqlite3
 import unicodedata
 from dataclasses import dataclass
 
+from core.wire.store import HIGHLIGHT_END, HIGHLIGHT_START, snippet_parts  # noqa: F401
+
 from .models import SearchHit, storable, text_column
 
-HIGHLIGHT_START = "«"
-HIGHLIGHT_END = "»"
 ELLIPSIS = "…"
 SNIPPET_TOKENS = 12
 CANDIDATES = 1000
@@ -174,17 +174,6 @@ def highlight(text: str, matcher: _Matcher) -> str:
     return _TOKEN.sub(lambda m: _mark(m.group()) if matcher.hit(m.group()) else m.group(), text)
 
 
-def snippet_parts(snippet: str) -> list[tuple[str, bool]]:
-    """Split a snippet into (text, highlighted) runs."""
-    parts: list[tuple[str, bool]] = []
-    for piece in re.split(f"({HIGHLIGHT_START}[^{HIGHLIGHT_END}]*{HIGHLIGHT_END})", snippet):
-        if not piece:
-            continue
-        if piece.startswith(HIGHLIGHT_START) and piece.endswith(HIGHLIGHT_END):
-            parts.append((piece[1:-1], True))
-        else:
-            parts.append((piece, False))
-    return parts
 
 
 # Best-ranked message per conversation among the newest :cap matches. SQLite returns the

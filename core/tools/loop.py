@@ -12,41 +12,21 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from core.events import ToolCall
 from core.tools.approval import ApprovalPolicy, Approver
 from core.tools.registry import ToolContext, ToolRegistry
+from core.wire.tools import FINAL_STATES, ToolState, ToolStatus  # noqa: F401  (the loop's names)
 
 if TYPE_CHECKING:
     from core.store import Message
 
-ToolState = Literal["awaiting-approval", "running", "done", "failed", "denied"]
-FINAL_STATES = frozenset({"done", "failed", "denied"})
 DENIED = "denied by user"
 CANCELLED = "cancelled by user"
 MAX_ROUNDS = 8
 
 
-@dataclass(frozen=True, slots=True)
-class ToolStatus:
-    """A tool call's progress, streamed by Turn.events between generations. The last
-    status of a call (done, failed or denied) carries the result the model will read."""
-
-    call: ToolCall
-    state: ToolState
-    result: str = ""
-    figures: tuple[str, ...] = ()
-
-    @property
-    def final(self) -> bool:
-        return self.state in FINAL_STATES
-
-    def record(self) -> dict[str, Any]:
-        """The stored form (messages.tool_results), one per call."""
-        return {"id": self.call.id, "name": self.call.name, "arguments": self.call.arguments,
-                "state": self.state, "content": self.result, "figures": list(self.figures)}
 
 
 class ToolRunner:

@@ -1,6 +1,7 @@
-"""Vision: image attachments (stored upright and scaled on disk), terminal previews,
-captions by the "vision" role worker, and images in prompts for models that can see.
-This `__init__` is the face the UI imports."""
+"""Vision: image attachments (stored upright and scaled on disk), captions by the "vision"
+role worker, and images in prompts for models that can see.
+This `__init__` is the face; the plain data lives in core.wire.vision, and the terminal
+previews (half-block cells, Kitty, Sixel, iTerm2) in tui/picture_codes.py: drawing is UI."""
 
 from core.vision.images import (
     IMAGE_MIME,
@@ -11,27 +12,13 @@ from core.vision.images import (
     load_stored,
     prepare_image,
 )
-from core.vision.preview import (
-    half_block_cells,
-    iterm_sequence,
-    kitty_delete,
-    kitty_placeholder_rows,
-    kitty_sequences,
-    sixel_sequence,
-)
 
 __all__ = [
     "IMAGE_MIME",
     "IMAGE_SUFFIXES",
     "AttachedImage",
     "StoredImage",
-    "half_block_cells",
     "is_image",
-    "iterm_sequence",
-    "kitty_delete",
-    "kitty_placeholder_rows",
-    "kitty_sequences",
     "load_stored",
     "prepare_image",
-    "sixel_sequence",
 ]

@@ -14,64 +14,20 @@ image and model. Refusals are `AttachError` values with a sentence a person can 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import warnings
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from core import json_text
 from core.attach_errors import AttachError
+from core.wire.vision import IMAGE_SUFFIXES, AttachedImage, StoredImage, is_image  # noqa: F401
+from core.wire.vision import size_text as _size
 
-IMAGE_SUFFIXES = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WebP",
-                  ".heic": "HEIC", ".heif": "HEIC"}
 IMAGE_MIME = "image/png"  # the stored copy is always a PNG
 MAX_SIDE = 1024  # longest side a model sees; larger images are scaled down to it
 MAX_PIXELS = 100_000_000  # a decoded image past this is refused (decompression bombs)
 _READ_CHUNK = 1 << 20
 _ORIENTATION = 0x0112  # the EXIF tag saying how the pixels are turned
-
-
-def is_image(path: str | Path) -> bool:
-    """Whether `path` names an image by its suffix (what /attach routes to this module)."""
-    return Path(str(path)).suffix.lower() in IMAGE_SUFFIXES
-
-
-@dataclass
-class StoredImage:
-    """An attached image: the stored copy and what the chat shows about it."""
-
-    name: str  # the file name the person attached
-    path: str  # the stored, upright, scaled PNG
-    size_bytes: int  # of the original file
-    width: int  # of the original, after EXIF rotation
-    height: int
-    stored_width: int
-    stored_height: int
-    sha256: str
-    captions: dict[str, str] = field(default_factory=dict)  # vision model -> caption
-
-    @property
-    def label(self) -> str:
-        """`photo.jpg · 2.4 MB · 4032×3024` (the chat card's first line)."""
-        return f"{self.name} · {_size(self.size_bytes)} · {self.width}×{self.height}"
-
-    @property
-    def sidecar(self) -> Path:
-        return Path(self.path).with_suffix(".json")
-
-    def save_sidecar(self) -> None:
-        tmp = self.sidecar.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(asdict(self)), encoding="utf-8")
-        tmp.replace(self.sidecar)
-
-
-def _size(n: int) -> str:
-    if n >= 1024 * 1024:
-        return f"{n / (1024 * 1024):.1f} MB"
-    if n >= 1024:
-        return f"{n / 1024:.0f} KB"
-    return f"{n} B"
 
 
 def _heif_opener() -> bool:
@@ -176,13 +132,3 @@ def prepare_image(path: str | Path, *, max_bytes: int, max_side: int = MAX_SIDE,
     image = StoredImage(p.name, str(target), size, width, height, rgb.width, rgb.height, sha)
     image.save_sidecar()
     return image
-
-
-
-@dataclass(frozen=True, slots=True)
-class AttachedImage:
-    """An image as one conversation holds it: its alias there and when it was attached."""
-
-    alias: str
-    created_at: float
-    image: StoredImage

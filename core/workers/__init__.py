@@ -9,14 +9,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from core.workers.status import WorkerStatus
+    from core.wire.workers import WorkerStatus
 
 __all__ = ["WorkerStatus", "workers_main"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "WorkerStatus":  # a plain dataclass: reading it never loads the pool
-        from core.workers.status import WorkerStatus
+        from core.wire.workers import WorkerStatus
 
         return WorkerStatus
     if name == "workers_main":  # `llmdeck workers`

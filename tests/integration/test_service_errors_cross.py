@@ -167,12 +167,13 @@ def test_every_dataclass_a_face_method_returns_has_a_tag() -> None:
     from core.runtime.face import RuntimeFace
     from core.tools.fenced import BlockRun
     from core.vision import AttachedImage
+    from core.wire.hub import LocalModel
 
     names = {"CompareRefused": CompareRefused, "Comparison": Comparison,
              "Attachment": Attachment, "DocError": DocError,
              "MentionResolution": MentionResolution, "Event": Event,
              "AttachResult": AttachResult, "ChatContext": ChatContext, "BlockRun": BlockRun,
-             "AttachedImage": AttachedImage}
+             "AttachedImage": AttachedImage, "LocalModel": LocalModel}
     import core.runtime.face as face
 
     found: set[type] = set()

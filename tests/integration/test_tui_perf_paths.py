@@ -92,7 +92,7 @@ def test_the_first_turn_modules_include_the_documents_index_library() -> None:
     from tui import warmup
 
     assert "numpy" in warmup.IN_PROCESS_MODULES  # core.docs builds a numpy index per turn
-    assert "core.docs" in warmup.CLIENT_MODULES  # the composer resolves @doc mentions
+    assert "core.wire.docs" in warmup.CLIENT_MODULES  # the composer resolves @doc mentions
 
 
 RACE = """

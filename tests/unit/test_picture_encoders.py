@@ -1,4 +1,4 @@
-"""The terminal picture encoders of core.vision.preview, read back: a Sixel image decoded
+"""The terminal picture encoders of tui.picture_codes, read back: a Sixel image decoded
 by a small reader here lands each colour where the test picture has it (green top-left,
 red top, blue bottom); Kitty's PNG chunks reassemble to the picture at the asked size;
 iTerm2's inline image names its cell box; placeholder rows carry row/column marks."""
@@ -13,14 +13,14 @@ from pathlib import Path
 
 from PIL import Image
 
-from core.vision import (
+from tests.fixtures.images import BLUE, GREEN, RED, make_image
+from tui.picture_codes import (
     iterm_sequence,
     kitty_delete,
     kitty_placeholder_rows,
     kitty_sequences,
     sixel_sequence,
 )
-from tests.fixtures.images import BLUE, GREEN, RED, make_image
 
 
 def decode_sixel(data: str) -> dict[tuple[int, int], tuple[int, int, int]]:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 from PIL import Image
 
-from core.vision import StoredImage, half_block_cells, load_stored, prepare_image
+from core.vision import StoredImage, load_stored, prepare_image
 from tests.fixtures.images import BLUE, GREEN, RED, make_corrupt, make_image
 from tui.dropped_paths import dropped_image_paths
+from tui.picture_codes import half_block_cells
 
 MB = 1024 * 1024
 

@@ -17,7 +17,7 @@ from tui.widgets.composer import Composer
 from tui.widgets.message_view import MessageView
 
 if TYPE_CHECKING:
-    from core.tools import RunResult
+    from core.wire.tools import RunResult
 
 
 class CodeScreen(Protocol):
@@ -48,7 +48,7 @@ class CodeRuns:
 
     def run_focused(self) -> None:
         """Run the blocks of the focused message, or of the newest reply that has some."""
-        from core.tools import python_blocks  # the tools package: not before the first frame
+        from core.wire.tools import python_blocks  # the tools package: not before the first frame
 
         screen = self.screen
         node = screen.focused
@@ -92,7 +92,7 @@ class CodeRuns:
         if self.failed_run is None:
             screen.notify("Nothing to fix: no code run has failed.", timeout=3)
             return
-        from core.tools import fix_prompt
+        from core.wire.tools import fix_prompt
 
         code, result = self.failed_run
         screen.composer.load_text(fix_prompt(code, result))

@@ -29,11 +29,7 @@ from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
 from core.hub import (
     DownloadJob,
-    DownloadProgress,
     DownloadQueue,
-    HubError,
-    LocalModel,
-    Recommendation,
     delete_model,
     ensure_bundled,
     fit,
@@ -43,7 +39,8 @@ from core.hub import (
     plan_download,
     search_models,
 )
-from core.workers import WorkerStatus
+from core.wire.hub import DownloadProgress, HubError, LocalModel, Recommendation
+from core.wire.workers import WorkerStatus
 from tui.terminal_text import visible
 from tui.widgets import hub_format as fmt
 from tui.widgets.hub_confirm import ConfirmDialog

@@ -27,7 +27,7 @@ from textual.widgets import Footer, Input, Static, TextArea
 
 from core.events import ToolCall
 from core.runtime import ModelState, Turn, context_use
-from core.store import StoreError
+from core.wire.store import StoreError
 from tui import mcp_commands, slash
 from tui.dropped_paths import dropped_image_paths
 from tui.footer_layout import footer_bindings

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.text import Text
 from textual import work
@@ -30,13 +31,12 @@ class ModelChoice:
     base_model: bool = False  # no chat template: prompted as a transcript, answers plainly
 
 
-def load_choices() -> tuple[list[ModelChoice], list[tuple[str, str]]]:
-    """Valid local models and (name, problem) for the invalid ones. Runs in a thread."""
-    from core.hub import list_local_models
-
+async def load_choices(runtime: Any) -> tuple[list[ModelChoice], list[tuple[str, str]]]:
+    """Valid local models and (name, problem) for the invalid ones, as the runtime lists
+    them (the service reads the model folders, never the client)."""
     ok: list[ModelChoice] = []
     bad: list[tuple[str, str]] = []
-    for m in list_local_models():
+    for m in await runtime.local_models():
         if m.role != "chat" and m.source != "bundled":
             continue
         if m.valid:
@@ -94,11 +94,12 @@ class ModelPickerScreen(ModalScreen[ModelChoice | None]):
         self.query_one(OptionList).focus()
         self._load()
 
-    @work(thread=True, exclusive=True)
-    def _load(self) -> None:
-        choices, bad = load_choices()
-        choices += cluster_choices(self.app.runtime.settings)  # type: ignore[attr-defined]
-        self.app.call_from_thread(self._show, choices, bad)
+    @work(exclusive=True)
+    async def _load(self) -> None:
+        runtime = self.app.runtime  # type: ignore[attr-defined]
+        choices, bad = await load_choices(runtime)
+        choices += cluster_choices(runtime.settings)
+        self._show(choices, bad)
 
     def _show(self, choices: list[ModelChoice], bad: list[tuple[str, str]]) -> None:
         self.choices = choices

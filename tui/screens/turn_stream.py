@@ -29,7 +29,7 @@ async def draw_events(turn: Any, reply: MessageView, chat: ChatView, bar: Status
     """Draw `turn`'s events into `reply` (and the replies after a tool round); returns the
     last reply view, to finish. `counted` hears each piece of text as it streams (the
     header's ctx counts as it goes: StatusBar.count_from)."""
-    from core.tools import ToolStatus  # not before the first frame (issue 48)
+    from core.wire.tools import ToolStatus  # not before the first frame (issue 48)
 
     counted = counted or (lambda _text: None)
     after_tools = False  # text after a tool round is a new assistant message

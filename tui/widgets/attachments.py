@@ -24,9 +24,9 @@ from tui.terminal_text import visible
 # The documents and memory layers load after the first frame (tui.warmup): imported here
 # only where a result, marker or error is handled.
 if TYPE_CHECKING:
-    from core.docs import Attachment, DocError, MentionResolution
-    from core.memory import RolloverMarker
     from core.runtime import AttachResult
+    from core.wire.docs import Attachment, DocError, MentionResolution
+    from core.wire.memory import RolloverMarker
 
 ATTACH = "/attach"
 ATTACH_GROUP = "attach"  # the screen's workers reading files; Esc cancels them
@@ -179,8 +179,8 @@ class AttachmentBar(Vertical):
                  "warning mention")
 
     def show_results(self, results: Sequence[AttachResult | DocError]) -> None:
-        from core.docs import DocError
         from core.runtime import AttachResult
+        from core.wire.docs import DocError
 
         errors = [r for r in results if isinstance(r, DocError)]
         done = [r for r in results if isinstance(r, AttachResult)]
@@ -209,7 +209,7 @@ class MemoryMarker(Vertical):
         self.marker = marker
 
     def compose(self) -> ComposeResult:
-        from core.memory import marker_headline
+        from core.wire.memory import marker_headline
 
         m = self.marker
         yield Static(marker_headline(m), classes="memory-headline", markup=False)
@@ -222,7 +222,7 @@ class MemoryMarker(Vertical):
 
 def marker_of(message: Any) -> RolloverMarker | None:
     """The rollover marker a stored message carries (None for ordinary messages)."""
-    from core.memory import marker_of as stored_marker
+    from core.wire.memory import marker_of as stored_marker
 
     return stored_marker(message)
 
@@ -299,8 +299,8 @@ async def attach_from_composer(screen: Any, argument: str) -> None:
     """
     import asyncio
 
-    from core.docs import DocError
     from core.runtime import AttachResult
+    from core.wire.docs import DocError
 
     bar = screen.query_one(AttachmentBar)
     paths = parse_paths(argument)

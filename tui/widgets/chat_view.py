@@ -14,7 +14,7 @@ from textual.containers import VerticalScroll
 from textual.message import Message as TextualMessage
 from textual.widgets import Static
 
-from core.store import Message
+from core.wire.store import Message
 from tui.widgets.attachments import MemoryMarker, marker_of
 from tui.widgets.message_body import settled_size
 from tui.widgets.message_view import MessageView, format_stats_dict

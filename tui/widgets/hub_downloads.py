@@ -14,7 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Label, ProgressBar, Static
 
-from core.hub import DownloadProgress
+from core.wire.hub import DownloadProgress
 from tui.terminal_text import visible
 from tui.widgets import hub_format as fmt
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from core.hub import DownloadProgress, Runnable, SearchResult, human_bytes
+from core.wire.hub import DownloadProgress, Runnable, SearchResult, human_bytes
 
 __all__ = ["eta", "human_bytes", "job_title", "progress_stats", "rate", "size", "verdict",
            "when"]

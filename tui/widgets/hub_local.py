@@ -8,8 +8,8 @@ from pathlib import Path
 from textual.binding import Binding
 from textual.message import Message
 
-from core.hub import LocalModel
-from core.workers import WorkerStatus
+from core.wire.hub import LocalModel
+from core.wire.workers import WorkerStatus
 from tui.widgets import hub_format as fmt
 from tui.widgets.measured_table import MeasuredTable
 

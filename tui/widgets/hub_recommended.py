@@ -9,7 +9,7 @@ from __future__ import annotations
 from textual.binding import Binding
 from textual.message import Message
 
-from core.hub import Fit, Recommendation
+from core.wire.hub import Fit, Recommendation
 from tui.widgets import hub_format as fmt
 from tui.widgets.measured_table import MeasuredTable
 

@@ -6,7 +6,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable
 
-from core.hub import SearchResult
+from core.wire.hub import SearchResult
 from tui.terminal_text import table_cell
 from tui.widgets import hub_format as fmt
 

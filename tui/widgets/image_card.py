@@ -2,7 +2,7 @@
 
 Where the terminal draws pictures (tui.terminal_graphics: Kitty, Sixel, iTerm2) the card
 shows the real picture (tui.widgets.terminal_picture); elsewhere, and until it is ready, a
-half-block preview drawn with `▀` cells (two pixels a cell, colours from core.vision),
+half-block preview drawn with `▀` cells (two pixels a cell, colours from tui.picture_codes),
 which every colour terminal shows, tmux and SSH included. Both fill the same box of cells.
 The picture is read, and the terminal's graphics decided, in a thread when the card
 mounts, so a large chat opens without waiting on the disk.
@@ -22,7 +22,7 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 if TYPE_CHECKING:
-    from core.vision import StoredImage
+    from core.wire.vision import StoredImage
 
 PREVIEW_COLUMNS = 40  # at most; fewer on a narrow terminal
 PREVIEW_ROWS = 12
@@ -60,8 +60,8 @@ class ImageCard(Vertical):
         self.run_worker(lambda: self._cells(columns), thread=True, exit_on_error=False)
 
     def _cells(self, columns: int) -> None:
-        from core.vision import half_block_cells
         from tui import terminal_graphics
+        from tui.picture_codes import half_block_cells
 
         try:
             cells = half_block_cells(self.image.path, columns, PREVIEW_ROWS)
@@ -109,7 +109,7 @@ def _picture(graphics, path, preview: Text, columns: int, rows: int,
     or None where it cannot (Kitty's placeholder cells name their picture by colour, which
     a 16-colour terminal cannot carry). Encoding (tens of milliseconds) happens here, in
     the card's thread; the widget itself is made on the app's loop."""
-    from core import vision
+    from tui import picture_codes as vision
     from tui import terminal_graphics
     from tui.widgets.terminal_picture import KittyPicture, PixelPicture, next_kitty_id
 

@@ -84,7 +84,7 @@ def format_stats_dict(usage: dict | None) -> str:
 def error_text(message: str, code: str | None, *, remote: bool = False) -> str:
     """The error and the advice under it: a remote's own (check the endpoint, retry) where
     the reply came from one, since "the model process restarts by itself" is not true there."""
-    from core.remote import remote_hint  # the pool behind it: not before the first frame
+    from core.wire.remote import remote_hint  # the pool behind it: not before the first frame
 
     hint = (remote_hint(code) if remote else None) or ERROR_HINTS.get(code or "", GENERIC_HINT)
     return f"⚠ {message}\n  → {hint}"

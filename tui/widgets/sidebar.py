@@ -18,7 +18,7 @@ from textual.message import Message
 from textual.widgets import Input, OptionList
 from textual.widgets.option_list import Option
 
-from core.store import Conversation, SearchHit
+from core.wire.store import Conversation, SearchHit
 from tui.terminal_text import visible
 
 
@@ -51,7 +51,7 @@ def last_used(at: float, now: float | None = None) -> str:
 
 def highlight_snippet(snippet: str) -> Text:
     """Turn the store's highlight markers into highlighted spans."""
-    from core.store import snippet_parts  # the search module: not before the first frame
+    from core.wire.store import snippet_parts  # the search module: not before the first frame
 
     out = Text()
     for part, matched in snippet_parts(snippet.replace("\n", " ")):

@@ -79,7 +79,7 @@ class KittyPicture(Static):
 
     def __init__(self, graphics: Graphics, image_id: int, sequences: list[str],
                  columns: int, rows: int) -> None:
-        from core.vision import kitty_placeholder_rows
+        from tui.picture_codes import kitty_placeholder_rows
 
         text = Text("\n".join(kitty_placeholder_rows(columns, rows)),
                     style=Style(color=kitty_id_colour(image_id)),
@@ -94,7 +94,7 @@ class KittyPicture(Static):
         write_to_terminal(self.app, "".join(self.graphics.wrap(s) for s in self._sequences))
 
     def on_unmount(self) -> None:
-        from core.vision import kitty_delete
+        from tui.picture_codes import kitty_delete
 
         write_to_terminal(self.app, self.graphics.wrap(kitty_delete(self.image_id)))
 

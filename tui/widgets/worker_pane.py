@@ -19,7 +19,7 @@ from rich.text import Text
 from textual.timer import Timer
 from textual.widgets import Static
 
-from core.workers import WorkerStatus
+from core.wire.workers import WorkerStatus
 from tui.terminal_text import table_cell, visible
 
 REFRESH_S = 1.0

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from core.terminal_text import visible
 from core.tools.mcp.server_log import CappedLog, last_words, log_path
+from core.wire.tools import McpCallError
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -53,10 +54,6 @@ MAX_NAME_CHARS = 64
 # own error says it, and nothing must print over the full-screen UI.
 logging.getLogger("mcp").addHandler(logging.NullHandler())
 logging.getLogger("mcp").propagate = False
-
-
-class McpCallError(Exception):
-    """A call that did not get a usable answer; str() is the sentence for the tool card."""
 
 
 @dataclass(frozen=True, slots=True)

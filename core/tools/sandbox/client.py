@@ -33,13 +33,14 @@ import time
 import uuid
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from core import json_text, paths
 from core.tools.sandbox import cgroups, channel
 from core.tools.sandbox.launcher import SANDBOX_EXEC, sandbox_main
+from core.wire.tools import RunResult
 
 _CTX = mp.get_context("spawn")
 _ALL: weakref.WeakSet[Sandbox] = weakref.WeakSet()
@@ -54,40 +55,6 @@ PROCESSES = 64
 MEMORY_CHECK_S = 0.1
 
 
-@dataclass(frozen=True, slots=True)
-class RunResult:
-    """What one run produced. `kind` says why it failed: exception | timeout | memory |
-    crashed | cancelled; `reset` is True when the run cost the conversation its variables."""
-
-    ok: bool
-    stdout: str = ""
-    stderr: str = ""
-    value: str | None = None
-    error: str | None = None
-    kind: str | None = None
-    figures: tuple[str, ...] = ()
-    reset: bool = False
-    pid: int | None = field(default=None, compare=False)
-    note: str | None = None  # what the sandbox stopped after the run (processes, threads)
-
-    def text(self) -> str:
-        """The result as the model (and the tool card) reads it, like a notebook cell's output."""
-        parts: list[str] = []
-        if self.stdout:
-            parts.append(self.stdout.rstrip("\n"))
-        if self.stderr:
-            parts.append("[stderr]\n" + self.stderr.rstrip("\n"))
-        if self.value is not None:
-            parts.append(self.value)
-        for path in self.figures:
-            parts.append(f"[figure saved: {path}]")
-        if self.error:
-            parts.append(self.error)
-        if self.note:
-            parts.append(self.note)
-        if self.reset:
-            parts.append("(The Python session was restarted; variables from earlier runs are gone.)")
-        return "\n".join(parts) if parts else "(no output)"
 
 
 def _safe(name: str) -> str:

@@ -1,4 +1,7 @@
-"""Half-block previews: an image as terminal cells, two pixels per cell.
+"""Pictures in the terminal: half-block cells (two pixels a cell), Kitty, Sixel, iTerm2.
+
+Terminal drawing is UI, so this lives in tui/ (it reads the stored copy core.vision
+wrote, off the event loop). Half-block previews:
 
 Every terminal that shows colour can draw `▀` with a foreground (the upper pixel) and a
 background (the lower pixel), so this works through tmux, over SSH and in any emulator,
