@@ -3,11 +3,14 @@ message, give sentences, never a crash, and lose nothing typed."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from textual import events
 
 from tests.fixtures.small_fs import tmpfs_fixture  # noqa: F401
 from tests.fixtures.tui import scripted_app, wait_ready, wait_until
@@ -24,6 +27,16 @@ def _fill(folder: Path) -> Path:
                 f.flush()
     assert full.value.errno == errno.ENOSPC
     return filler
+
+
+async def _soon(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+    """Poll without waiting for an idle process (Pilot.pause does, up to 1 s each)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError("condition not reached")
+        await asyncio.sleep(0.02)
 
 
 def _notes(app) -> str:  # noqa: ANN001
@@ -72,12 +85,16 @@ async def test_disk_full_while_a_reply_streams_keeps_the_app_and_the_saved_text(
     async with app.run_test(size=(110, 32)) as pilot:
         await wait_ready(pilot)
         await pilot.press(*"tell me a long story")
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: app.main.turn is not None
-                         and app.main.turn.assistant_message_id is None
-                         and len(app.main.query(MessageView)) >= 2
-                         and len(list(app.main.query(MessageView))[-1].content) > 200)
+        # Not pilot.press("enter") nor wait_until: each waits for the process to go idle,
+        # up to 1 s a time, and it never does while a reply streams; the 2.5 s reply was
+        # over (and saved whole) before the disk filled, and the test saw no error.
+        app.post_message(events.Key("enter", "\r"))
+        await _soon(lambda: app.main.turn is not None
+                    and app.main.turn.assistant_message_id is None
+                    and len(app.main.query(MessageView)) >= 2
+                    and len(list(app.main.query(MessageView))[-1].content) > 200)
         filler = _fill(home)  # the disk fills up mid-reply
+        assert app.main.turn is not None, "the reply ended before the disk filled"
         await wait_until(pilot, lambda: app.main.turn is None, timeout=60)
         view = list(app.main.query(MessageView))[-1]
         shown = str(view.query_one(".error").render())
