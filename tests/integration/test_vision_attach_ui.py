@@ -54,8 +54,10 @@ async def test_the_worker_pane_lists_the_vision_model_with_its_state(tmp_path: P
     app = docs_app()
     async with app.run_test(size=(120, 30)) as pilot:
         await ready(pilot)
-        app.runtime.settings.vision_model = str(tmp_path / "tiny-llava")
-        app.runtime.settings.vision_idle_unload_s = 120
+        # The service's settings (the app is its client: the pane reads the service's rows).
+        service = app.runtime.local
+        service.settings.vision_model = str(tmp_path / "tiny-llava")
+        service.settings.vision_idle_unload_s = 120
         await pilot.press("f4")
         pane = app.main.query_one(WorkerPane)
         assert pane.display
