@@ -92,6 +92,8 @@ def test_search_download_load_and_chat_with_keys_only(
                                     for model, text in assistant_replies(db)), 30,
                       "a reply from the downloaded model, stored")
         tmux.send("Escape")  # stop it: a 270M model rambles
+        # The stop lands when the service's turn ends; quitting before that asks first.
+        tmux.wait_for(lambda s: "replying…" not in s, 15, "the reply stopped")
         workers = worker_pids(tmux.pane_pid())
         tmux.send("C-q")
         tmux.wait_for(lambda s: "Model hub" not in s and MODEL_ID not in s, 15, "the app to quit")
