@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -109,6 +110,28 @@ def model_key(model: str | None, label: str) -> str:
             return entry.id
         return model_ids.base_id(Path(model).expanduser().name)
     return model_ids.base_id(label)
+
+
+@lru_cache(maxsize=64)
+def cached_key(model: str | None, label: str) -> str:
+    """model_key, read once per path: listing the local models walks the disk, and a file
+    keeps its id (core.model_ids)."""
+    return model_key(model, label)
+
+
+def find(model: str | None, label: str) -> tuple[str, Preset | None]:
+    """(the id `model` is filed under, its preset or None). Reads the disk: in a thread."""
+    key = cached_key(model, label)
+    return key, load().get(key)
+
+
+def save_current(settings: Settings, model: str | None, label: str) -> tuple[str, Path]:
+    """File `settings` as the preset of `model` (a path; None: the label names it): (its
+    id, the file). A thinking switch set in the file by hand is kept. Reads and writes the
+    disk: in a thread."""
+    key = cached_key(model, label)
+    old = load().get(key)
+    return key, save(key, from_settings(settings, old.thinking if old is not None else None))
 
 
 def load(path: Path | None = None) -> Presets:

@@ -265,30 +265,20 @@ class LlmdeckApp(App):
         self.run_worker(self._use_model(choice), group="model", exclusive=True)
 
     async def _use_model(self, choice) -> None:  # noqa: ANN001
-        import asyncio
-
         main = self.main
         if main.busy:
             self.notify("A reply is still streaming; press Esc to stop it first.")
             return
-        path = choice.path
-        if choice.bundled:
-            from core.bundled import bundled_chat_target, provision_bundled_chat
-
-            try:
-                path = str(await asyncio.to_thread(provision_bundled_chat))
-            except OSError as exc:  # a full or read-only disk: the current model stays
-                folder = bundled_chat_target().parent
-                self.notify(f"Could not unpack the bundled model (about 250 MB) into {folder} "
-                            f"({exc.strerror or exc}); free some space and pick it again.",
-                            title="Model", severity="error", timeout=15)
-                return
-        from tui import model_presets  # its own preset, before it loads (issue 31, item 4)
-
-        preset = await model_presets.apply_for(self.runtime, path, choice.name)
+        # Its own preset into the service's settings before it loads (issue 31, item 4).
+        preset = await self.runtime.apply_preset(choice.path, choice.name)
         self.notify(f"Loading {choice.name}…" + (f" (preset {preset[0]})" if preset else ""),
                     timeout=3)
-        ok = await self.runtime.switch_model(path, choice.engine)
+        try:  # the bundled model is unpacked by the service first
+            ok = await self.runtime.switch_model(choice.path, choice.engine, choice.bundled)
+        except OSError as exc:  # a full or read-only disk: the current model stays
+            self.notify(getattr(exc, "message", None) or str(exc), title="Model",
+                        severity="error", timeout=15)
+            return
         if ok:
             await self.save_settings_or_warn()
             if main.conversation_id is not None:

@@ -144,12 +144,22 @@ class ServiceRuntime:
                 and Path(parsed.model).expanduser() == Path(current).expanduser()
                 and parsed.engine in (None, self.settings.engine or self.model.info.get("engine")))
 
-    async def switch_model(self, path: str, engine: str | None = None) -> bool:
+    async def switch_model(self, path: str, engine: str | None = None,
+                           bundled: bool = False) -> bool:
         """The service loads it and records it in its settings; this client's copy of the
         settings takes the new model too (else the next save would put the old one back)."""
-        ok = await self._remote_call("switch_model", path, engine)
+        ok = await self._remote_call("switch_model", path, engine, bundled)
         await self._refresh_settings()
         return ok
+
+    async def apply_preset(self, model: str | None = None,
+                           label: str | None = None) -> tuple[str, bool] | None:
+        """The service puts the model's preset into its settings (the next load and reply
+        use them there); this client's copy takes them too."""
+        applied = await self._remote_call("apply_preset", model, label)
+        if applied is not None:
+            await self._refresh_settings()
+        return applied
 
     async def _refresh_settings(self) -> None:
         """The service's settings, copied field by field into the object the UI holds."""
@@ -191,6 +201,11 @@ class ServiceRuntime:
 
     def model_is_remote(self) -> bool:
         return bool(self._mirror.get("remote"))
+
+    def cluster_report(self) -> str | None:
+        """The service's clusters as last mirrored (F4 shows them under the workers)."""
+        found = self._mirror.get("clusters")
+        return found if isinstance(found, str) else None
 
     def tool_warning(self, name: str) -> str | None:
         """As the service's approval ask for this tool said (it carries the warning)."""

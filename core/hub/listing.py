@@ -13,7 +13,6 @@ that is no safe relative path stays in the listing, marked `unsafe` with the rea
 
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
@@ -30,16 +29,16 @@ from core.hub.safe_names import (
     check_repo_id,
     path_problem,
 )
-from core.model_files import gguf_shard, is_gguf, is_mmproj, pair_mmproj, quant_label
+from core.model_files import is_gguf, is_mmproj, pair_mmproj, quant_label
 from core.terminal_text import visible
-from core.wire.hub import DownloadPlan, PlannedFile, RepoFileInfo, RepoListing
-
-# What mlx-lm reads from a model directory; everything else (README, images, .bin) stays.
-MLX_PATTERNS = ("config.json", "*.safetensors", "model.safetensors.index.json",
-                "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
-                "special_tokens_map.json", "generation_config.json", "chat_template.jinja",
-                "chat_template.json", "vocab.json", "merges.txt", "added_tokens.json",
-                "preprocessor_config.json", "processor_config.json")
+from core.wire.hub import (  # noqa: F401  (plan_download: the hub's face hands it out)
+    MLX_PATTERNS,
+    DownloadPlan,
+    PlannedFile,
+    RepoFileInfo,
+    RepoListing,
+    plan_download,
+)
 
 
 def _detect_format(paths: list[str]) -> str | None:
@@ -140,44 +139,3 @@ def listing_from_info(info: Any, asked: str | None = None) -> RepoListing:
     )
 
 
-def plan_download(listing: RepoListing, filename: str | None = None,
-                  include_mmproj: bool = True) -> DownloadPlan:
-    """The files one model needs; a GGUF pick brings its shards and its mmproj."""
-    def planned(f: RepoFileInfo) -> PlannedFile:
-        if f.unsafe:
-            raise HubError("UNSAFE", f"{listing.repo_id} offers a file named "
-                           f"{visible(f.path)!r}, which {f.unsafe}; llmdeck will not write it. "
-                           "Check HF_ENDPOINT (a mirror or proxy may be hostile).")
-        return PlannedFile(f.path, f.size, f.sha256, f.blob_id)
-
-    if listing.format == "mlx":
-        chosen = [f for f in listing.files
-                  if any(fnmatch.fnmatch(f.path, p) for p in MLX_PATTERNS) and "/" not in f.path]
-        return DownloadPlan(listing.repo_id, listing.revision, "mlx", "",
-                            tuple(planned(f) for f in chosen), listing.ref)
-    if listing.format == "gguf":
-        models = listing.model_files
-        if filename is None:
-            if len(models) != 1:
-                names = ", ".join(f.path for f in models)
-                raise HubError("BAD_REQUEST", f"{listing.repo_id} has {len(models)} GGUF files; "
-                               f"name the one you want: {names}")
-            filename = models[0].path
-        target = listing.file(filename)
-        if is_mmproj(target.path):
-            raise HubError("BAD_REQUEST", f"{filename} is a vision projector; pick the model "
-                           "file and its projector comes with it.")
-        if not is_gguf(target.path):
-            raise HubError("BAD_REQUEST", f"{filename} is not a GGUF model file.")
-        chosen = [target]
-        if shard := gguf_shard(target.path):
-            prefix = target.path[: -len("-00001-of-00003.gguf")]
-            chosen = [f for f in listing.files
-                      if f.path.startswith(prefix) and gguf_shard(f.path)
-                      and gguf_shard(f.path)[1] == shard[1]]  # type: ignore[index]
-        if include_mmproj and target.mmproj:
-            chosen.append(listing.file(target.mmproj))
-        return DownloadPlan(listing.repo_id, listing.revision, "gguf", target.path,
-                            tuple(planned(f) for f in chosen), listing.ref)
-    raise HubError("BAD_REQUEST", f"{listing.repo_id} has neither GGUF files nor an MLX model "
-                   "(config.json + safetensors); llmdeck cannot run it.")

@@ -9,6 +9,7 @@ The package, one idea per module, lowest first:
 - turns.py         Turn: one reply streaming, from the parts it is handed
 - context.py       context preparation: documents and memory (imported on first use)
 - compare.py       one message to two models side by side (imported on first use)
+- library.py       the face's calls about models on disk and on the Hub, and presets
 - face.py          Runtime: the thin public calls the UI makes
 - state.py         the plain answers a client reads (ModelState, SandboxInfo, context_use)
 - protocol.py      RuntimeFace and TurnHandle: the face's shape, names only

@@ -23,6 +23,7 @@ from core import paths
 from core.config import Settings
 from core.engines.base import GenerationRequest, ModelSpec
 from core.remote.backend import Backend
+from core.runtime.library import ModelLibrary
 from core.runtime.live import LiveTurnInfo, LiveTurns, TurnWatch
 from core.runtime.models import ModelLifecycle, ModelState
 from core.runtime.open_warm import OpenWarmer
@@ -40,13 +41,12 @@ if TYPE_CHECKING:
     from core.runtime.context import AttachResult, ChatContext
     from core.tools.fenced import BlockRun
     from core.vision import AttachedImage
-    from core.wire.hub import LocalModel
 
 T = TypeVar("T")
 STOP_GRACE_S = 2.0  # how long close() waits for a stopped reply before ending it harder
 
 
-class Runtime:
+class Runtime(ModelLibrary):
     """Async facade over models, store, turns, tools and settings; the UI's only door."""
 
     def __init__(self, settings: Settings | None = None, *, pool: WorkerPool | None = None,
@@ -202,8 +202,32 @@ class Runtime:
         """Unload and load the current model again (clears a crash-budget failure)."""
         return await self.models.reload()
 
-    async def switch_model(self, path: str, engine: str | None = None) -> bool:
+    async def switch_model(self, path: str, engine: str | None = None,
+                           bundled: bool = False) -> bool:
+        """Load `path` for this and later chats; `bundled`: the model that ships inside
+        llmdeck, unpacked first (about 250 MB; OSError with the sentence when the disk
+        cannot take it, the current model staying)."""
+        if bundled:
+            from core.bundled import bundled_chat_target, provision_bundled_chat
+
+            try:
+                path = str(await asyncio.to_thread(provision_bundled_chat))
+            except OSError as exc:
+                folder = bundled_chat_target().parent
+                raise OSError(f"Could not unpack the bundled model (about 250 MB) into {folder} "
+                              f"({exc.strerror or exc}); free some space and pick it "
+                              "again.") from exc
         return await self.models.switch(path, engine)
+
+    async def spec_for(self, path: str, engine: str | None = None, context_size: int | None = None,
+                       bundled: bool = False) -> ModelSpec:
+        """A picked local model as the pool would load it (compare's second model): the
+        bundled one unpacked first, the engine chosen from the artifact when not given
+        (WorkerLoadError with its sentence when nothing can serve it)."""
+        from core.runtime.compare import spec_for
+
+        return await spec_for(path, engine, context_size or self.settings.context_size,
+                              bundled=bundled)
 
     def model_ref(self) -> str | None:
         """What a conversation remembers of the active model (core.model_refs)."""
@@ -217,13 +241,6 @@ class Runtime:
         """(model, engine) to load for a conversation's remembered model, or None when it is
         no longer here (models.find)."""
         return await self.models.find(ref)
-
-    async def local_models(self) -> list[LocalModel]:
-        """The models on this machine (the hub's registry, read in a thread): the model
-        picker lists them from here, so a client reads no model folder itself."""
-        from core.hub import list_local_models
-
-        return await asyncio.to_thread(list_local_models)
 
     # -- the store (core.runtime.store_thread owns it) ------------------------------------
     def open_store_soon(self) -> None:

@@ -29,6 +29,7 @@ MAX_NAME_CHARS = 4096  # titles, model references, tool and server names, hosts
 MAX_PAGE = 10_000  # a page of conversations, messages or hits
 MAX_LIST = 10_000  # message ids for branch positions
 MAX_PATHS = 256  # files attached at once
+MAX_CONTEXT = 1 << 24  # tokens: above any model's context (the settings' rule is tighter)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 Check = Callable[[str, Any], Any]  # raises ArgError; a value returned replaces the argument
@@ -256,7 +257,20 @@ CALLS: dict[str, dict[str, Arg]] = {
     "ensure_model": {},
     "reload_model": {},
     "switch_model": {"path": _req(text(MAX_NAME_CHARS, empty=False)),
-                     "engine": _opt(text(64), nullable=True)},
+                     "engine": _opt(text(64), nullable=True), "bundled": _opt(one_of(True, False))},
+    "spec_for": {"path": _req(text(MAX_NAME_CHARS, empty=False)),
+                 "engine": _opt(text(64), nullable=True),
+                 "context_size": _opt(whole(1, MAX_CONTEXT), nullable=True),
+                 "bundled": _opt(one_of(True, False))},
+    "apply_preset": {"model": _opt(text(MAX_NAME_CHARS), nullable=True),
+                     "label": _opt(text(MAX_NAME_CHARS), nullable=True)},
+    "save_preset": {},
+    # the model hub
+    "hub_search": {"query": _req(text(MAX_NAME_CHARS)), "fmt": _opt(one_of("all", "gguf", "mlx")),
+                   "sort": _opt(one_of("downloads", "likes", "recent"))},
+    "hub_files": {"repo_id": _req(text(MAX_NAME_CHARS, empty=False))},
+    "recommended_models": {"context_size": _opt(whole(1, MAX_CONTEXT), nullable=True)},
+    "delete_local_model": {"model_id": _req(text(MAX_NAME_CHARS, empty=False))},
     "find_model": {"ref": _req(text(MAX_NAME_CHARS, empty=False))},
     "local_models": {},
     "model_ref": {},

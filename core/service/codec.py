@@ -5,7 +5,8 @@ A value crossing the socket is plain JSON, or a dataclass written as
 names the protocol owns, each pointing at a public name of a core package face) and
 builds the class from exactly its fields; an unknown tag or field is refused, so a
 client can never make the service build anything else (this is why it is not pickle).
-Tuples and paths keep their type ({"$tuple": [...]}, {"$path": "..."}), and a plain dict
+Tuples, paths and times keep their type ({"$tuple": [...]}, {"$path": "..."},
+{"$datetime": "<ISO 8601>"}), and a plain dict
 whose keys start with "$" (a model's tool arguments could) is wrapped ({"$dict": {...}})
 so it can never pass for a tag.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from datetime import datetime
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -38,6 +40,12 @@ TYPES: dict[str, tuple[tuple[str, ...], str]] = {
     "SearchHit": (("core.wire.store", "core.store"), "SearchHit"),
     "WorkerStatus": (("core.wire.workers", "core.workers"), "WorkerStatus"),
     "LocalModel": (("core.wire.hub", "core.hub"), "LocalModel"),
+    "SearchResult": (("core.wire.hub",), "SearchResult"),
+    "Runnable": (("core.wire.hub",), "Runnable"),
+    "RepoListing": (("core.wire.hub",), "RepoListing"),
+    "RepoFileInfo": (("core.wire.hub",), "RepoFileInfo"),
+    "Recommendation": (("core.wire.hub",), "Recommendation"),
+    "Fit": (("core.wire.hub",), "Fit"),
     "ModelState": (("core.runtime",), "ModelState"),
     "SandboxInfo": (("core.runtime",), "SandboxInfo"),
     "LiveTurnInfo": (("core.runtime",), "LiveTurnInfo"),
@@ -123,6 +131,8 @@ def encode(value: Any, depth: int = 0) -> Any:
         return {"$dict": out} if any(k.startswith("$") for k in out) else out
     if isinstance(value, PurePath):
         return {"$path": str(value)}
+    if isinstance(value, datetime):  # a search row's last change
+        return {"$datetime": value.isoformat()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         tag = _tag_of(type(value))
         out = {"$type": tag}
@@ -158,6 +168,11 @@ def decode(data: Any, depth: int = 0) -> Any:
             return tuple(decode(v, depth + 1) for v in inner)
         if key == "$path" and isinstance(inner, str):
             return Path(inner)
+        if key == "$datetime" and isinstance(inner, str):
+            try:
+                return datetime.fromisoformat(inner)
+            except ValueError:
+                raise CodecError(f"{inner[:40]!r} is not a date and time") from None
         if key == "$dict" and isinstance(inner, dict):
             return {k: decode(v, depth + 1) for k, v in inner.items()}
     if any(k.startswith("$") for k in data):

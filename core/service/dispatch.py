@@ -40,6 +40,13 @@ RUNTIME_CALLS: dict[str, bool] = {
     "switch_model": True,
     "find_model": True,
     "local_models": True,
+    "spec_for": True,
+    "apply_preset": True,
+    "save_preset": True,
+    "hub_search": True,
+    "hub_files": True,
+    "recommended_models": True,
+    "delete_local_model": True,
     "attachments": True,
     "detach": True,
     "images": True,
@@ -249,11 +256,13 @@ async def _save_settings(ctx: CallContext, args: dict[str, Any]) -> Any:
 async def _mirror(ctx: CallContext, args: dict[str, Any]) -> Any:
     """What a client answers its synchronous face calls from (tui.service_runtime keeps
     it): the worker table, the sandbox, the MCP servers' prompts and resources, the
-    active model's reference. Face calls only, one round trip."""
+    active model's reference, the clusters (their state files, read in a thread). Face
+    calls only, one round trip."""
     rt = ctx.runtime
     return {"workers": rt.worker_status(), "sandbox": rt.sandbox_info(),
             "mcp_prompt_commands": rt.mcp_prompt_commands(), "mcp_resources": rt.mcp_resources(),
             "model_ref": rt.model_ref(), "remote": rt.model_is_remote(),
+            "clusters": await asyncio.to_thread(rt.cluster_report),
             "service": ctx.service.status()}
 
 

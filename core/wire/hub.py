@@ -8,6 +8,7 @@ re-exports every name here from its face.
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -15,6 +16,13 @@ from typing import Literal
 
 from core.model_files.names import gguf_shard, is_gguf, is_mmproj
 from core.wire.text import visible
+
+# What mlx-lm reads from a model directory; everything else (README, images, .bin) stays.
+MLX_PATTERNS = ("config.json", "*.safetensors", "model.safetensors.index.json",
+                "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
+                "special_tokens_map.json", "generation_config.json", "chat_template.jinja",
+                "chat_template.json", "vocab.json", "merges.txt", "added_tokens.json",
+                "preprocessor_config.json", "processor_config.json")
 
 State = Literal["queued", "downloading", "verifying", "done", "error", "cancelled"]
 
@@ -252,3 +260,46 @@ class Fit:
     needed_bytes: int
     total_bytes: int
     budget_bytes: int = 0  # the pool's memory budget the verdict was judged against
+
+
+def plan_download(listing: RepoListing, filename: str | None = None,
+                  include_mmproj: bool = True) -> DownloadPlan:
+    """The files one model needs; a GGUF pick brings its shards and its mmproj."""
+    def planned(f: RepoFileInfo) -> PlannedFile:
+        if f.unsafe:
+            raise HubError("UNSAFE", f"{listing.repo_id} offers a file named "
+                           f"{visible(f.path)!r}, which {f.unsafe}; llmdeck will not write it. "
+                           "Check HF_ENDPOINT (a mirror or proxy may be hostile).")
+        return PlannedFile(f.path, f.size, f.sha256, f.blob_id)
+
+    if listing.format == "mlx":
+        chosen = [f for f in listing.files
+                  if any(fnmatch.fnmatch(f.path, p) for p in MLX_PATTERNS) and "/" not in f.path]
+        return DownloadPlan(listing.repo_id, listing.revision, "mlx", "",
+                            tuple(planned(f) for f in chosen), listing.ref)
+    if listing.format == "gguf":
+        models = listing.model_files
+        if filename is None:
+            if len(models) != 1:
+                names = ", ".join(f.path for f in models)
+                raise HubError("BAD_REQUEST", f"{listing.repo_id} has {len(models)} GGUF files; "
+                               f"name the one you want: {names}")
+            filename = models[0].path
+        target = listing.file(filename)
+        if is_mmproj(target.path):
+            raise HubError("BAD_REQUEST", f"{filename} is a vision projector; pick the model "
+                           "file and its projector comes with it.")
+        if not is_gguf(target.path):
+            raise HubError("BAD_REQUEST", f"{filename} is not a GGUF model file.")
+        chosen = [target]
+        if shard := gguf_shard(target.path):
+            prefix = target.path[: -len("-00001-of-00003.gguf")]
+            chosen = [f for f in listing.files
+                      if f.path.startswith(prefix) and gguf_shard(f.path)
+                      and gguf_shard(f.path)[1] == shard[1]]  # type: ignore[index]
+        if include_mmproj and target.mmproj:
+            chosen.append(listing.file(target.mmproj))
+        return DownloadPlan(listing.repo_id, listing.revision, "gguf", target.path,
+                            tuple(planned(f) for f in chosen), listing.ref)
+    raise HubError("BAD_REQUEST", f"{listing.repo_id} has neither GGUF files nor an MLX model "
+                   "(config.json + safetensors); llmdeck cannot run it.")

@@ -63,6 +63,7 @@ def _baselines(cid: str, mid: str) -> dict[str, dict[str, Any]]:
               "code": "print(1)", "name": "python", "command": "/none.x", "argument": "",
               "server": "none", "uri": "notes://x", "decision": "deny", "side": 0,
               "topic": "status", "label": "other", "call": 999_999, "repo": "none/none", "job": "0",
+              "repo_id": "none/none", "model_id": "none",  # the hub's (offline in tests)
               "other": {"$type": "ModelSpec", "path": "/nonexistent/other.gguf",
                         "engine": "llamacpp"},
               "settings": None}

@@ -26,6 +26,7 @@ NOT_FORWARDED = {
     "open_store_soon", "take_first_page", "start", "close", "store_notice",
     "store_recovering", "apply_settings", "save_settings", "model_state", "listen_model",
     "engine_line", "live_turns", "watch_turn", "cancel_turn", "mcp_start_soon",
+    "cluster_report",  # the mirror carries it (core.service.dispatch._mirror), as engine_line
 }
 
 
@@ -71,7 +72,7 @@ def _door_args(name: str) -> dict[str, Any]:
               "path": "/nonexistent/model.gguf", "ref": "nothing", "alias": "nothing",
               "text": "hi", "paths": ["/x"], "code": "print(1)", "name": "python",
               "command": "/none.x", "argument": "", "server": "none", "uri": "notes://x",
-              "folder": "/nonexistent"}
+              "folder": "/nonexistent", "repo_id": "none/none", "model_id": "none"}
     return {f: values[f] for f, a in call_args.CALLS.get(name, {}).items() if a.required}
 
 
@@ -167,13 +168,15 @@ def test_every_dataclass_a_face_method_returns_has_a_tag() -> None:
     from core.runtime.face import RuntimeFace
     from core.tools.fenced import BlockRun
     from core.vision import AttachedImage
-    from core.wire.hub import LocalModel
+    from core.wire.hub import Fit, LocalModel, Recommendation, RepoListing, SearchResult
 
     names = {"CompareRefused": CompareRefused, "Comparison": Comparison,
              "Attachment": Attachment, "DocError": DocError,
              "MentionResolution": MentionResolution, "Event": Event,
              "AttachResult": AttachResult, "ChatContext": ChatContext, "BlockRun": BlockRun,
-             "AttachedImage": AttachedImage, "LocalModel": LocalModel}
+             "AttachedImage": AttachedImage, "LocalModel": LocalModel, "Fit": Fit,
+             "Recommendation": Recommendation, "RepoListing": RepoListing,
+             "SearchResult": SearchResult}
     import core.runtime.face as face
 
     found: set[type] = set()

@@ -31,7 +31,6 @@ from tests.fixtures.thinking_models import (
     build_thinking_model_dir,
 )
 from tests.fixtures.tools import gguf_with_template
-from tui import model_presets
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -95,7 +94,7 @@ async def test_a_preset_with_thinking_off_reaches_the_chat_template(engine: MlxE
         assert before.request.thinking is None
         assert EMPTY_THINK not in engine.render_text(before.request)
 
-        applied = await model_presets.apply_current(rt)  # what a new chat with it does
+        applied = await rt.apply_preset()  # what a new chat with it does
         assert applied is not None and rt.settings.thinking is False
         turn = await rt.start_turn(None, "Hi")
         assert turn.request.thinking is False

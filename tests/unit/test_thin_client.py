@@ -17,9 +17,10 @@ inside functions, under TYPE_CHECKING alike) must name one of:
 - core.commands  only from tui/cli.py, the entry: its table reaches the subcommands
                  (doctor, models, cluster, workers, mcp) and the home lock by importlib
 
-What the UI still imports beyond that is listed in DEBT, file by file with the reason; the
-test fails on a new import outside the set and on a DEBT entry no longer needed, so the
-list only shrinks. core.wire itself must stay low: its modules import the standard library
+What the UI still imports beyond that would be listed in DEBT, file by file with the
+reason; the list is empty now (the presets, the bundled model, the hub's calls and the
+clusters' state are runtime face calls the service answers), and the test fails on a new
+import outside the set and on a DEBT entry no longer needed. core.wire itself must stay low: its modules import the standard library
 and core.wire, core.events, core.attach_errors, core.model_files.names and core.model_ids
 (leaves: naming rules), nothing else.
 """
@@ -36,24 +37,12 @@ ENTRY_ONLY = {"core.commands": "tui/cli.py"}
 
 # file -> {module: why it is still there}. Work the client still does itself; each moves
 # behind the runtime face (a face call the service answers), then leaves this list.
-DEBT: dict[str, dict[str, str]] = {
-    "tui/app.py": {
-        "core.bundled": "the client unpacks the bundled model before switch_model; the "
-                        "runtime should do it when asked to load the bundled model",
-    },
-    "tui/model_presets.py": {
-        "core.presets": "the client reads and writes the per-model presets file; presets "
-                        "belong behind the face, as save_settings is",
-    },
-    "tui/screens/hub.py": {
-        "core.hub": "search, listing, delete, the recommended list's fit and the "
-                    "in-process download queue run in the client",
-    },
-    "tui/widgets/worker_pane.py": {
-        "core.cluster": "F4 reads the clusters' state files itself; the runtime face "
-                        "should report them with the workers",
-    },
-}
+DEBT: dict[str, dict[str, str]] = {}  # empty since the last four moved (issue 47, item 4)
+# The packages that do the work: importing every tui module loads none of them.
+WORKING = ("core.hub", "core.presets", "core.bundled", "core.cluster", "core.workers",
+           "core.tools", "core.store", "core.docs", "core.memory", "core.vision",
+           "core.engines.select", "core.runtime.face", "core.runtime.models",
+           "core.runtime.compare", "core.runtime.turns", "core.model_catalog")
 
 WIRE_MAY_IMPORT = ("core.wire", "core.events", "core.attach_errors", "core.model_files.names",
                    "core.model_ids")
@@ -208,3 +197,58 @@ def test_every_listed_error_names_the_module_that_defines_it() -> None:
         if cls.__module__ != module:
             wrong.append(f"{tag}: {target} is defined in {cls.__module__}")
     assert wrong == []
+
+
+def test_importing_the_whole_client_loads_no_working_package() -> None:
+    """What the imports above promise, checked where it counts: a fresh interpreter that
+    imports every module under tui/ has loaded none of the packages that do the work (a
+    face name such as core.runtime's Turn, imported at run time, loads the pool)."""
+    import subprocess
+
+    code = ("import importlib, pkgutil, sys, tui\n"
+            "for m in pkgutil.walk_packages(tui.__path__, 'tui.'):\n"
+            "    importlib.import_module(m.name)\n"
+            f"print(sorted(n for n in sys.modules if n.startswith({WORKING!r})))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_client_asks_the_service_for_the_work_it_did_itself() -> None:
+    """The calls that replaced the client's own work are face calls the service answers,
+    each with a schema at its door (the compare screen's spec_for among them)."""
+    from core.runtime import RuntimeFace
+    from core.service import call_args
+    from core.service.dispatch import RUNTIME_CALLS
+
+    for name in ("spec_for", "apply_preset", "save_preset", "hub_search", "hub_files",
+                 "recommended_models", "delete_local_model", "local_models"):
+        assert RUNTIME_CALLS[name] is True and name in call_args.CALLS, name
+        assert hasattr(RuntimeFace, name), name
+    assert "bundled" in call_args.CALLS["switch_model"]
+
+
+def test_the_hubs_answers_cross_the_socket_whole() -> None:
+    """Search rows (their time of last change a datetime), a repo's listing and the
+    recommended list with its fits come back as the same wire types."""
+    from datetime import UTC, datetime
+
+    from core.service import codec
+    from core.wire.hub import (
+        Fit,
+        Recommendation,
+        RepoFileInfo,
+        RepoListing,
+        Runnable,
+        SearchResult,
+    )
+
+    row = SearchResult("o/r", "gguf", 3, 1, datetime(2026, 1, 2, 3, 4, tzinfo=UTC), 10, "Q4_K_M",
+                       "llama", "mit", False, "chat", Runnable(True, "llamacpp", 1, 2, "fits"))
+    listing = RepoListing("o/r", "a" * 40, "gguf", False, None, None,
+                          (RepoFileInfo("m.gguf", 5, None, "Q4_K_M", "chat", None),))
+    recs = ([Recommendation("M", "f", "chat", "mit", "gguf", "o/r", "m.gguf", 5, 1)],
+            [Fit("ok", 6, 100, 80)])
+    for value in (row, listing, recs):
+        assert codec.decode(codec.encode(value)) == value

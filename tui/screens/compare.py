@@ -23,13 +23,13 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from core.events import Done, Error, ReasoningDelta, TextDelta, Usage
-from core.runtime import LEFT, RIGHT, CompareRefused, Comparison, spec_for
+from core.wire.compare import LEFT, RIGHT, CompareRefused
 from tui.screens.model_picker import ModelChoice
 from tui.terminal_text import visible
 from tui.widgets.message_view import MessageView
 
 if TYPE_CHECKING:
-    from core.runtime import ModelSpec
+    from core.runtime import Comparison, ModelSpec
 
 KEEP_HINT = "1 keeps the left reply · 2 keeps the right · esc closes (the left stays the reply)"
 
@@ -98,8 +98,8 @@ class CompareScreen(Screen[CompareOutcome]):
         other = self.other
         try:
             if isinstance(other, ModelChoice):
-                other = await spec_for(other.path, other.engine, runtime.settings.context_size,
-                                       bundled=other.bundled)
+                other = await runtime.spec_for(other.path, other.engine,  # the service's
+                                               runtime.settings.context_size, other.bundled)
             result = await runtime.compare(self.conversation_id, self.text, other, self.label)
         except Exception as exc:  # a full disk while unpacking, a store failure: say so
             why = getattr(exc, "message", None) or str(exc)  # WorkerLoadError has a sentence

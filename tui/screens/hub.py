@@ -4,16 +4,14 @@ load a local model.
 It opens on the recommended list (data in the package, so it shows offline): one key
 downloads the model under the cursor and loads it when the download is done.
 
-Every Hub and disk call in core.hub blocks, so each runs in a thread (asyncio.to_thread
-inside a Textual worker) and downloads run in DownloadJob threads behind one
-DownloadQueue; the screen only receives results and progress values. The screen is
-installed on the app (see `open_hub`), so closing it keeps downloads going and reopening
-it shows them.
+The searching, listing, fitting and deleting are the service's (runtime face calls, each
+answered in a thread there) and so are the downloads (tui.hub_service_queue follows its
+jobs): the screen only receives results and progress values. The screen is installed on
+the app (see `open_hub`), so closing it keeps its rows and reopening it shows them.
 """
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -27,20 +25,9 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
-from core.hub import (
-    DownloadJob,
-    DownloadQueue,
-    delete_model,
-    ensure_bundled,
-    fit,
-    list_files,
-    list_local_models,
-    load_recommended,
-    plan_download,
-    search_models,
-)
-from core.wire.hub import DownloadProgress, HubError, LocalModel, Recommendation
+from core.wire.hub import DownloadProgress, HubError, LocalModel, Recommendation, plan_download
 from core.wire.workers import WorkerStatus
+from tui.hub_service_queue import ServiceDownloadQueue, ServiceJob
 from tui.terminal_text import visible
 from tui.widgets import hub_format as fmt
 from tui.widgets.hub_confirm import ConfirmDialog
@@ -87,7 +74,7 @@ class HubScreen(Screen):
 
     def __init__(self, *, search_on_open: bool = True) -> None:
         super().__init__(id="hub-screen")
-        self.queue: Any = None  # DownloadQueue, or the service's (tui.hub_service_queue)
+        self.queue: ServiceDownloadQueue | None = None  # the service's jobs
         self.query_text = ""
         self._search_on_open = search_on_open  # search when the search tab first shows
         self._searched = False
@@ -119,14 +106,12 @@ class HubScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        client = getattr(getattr(self.app, "runtime", None), "service_client", None)
-        if callable(client):  # the service's jobs: they outlive this terminal (issue 45)
-            from tui.hub_service_queue import ServiceDownloadQueue
-
-            self.queue = ServiceDownloadQueue(client, on_update=self._on_download_update)
-            self.queue.start()
-        else:
-            self.queue = DownloadQueue(on_update=self._on_download_update)
+        # The service's jobs: they outlive this terminal (issue 45). The client's own
+        # member (as tui.app reads `local`): the connection follows a reconnect.
+        service = self.runtime
+        self.queue = ServiceDownloadQueue(service.service_client,
+                                          on_update=self._on_download_update)
+        self.queue.start()
         self._show_filters()
         self.query_one(RecommendedTable).focus()
         self.refresh_recommended()
@@ -134,6 +119,11 @@ class HubScreen(Screen):
         self.set_interval(LOADED_REFRESH_S, self._refresh_loaded)
 
     # -- small helpers -----------------------------------------------------------------------
+    @property
+    def runtime(self) -> Any:
+        """The app's runtime face (the service's client)."""
+        return self.app.runtime  # type: ignore[attr-defined]
+
     def _status(self, selector: str, text: str, error: bool = False) -> None:
         """A status line: plain text (it quotes what was typed, file names, the Hub's words:
         read as markup, a search for "[/]" raised MarkupError), control characters shown."""
@@ -160,15 +150,10 @@ class HubScreen(Screen):
     @work(exclusive=True, group="hub-recommended")
     async def refresh_recommended(self) -> None:
         """The list, each row's fit at the configured context, and which are on disk."""
-        runtime = getattr(self.app, "runtime", None)
-        context = runtime.settings.context_size if runtime is not None else 4096
-
-        def gather() -> tuple[list[Recommendation], list, set[str]]:
-            recs = load_recommended()
-            return recs, [fit(r, context) for r in recs], {m.id for m in list_local_models()}
-
+        context = self.runtime.settings.context_size
         try:
-            recs, fits, on_disk = await asyncio.to_thread(gather)
+            recs, fits = await self.runtime.recommended_models(context)
+            on_disk = {m.id for m in await self.runtime.local_models()}
         except HubError as err:
             self._show_error("#hub-rec-status", err)
             return
@@ -200,7 +185,7 @@ class HubScreen(Screen):
     async def get_recommended(self, rec: Recommendation) -> None:
         """Load it when it is on disk; else queue its download and load it when done."""
         try:
-            local = await asyncio.to_thread(list_local_models)
+            local = await self.runtime.local_models()
         except OSError as exc:
             self._status("#hub-rec-status", f"Cannot read the models folders: {exc}", True)
             return
@@ -210,7 +195,7 @@ class HubScreen(Screen):
             return
         self._status("#hub-rec-status", f"Listing {rec.repo}…")
         try:
-            listing = await asyncio.to_thread(list_files, rec.repo)
+            listing = await self.runtime.hub_files(rec.repo)
             plan = plan_download(listing, rec.file)
         except HubError as err:
             self._show_error("#hub-rec-status", err)
@@ -225,7 +210,7 @@ class HubScreen(Screen):
 
     @work(group="hub-load-after")
     async def load_downloaded(self, ident: str) -> None:
-        models = await asyncio.to_thread(list_local_models)
+        models = await self.runtime.local_models()
         model = next((m for m in models if m.id == ident), None)
         if model is None:
             self._status("#hub-rec-status", f"{ident} downloaded but is not listed; see the "
@@ -246,8 +231,8 @@ class HubScreen(Screen):
         self._status("#hub-search-status", f"Searching {what} ({self.search_format}, by "
                      f"{self.search_sort})…")
         try:
-            results = await asyncio.to_thread(search_models, self.query_text,
-                                              self.search_format, self.search_sort)
+            results = await self.runtime.hub_search(self.query_text, self.search_format,
+                                                    self.search_sort)
         except HubError as err:
             self.query_one(ResultsTable).show([])
             self.query_one("#hub-detail", Static).update("")
@@ -278,7 +263,7 @@ class HubScreen(Screen):
         files = self.query_one(FilesTable)
         self._status("#hub-files-status", f"Listing {repo_id}…")
         try:
-            listing = await asyncio.to_thread(list_files, repo_id)
+            listing = await self.runtime.hub_files(repo_id)
         except HubError as err:
             files.show_empty()
             self._show_error("#hub-files-status", err)
@@ -313,7 +298,7 @@ class HubScreen(Screen):
                      "c cancels")
         self.refresh_bindings()
 
-    def _on_download_update(self, job: DownloadJob, progress: DownloadProgress) -> None:
+    def _on_download_update(self, job: ServiceJob, progress: DownloadProgress) -> None:
         before = self.query_one(DownloadsPanel).rows.get(job)
         old_state = before.progress.state if before is not None else None
         self.query_one(DownloadsPanel).show_progress(
@@ -329,10 +314,21 @@ class HubScreen(Screen):
                 self._load_when_done.discard(ident)
                 self.load_downloaded(ident)
             else:
-                unverified = " (unverified: the Hub gave no hash)" if progress.unverified else ""
-                self.notify(visible(f"{job.plan.primary or job.plan.repo_id} is ready{unverified}; "
-                                    "on the Local models tab (ctrl+t) l loads it."),
-                            title="Download finished", markup=False)
+                self.tell_ready(ident, job.plan.primary or job.plan.repo_id,
+                                bool(progress.unverified))
+
+    @work(group="hub-ready")
+    async def tell_ready(self, ident: str, fallback: str, unverified: bool) -> None:
+        """"Download finished", naming the model by its one id (issue 45, item 2: the
+        header, F4, the picker and the API's), not by its file."""
+        try:
+            found = next((m for m in await self.runtime.local_models() if m.id == ident), None)
+        except OSError:
+            found = None
+        name = (found.model_id or found.name) if found is not None else fallback
+        note = " (unverified: the Hub gave no hash)" if unverified else ""
+        self.notify(visible(f"{name} is ready{note}; on the Local models tab (ctrl+t) l loads "
+                            "it."), title="Download finished", markup=False)
 
     def action_cancel_download(self) -> None:
         assert self.queue is not None
@@ -340,7 +336,7 @@ class HubScreen(Screen):
         if job is not None:
             self.queue.cancel(job)
 
-    def _cancellable(self) -> DownloadJob | None:
+    def _cancellable(self) -> ServiceJob | None:
         if self.queue is None:
             return None
         if (active := self.queue.active) is not None:
@@ -355,7 +351,7 @@ class HubScreen(Screen):
     @work(exclusive=True, group="hub-local")
     async def refresh_local(self, select: str | None = None) -> None:
         try:
-            models = await asyncio.to_thread(list_local_models)
+            models = await self.runtime.local_models()
         except OSError as exc:
             self._status("#hub-local-status", f"Cannot read the models folders: {exc}", True)
             return
@@ -445,13 +441,11 @@ class HubScreen(Screen):
             self._status("#hub-local-status", f"{model.name} cannot be loaded: {model.problem}. "
                          "Delete it and download it again.", error=True)
             return
-        path = model.path
-        if model.source == "bundled":
-            path = await asyncio.to_thread(ensure_bundled)
-        runtime = self.app.runtime  # type: ignore[attr-defined]
-        # The app owns the load, so closing this screen does not cancel it.
-        self.app.run_worker(runtime.switch_model(str(path)), name="switch-model",
-                            group="model-switch", exclusive=True)
+        # The app owns the load, so closing this screen does not cancel it; the service
+        # unpacks the bundled model first.
+        switch = (self.runtime.switch_model(str(model.path), bundled=True)
+                  if model.source == "bundled" else self.runtime.switch_model(str(model.path)))
+        self.app.run_worker(switch, name="switch-model", group="model-switch", exclusive=True)
         self.notify(visible(f"Loading {model.name}…"), title="Model", markup=False)
         self.action_close()
 
@@ -476,7 +470,7 @@ class HubScreen(Screen):
     @work(group="hub-delete")
     async def remove_model(self, model: LocalModel) -> None:
         try:
-            freed = await asyncio.to_thread(delete_model, model, confirm=True)
+            freed = await self.runtime.delete_local_model(model.id)
         except HubError as err:
             self._show_error("#hub-local-status", err)
             return
@@ -549,7 +543,7 @@ class HubScreen(Screen):
         if self.app.screen is self:
             self.app.pop_screen()
 
-    def _stalled(self) -> DownloadJob | None:
+    def _stalled(self) -> ServiceJob | None:
         job = self.queue.active if self.queue is not None else None
         row = self.query_one(DownloadsPanel).rows.get(job) if job is not None else None
         if row is not None and row.progress.stalled_s is not None and not row.progress.finished:

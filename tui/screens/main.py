@@ -26,7 +26,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TextArea
 
 from core.events import ToolCall
-from core.runtime import ModelState, Turn, context_use
+from core.runtime import ModelState, context_use
 from core.wire.store import StoreError
 from tui import mcp_commands, slash
 from tui.dropped_paths import dropped_image_paths
@@ -122,8 +122,9 @@ class MainScreen(Screen):
             with Vertical(id="chat-column"):
                 # The service's client, connecting: blank until it knows what opens
                 yield ChatView(id="chat", hint=self.settled)
-                pane = WorkerPane(self.app.runtime.worker_status, self.app.runtime.engine_line,
-                                  id="worker-pane")  # type: ignore[attr-defined]
+                runtime = self.app.runtime  # type: ignore[attr-defined]
+                pane = WorkerPane(runtime.worker_status, runtime.engine_line,
+                                  runtime.cluster_report, id="worker-pane")
                 pane.display = False
                 yield pane
                 yield Static("", id="slash-hint")
@@ -239,11 +240,9 @@ class MainScreen(Screen):
         await self._start_from_preset()
 
     async def _start_from_preset(self) -> None:
-        """A new chat starts from the model's own preset (tui.model_presets, issue 31)."""
-        from tui import model_presets
-
+        """A new chat starts from the model's own preset (the service's, issue 31)."""
         try:
-            applied = await model_presets.apply_current(self.runtime)
+            applied = await self.runtime.apply_preset()
         except OSError:
             return  # an unreadable config folder: the settings as they are
         if applied is not None and applied[1] and not self.busy:  # its context size

@@ -165,7 +165,7 @@ class SettingsScreen(ModalScreen[bool]):
         self.action_save_preset()
 
     def action_save_preset(self) -> None:
-        """Save, and file these settings as the current model's preset (tui.model_presets)."""
+        """Save, and file these settings as the current model's preset (the service's)."""
         self.action_save(as_preset=True)
 
     @on(Button.Pressed, "#cancel")
@@ -233,10 +233,8 @@ class SettingsScreen(ModalScreen[bool]):
         if kept is not None:
             note += " " + kept_notice(kept)
         if self.as_preset:  # a new chat with this model starts from them
-            from tui import model_presets
-
             try:
-                key, where = await model_presets.save_current(runtime)
+                key, where = await runtime.save_preset()
                 note += f" Saved as the preset of {key} ({where})."
             except OSError as exc:
                 note += f" The preset was not saved: {exc.strerror or exc}."

@@ -128,15 +128,10 @@ def idle_cells(w: WorkerStatus, now: float) -> tuple[str, str]:
     return _ago(max(0.0, now - w.last_used)), unloads
 
 
-def cluster_lines() -> list[Text]:
+def cluster_lines(report: str | None) -> list[Text]:
     """Each cluster not down (issue 35): host, rank, state, pid and endpoint per rank, as
-    `llmdeck workers` prints them (core.cluster; outside text already made visible)."""
-    from core.cluster import clusters_report
-
-    try:
-        report = clusters_report()
-    except OSError:
-        return []
+    `llmdeck workers` prints them (the service reads their state files; it made the
+    outside text visible already)."""
     return [Text(""), Text(report)] if report else []
 
 
@@ -145,10 +140,12 @@ class WorkerPane(Static):
     worker's share of the cores), last use, when it unloads and restarts per worker."""
 
     def __init__(self, read: Callable[[], list[WorkerStatus]],
-                 engine: Callable[[], str | None] = lambda: None, **kwargs) -> None:
+                 engine: Callable[[], str | None] = lambda: None,
+                 clusters: Callable[[], str | None] = lambda: None, **kwargs) -> None:
         super().__init__("", **kwargs)
         self._read = read
         self._engine = engine  # the service's line when the app is its client
+        self._clusters = clusters  # the service's clusters, as last mirrored
         self._timer: Timer | None = None
 
     def on_mount(self) -> None:
@@ -164,7 +161,7 @@ class WorkerPane(Static):
             return
         engine = self._engine()
         head = [Text(engine, style="dim"), Text("")] if engine else []
-        self.update(Group(*head, status_table(rows), *cluster_lines()))
+        self.update(Group(*head, status_table(rows), *cluster_lines(self._clusters())))
 
     def toggle(self) -> bool:
         """Show or hide the pane; the timer runs only while it is shown."""
