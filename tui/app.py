@@ -106,11 +106,11 @@ class LlmdeckApp(App):
         self.main = MainScreen()
         self.push_screen(self.main)
         self.runtime.listen_model(self._on_model_state)
-        if isinstance(service := self.runtime, ServiceRuntime):  # the service's client
-            service.lost_listeners.append(self._on_service_lost)
-            service.live_listeners.append(self.main.on_live_reply)
-            service.notice_listeners.append(self._on_service_notice)
-            service.conversation_listeners.append(self._on_conversations_changed)
+        service = self.runtime  # the service's client: its own listeners
+        service.lost_listeners.append(self._on_service_lost)
+        service.live_listeners.append(self.main.on_live_reply)
+        service.notice_listeners.append(self._on_service_notice)
+        service.conversation_listeners.append(self._on_conversations_changed)
         self.run_worker(self.start_runtime(), name="runtime-start", exclusive=True)
 
     def _on_model_state(self, state: ModelState) -> None:
@@ -138,8 +138,7 @@ class LlmdeckApp(App):
         if notice or not self.main.history_listed:  # else on_mount listed the early read
             await self.main.refresh_sidebar()
         self.main.on_model_state(self.runtime.model_state())
-        if isinstance(self.runtime, ServiceRuntime):
-            await self._open_live_reply()
+        await self._open_live_reply()
         await self.main.opened_at_start()
         # Preload and warm up once the first frame (history listed) is on screen: starting
         # a worker process or importing in a thread competes with painting it.
@@ -148,9 +147,7 @@ class LlmdeckApp(App):
         await painted.wait()
         if self._preload:
             self.run_worker(self.runtime.ensure_model(), name="model-preload", exit_on_error=False)
-        client = isinstance(self.runtime, ServiceRuntime)
-        await asyncio.to_thread(warmup.warm_imports,
-                                warmup.CLIENT_MODULES if client else warmup.IN_PROCESS_MODULES)
+        await asyncio.to_thread(warmup.warm_imports, warmup.CLIENT_MODULES)
         gc_tuning.settle_after_start()
 
     async def _open_live_reply(self) -> None:
@@ -184,7 +181,6 @@ class LlmdeckApp(App):
 
     def _on_service_lost(self, sentence: str) -> None:
         service = self.runtime
-        assert isinstance(service, ServiceRuntime)  # only a client hears "lost"
         how = service.lost_how
         if how == "stopped":  # said with its key; nothing starts behind the person's back
             self.notify(service.stopped or sentence, title="Service", severity="warning",
@@ -200,8 +196,8 @@ class LlmdeckApp(App):
 
     def action_start_service(self) -> None:
         """F10: start the service that was stopped, and attach to it."""
-        service = self.runtime
-        if not isinstance(service, ServiceRuntime) or service.connected:
+        service = self.runtime  # the client's own member, as in _on_lost
+        if service.connected:
             return
         self.notify("Starting the llmdeck service…", title="Service", timeout=4)
         self.run_worker(self._reconnect(), name="service-reconnect", group="service",
@@ -212,7 +208,6 @@ class LlmdeckApp(App):
         the open conversation as the store has it (a reply the crash cut is stored as
         stopped with what arrived)."""
         service = self.runtime
-        assert isinstance(service, ServiceRuntime)
         try:
             await service.reconnect(start=start)
         except Exception as exc:  # noqa: BLE001 - said, and the app stays up to quit
@@ -221,11 +216,19 @@ class LlmdeckApp(App):
                                "try again.")
             self.notify(service.stopped, title="Service", severity="error", timeout=60)
             return
+        self._clear_service_notices()  # "stopped, press F10" is no longer true
         self.notify("Connected to the llmdeck service.", title="Service", timeout=4)
         self.main.on_model_state(self.runtime.model_state())
         await self.main.refresh_sidebar()
         if self.main.conversation_id is not None and not self.main.busy:
             await self.main.open_conversation(self.main.conversation_id)
+
+    def _clear_service_notices(self) -> None:
+        """Take down what was said about the service going (the stopped notice stays ten
+        minutes, and would still ask for F10 after it)."""
+        for notice in [n for n in self._notifications if n.title == "Service"]:
+            self._unnotify(notice, refresh=False)
+        self._refresh_notifications()
 
     _told_recovering = False
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 from collections.abc import Callable
 from pathlib import Path
@@ -163,8 +164,6 @@ class ServiceRuntime:
 
     async def _refresh_settings(self) -> None:
         """The service's settings, copied field by field into the object the UI holds."""
-        import dataclasses
-
         from core.service import ServiceCallError, ServiceUnavailable
 
         try:
@@ -368,11 +367,18 @@ class ServiceRuntime:
     def _on_lost(self, sentence: str) -> None:
         if self._closed:
             return
-        if self.lost_how == "stopped":  # a person stopped it: no new one behind their back
+        stopped = self.lost_how == "stopped"
+        if stopped:  # a person stopped it: no new one behind their back
             self.stopped = f"The llmdeck service was stopped. Press {START_KEY} to start it again."
         self._back.clear()
         if self._poll is not None:
             self._poll.cancel()
+        # The header follows the connection: no model is ready while there is no service
+        # (its next answer, on reconnect, says what is).
+        self.model = dataclasses.replace(self.model, state="stopped" if stopped else
+                                         "reconnecting", error=None)
+        for listener in list(self.listeners):
+            listener(self.model)
         for listener in list(self.lost_listeners):
             listener(sentence)
 

@@ -23,7 +23,8 @@ class ModelState:
     """What the UI shows about the active model."""
 
     label: str = "no model"  # a local model's one id (core.model_ids), else what names it
-    state: str = "idle"  # idle | provisioning | loading | ready | failed (a client: connecting)
+    state: str = "idle"  # idle | provisioning | loading | ready | failed (a client also:
+    # connecting; reconnecting or stopped while it has no service)
     error: str | None = None
     context_size: int = 0
     info: dict[str, Any] = field(default_factory=dict)

@@ -133,6 +133,33 @@ async def test_stop_is_said_with_a_key_and_restart_reconnects_many_times(
         await app.action_quit()
 
 
+async def test_the_header_follows_a_stop_and_f10_takes_the_stopped_notice_down(
+        llmdeck_home: Path) -> None:
+    """After `service stop` the header no longer shows the model as ready (it said ●
+    while nothing could answer), and after F10 the ten-minute "stopped, press F10"
+    notice is gone (it stayed, asking for F10 on a connected app)."""
+    from tui.widgets.status_bar import StatusBar
+
+    Settings(model="scripted", engine="scripted").save()  # what F10's service loads
+    svc.start(*svc.scripted_args(reply="Noted."), "--no-preload")
+    app = LlmdeckApp(ServiceRuntime(), preload=False)
+    runtime = app.runtime
+    async with app.run_test() as pilot:
+        await wait_until(pilot, lambda: app.main.history_listed and runtime.connected, 30)
+        await _reply(runtime, None, "load it")
+        bar = app.main.query_one(StatusBar)
+        await wait_until(pilot, lambda: bar.model_state == "ready", 10)
+        assert await asyncio.to_thread(service_control.main, ["stop"]) == 0
+        await wait_until(pilot, lambda: "was stopped" in _said(app), 10)
+        await wait_until(pilot, lambda: bar.model_state == "stopped", 5)
+        assert "●" not in str(bar.render()) and "service stopped" in str(bar.render())
+        await pilot.press("f10")
+        await wait_until(pilot, lambda: runtime.connected, 60)
+        await wait_until(pilot, lambda: bar.model_state != "stopped", 10)
+        assert "was stopped" not in _said(app) and "Connected" in _said(app)
+        await app.action_quit()
+
+
 @pytest.mark.slow
 async def test_a_start_waits_for_a_dying_service_instead_of_failing(llmdeck_home: Path) -> None:
     """A client that starts a service the moment the last one said it is stopping (the

@@ -31,8 +31,10 @@ class StatusBar(Static):
 
     def render(self) -> Content:
         state = {"ready": "●", "loading": "◌ loading", "provisioning": "◌ preparing",
-                 "failed": "✖ failed", "idle": "○", "connecting": ""}.get(self.model_state,
-                                                                       self.model_state)
+                 "failed": "✖ failed", "idle": "○", "connecting": "",
+                 # the service's client without a service (tui.service_runtime)
+                 "stopped": "■ service stopped (F10 starts it)",
+                 "reconnecting": "◌ reconnecting"}.get(self.model_state, self.model_state)
         ctx = (f"{human_tokens(self.context_used)} / {human_tokens(self.context_size)}"
                if self.context_size and not self.opening else "")
         label = f"{self.model_label} · base model" if self.base_model else self.model_label
