@@ -232,7 +232,9 @@ class ModelLifecycle:
                 self.key = self._key_for(spec)
                 self.backend = PoolBackend(self.pool, self.key)
             if spec.engine == "scripted" and self.spec_override is not None:
-                self.state.label = spec.option("label", "scripted")
+                # One id everywhere (issue 45): `--engine scripted` is the model that
+                # `model = "scripted"` in the config names, `scripted:latest` both ways.
+                self.state.label = spec.option("label", model_ids.base_id(Path(spec.path).name))
             self.state.state = "loading"
             self.state.error = None
             self.notify()

@@ -96,3 +96,23 @@ def test_an_id_listed_right_after_start_stays_servable(
     for name in (*early, ID, bundled.BUNDLED_CHAT_LABEL):  # the old display name still reaches it
         assert [_chat(server, name) for _ in range(2)] == [200, 200], name
     assert len(server.runtime.pool.models()) == 1  # one model, not a second load
+
+
+async def test_the_scripted_engine_has_one_id_whichever_way_it_is_named() -> None:
+    """`--engine scripted` (a fixed spec with no label) and `model = "scripted"` in the
+    config name one model: both header labels are its id, `scripted:latest` (the first
+    said `scripted`)."""
+    from core import model_ids
+    from core.engines.base import ModelSpec
+    from core.runtime import Runtime
+
+    labels = []
+    for runtime in (Runtime(Settings(), model_spec=ModelSpec("scripted", "scripted", 4096)),
+                    Runtime(Settings(model="scripted", engine="scripted"))):
+        await runtime.start(preload=False)
+        try:
+            assert await runtime.ensure_model(), runtime.model_state().error
+            labels.append(runtime.model_state().label)
+        finally:
+            await runtime.close()
+    assert labels == [model_ids.base_id("scripted")] * 2 == ["scripted:latest"] * 2
