@@ -22,6 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from core.events import Event, ReasoningDelta, TextDelta, ToolCall, ToolCallDelta, Usage
+from core.server.status_seen import run_seeing_status
 from core.server.wire import ApiError
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -132,19 +133,8 @@ class ServerMetrics:
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        status = 500
-        try:
-            response = await handler(request)
-            status = response.status
-            return response
-        except web.HTTPException as exc:
-            status = exc.status
-            raise
-        except BaseException:
-            status = 499  # the client went away (or a bug the inner middleware did not catch)
-            raise
-        finally:
-            self.count_request(request, status)
+        return await run_seeing_status(request, handler,
+                                       lambda status: self.count_request(request, status))
 
     # -- the page --------------------------------------------------------------------
     def render(self) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from core.events import Usage
+from core.server.status_seen import run_seeing_status
 
 STARTED_KEY = "llmdeck.started"  # request[...]: time.perf_counter() at arrival
 _noted: ContextVar[dict[str, Any] | None] = ContextVar("llmdeck_request_noted", default=None)
@@ -53,18 +54,8 @@ def middleware(server: Any) -> Any:
         request[STARTED_KEY] = started = time.perf_counter()
         noted: dict[str, Any] = {}
         token = _noted.set(noted)
-        status = 500
-        try:
-            response = await handler(request)
-            status = response.status
-            return response
-        except web.HTTPException as exc:
-            status = exc.status
-            raise
-        except BaseException:
-            status = 499  # the client went away (or a bug the error middleware did not see)
-            raise
-        finally:
+
+        def ended(status: int) -> None:
             _noted.reset(token)
             sink: Callable[[str], None] | None = getattr(server, "request_log", None)
             if sink is not None and request.path not in QUIET_PATHS:
@@ -73,6 +64,8 @@ def middleware(server: Any) -> Any:
                               time.perf_counter() - started, noted))
                 except Exception:  # a log sink never fails a request
                     pass
+
+        return await run_seeing_status(request, handler, ended)
 
     return request_log
 

@@ -97,19 +97,22 @@ def problem_of(schema: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _cached_problem(schema: Any, check: Callable[[Mapping[str, Any]], str | None]
+                    = problem_of) -> str | None:
+    """The schema's problem from the cache, else checked now (and cached)."""
+    key = _key(schema)
+    found = cache.get(key) if key is not None else _UNKNOWN
+    if found is _UNKNOWN:
+        found = check(schema)
+        cache.checks += 1
+        if key is not None:
+            cache.put(key, found)
+    return found
+
+
 def _check_all(schemas: list[Any]) -> dict[int, tuple[Any, str | None]]:
     """In a worker thread: every schema's problem, from the cache or checked now."""
-    out: dict[int, tuple[Any, str | None]] = {}
-    for schema in schemas:
-        key = _key(schema)
-        found = cache.get(key) if key is not None else _UNKNOWN
-        if found is _UNKNOWN:
-            found = problem_of(schema)
-            cache.checks += 1
-            if key is not None:
-                cache.put(key, found)
-        out[id(schema)] = (schema, found)
-    return out
+    return {id(schema): (schema, _cached_problem(schema)) for schema in schemas}
 
 
 async def prepare(body: Any) -> None:
@@ -130,11 +133,4 @@ def known_problem(schema: Mapping[str, Any], check: Callable[[Mapping[str, Any]]
         entry = seen.get(id(schema))
         if entry is not None and entry[0] is schema:
             return entry[1]
-    key = _key(schema)
-    found = cache.get(key) if key is not None else _UNKNOWN
-    if found is _UNKNOWN:
-        found = check(schema)
-        cache.checks += 1
-        if key is not None:
-            cache.put(key, found)
-    return found
+    return _cached_problem(schema, check)
