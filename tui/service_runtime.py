@@ -65,6 +65,8 @@ class ServiceRuntime:
         # The service's notices (core.service.notices) and "conversations changed" pushes.
         self.notice_listeners: list[Callable[[dict[str, Any]], None]] = []
         self.conversation_listeners: list[Callable[[], None]] = []
+        # The service's memory stages (conversation_id, stage): "summarising…" shows here.
+        self.memory_listeners: list[Callable[[str, str], None]] = []
         self.store_notice: str | None = None
         # The sentence every call answers while the service is stopped and nobody asked
         # for a new one (the app offers a key); None while connected or reconnecting.
@@ -307,6 +309,7 @@ class ServiceRuntime:
         remote.turn_listeners.append(self._on_turn_started)
         remote.notice_listeners.append(self._on_notice)
         remote.conversation_listeners.append(self._on_conversations)
+        remote.memory_listeners.append(self._on_memory)
         await remote.start()
         self._remote = remote
         await self._refresh_mirror()
@@ -355,6 +358,10 @@ class ServiceRuntime:
     def _on_notice(self, notice: dict[str, Any]) -> None:
         for listener in list(self.notice_listeners):
             listener(notice)
+
+    def _on_memory(self, conversation_id: str, stage: str) -> None:
+        for listener in list(self.memory_listeners):
+            listener(conversation_id, stage)
 
     def _on_conversations(self) -> None:
         for listener in list(self.conversation_listeners):

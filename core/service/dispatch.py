@@ -282,7 +282,7 @@ async def _subscribe(ctx: CallContext, args: dict[str, Any]) -> Any:
     ctx.caller.topics.add(topic)
     if topic == "turns":  # the replies running now; each new one is pushed (turn_started)
         return ctx.hub.live()
-    if topic in ("notices", "conversations"):  # core.service.notices: what was said already
+    if topic in ("notices", "conversations", "memory"):  # core.service.notices: said already
         sticky = getattr(ctx.service, "sticky_notices", None)
         return list(sticky()) if topic == "notices" and sticky is not None else []
     if topic == "downloads":  # every job now; each change is pushed ("downloads" events)

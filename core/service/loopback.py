@@ -23,6 +23,7 @@ from typing import Any
 
 from core.service.client import ServiceClient, greet
 from core.service.downloads import close_for, open_for_server
+from core.service.notices import forward_memory
 from core.service.server import ServiceServer
 
 
@@ -72,6 +73,7 @@ class Loopback:
         self._serving = serving
         self._forward = runtime_listener(server)
         server.runtime.listeners.append(self._forward)
+        self._memory = forward_memory(server.runtime, server.broadcast)
 
     @classmethod
     async def open(cls, runtime: Any, client: str = "tui") -> Loopback:
@@ -91,6 +93,8 @@ class Loopback:
         """The client leaves, live replies stop and are stored (the runtime stays open)."""
         if self._forward in self.server.runtime.listeners:
             self.server.runtime.listeners.remove(self._forward)
+        if self._memory in self.server.runtime.memory_listeners:
+            self.server.runtime.memory_listeners.remove(self._memory)
         await self.client.close()
         await self.server.hub.close()
         await close_for(self.server.runtime)  # a stop, not a cancel: the next run resumes

@@ -73,5 +73,17 @@ class Notices:
                      "another); it loads again when asked.", title="Model")
 
 
+def forward_memory(runtime: Any, broadcast: Broadcast) -> Callable[[str, str], None]:
+    """Push the chat context's memory stages (Runtime.memory_listeners: "summarising",
+    "done", "describing …") to the clients subscribed to "memory", so an app shows the
+    summary's wait as it does in process; returns the listener, to remove at close."""
+    def forward(conversation_id: str, stage: str) -> None:
+        broadcast({"event": "memory", "data": {"conversation_id": conversation_id,
+                                                "stage": stage}}, "memory")
+
+    runtime.memory_listeners.append(forward)
+    return forward
+
+
 def _short(model: str) -> str:
     return model.rstrip("/").rsplit("/", 1)[-1] or model

@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from core.service.launch import EXIT_APP_RUNS, EXIT_TAKEN  # another service holds the home
+from core.service.notices import forward_memory
 from core.service.server import ServiceServer
 
 log = logging.getLogger("llmdeck.service")
@@ -110,6 +111,7 @@ class ServiceProcess:
         self.runtime.listeners.append(
             lambda state: self.server.broadcast({"event": "model", "data": _encoded(state)},
                                                 "model"))
+        forward_memory(self.runtime, self.server.broadcast)  # "summarising…" to the apps
         self._open_downloads()
         log.info("service ready (pid %d) on %s", os.getpid(), self.server.path)
         # The log line above says it in service.log; a raw JSON line there read as noise

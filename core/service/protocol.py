@@ -67,8 +67,11 @@ def valid_id(value: Any) -> bool:
         (isinstance(value, str) and 0 < len(value) <= 64)
 
 # What a client may subscribe to: the service's status, the model's state, live replies,
-# notices (a database moved aside, a model loaded...) and the conversation list's changes.
-SUBSCRIPTION_TOPICS = ("status", "model", "turns", "notices", "conversations", "downloads")
+# notices (a database moved aside, a model loaded...), the conversation list's changes,
+# downloads, and the chat context's memory stages (a long conversation being summarised,
+# an image described: {"event": "memory", "data": {"conversation_id", "stage"}}).
+SUBSCRIPTION_TOPICS = ("status", "model", "turns", "notices", "conversations", "downloads",
+                       "memory")
 
 
 class CallError(Exception):

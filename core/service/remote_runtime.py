@@ -188,6 +188,9 @@ class RemoteRuntime:
         # and its "conversations changed" pushes (the sidebar lists again).
         self.notice_listeners: list[Callable[[dict[str, Any]], None]] = []
         self.conversation_listeners: list[Callable[[], None]] = []
+        # Called with (conversation_id, stage) as Runtime.memory_listeners are: a long
+        # conversation's summary under way ("summarising", "done"), an image described.
+        self.memory_listeners: list[Callable[[str, str], None]] = []
         client.listeners.append(self._on_event)
 
     async def start(self) -> None:
@@ -197,6 +200,7 @@ class RemoteRuntime:
         self.settings = await self.client.call("get_settings")
         await self.client.call("subscribe", topic="turns")
         await self.client.call("subscribe", topic="conversations")
+        await self.client.call("subscribe", topic="memory")
         for notice in await self.client.call("subscribe", topic="notices") or ():
             self._tell(notice)  # said before we came (the database moved aside at start)
 
@@ -234,6 +238,13 @@ class RemoteRuntime:
             return
         if message.get("event") == "notice":
             self._tell(message.get("data"))
+            return
+        if message.get("event") == "memory":
+            data = message.get("data")
+            if isinstance(data, dict) and isinstance(data.get("conversation_id"), str) \
+                    and isinstance(data.get("stage"), str):
+                for listener in list(self.memory_listeners):
+                    listener(data["conversation_id"], data["stage"])
             return
         if message.get("event") == "conversations":
             for listener in list(self.conversation_listeners):

@@ -53,3 +53,34 @@ async def test_download_finished_names_the_model_by_its_id(fake_hub: FakeHub) ->
         model = next(m for m in models if m.repo_id == GGUF_REPO)
         assert model.model_id and said.startswith(f"{model.model_id} is ready"), said
         assert "Q4_K_M.gguf" not in said
+
+
+async def test_the_services_memory_stages_reach_the_app() -> None:
+    """"Context is 70% full: summarising…" is said by the service's chat context; it is
+    pushed to its clients (topic "memory") and shows in the app's attachment bar, for the
+    open conversation only (it never showed in a client: nobody pushed it)."""
+    from tui.widgets.attachments import AttachmentBar
+
+    app = scripted_app()
+    async with app.run_test(size=(100, 32)) as pilot:
+        await wait_ready(pilot)
+        bar = app.main.query_one(AttachmentBar)
+        service_side = app.runtime.local.chat.listeners  # the in-process service's Runtime
+
+        def stage(cid: str, what: str) -> None:
+            for listener in list(service_side):
+                listener(cid, what)
+
+        stage("c1", "summarising")
+        await wait_until(pilot, lambda: "summarising" in str(bar.notice.render()))
+        assert bar.notice.display
+        stage("c1", "done")
+        await wait_until(pilot, lambda: not bar.notice.display)
+        app.main.conversation_id = "open-one"
+        said: list[str] = []
+        say = bar.say
+        bar.say = lambda text, kind="warning": (said.append(text), say(text, kind))
+        stage("another", "summarising")  # another client's conversation: not said here
+        stage("open-one", "describing photo.png…")  # pushed after it, on the same socket
+        await wait_until(pilot, lambda: "photo.png" in str(bar.notice.render()))
+        assert said == ["photo.png…"]

@@ -120,6 +120,10 @@ class AttachmentBar(Vertical):
             listeners.remove(self._on_memory)
 
     def _on_memory(self, conversation_id: str, stage: str) -> None:
+        """The service's memory stages, pushed to every client: only the open
+        conversation's show (or any while a new chat's first turn makes its own)."""
+        if getattr(self.screen, "conversation_id", None) not in (None, conversation_id):
+            return
         if stage == "summarising":
             self.say("Context is 70% full: summarising the conversation so far…", "info memory")
         elif stage.startswith("describing "):  # the vision worker captions an image
