@@ -25,10 +25,15 @@ class ModelLibrary:
 
     def cluster_report(self) -> str | None:
         """F4's lines about the clusters not down (issue 35), as `llmdeck workers` prints
-        them; reads their state files, so the service asks it in a thread."""
-        from core.cluster import clusters_report
+        them; reads their state files, so the service asks it in a thread. A home where no
+        cluster ever started has no folder for them: nothing is read, and none is made."""
+        from core import paths
 
         try:
+            if not (paths.data_dir() / "clusters").is_dir():
+                return None
+            from core.cluster import clusters_report
+
             return clusters_report()
         except OSError:
             return None
