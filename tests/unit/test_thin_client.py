@@ -252,3 +252,14 @@ def test_the_hubs_answers_cross_the_socket_whole() -> None:
             [Fit("ok", 6, 100, 80)])
     for value in (row, listing, recs):
         assert codec.decode(codec.encode(value)) == value
+
+
+def test_the_app_asks_no_longer_whether_it_is_the_services_client() -> None:
+    """Since issue 42 the app's runtime is always the service's client (a Runtime handed
+    in is wrapped, once, in the constructor): a branch on it elsewhere is dead code."""
+    tree = ast.parse((ROOT / "tui" / "app.py").read_text(encoding="utf-8"))
+    checks = [node.lineno for node in ast.walk(tree)
+              if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id == "isinstance" and len(node.args) == 2
+              and isinstance(node.args[1], ast.Name) and node.args[1].id == "ServiceRuntime"]
+    assert len(checks) == 1, f"isinstance(..., ServiceRuntime) at lines {checks}"
