@@ -31,6 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mlx.core as mx  # noqa: E402
+
+if "--quick" in sys.argv:  # before mlx_lm makes its generation stream on the default device
+    mx.set_default_device(mx.cpu)  # (on a GPU machine: the GPU, which CPU arrays cannot use)
 from mlx_lm.generate import BatchGenerator, generate_step  # noqa: E402
 
 from bench.stats import pct  # noqa: E402

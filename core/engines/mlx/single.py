@@ -62,14 +62,19 @@ class SinglePath:
         if cache is None:
             cache = make_prompt_cache(self._model)
         act.cached = cached
-        rest = mx.array(act.prompt[cached:])
         context = mx.array(act.prompt) if act.processors else None
+        y = self._prefill_alone(act, cache, context)
+        self._single = SingleStream(act, cache, y, context)
+
+    def _prefill_alone(self, act: Request, cache: list[Any], context: mx.array | None) -> mx.array:
+        """Prefill the prompt past `act.cached` into `cache` (a plain per-request cache) and
+        queue its first token (returned, not read)."""
+        rest = mx.array(act.prompt[act.cached:])
         with mx.stream(self._stream):
             if self._bucketed and rest.shape[0] > 1 and all(type(c) is KVCache for c in cache):
                 y = self._prefill_in_buckets(rest, cache, act, context)
                 mx.async_eval(y)
-                self._single = SingleStream(act, cache, y, context)
-                return
+                return y
             # A short remainder (a cached turn's new tokens) goes in one forward pass that
             # also yields the first token. A long one is prefilled without reading logits
             # (the vocabulary projection of every position would cost more than a pass),
@@ -81,7 +86,7 @@ class SinglePath:
                 rest = rest[n:]
             y = self._sample_one(rest, cache, act, context)
             mx.async_eval(y)
-        self._single = SingleStream(act, cache, y, context)
+        return y
 
     def _prefill_in_buckets(
         self, rest: mx.array, cache: list[Any], act: Request, context: mx.array | None
