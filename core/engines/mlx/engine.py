@@ -98,6 +98,8 @@ class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, Prefi
         self._warmup_prefill = bool(spec.option("warmup_prefill", on_gpu))
         # On a GPU a prompt is prefilled in a few fixed shapes (see _prefill_in_buckets).
         self._bucketed = bool(spec.option("bucketed_prefill", on_gpu))
+        # ... over a history bucketed to 256-token steps (core.engines.mlx.bucketed_kv)
+        self._bucketed_kv = bool(spec.option("bucketed_kv", on_gpu))
         device = "gpu" if on_gpu else "cpu"  # how prompts share prefill passes
         self._group_tokens = int(spec.option("prefill_group_tokens", FREE_PADDED_TOKENS[device]))
         self._group_slack = float(spec.option("prefill_group_slack", PADDING_SLACK[device]))

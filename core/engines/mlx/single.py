@@ -14,6 +14,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
+from core.engines.mlx.bucketed_kv import to_bucketed, to_plain
 from core.engines.mlx.state import Request, SingleStream
 from core.engines.sampling import greedy
 from core.events import Event
@@ -49,6 +50,7 @@ class SinglePath:
     _prefix: Any
     _kv: Any
     _bucketed: bool
+    _bucketed_kv: bool
     _prefill_step: int
     _single: SingleStream | None
 
@@ -101,8 +103,19 @@ class SinglePath:
         the vocabulary projection of every position costs next to nothing). Padding sits
         after the real tokens, so under the causal mask no real token sees it, and it is
         trimmed off the cache at once. Every shape is met in warm-up; plain KV caches
-        only (a rotating window would lose real tokens to the padding).
+        only (a rotating window would lose real tokens to the padding). The history's
+        length is bucketed too, for the passes only (core.engines.mlx.bucketed_kv).
         """
+        if self._bucketed_kv:
+            to_bucketed(cache)
+        try:
+            return self._prefill_bucket_passes(rest, cache, act, context)
+        finally:
+            to_plain(cache)
+
+    def _prefill_bucket_passes(
+        self, rest: mx.array, cache: list[Any], act: Request, context: mx.array | None
+    ) -> mx.array:
         n = rest.shape[0]
         tail = (n - 1) % PREFILL_QUANTUM + 1
         step = max(PREFILL_QUANTUM, self._prefill_step // PREFILL_QUANTUM * PREFILL_QUANTUM)
