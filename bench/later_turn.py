@@ -237,7 +237,10 @@ def main() -> None:
     options: list[tuple[str, Any]] = [("max_concurrency", 64)]
     for kv in args.option:
         key, _, value = kv.partition("=")
-        options.append((key, json.loads(value) if value[:1].isdigit() else value))
+        try:  # numbers, true/false as JSON; anything else as text
+            options.append((key, json.loads(value)))
+        except ValueError:
+            options.append((key, value))
     if not any(k == "kv_disk_gb" for k, _ in options):
         options.append(("kv_disk_gb", 8))
     t = time.perf_counter()

@@ -98,14 +98,17 @@ class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, Prefi
         self._warmup_prefill = bool(spec.option("warmup_prefill", on_gpu))
         # On a GPU a prompt is prefilled in a few fixed shapes (see _prefill_in_buckets).
         self._bucketed = bool(spec.option("bucketed_prefill", on_gpu))
-        # ... over a history bucketed to 256-token steps (core.engines.mlx.bucketed_kv)
-        self._bucketed_kv = bool(spec.option("bucketed_kv", on_gpu))
+        # ... over a history bucketed to 256-token steps (core.engines.mlx.bucketed_kv):
+        # opt-in until measured end to end on a GPU (issue 49)
+        self._bucketed_kv = bool(spec.option("bucketed_kv", False))
         device = "gpu" if on_gpu else "cpu"  # how prompts share prefill passes
         self._group_tokens = int(spec.option("prefill_group_tokens", FREE_PADDED_TOKENS[device]))
         self._group_slack = float(spec.option("prefill_group_slack", PADDING_SLACK[device]))
         # A cached turn (a long history, a few new tokens) joining the batch is prefilled
         # alone first, up to this many new tokens (BatchPath._join_prefilled; 0: never).
-        self._alone_tokens = int(spec.option("prefill_alone_tokens", 512 if on_gpu else 0))
+        # Measured on CUDA only (an H200), so on by default there only.
+        cuda = on_gpu and bool(getattr(getattr(mx, "cuda", None), "is_available", lambda: False)())
+        self._alone_tokens = int(spec.option("prefill_alone_tokens", 512 if cuda else 0))
         self._joined = False  # a step's schedule joined such turns (see step)
         sizes = spec.option("warmup_batch_sizes")
         if sizes is None:
