@@ -28,6 +28,9 @@ engine's own TTFT shows what the pool and HTTP add. `targets` checks issue 20's 
     python bench/chat.py --shape qwen3-0.6b               # GPU, bf16 (add --bits 4)
     python bench/chat.py --shape qwen3-0.6b --scenarios b --no-runtime --kv-disk-pair
                                                           # issue 49: the disk cache on/off
+    python bench/chat.py --shape qwen3-0.6b --scenarios b --no-runtime --kv-disk-pair \
+        --ab-option prefill_alone_tokens=0 --trace        # and an engine option's A/B, and
+                                                          # the engine's own view (worker trace)
 """
 
 from __future__ import annotations
@@ -164,12 +167,19 @@ class Server:
 
 
 def start_ours(model_dir: Path, work: Path, context: int, concurrency: int,
-               options: tuple[str, ...] = (), name: str = "serve") -> Server:
+               options: tuple[str, ...] = (), name: str = "serve",
+               trace: Path | None = None) -> Server:
     from core.config import Settings
 
     home = work / f"home-{name}"
     home.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, LLMDECK_HOME=str(home), PYTHONUNBUFFERED="1")
+    if trace is not None:  # bench.engine_trace: the worker logs its engine's view
+        from bench.engine_trace import install
+
+        site = install(work / "trace-site")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH")) if p)
+        env["LLMDECK_BENCH_TRACE"] = str(trace)
     Settings(context_size=context).save(home / "config.toml")
     port = free_port()
     argv = [sys.executable, "-m", "core.server.cli", "--host", "127.0.0.1", "--port", str(port),
@@ -483,9 +493,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "scenarios": which,
     }
     servers: list[Server] = []
+    traces = {side: (work / f"trace-{side}.jsonl" if args.trace else None)
+              for side in ("ours", "ours_kv_off", "ours_ab")}
     try:
         t0 = time.perf_counter()
-        ours = start_ours(model_dir, work, context, concurrency, tuple(args.option))
+        ours = start_ours(model_dir, work, context, concurrency, tuple(args.option),
+                          trace=traces["ours"])
         if args.option:
             result["ours_options"] = list(args.option)
         servers.append(ours)
@@ -494,27 +507,40 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         off = None
         if args.kv_disk_pair:  # issue 49: ours again with the disk KV cache off
             off = start_ours(model_dir, work, context, concurrency,
-                             (*args.option, "kv_disk_gb=0"), name="serve-kv-off")
+                             (*args.option, "kv_disk_gb=0"), name="serve-kv-off",
+                             trace=traces["ours_kv_off"])
             servers.append(off)
+        ab = None
+        if args.ab_option:  # ours again with other engine options (an A/B on one run)
+            ab = start_ours(model_dir, work, context, concurrency,
+                            (*args.option, *args.ab_option), name="serve-ab",
+                            trace=traces["ours_ab"])
+            servers.append(ab)
+            result["ab_options"] = list(args.ab_option)
         result["ours_ready_s"] = round(await ours.ready(900), 1)
         result["peer_ready_s"] = round(await peer.ready(900), 1)
-        if off is not None:
-            await off.ready(900)
-            await warm_up(http_sender(off), plan)
+        for extra in (off, ab):
+            if extra is not None:
+                await extra.ready(900)
+                await warm_up(http_sender(extra), plan)
         result["ours"], result["peer"] = {}, {}
         # Warm both, then each scenario on both, in turn. With --repeat the runs alternate
         # (ours first, then the peer first, ...) and the samples are pooled, so a burst of
         # load on a shared box lands on both sides; each repetition's ratios are kept too.
         await warm_up(http_sender(ours), plan)
         await warm_up(http_sender(peer), plan)
-        raw: dict[str, dict[str, Any]] = {"ours": {}, "peer": {}, "ours_kv_off": {}}
+        raw: dict[str, dict[str, Any]] = {"ours": {}, "peer": {}, "ours_kv_off": {},
+                                          "ours_ab": {}}
         per_rep: list[dict[str, Any]] = []
         for rep in range(args.repeat):
-            this_rep: dict[str, dict[str, Any]] = {"ours": {}, "peer": {}, "ours_kv_off": {}}
+            this_rep: dict[str, dict[str, Any]] = {"ours": {}, "peer": {}, "ours_kv_off": {},
+                                                   "ours_ab": {}}
             for name in which:
                 sides = [("ours", ours), ("peer", peer)]
                 if off is not None:
                     sides.append(("ours_kv_off", off))
+                if ab is not None:
+                    sides.append(("ours_ab", ab))
                 for side, server in sides if rep % 2 == 0 else sides[::-1]:
                     got = await run_http_raw(server, plan, name, rep)
                     this_rep[side][name] = got
@@ -523,6 +549,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             result["ours"], result["peer"] = finish(raw["ours"]), finish(raw["peer"])
             if off is not None:
                 result["ours_kv_off"] = finish(raw["ours_kv_off"])
+            if ab is not None:
+                result["ours_ab"] = finish(raw["ours_ab"])
             if args.out:  # what is done so far survives a run cut short
                 Path(args.out).write_text(json.dumps(result))
         if args.repeat > 1:
@@ -536,6 +564,15 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         result["kv_disk_on_vs_off"] = {k.replace("_vs_peer", "_on_vs_off"): v for k, v in
                                        compare(result["ours"], result["ours_kv_off"]).items()}
         result["kv_off_vs_peer"] = compare(result["ours_kv_off"], result["peer"])
+    if "ours_ab" in result:  # the A/B's options against ours: ab / ours (1.0: no change)
+        result["ab_vs_ours"] = {k.replace("_vs_peer", "_ab_vs_ours"): v for k, v in
+                                compare(result["ours_ab"], result["ours"]).items()}
+        result["ab_vs_peer"] = compare(result["ours_ab"], result["peer"])
+    if args.trace:  # the engine's view of each burst of 8 (warm-up's first, then b's turns)
+        from bench.engine_trace import summarise
+
+        result["engine_trace"] = {side: summarise(path) for side, path in traces.items()
+                                  if path is not None and list(work.glob(path.name + ".*"))}
     if not args.no_runtime:
         t0 = time.perf_counter()
         try:
@@ -609,6 +646,12 @@ def main() -> None:
     parser.add_argument("--kv-disk-pair", action="store_true",
                         help="also run ours with the disk KV cache off (kv_disk_gb=0): "
                              "kv_disk_on_vs_off shows what the cache costs each turn kind")
+    parser.add_argument("--ab-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="also run ours with these engine options added (repeatable): "
+                             "ab_vs_ours is that server over ours, per turn kind")
+    parser.add_argument("--trace", action="store_true",
+                        help="log our engines' steps in their workers (bench.engine_trace): "
+                             "engine_trace gives each burst's arrival spread and engine TTFT")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run every scenario this many times, alternating which server goes "
                              "first, and pool the samples (a noisy shared CPU: use 3)")

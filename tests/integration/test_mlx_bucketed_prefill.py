@@ -48,10 +48,11 @@ def test_bucketed_prefill_gives_the_same_tokens_and_cache_hits(tmp_path: Path) -
 
     model = build_model_dir(tmp_path / "tiny", QWEN3_SHAPE)
     results = []
-    for bucketed in (False, True):
+    # plain; bucketed token counts; and the history's length bucketed too (bucketed_kv)
+    for bucketed, kv in ((False, False), (True, False), (True, True)):
         spec = ModelSpec(str(model), "mlx", context_size=4096,
                          options=(("warmup_batch_sizes", (1,)), ("bucketed_prefill", bucketed),
-                                  ("warmup_prefill", bucketed),
+                                  ("warmup_prefill", bucketed), ("bucketed_kv", kv),
                                   # both start cold: not warm from the other's disk cache
                                   ("kv_disk_gb", 0)))
         engine = MlxEngine(spec)
@@ -59,6 +60,36 @@ def test_bucketed_prefill_gives_the_same_tokens_and_cache_hits(tmp_path: Path) -
             results.append(_session(engine))
         finally:
             engine.close()
-    plain, bucketed = results
+    plain, bucketed, bucketed_kv = results
     assert bucketed == plain
+    assert bucketed_kv == plain
     assert any(cached > 500 for _, _, cached in plain)  # the turns really were cached
+
+
+def test_a_bucketed_history_shows_attention_whole_buckets_and_the_same_result() -> None:
+    """The pass sees keys up to the next multiple of 256 whatever the history's length,
+    masked past the real ones, and attends exactly as the plain cache does."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    from core.engines.mlx.bucketed_kv import BucketedKV, to_bucketed, to_plain
+
+    mx.random.seed(0)
+    history = mx.random.normal((1, 2, 300, 8))
+    new_k, new_v = mx.random.normal((1, 2, 20, 8)), mx.random.normal((1, 2, 20, 8))
+    q = mx.random.normal((1, 4, 20, 8))
+    plain = KVCache()
+    plain.update_and_fetch(history, history)
+    cache = [KVCache()]
+    cache[0].update_and_fetch(history, history)
+    to_bucketed(cache)
+    assert type(cache[0]) is BucketedKV
+    mask = cache[0].make_mask(20)
+    k, v = cache[0].update_and_fetch(new_k, new_v)
+    assert k.shape[2] == 512 and mask.shape == (20, 512) and cache[0].keys.shape[2] % 256 == 0
+    pk, pv = plain.update_and_fetch(new_k, new_v)
+    got = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.3, mask=mask)
+    want = mx.fast.scaled_dot_product_attention(q, pk, pv, scale=0.3, mask="causal")
+    assert mx.allclose(got, want, atol=1e-5).item()
+    to_plain(cache)
+    assert type(cache[0]) is KVCache and cache[0].offset == 320

@@ -13,9 +13,10 @@ from typing import Any
 
 import mlx.core as mx
 from mlx_lm.generate import BatchGenerator
-from mlx_lm.models.cache import BatchKVCache
+from mlx_lm.models.cache import BatchKVCache, make_prompt_cache
 
 from core.engines.mlx.lean_batch import LeanGenerationBatch
+from core.engines.mlx.lean_prompt import lean_prompt_batch
 from core.engines.mlx.state import FinishedRows, Request, SingleStream
 from core.events import Event
 
@@ -34,6 +35,8 @@ class BatchPath:
     _batch: dict[int, Request]
     _idle_rows: set[int]
     _unsaved: deque[FinishedRows]
+    _lean_prompt: bool
+    _joined: bool
 
     def _single_to_batch(self, out: dict[str, list[Event]]) -> None:
         """Hand the running single request to the batch with its cache, nothing recomputed.
@@ -95,6 +98,8 @@ class BatchPath:
             prefill_step_size=self._prefill_step,
         )
         bg._generation_batch = LeanGenerationBatch.empty(self._model, bg.sampler)
+        if self._lean_prompt:
+            bg._prompt_batch = lean_prompt_batch(self._model, bg.sampler, self._prefill_step)
         return bg
 
     def _insert_batch(self, act: Request) -> None:
@@ -112,6 +117,48 @@ class BatchPath:
         )
         act.uid = uid
         self._batch[uid] = act
+
+    def _join_prefilled(self, acts: list[Request], out: dict[str, list[Event]]) -> None:
+        """Cached turns join the batch at their first token, each prefilled alone first.
+
+        A later turn of a long conversation has a few new tokens over a long cached
+        history. Prefilled in the batch, its cache is first merged into one padded batch
+        cache with the group's others, grown, rolled to move the padding left, and
+        compiled for a new (rows, tokens, history) shape almost every turn (eight such
+        turns on an H200: ~150 ms before any first token). Prefilled alone on its own
+        plain cache, in the single path's few fixed shapes, the passes queue back to back;
+        each request's first token is read and handed out here, then it joins the batch
+        like a single request does (_single_to_batch), its cache merged once.
+        """
+        self._joined = True
+        started = []
+        for act in acts:
+            cache, cached = self._prefix.fetch(act.prompt)
+            if self._kv is not None:  # kv-disk hook: a stored cache covering more
+                cache, cached = self._kv.lookup(act.prompt, cache, cached)
+            if cache is None:
+                cache = make_prompt_cache(self._model)
+            act.cached = cached
+            context = mx.array(act.prompt) if act.processors else None
+            started.append((act, cache, self._prefill_alone(act, cache, context)))
+        for act, cache, y in started:
+            token = y.item()
+            events = out.setdefault(act.req.request_id, [])
+            finish = self._take_token(act, token, events)
+            if finish is not None:
+                self._finish(act, finish, events)
+                self._remember(act, list(act.prompt), cache)
+                continue
+            [uid] = self._bg.insert(
+                [[token]],
+                max_tokens=[act.max_tokens - len(act.generated)],
+                caches=[cache],
+                all_tokens=[list(act.prompt)],
+                samplers=[act.sampler],
+                logits_processors=[act.processors],
+            )
+            act.uid = uid
+            self._batch[uid] = act
 
     def _retire(self, uids: list[int]) -> None:
         """Take finished requests off the batch, keeping their KV for the prefix cache.

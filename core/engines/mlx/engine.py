@@ -40,6 +40,9 @@ from core.events import Done, Event, Logprobs, TextDelta, Usage
 
 # Queued prefix-cache entries indexed per engine step (see PrefixCache.settle).
 _SETTLE_PER_STEP = 2
+# A waiting prompt with at least this many tokens in the prefix cache is a cached turn
+# (see _prefills_alone): moving a shorter history through the batch costs little.
+_ALONE_MIN_CACHED = 256
 
 
 class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, PrefixSaves, WarmUp):
@@ -87,15 +90,26 @@ class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, Prefi
         self.speculative = bool(spec.option("speculative", True))  # core.engines.speculative
         self.acceptance: Acceptance | None = None  # the last speculating request's record
         self._draft_model = self._load_draft(spec.option("draft_model"))
+        # BatchGenerator's prompt batch without its whole-cache copies (core.engines.mlx.lean_prompt)
+        self._lean_prompt = bool(spec.option("lean_prompt_batch", True))
         self._bg = self._new_batch_generator()
         # Prefill shapes cost a compilation the first time only on a GPU (CUDA, Metal).
         on_gpu = mx.default_device().type == mx.DeviceType.gpu
         self._warmup_prefill = bool(spec.option("warmup_prefill", on_gpu))
         # On a GPU a prompt is prefilled in a few fixed shapes (see _prefill_in_buckets).
         self._bucketed = bool(spec.option("bucketed_prefill", on_gpu))
+        # ... over a history bucketed to 256-token steps (core.engines.mlx.bucketed_kv):
+        # opt-in until measured end to end on a GPU (issue 49)
+        self._bucketed_kv = bool(spec.option("bucketed_kv", False))
         device = "gpu" if on_gpu else "cpu"  # how prompts share prefill passes
         self._group_tokens = int(spec.option("prefill_group_tokens", FREE_PADDED_TOKENS[device]))
         self._group_slack = float(spec.option("prefill_group_slack", PADDING_SLACK[device]))
+        # A cached turn (a long history, a few new tokens) joining the batch is prefilled
+        # alone first, up to this many new tokens (BatchPath._join_prefilled; 0: never).
+        # Measured on CUDA only (an H200), so on by default there only.
+        cuda = on_gpu and bool(getattr(getattr(mx, "cuda", None), "is_available", lambda: False)())
+        self._alone_tokens = int(spec.option("prefill_alone_tokens", 512 if cuda else 0))
+        self._joined = False  # a step's schedule joined such turns (see step)
         sizes = spec.option("warmup_batch_sizes")
         if sizes is None:
             sizes = default_warmup_sizes(self.max_concurrency)
@@ -138,7 +152,11 @@ class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, Prefi
             while self._unsaved:  # a new prompt may extend one of them
                 self._save_rows(self._unsaved.popleft())
             self._schedule(out)
-        if self._single is not None:
+        if self._joined:
+            # Cached turns were prefilled alone and their first tokens read: hand those
+            # out now; the batch's step (which merges their caches in) comes next step.
+            self._joined = False
+        elif self._single is not None:
             self._step_single(out)
         elif self._batch:
             self._step_batch(out)
@@ -204,8 +222,19 @@ class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, Prefi
         self._compact(force=True)
         if self._single is not None:
             self._single_to_batch(out)
+        alone = [act for act in ready if self._prefills_alone(act)]
+        if alone:
+            self._join_prefilled(alone, out)
         for act in ready:
-            self._insert_batch(act)
+            if act not in alone:
+                self._insert_batch(act)
+
+    def _prefills_alone(self, act: Request) -> bool:
+        """A cached turn: a long history in the prefix cache and a few new tokens."""
+        if self._alone_tokens <= 0:
+            return False
+        cached = self._prefix.match(act.prompt)
+        return cached >= _ALONE_MIN_CACHED and len(act.prompt) - cached <= self._alone_tokens
 
     def _step_single(self, out: dict[str, list[Event]]) -> None:
         s = self._single

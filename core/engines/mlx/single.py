@@ -14,6 +14,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
+from core.engines.mlx.bucketed_kv import to_bucketed, to_plain
 from core.engines.mlx.state import Request, SingleStream
 from core.engines.sampling import greedy
 from core.events import Event
@@ -49,6 +50,7 @@ class SinglePath:
     _prefix: Any
     _kv: Any
     _bucketed: bool
+    _bucketed_kv: bool
     _prefill_step: int
     _single: SingleStream | None
 
@@ -62,14 +64,19 @@ class SinglePath:
         if cache is None:
             cache = make_prompt_cache(self._model)
         act.cached = cached
-        rest = mx.array(act.prompt[cached:])
         context = mx.array(act.prompt) if act.processors else None
+        y = self._prefill_alone(act, cache, context)
+        self._single = SingleStream(act, cache, y, context)
+
+    def _prefill_alone(self, act: Request, cache: list[Any], context: mx.array | None) -> mx.array:
+        """Prefill the prompt past `act.cached` into `cache` (a plain per-request cache) and
+        queue its first token (returned, not read)."""
+        rest = mx.array(act.prompt[act.cached:])
         with mx.stream(self._stream):
             if self._bucketed and rest.shape[0] > 1 and all(type(c) is KVCache for c in cache):
                 y = self._prefill_in_buckets(rest, cache, act, context)
                 mx.async_eval(y)
-                self._single = SingleStream(act, cache, y, context)
-                return
+                return y
             # A short remainder (a cached turn's new tokens) goes in one forward pass that
             # also yields the first token. A long one is prefilled without reading logits
             # (the vocabulary projection of every position would cost more than a pass),
@@ -81,7 +88,7 @@ class SinglePath:
                 rest = rest[n:]
             y = self._sample_one(rest, cache, act, context)
             mx.async_eval(y)
-        self._single = SingleStream(act, cache, y, context)
+        return y
 
     def _prefill_in_buckets(
         self, rest: mx.array, cache: list[Any], act: Request, context: mx.array | None
@@ -96,8 +103,19 @@ class SinglePath:
         the vocabulary projection of every position costs next to nothing). Padding sits
         after the real tokens, so under the causal mask no real token sees it, and it is
         trimmed off the cache at once. Every shape is met in warm-up; plain KV caches
-        only (a rotating window would lose real tokens to the padding).
+        only (a rotating window would lose real tokens to the padding). The history's
+        length is bucketed too, for the passes only (core.engines.mlx.bucketed_kv).
         """
+        if self._bucketed_kv:
+            to_bucketed(cache)
+        try:
+            return self._prefill_bucket_passes(rest, cache, act, context)
+        finally:
+            to_plain(cache)
+
+    def _prefill_bucket_passes(
+        self, rest: mx.array, cache: list[Any], act: Request, context: mx.array | None
+    ) -> mx.array:
         n = rest.shape[0]
         tail = (n - 1) % PREFILL_QUANTUM + 1
         step = max(PREFILL_QUANTUM, self._prefill_step // PREFILL_QUANTUM * PREFILL_QUANTUM)
