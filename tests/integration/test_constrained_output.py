@@ -77,12 +77,6 @@ def test_llamacpp_json_replies_end_only_where_the_grammar_accepts(llama_engine: 
     assert _verdicts(events, requests) == []
 
 
-def test_mlx_json_replies_end_only_where_the_grammar_accepts(mlx_engine: Any) -> None:  # noqa: F811
-    requests = _requests(_newline(mlx_engine), range(2))
-    events = run_requests(mlx_engine, *(r for r, _ in requests))  # one batch
-    assert _verdicts(events, requests) == []
-
-
 def _cut(engine: Any, question: str, max_tokens: int, stop: tuple[str, ...] = ()) -> tuple[str, str]:
     sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens, stop=stop)
     request = GenerationRequest("cut", ({"role": "user", "content": question},), sampling)
@@ -106,3 +100,13 @@ def test_a_reply_cut_by_max_tokens_drops_the_start_of_a_stop(engine_name: str,
     held, finish = _cut(engine, "Hello", 8, stop=(last + " \u2603 never written",))
     # (without the whitespace the cut leaves: a base model's reply ends trimmed, issue 48)
     assert finish == "length" and held == reply[: reply.rindex(last)].rstrip(), (reply, held)
+
+
+# Last in the file: the cut test's replies on this module's engine left the base
+# transcript's preamble and examples (~100 of each prompt's ~110 tokens) in its prefix
+# cache, so the batch's four rows prefill only their own question. MLX on a CPU without a
+# fast BLAS costs ~0.1 s a token of prefill: four cold rows were ~35 CPU-seconds.
+def test_mlx_json_replies_end_only_where_the_grammar_accepts(mlx_engine: Any) -> None:  # noqa: F811
+    requests = _requests(_newline(mlx_engine), range(2))
+    events = run_requests(mlx_engine, *(r for r, _ in requests))  # one batch
+    assert _verdicts(events, requests) == []

@@ -23,8 +23,12 @@ GB = 10**9
 
 
 def _spec(name: str) -> ModelSpec:
+    # The busy model's reply lasts 4 s (80 words at 20 a second): it must still be
+    # answering when the three looks end (0.5 s after it starts on a box at load 8); the
+    # test then waits for it to run out, so a longer reply is only a longer wait (300
+    # words held a test process idle for 15 s).
     return ModelSpec(path=name, engine="scripted", options=(
-        ("reply", "word " * 300), ("tokens_per_s", 20), ("chunk_chars", 5), ("label", name)))
+        ("reply", "word " * 80), ("tokens_per_s", 20), ("chunk_chars", 5), ("label", name)))
 
 
 async def test_pressure_unloads_idle_models_oldest_first_never_a_busy_one() -> None:
