@@ -44,6 +44,7 @@ async def test_32_concurrent_sessions_complete_and_second_turns_hit_the_prefix_c
                      options=(("max_concurrency", 32), ("warmup_batch_sizes", (1, 32))))
     info = await pool.load("tiny", spec)
     assert info["max_concurrency"] == 32
+    assert info["torch"] is False  # a plain tokenizer.json: the worker never loaded torch
     first = await asyncio.gather(*(_run(pool, _request(i, 1, [])) for i in range(32)))
     assert all(done.finish_reason in ("stop", "length") for _, _, done in first)
     assert all(usage.completion_tokens > 0 for _, usage, _ in first)
