@@ -25,6 +25,7 @@ from core.engines.base_prompt import BaseFormat, base_format, effective_repetiti
 from core.engines.kv_llama import LlamaKvKeeper
 from core.engines.llama_lookup import Penalties, exact_rows, lookup_stream
 from core.engines.llama_params import load_llama, repack_weights, worker_threads
+from core.engines.llama_prefill import ChunkedPrefill
 from core.engines.llama_sampling import (
     Unsupported,
     completion_options,
@@ -78,6 +79,7 @@ class _Active:
         self.kv_text: str | None = None  # the rendered chat prompt, for the disk cache
         self.kv_prompt: list[int] = []
         self.reply = ""  # the text streamed out, for the disk cache's next-turn form
+        self.prefill: ChunkedPrefill | None = None  # a long prompt, a chunk per step
 
     def usage(self) -> Usage:
         now = time.perf_counter()
@@ -360,6 +362,8 @@ class LlamaCppEngine:
         self._active = _Active(request, iter(stream), len(tokens), min(cached, len(tokens)), stop)
         if prefill is not None:  # the images were encoded above: their time is the TTFT's
             self._active.started = prefill.started
+        else:  # cancellable between chunks (core.engines.llama_prefill)
+            self._active.prefill = ChunkedPrefill.plan(self._llm, tokens)
         # "Assistant:" leaves a space, the next "\nUser:" a newline: both trimmed
         self._active.tail.trim_start = self._active.tail.trim_end = self._base is not None and not raw
         if not raw and self._base is None and not images:  # kv-disk hook
@@ -421,6 +425,10 @@ class LlamaCppEngine:
         rid = active.request.request_id
         events: list[Event] = []
         try:
+            if active.prefill is not None:  # one chunk per step: a cancel is heard between
+                if active.prefill.step():
+                    active.prefill = None
+                return rid, events
             chunk = next(active.stream)
         except StopIteration:
             chunk = None
