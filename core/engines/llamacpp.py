@@ -53,7 +53,7 @@ from core.engines.tool_grammar import (
     generic_call_messages,
     llama_tool_grammars,
 )
-from core.events import Done, Error, Event, Logprobs, TextDelta, Usage
+from core.events import Done, Error, Event, Logprobs, PromptRead, TextDelta, Usage
 from core.parsing.detect import detect_family
 
 # No tokenizer packs more characters into one token (core.server.limits uses the same bound).
@@ -369,6 +369,8 @@ class LlamaCppEngine:
         if not raw and self._base is None and not images:  # kv-disk hook
             self._active.kv_text = text
         self._active.kv_prompt = tokens
+        if request.report_prompt:  # counted before the prefill, in a step of its own
+            return rid, [PromptRead(len(tokens), self._active.cached)]
         return None
 
     def _prefill(self, text: str, images: list[str], *, add_bos: bool,

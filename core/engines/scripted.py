@@ -35,7 +35,7 @@ from collections import deque
 from typing import Any
 
 from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec
-from core.events import Done, Error, Event, TextDelta, Usage
+from core.events import Done, Error, Event, PromptRead, TextDelta, Usage
 from core.parsing.stops import StopMatcher
 
 
@@ -102,6 +102,8 @@ class ScriptedEngine:
                 f"{self._spec.context_size}."), Done("error")]))
             return
         limit = min(request.sampling.max_tokens, room)
+        if request.report_prompt:  # as llama.cpp: the count before the "prefill"
+            self._out.append((request.request_id, [PromptRead(self._prompt_tokens(request), 0)]))
         run = _Run(request, pieces[:limit])
         run.next_at += float(self._spec.option("prefill_s", 0.0))
         run.truncated = len(pieces) > limit

@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from core.events import Event
+from core.events import Event, PromptRead
 
 DIRECT_LIMIT = 64 * 1024  # bytes queued in the transport before writes wait for it to drain
 KEEPALIVE_COMMENT = b": keep-alive\n\n"  # an SSE comment: clients skip it
@@ -73,18 +73,28 @@ class EarlyStream:
     bytes are sent after a short grace, then `keepalive` bytes every few seconds; a write
     that fails means the client went, and the request is cancelled. Errors that come
     within the grace still get their HTTP status.
+
+    `opening` may be a function, called when the stream opens: Anthropic's first event
+    carries the prompt's token count, which `prompt_read` holds once the worker has
+    tokenized the prompt (core.server.dialects records it).
     """
 
-    def __init__(self, request: web.Request, timeout: float, opening: bytes, keepalive: bytes,
+    def __init__(self, request: web.Request, timeout: float, opening: bytes | Callable[[], bytes],
+                 keepalive: bytes,
                  headers: Mapping[str, str] | None = None,
                  content_type: str = "text/event-stream") -> None:
         self.request = request
         self.timeout = timeout
-        self.opening = opening
+        self._opening = opening
+        self.prompt_read: PromptRead | None = None
         self.keepalive = keepalive
         self.headers = {**SSE_HEADERS, "Content-Type": content_type, **(headers or {})}
         self.response: web.StreamResponse | None = None
         self.sink: Sink | None = None
+
+    @property
+    def opening(self) -> bytes:
+        return self._opening() if callable(self._opening) else self._opening
 
     @property
     def opened(self) -> bool:

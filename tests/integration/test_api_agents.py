@@ -89,13 +89,15 @@ def test_claude_codes_first_request_is_served_streamed(server: ServerThread) -> 
     kinds = [kind for kind, _ in events]
     assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
     start = events[0][1]["message"]["usage"]
-    assert start["input_tokens"] > 1000  # its estimate of the ~10,000-character prompt, not 0
     blocks = [data["content_block"]["type"] for kind, data in events
               if kind == "content_block_start"]
     assert blocks == ["thinking", "text", "tool_use"]
     usage = events[-2][1]["usage"]
     assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
     assert "cache_read_input_tokens" in usage
+    # the real count, from the worker before the prefill (it was an estimate: chars / 4)
+    assert (start["input_tokens"], start["cache_read_input_tokens"]) == (
+        usage["input_tokens"], usage["cache_read_input_tokens"]), (start, usage)
 
 
 def test_claude_codes_first_request_is_served_whole(server: ServerThread) -> None:
@@ -253,11 +255,13 @@ def test_serve_prints_each_dialects_url_and_a_line_per_request(tmp_path: Path) -
 
 @pytest.fixture(scope="module")
 def bundled(bundled_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
-    """The bundled model on llama.cpp with two replicas, as a 2-core box runs it."""
+    """The bundled model on llama.cpp with two replicas, as a 2-core box runs it; no KV
+    cache on disk, which could hand a replica a prefix it never served."""
     from core.config import Settings
     from core.engines.base import ModelSpec
 
-    spec = ModelSpec(str(bundled_gguf), "llamacpp", context_size=2048)
+    spec = ModelSpec(str(bundled_gguf), "llamacpp", context_size=2048,
+                     options=(("kv_disk_gb", 0),))
     yield from served(spec, tmp_path_factory.mktemp("agents-bundled-home"),
                       settings=Settings(replicas=2), served_name="gemma")
 
@@ -289,6 +293,25 @@ def test_an_agents_repeated_prefix_comes_from_the_cache(bundled: ServerThread) -
         assert reply.status_code == 200, reply.text
         reads.append(reply.json()["usage"])
     assert reads[1]["cache_read_input_tokens"] > reads[1]["input_tokens"]  # apart, not twice
+
+
+@pytest.mark.slow
+def test_requests_without_a_session_go_to_the_replica_that_served_their_prefix(
+        bundled: ServerThread) -> None:
+    """Without a session key a request went to the least recently used replica: every
+    other turn of an agent landed where none of its prefix was cached (core.workers.
+    prefix_route)."""
+    cached, total = [], 0
+    for question in ("What is 5 + 5?", "Name a fruit.", "What is the capital of Italy?"):
+        reply = httpx.post(bundled.url + "/chat/completions", timeout=120, json={
+            "model": "gemma", "max_tokens": 4, "messages": [
+                {"role": "system", "content": AGENT_PROMPT + " Be brief."},
+                {"role": "user", "content": question}]})
+        assert reply.status_code == 200, reply.text
+        usage = reply.json()["usage"]
+        cached.append(usage["prompt_tokens_details"]["cached_tokens"])
+        total = usage["prompt_tokens"]
+    assert min(cached[1:]) > total * 0.8, (cached, total)
 
 
 @pytest.mark.slow

@@ -161,3 +161,29 @@ def test_a_client_gone_during_a_long_prefill_frees_the_worker(server: ServerThre
     long_tokens = tokens * 9  # _long(900) is nine times _long(100), near enough
     full_prefill_s = rate_s * long_tokens / tokens
     assert freed_s < full_prefill_s / 3, (freed_s, full_prefill_s)
+
+
+def _anthropic_usage(server: ServerThread, model: str, system: str,
+                     question: str) -> tuple[dict, dict]:
+    """message_start's usage and message_delta's, of a streamed Anthropic request."""
+    body = {"model": model, "max_tokens": 2, "stream": True, "system": system,
+            "messages": [{"role": "user", "content": question}]}
+    with httpx.stream("POST", server.url.removesuffix("/v1") + "/v1/messages", json=body,
+                      timeout=300) as reply:
+        assert reply.status_code == 200, reply.read()
+        datas = [json.loads(line[5:]) for line in reply.iter_lines() if line.startswith("data:")]
+    start = next(d for d in datas if d["type"] == "message_start")["message"]["usage"]
+    delta = next(d for d in datas if d["type"] == "message_delta")["usage"]
+    return start, delta
+
+
+@pytest.mark.slow
+def test_anthropics_message_start_carries_the_real_counts_apart(server: ServerThread) -> None:
+    """message_start carried an estimate (the prompt's characters / 4) and no cached part;
+    now the worker's count before the prefill, the cached tokens apart, as message_delta."""
+    model = httpx.get(server.url + "/models", timeout=30).json()["data"][0]["id"]
+    system = _long(60, "Count me. ")
+    for turn, question in enumerate(("What is item3?", "And item4?")):
+        start, delta = _anthropic_usage(server, model, system, question)
+        assert start == {**delta, "output_tokens": 0}, (turn, start, delta)
+    assert start["cache_read_input_tokens"] > start["input_tokens"] > 0, start  # apart
