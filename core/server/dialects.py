@@ -239,7 +239,7 @@ async def generation(server: Any, call: ChatCall, route: str = "",
             allow_file_urls=bool(getattr(rt.settings, "serve_allow_file_urls", False)),
             max_bytes=rt.chat.max_bytes()))
     if backend.kind == "local":
-        check_prompt_size(call.request, facts.context_size)
+        check_prompt_size(call.request, facts.context_size, facts.info)
     if backend.queued() >= server.max_queue:
         raise ApiError(429, f"The queue is full ({server.max_queue} requests waiting); retry "
                        "shortly.", code="queue_full")
