@@ -197,6 +197,29 @@ def test_a_stream_opens_and_keeps_alive_while_the_prompt_is_prefilled(
     assert time.monotonic() - sent >= PREFILL_S * 0.9  # the text did wait for the "prefill"
 
 
+@pytest.fixture(scope="module")
+def hushed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    """As `slow`, with keep-alives too far apart to tell that a client has gone."""
+    limits = ServeLimits(stream_open_s=0.05, keepalive_s=30.0)
+    yield from served(scripted_spec(reply="Ready now.", prefill_s=PREFILL_S),
+                      tmp_path_factory.mktemp("agents-hushed-home"), limits=limits)
+
+
+def test_a_client_gone_is_seen_before_the_next_keep_alive(hushed: ServerThread) -> None:
+    """A client that leaves is noticed at once (aiohttp cancels the handler when the
+    connection is lost: core.server.handle), not at the next keep-alive's write, 5 s
+    apart by default; the request's close then cancels it in the worker."""
+    payload = {"model": "scripted", "stream": True, "max_tokens": 50,
+               "messages": [{"role": "user", "content": "Never mind."}]}
+    with httpx.stream("POST", _root(hushed) + "/v1/messages", json=payload, timeout=60) as reply:
+        assert reply.status_code == 200
+        next(reply.iter_lines())  # the stream is open: the prompt is being prefilled
+        gone = time.monotonic()
+    while hushed.handle.server.active and time.monotonic() - gone < PREFILL_S:
+        time.sleep(0.02)
+    assert time.monotonic() - gone < PREFILL_S / 3, "the request outlived its client"
+
+
 def test_a_client_gone_during_the_prefill_cancels_it(slow: ServerThread) -> None:
     payload = {"model": "scripted", "stream": True, "max_tokens": 50,
                "messages": [{"role": "user", "content": "Never mind."}]}
