@@ -438,7 +438,7 @@ class MessagesRoute:
             call = replace(call, request=replace(call.request, report_prompt=True))
             early = EarlyStream(request, self.server.limits.write_timeout_s,
                                 lambda: _message_start(call, template, early.prompt_read),
-                                _ping(), headers)
+                                _ping(), headers, hold_opening=True)
         async with generation(self.server, call, "/v1/messages", early=early) as (first, batches):
             if early is not None:
                 return await self._stream(request, call, thinking, first, batches, early)

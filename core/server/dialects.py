@@ -208,6 +208,8 @@ async def _first_batch(server: Any, batches: AsyncIterator[list[Event]],
             rest = [e for e in batch if not isinstance(e, PromptRead)]
             if len(rest) < len(batch):
                 early.prompt_read = next(e for e in batch if isinstance(e, PromptRead))
+                if early.opened:  # a client gone meanwhile: aiohttp cancels this handler
+                    await early.send_opening()
             if rest:
                 return rest
     finally:

@@ -58,8 +58,9 @@ def test_claude_code_runs_a_tool_against_serve(tmp_path: Path) -> None:
     note.write_text("hello-from-file\n")
     replies = json.dumps([f"I will read it.{_call('Read', {'file_path': str(note)})}",
                           "The file says hello."])
+    # each reply waits 1 s, as a prefill does: the stream opens with pings first
     proc, url = spawn_serve(_agent_home(tmp_path), *scripted_args(template=TEMPLATE),
-                            "--option", f"replies={replies}")
+                            "--option", f"replies={replies}", "--option", "prefill_s=1.0")
     try:
         env = {**os.environ, "HOME": str(tmp_path), "ANTHROPIC_BASE_URL": url.removesuffix("/v1"),
                "ANTHROPIC_API_KEY": "unused", "DISABLE_TELEMETRY": "1",
