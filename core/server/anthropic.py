@@ -405,6 +405,18 @@ def _message_start(call: ChatCall, template: str | None, read: PromptRead | None
             + b"\n\n" + _ping())
 
 
+COUNTS_AHEAD = ("llamacpp", "scripted")  # engines that send PromptRead before the prefill
+
+
+def _template_of(info: dict[str, Any] | None) -> str | None:
+    """The chat template ("" for a base model: a transcript, no tools), None if unknown."""
+    if info is None:
+        return None
+    if info.get("base_model"):
+        return ""
+    return str(info.get("chat_template") or "")
+
+
 def _tool_input(call: ToolCall) -> dict[str, Any]:
     return dict(call.arguments) if isinstance(call.arguments, Mapping) else {}
 
@@ -434,11 +446,14 @@ class MessagesRoute:
         headers = ignored_tools_header(ignored, request.path)
         early = None
         if call.stream:  # opened while a long prompt is prefilled (core.server.sse.EarlyStream)
-            template = await self._template(call.model)
+            info = await self._info(call.model)
+            template = _template_of(info)
             call = replace(call, request=replace(call.request, report_prompt=True))
+            # held for the worker's count where the engine sends one (core.events.PromptRead)
             early = EarlyStream(request, self.server.limits.write_timeout_s,
                                 lambda: _message_start(call, template, early.prompt_read),
-                                _ping(), headers, hold_opening=True)
+                                _ping(), headers,
+                                hold_opening=(info or {}).get("engine") in COUNTS_AHEAD)
         async with generation(self.server, call, "/v1/messages", early=early) as (first, batches):
             if early is not None:
                 return await self._stream(request, call, thinking, first, batches, early)
@@ -446,8 +461,8 @@ class MessagesRoute:
             response.headers.update(headers)
             return response
 
-    async def _template(self, model: str) -> str | None:
-        """The app model's chat template ("" for a base model), None when not known here."""
+    async def _info(self, model: str) -> dict[str, Any] | None:
+        """The app model's load info, None when it is another model or not loaded."""
         server = self.server
         if server.runtime.model.state != "ready":
             return None
@@ -455,10 +470,7 @@ class MessagesRoute:
             entry = await server.local_models.find(model)
             if entry is None or not server.local_models.is_app_model(entry):
                 return None
-        info = server.runtime.model.info or {}
-        if info.get("base_model"):  # prompted as a transcript: no template, no tools
-            return ""
-        return str(info.get("chat_template") or "")
+        return dict(server.runtime.model.info or {})
 
     async def count_tokens(self, request: web.Request) -> web.Response:
         """The prompt's real token count: a one-token generation, whose prefill the next
