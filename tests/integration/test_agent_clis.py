@@ -183,3 +183,29 @@ def test_oterm_runs_a_tool_against_serve(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_oterm_gets_a_plain_reply_from_the_bundled_model(tmp_path: Path) -> None:
+    """oterm against serve on a fresh home, the bundled Gemma as shipped: its template
+    takes no tools, so /api/show offers none and oterm chats without them."""
+    python = _oterm_python()
+    home = tmp_path / "home"
+    (home / "config").mkdir(parents=True)
+    (home / "config" / "config.toml").write_text("context_size = 8192\n", encoding="utf-8")
+    proc, url = spawn_serve(home)
+    try:
+        env = {**os.environ, "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / ".data"),
+               "OLLAMA_URL": url.removesuffix("/v1")}
+        env.pop("PYTHONPATH", None)
+        run = subprocess.run([python, str(ROOT / "tests" / "helpers" / "oterm_chat.py"),
+                              "gemma3:270m-q4_k_m", "What is the capital of France?"],
+                             env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180,
+                             stdin=subprocess.DEVNULL)
+        assert run.returncode == 0, run.stderr[-3000:]
+        out = json.loads(run.stdout.strip().splitlines()[-1])
+        assert out["models"] == ["gemma3:270m-q4_k_m"] and out["tools"] is False, out
+        assert out["reply"].strip(), out  # sampled as the server's settings say: any words
+        assert out["context"] == 8192, out
+    finally:
+        proc.terminate()
+        proc.wait(10)
