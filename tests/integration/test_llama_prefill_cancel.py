@@ -98,6 +98,7 @@ ROUTES: list[tuple[str, dict[str, Any], bytes]] = [
     ("/v1/chat/completions", {"max_tokens": 8}, b": keep-alive"),
     ("/v1/responses", {"max_output_tokens": 8}, b": keep-alive"),
     ("/api/chat", {"options": {"num_predict": 8}}, b'"content": ""'),
+    ("/api/generate", {"options": {"num_predict": 8}}, b'"response": ""'),
     ("/v1/completions", {"max_tokens": 8}, b": keep-alive"),
 ]
 
@@ -110,7 +111,7 @@ def server(bundled_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 def _body(path: str, extra: dict[str, Any], text: str) -> dict[str, Any]:
-    if path == "/v1/completions":
+    if path in ("/v1/completions", "/api/generate"):
         return {"model": "m", "stream": True, "prompt": text, **extra}
     if path == "/v1/responses":
         return {"model": "m", "stream": True, "input": text, **extra}
