@@ -206,6 +206,7 @@ def one_at_a_time(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerTh
                       tmp_path_factory.mktemp("agents-queued-home"), limits=limits)
 
 
+@pytest.mark.slow
 def test_a_queued_anthropic_stream_opens_with_pings_then_the_real_count(
         one_at_a_time: ServerThread) -> None:
     """A stream that opens before the worker has counted its prompt (it waits behind
@@ -241,6 +242,7 @@ def hushed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
                       tmp_path_factory.mktemp("agents-hushed-home"), limits=limits)
 
 
+@pytest.mark.slow
 def test_a_client_gone_is_seen_before_the_next_keep_alive(hushed: ServerThread) -> None:
     """A client that leaves is noticed at once (aiohttp cancels the handler when the
     connection is lost: core.server.handle), not at the next keep-alive's write, 5 s

@@ -49,6 +49,7 @@ def _reply(events: list[Any]) -> tuple[str, Usage]:
             next(e for e in events if isinstance(e, Usage)))
 
 
+@pytest.mark.slow
 def test_a_cancel_during_a_long_prefill_frees_the_engine(engine: LlamaCppEngine) -> None:
     """Before, the first step evaluated all 800 prompt tokens and came back with the first
     token: a cancel could only land after it."""
