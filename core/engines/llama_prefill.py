@@ -13,9 +13,9 @@ starts from logits of a live decode.
 A chunk is llama.cpp's own batch (n_batch, 512): the same batches its eval of the whole
 prompt would decode, so the prefill costs what it did (smaller chunks cost more on a CPU:
 941 tokens of the bundled Gemma took 1.5x as long in 128-token chunks, 2.5x in 64s, on a
-busy 2-core box), and
-a cancel waits at most one batch. What a cancelled prefill evaluated stays in the context,
-so the same prompt sent again (an agent's retry) starts where it was cut.
+busy 2-core box), and a cancel waits at most one batch. What a cancelled prefill evaluated
+stays in the context, so the same prompt sent again (an agent's retry) starts where it was
+cut.
 """
 
 from __future__ import annotations
