@@ -93,6 +93,16 @@ class Logprobs:
 
 
 @dataclass(frozen=True, slots=True)
+class PromptRead:
+    """The prompt's token count and how much of it the cache holds, sent as soon as the
+    engine has tokenized it (before the prefill), only when a request asks for it
+    (GenerationRequest.report_prompt): Anthropic's stream opens with the real input count."""
+
+    prompt_tokens: int
+    cached_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
 class Done:
     """The end of one generation; always the last event of a stream."""
 
@@ -115,4 +125,5 @@ class Error:
             raise ValueError(f"unknown error code {self.code!r}")
 
 
-Event = TextDelta | ReasoningDelta | ToolCall | ToolCallDelta | Usage | Logprobs | Done | Error
+Event = (TextDelta | ReasoningDelta | ToolCall | ToolCallDelta | Usage | Logprobs | PromptRead
+         | Done | Error)

@@ -125,6 +125,9 @@ class GenerationRequest:
     from it, and the stream carries only what follows. The previous turn's KV cache holds
     exactly that prefix, so only the few tokens after it are prefilled.
 
+    `report_prompt` asks for a PromptRead event (core.events) before the prefill, from the
+    engines that tokenize ahead of it (llama.cpp, scripted); others send none.
+
     `aside` marks a request made beside a conversation (its summary, written ahead from
     its cached history): it must leave the conversation's KV cache where it is.
     """
@@ -141,6 +144,7 @@ class GenerationRequest:
     reply_prefix: str = ""
     aside: bool = False
     interactive: bool = False  # a person's turn in the app: first for a slot (workers.slots)
+    report_prompt: bool = False  # a PromptRead event once tokenized (engines that can)
 
 
 def template_switches(template: str | None, thinking: bool | None) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from core.engines.base_prompt import BaseFormat, base_format, effective_repetiti
 from core.engines.kv_llama import LlamaKvKeeper
 from core.engines.llama_lookup import Penalties, exact_rows, lookup_stream
 from core.engines.llama_params import load_llama, repack_weights, worker_threads
+from core.engines.llama_prefill import ChunkedPrefill
 from core.engines.llama_sampling import (
     Unsupported,
     completion_options,
@@ -52,7 +53,7 @@ from core.engines.tool_grammar import (
     generic_call_messages,
     llama_tool_grammars,
 )
-from core.events import Done, Error, Event, Logprobs, TextDelta, Usage
+from core.events import Done, Error, Event, Logprobs, PromptRead, TextDelta, Usage
 from core.parsing.detect import detect_family
 
 # No tokenizer packs more characters into one token (core.server.limits uses the same bound).
@@ -78,6 +79,7 @@ class _Active:
         self.kv_text: str | None = None  # the rendered chat prompt, for the disk cache
         self.kv_prompt: list[int] = []
         self.reply = ""  # the text streamed out, for the disk cache's next-turn form
+        self.prefill: ChunkedPrefill | None = None  # a long prompt, a chunk per step
 
     def usage(self) -> Usage:
         now = time.perf_counter()
@@ -360,11 +362,15 @@ class LlamaCppEngine:
         self._active = _Active(request, iter(stream), len(tokens), min(cached, len(tokens)), stop)
         if prefill is not None:  # the images were encoded above: their time is the TTFT's
             self._active.started = prefill.started
+        else:  # cancellable between chunks (core.engines.llama_prefill)
+            self._active.prefill = ChunkedPrefill.plan(self._llm, tokens)
         # "Assistant:" leaves a space, the next "\nUser:" a newline: both trimmed
         self._active.tail.trim_start = self._active.tail.trim_end = self._base is not None and not raw
         if not raw and self._base is None and not images:  # kv-disk hook
             self._active.kv_text = text
         self._active.kv_prompt = tokens
+        if request.report_prompt:  # counted before the prefill, in a step of its own
+            return rid, [PromptRead(len(tokens), self._active.cached)]
         return None
 
     def _prefill(self, text: str, images: list[str], *, add_bos: bool,
@@ -421,6 +427,10 @@ class LlamaCppEngine:
         rid = active.request.request_id
         events: list[Event] = []
         try:
+            if active.prefill is not None:  # one chunk per step: a cancel is heard between
+                if active.prefill.step():
+                    active.prefill = None
+                return rid, events
             chunk = next(active.stream)
         except StopIteration:
             chunk = None

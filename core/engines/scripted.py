@@ -14,7 +14,10 @@ that receives each finished run's token emission times, time.monotonic(), one JS
 per line; the UI bench compares them with the frames that show the tokens), vision (bool:
 report "vision" in info, so the runtime hands it images as parts, as it does an mlx-vlm model;
 it reads none), prefill_s (float: the first token of each reply comes this long after it
-was submitted, as a long prompt's prefill; a cancel in that time ends it at once).
+was submitted, as a long prompt's prefill; a cancel in that time ends it at once),
+replies_for (list of [needle, reply]: a request whose messages contain the needle gets that
+reply, and the turn of `replies` does not move; an agent's side requests, such as a title,
+then never take the reply its main loop waits for).
 
 Pacing: each step emits at most one piece (one token) per request, and a step sleeps until
 the earliest request is due, so tokens_per_s is the real rate per request. A step that
@@ -32,7 +35,7 @@ from collections import deque
 from typing import Any
 
 from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec
-from core.events import Done, Error, Event, TextDelta, Usage
+from core.events import Done, Error, Event, PromptRead, TextDelta, Usage
 from core.parsing.stops import StopMatcher
 
 
@@ -89,8 +92,7 @@ class ScriptedEngine:
         trigger = self._spec.option("crash_on")
         if trigger and any(trigger in str(m.get("content")) for m in request.messages):
             os.kill(os.getpid(), signal.SIGSEGV)  # a real native crash, as a bad input can cause
-        reply = self._replies[self._turn % len(self._replies)]
-        self._turn += 1
+        reply = self._reply_for(request)
         pieces = [reply[i : i + self._chunk] for i in range(0, len(reply), self._chunk)]
         # As a model would: no prompt past the context, no reply past the room left.
         room = int(self._spec.context_size) - self._prompt_tokens(request)
@@ -100,10 +102,21 @@ class ScriptedEngine:
                 f"{self._spec.context_size}."), Done("error")]))
             return
         limit = min(request.sampling.max_tokens, room)
+        if request.report_prompt:  # as llama.cpp: the count before the "prefill"
+            self._out.append((request.request_id, [PromptRead(self._prompt_tokens(request), 0)]))
         run = _Run(request, pieces[:limit])
         run.next_at += float(self._spec.option("prefill_s", 0.0))
         run.truncated = len(pieces) > limit
         self._runs[request.request_id] = run
+
+    def _reply_for(self, request: GenerationRequest) -> str:
+        text = json.dumps([m.get("content") for m in request.messages], ensure_ascii=False)
+        for needle, reply in self._spec.option("replies_for") or ():
+            if needle in text:
+                return str(reply)
+        reply = self._replies[self._turn % len(self._replies)]
+        self._turn += 1
+        return reply
 
     def cancel(self, request_id: str) -> None:
         run = self._runs.pop(request_id, None)

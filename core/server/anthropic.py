@@ -32,6 +32,7 @@ from core.events import (
     Done,
     Error,
     Event,
+    PromptRead,
     ReasoningDelta,
     TextDelta,
     ToolCall,
@@ -379,23 +380,41 @@ def _ping() -> bytes:
     return b'event: ping\ndata: {"type": "ping"}\n\n'
 
 
-def _message_start(call: ChatCall, template: str | None) -> bytes:
-    """The stream's first event. Its input_tokens are an estimate from the prompt's
-    characters (about four a token): the real count is known once the worker has
-    tokenized the prompt, and message_delta carries it. Tools are left out of it when
-    the model's chat template takes none (a base model's transcript has no tools): an
-    agent's tool list can be most of its request."""
-    request = call.request
-    if template is not None and "tools" not in template:
-        request = replace(request, tools=())
-    estimate = max(1, prompt_chars(request) // 4)
+def _message_start(call: ChatCall, template: str | None, read: PromptRead | None) -> bytes:
+    """The stream's first event, with the prompt's real token count apart from what the
+    cache holds (`read`: the worker sends it once it has tokenized the prompt, before the
+    prefill). Where the engine does not tell, or the stream opens first (the request
+    waited for a load or a busy worker), an estimate from the prompt's characters (about
+    four a token), without tools when the model's chat template takes none; message_delta
+    carries the real counts either way."""
+    if read is not None:
+        cached = min(read.cached_tokens, read.prompt_tokens)
+        usage = {"input_tokens": read.prompt_tokens - cached, "output_tokens": 0,
+                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached}
+    else:
+        request = call.request
+        if template is not None and "tools" not in template:
+            request = replace(request, tools=())
+        usage = {"input_tokens": max(1, prompt_chars(request) // 4), "output_tokens": 0,
+                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
     data = {"type": "message_start", "message": {
         "id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
         "model": call.model, "content": [], "stop_reason": None, "stop_sequence": None,
-        "usage": {"input_tokens": estimate, "output_tokens": 0, "cache_creation_input_tokens": 0,
-                  "cache_read_input_tokens": 0}}}
+        "usage": usage}}
     return (b"event: message_start\ndata: " + json.dumps(data, ensure_ascii=False).encode()
             + b"\n\n" + _ping())
+
+
+COUNTS_AHEAD = ("llamacpp", "scripted")  # engines that send PromptRead before the prefill
+
+
+def _template_of(info: dict[str, Any] | None) -> str | None:
+    """The chat template ("" for a base model: a transcript, no tools), None if unknown."""
+    if info is None:
+        return None
+    if info.get("base_model"):
+        return ""
+    return str(info.get("chat_template") or "")
 
 
 def _tool_input(call: ToolCall) -> dict[str, Any]:
@@ -427,9 +446,14 @@ class MessagesRoute:
         headers = ignored_tools_header(ignored, request.path)
         early = None
         if call.stream:  # opened while a long prompt is prefilled (core.server.sse.EarlyStream)
+            info = await self._info(call.model)
+            template = _template_of(info)
+            call = replace(call, request=replace(call.request, report_prompt=True))
+            # held for the worker's count where the engine sends one (core.events.PromptRead)
             early = EarlyStream(request, self.server.limits.write_timeout_s,
-                                _message_start(call, await self._template(call.model)), _ping(),
-                                headers)
+                                lambda: _message_start(call, template, early.prompt_read),
+                                _ping(), headers,
+                                hold_opening=(info or {}).get("engine") in COUNTS_AHEAD)
         async with generation(self.server, call, "/v1/messages", early=early) as (first, batches):
             if early is not None:
                 return await self._stream(request, call, thinking, first, batches, early)
@@ -437,8 +461,8 @@ class MessagesRoute:
             response.headers.update(headers)
             return response
 
-    async def _template(self, model: str) -> str | None:
-        """The app model's chat template ("" for a base model), None when not known here."""
+    async def _info(self, model: str) -> dict[str, Any] | None:
+        """The app model's load info, None when it is another model or not loaded."""
         server = self.server
         if server.runtime.model.state != "ready":
             return None
@@ -446,10 +470,7 @@ class MessagesRoute:
             entry = await server.local_models.find(model)
             if entry is None or not server.local_models.is_app_model(entry):
                 return None
-        info = server.runtime.model.info or {}
-        if info.get("base_model"):  # prompted as a transcript: no template, no tools
-            return ""
-        return str(info.get("chat_template") or "")
+        return dict(server.runtime.model.info or {})
 
     async def count_tokens(self, request: web.Request) -> web.Response:
         """The prompt's real token count: a one-token generation, whose prefill the next

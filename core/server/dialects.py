@@ -30,7 +30,7 @@ from typing import Any
 
 from aiohttp import web
 
-from core.events import Error, Event
+from core.events import Error, Event, PromptRead
 from core.remote.backend import event_batches
 from core.server.images import has_images, resolve_images
 from core.server.limits import check_prompt_size, too_large
@@ -203,7 +203,15 @@ async def _first_batch(server: Any, batches: AsyncIterator[list[Event]],
     first_came = asyncio.Event()
     ticker = asyncio.ensure_future(_keep_open(server, early, asyncio.current_task(), first_came))
     try:
-        return await anext(batches)
+        while True:  # a PromptRead (the count before the prefill) is kept for the opening
+            batch = await anext(batches)
+            rest = [e for e in batch if not isinstance(e, PromptRead)]
+            if len(rest) < len(batch):
+                early.prompt_read = next(e for e in batch if isinstance(e, PromptRead))
+                if early.opened:  # a client gone meanwhile: aiohttp cancels this handler
+                    await early.send_opening()
+            if rest:
+                return rest
     finally:
         first_came.set()  # the ticker ends after any write it is in (never cut mid-chunk)
         await asyncio.shield(ticker)
@@ -233,7 +241,7 @@ async def generation(server: Any, call: ChatCall, route: str = "",
             allow_file_urls=bool(getattr(rt.settings, "serve_allow_file_urls", False)),
             max_bytes=rt.chat.max_bytes()))
     if backend.kind == "local":
-        check_prompt_size(call.request, facts.context_size)
+        check_prompt_size(call.request, facts.context_size, facts.info)
     if backend.queued() >= server.max_queue:
         raise ApiError(429, f"The queue is full ({server.max_queue} requests waiting); retry "
                        "shortly.", code="queue_full")

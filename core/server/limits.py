@@ -18,6 +18,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from core.engines.base import GenerationRequest
@@ -177,10 +178,27 @@ def prompt_chars(request: GenerationRequest) -> int:
     return total
 
 
-def check_prompt_size(request: GenerationRequest, context_tokens: int) -> None:
-    """400 (context_length_exceeded) for a prompt too long to fit however it tokenises."""
+def renders_no_tools(request: GenerationRequest, info: Mapping[str, Any]) -> bool:
+    """Whether the model leaves this request's tools out of its prompt: a base model (a
+    plain transcript) or a chat template that never mentions them, unless the request
+    forces a call (the engine then writes the tools into a system note itself)."""
+    if not request.tools or request.tool_choice == "required" or request.tool_name is not None:
+        return False
+    if info.get("base_model"):
+        return True
+    template = info.get("chat_template")
+    return isinstance(template, str) and bool(template) and "tools" not in template
+
+
+def check_prompt_size(request: GenerationRequest, context_tokens: int,
+                      info: Mapping[str, Any] | None = None) -> None:
+    """400 (context_length_exceeded) for a prompt too long to fit however it tokenises.
+    Tools the model's template leaves out (`info`: the model's load info) are not counted:
+    an agent's tool list can be most of its request, and this model never reads it."""
     if context_tokens <= 0:
         return
+    if info is not None and renders_no_tools(request, info):
+        request = replace(request, tools=())
     chars = prompt_chars(request)
     limit = context_tokens * MAX_CHARS_PER_TOKEN
     if chars > limit:

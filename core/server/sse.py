@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from core.events import Event
+from core.events import Event, PromptRead
 
 DIRECT_LIMIT = 64 * 1024  # bytes queued in the transport before writes wait for it to drain
 KEEPALIVE_COMMENT = b": keep-alive\n\n"  # an SSE comment: clients skip it
@@ -73,18 +73,33 @@ class EarlyStream:
     bytes are sent after a short grace, then `keepalive` bytes every few seconds; a write
     that fails means the client went, and the request is cancelled. Errors that come
     within the grace still get their HTTP status.
+
+    `opening` may be a function, called when it is sent: Anthropic's first event carries
+    the prompt's token count, which `prompt_read` holds once the worker has tokenized the
+    prompt (core.server.dialects records it). With `hold_opening`, a stream that opens
+    before then sends keep-alives alone, and the opening when the count comes (or with
+    the first content, whichever is first): a request queued behind another, or waiting
+    for a load, still gets the real count.
     """
 
-    def __init__(self, request: web.Request, timeout: float, opening: bytes, keepalive: bytes,
+    def __init__(self, request: web.Request, timeout: float, opening: bytes | Callable[[], bytes],
+                 keepalive: bytes,
                  headers: Mapping[str, str] | None = None,
-                 content_type: str = "text/event-stream") -> None:
+                 content_type: str = "text/event-stream", hold_opening: bool = False) -> None:
         self.request = request
         self.timeout = timeout
-        self.opening = opening
+        self._opening = opening
+        self.prompt_read: PromptRead | None = None
+        self.hold_opening = hold_opening
+        self.opening_sent = False
         self.keepalive = keepalive
         self.headers = {**SSE_HEADERS, "Content-Type": content_type, **(headers or {})}
         self.response: web.StreamResponse | None = None
         self.sink: Sink | None = None
+
+    @property
+    def opening(self) -> bytes:
+        return self._opening() if callable(self._opening) else self._opening
 
     @property
     def opened(self) -> bool:
@@ -102,10 +117,25 @@ class EarlyStream:
             self.sink = Sink(response, self.request.transport if chunked else None, self.timeout)
         return self.response, self.sink
 
+    def take_opening(self) -> bytes:
+        """The opening bytes, once (b"" after)."""
+        if self.opening_sent:
+            return b""
+        self.opening_sent = True
+        return self.opening
+
     async def open(self) -> bool:
-        """Headers and the opening bytes; False when the client has gone."""
+        """Headers and the opening bytes (keep-alive bytes while the opening is held);
+        False when the client has gone."""
         _, sink = await self.prepare()
-        return await sink.send(bytearray(self.opening or self.keepalive))
+        held = self.hold_opening and self.prompt_read is None
+        return await sink.send(bytearray((b"" if held else self.take_opening()) or self.keepalive))
+
+    async def send_opening(self) -> bool:
+        """The held opening, now that its count has come (an opened stream only)."""
+        if self.sink is None or self.opening_sent:
+            return True
+        return await self.sink.send(bytearray(self.take_opening()))
 
     async def ping(self) -> bool:
         assert self.sink is not None
@@ -126,8 +156,8 @@ async def write_stream(request: web.Request, timeout: float, out: bytearray,
     """
     if early is None:
         early = EarlyStream(request, timeout, b"", b"")
-    if not early.opened:
-        out[:0] = early.opening
+    if not early.opening_sent:
+        out[:0] = early.take_opening()
     response, sink = await early.prepare()
     batch: list[Event] | None = first
     while batch is not None and not encode(batch):

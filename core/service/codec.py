@@ -32,6 +32,7 @@ TYPES: dict[str, tuple[tuple[str, ...], str]] = {
     "ToolCallDelta": (("core.events",), "ToolCallDelta"),
     "Usage": (("core.events",), "Usage"),
     "Logprobs": (("core.events",), "Logprobs"),
+    "PromptRead": (("core.events",), "PromptRead"),
     "Done": (("core.events",), "Done"),
     "Error": (("core.events",), "Error"),
     "ToolStatus": (("core.wire.tools", "core.tools"), "ToolStatus"),

@@ -135,7 +135,11 @@ class ModelGroup:
             if w is worker:
                 del self.affinity[session]
 
-    def pick(self, session_id: str | None, max_sessions: int) -> WorkerProcess:
+    def pick(self, session_id: str | None, max_sessions: int,
+             prefix: str | None = None) -> WorkerProcess:
+        """The worker for a request: its session's; else the one that last served its
+        `prefix` (core.workers.prefix_route) unless that one is busy and another is free;
+        else the least loaded, least recently used."""
         live = [w for w in self.workers if w.state == "ready"]
         if not live:
             raise WorkerLoadError("LOAD_FAILED", self.failed or "No worker is ready for this model.")
@@ -144,6 +148,13 @@ class ModelGroup:
             if worker is not None and worker in live:
                 self.affinity.move_to_end(session_id)
                 return worker
+        elif prefix is not None and len(live) > 1:
+            worker = self.affinity.get(prefix)
+            if worker is not None and worker in live and (
+                    worker.load() == 0 or all(w.load() for w in live)):
+                self.affinity.move_to_end(prefix)
+                return worker
+            session_id = prefix  # remembered below for the next request that shares it
         worker = min(live, key=lambda w: (w.load(), w.last_used))
         if session_id is not None:
             self.affinity[session_id] = worker

@@ -28,6 +28,7 @@ from core.workers.leases import Leases
 from core.workers.load_error import WorkerLoadError
 from core.workers.model_group import ModelGroup
 from core.workers.on_demand import OnDemandProcess
+from core.workers.prefix_route import prefix_key
 from core.workers.request_stream import RequestStream
 from core.workers.status import ModelStatus, WorkerStatus
 from core.workers.worker_process import CLOSING, WorkerProcess
@@ -291,7 +292,8 @@ class WorkerPool:
             yield list(stream.items)
             return
         try:
-            worker = group.pick(request.session_id, self.max_sessions)
+            worker = group.pick(request.session_id, self.max_sessions,
+                                None if request.session_id or request.aside else prefix_key(request))
         except WorkerLoadError as exc:
             yield [Error("LOAD_FAILED", exc.message), Done("error")]
             return

@@ -1,11 +1,13 @@
-"""Claude Code and Codex, the real command-line agents, against a real `llmdeck serve`.
+"""Claude Code, Codex, opencode and oterm, the real agents, against a real `llmdeck serve`.
 
 Each is pointed at the server with only what README's "Pointing other tools at llmdeck"
 says (a base URL, a key, a model name), runs headless, and makes a tool round trip: the
-scripted engine's first reply calls the agent's own file tool, the agent runs it, and
-the second reply is the answer it prints. Skipped when the npm package is not installed:
-`npm install --prefix /tmp/agents-npm @anthropic-ai/claude-code @openai/codex` (or set
-LLMDECK_AGENT_CLIS to a node_modules/.bin folder holding `claude` and `codex`).
+scripted engine's first reply calls the agent's own tool, the agent runs it, and the
+second reply is the answer it prints. Skipped when the package is not installed:
+`npm install --prefix /tmp/agents-npm @anthropic-ai/claude-code @openai/codex opencode-ai`
+(or set LLMDECK_AGENT_CLIS to a node_modules/.bin folder holding `claude`, `codex` and
+`opencode`), and `python -m venv /tmp/oterm-venv && /tmp/oterm-venv/bin/pip install oterm`
+(or set LLMDECK_OTERM_PYTHON to the python of an environment holding oterm).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.serve import scripted_args, spawn_serve
+from tests.fixtures.serve import ROOT, scripted_args, spawn_serve
 
 pytestmark = pytest.mark.slow
 
@@ -56,8 +58,9 @@ def test_claude_code_runs_a_tool_against_serve(tmp_path: Path) -> None:
     note.write_text("hello-from-file\n")
     replies = json.dumps([f"I will read it.{_call('Read', {'file_path': str(note)})}",
                           "The file says hello."])
+    # each reply waits 1 s, as a prefill does: the stream opens with pings first
     proc, url = spawn_serve(_agent_home(tmp_path), *scripted_args(template=TEMPLATE),
-                            "--option", f"replies={replies}")
+                            "--option", f"replies={replies}", "--option", "prefill_s=1.0")
     try:
         env = {**os.environ, "HOME": str(tmp_path), "ANTHROPIC_BASE_URL": url.removesuffix("/v1"),
                "ANTHROPIC_API_KEY": "unused", "DISABLE_TELEMETRY": "1",
@@ -102,6 +105,107 @@ def test_codex_runs_a_tool_against_serve(tmp_path: Path) -> None:
         messages = [i["text"] for i in done if i.get("type") == "agent_message"]
         assert messages == ["The file says hello."], run.stdout
         assert any(e.get("type") == "turn.completed" for e in events), run.stdout
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_opencode_runs_a_tool_against_serve(tmp_path: Path) -> None:
+    """opencode (npm opencode-ai) with a provider in its opencode.json, as its docs give
+    for any OpenAI-compatible server. Its title request (a side request with its own
+    system prompt) gets a title whatever order the two requests come in."""
+    opencode = _cli("opencode", "opencode-ai")
+    work = tmp_path / "work"
+    work.mkdir()
+    note = work / "note.txt"
+    note.write_text("hello-from-file\n")
+    replies = json.dumps([_call("read", {"filePath": str(note)}), "The file says hello."])
+    titles = json.dumps([["title generator", "Reading a note"]])
+    proc, url = spawn_serve(_agent_home(tmp_path), *scripted_args(template=TEMPLATE),
+                            "--option", f"replies={replies}", "--option", f"replies_for={titles}")
+    try:
+        (work / "opencode.json").write_text(json.dumps({"provider": {"llmdeck": {
+            "npm": "@ai-sdk/openai-compatible", "name": "llmdeck",
+            "options": {"baseURL": url, "apiKey": "unused"},
+            "models": {"scripted": {"name": "scripted"}}}}}))
+        env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / ".config"),
+               "XDG_DATA_HOME": str(tmp_path / ".data"), "XDG_CACHE_HOME": str(tmp_path / ".cache"),
+               "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_SHARE": "1",
+               "PWD": str(work)}  # opencode takes its project folder from $PWD
+        run = subprocess.run([opencode, "run", "--model", "llmdeck/scripted", "--format", "json",
+                              f"read {note}"], env=env, cwd=work, capture_output=True, text=True,
+                             timeout=180, stdin=subprocess.DEVNULL)
+        events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+        parts = [e.get("part", {}) for e in events]
+        tools = [p for p in parts if p.get("type") == "tool" and p.get("tool") == "read"]
+        assert tools and "hello-from-file" in json.dumps(tools), run.stdout[-3000:] + run.stderr[-2000:]
+        texts = [p.get("text") for p in parts if p.get("type") == "text"]
+        assert texts and texts[-1] == "The file says hello.", run.stdout[-3000:]
+        assert run.returncode == 0, run.stderr[-2000:]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _oterm_python() -> str:
+    for python in (os.environ.get("LLMDECK_OTERM_PYTHON", ""), "/tmp/oterm-venv/bin/python"):
+        if python and Path(python).exists() and subprocess.run(
+                [python, "-c", "import oterm"], capture_output=True).returncode == 0:
+            return python
+    pytest.skip("oterm is not installed (python -m venv /tmp/oterm-venv && "
+                "/tmp/oterm-venv/bin/pip install oterm)")
+
+
+def test_oterm_runs_a_tool_against_serve(tmp_path: Path) -> None:
+    """oterm (PyPI) with only OLLAMA_URL set: its model list, /api/show's capabilities
+    (tools offered because the template takes them), its agent over Ollama's /v1 with its
+    own `shell` tool, and /api/ps's context. oterm has no one-shot mode: its own code is
+    driven by tests/helpers/oterm_chat.py, the calls its TUI makes."""
+    python = _oterm_python()
+    note = tmp_path / "note.txt"
+    note.write_text("hello-from-file\n")
+    replies = json.dumps([_call("shell", {"command": f"cat {note}"}), "The file says hello."])
+    proc, url = spawn_serve(_agent_home(tmp_path), *scripted_args(template=TEMPLATE),
+                            "--option", f"replies={replies}")
+    try:
+        env = {**os.environ, "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / ".data"),
+               "OLLAMA_URL": url.removesuffix("/v1")}
+        env.pop("PYTHONPATH", None)
+        run = subprocess.run([python, str(ROOT / "tests" / "helpers" / "oterm_chat.py"),
+                              "scripted", f"read {note}"], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert run.returncode == 0, run.stderr[-3000:]
+        out = json.loads(run.stdout.strip().splitlines()[-1])
+        assert "scripted" in out["models"] and out["tools"] is True, out
+        assert any("hello-from-file" in r for r in out["tool_returns"]), out
+        assert out["reply"] == "The file says hello.", out
+        assert out["context"] == 131072, out
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_oterm_gets_a_plain_reply_from_the_bundled_model(tmp_path: Path) -> None:
+    """oterm against serve on a fresh home, the bundled Gemma as shipped: its template
+    takes no tools, so /api/show offers none and oterm chats without them."""
+    python = _oterm_python()
+    home = tmp_path / "home"
+    (home / "config").mkdir(parents=True)
+    (home / "config" / "config.toml").write_text("context_size = 8192\n", encoding="utf-8")
+    proc, url = spawn_serve(home)
+    try:
+        env = {**os.environ, "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / ".data"),
+               "OLLAMA_URL": url.removesuffix("/v1")}
+        env.pop("PYTHONPATH", None)
+        run = subprocess.run([python, str(ROOT / "tests" / "helpers" / "oterm_chat.py"),
+                              "gemma3:270m-q4_k_m", "What is the capital of France?"],
+                             env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180,
+                             stdin=subprocess.DEVNULL)
+        assert run.returncode == 0, run.stderr[-3000:]
+        out = json.loads(run.stdout.strip().splitlines()[-1])
+        assert out["models"] == ["gemma3:270m-q4_k_m"] and out["tools"] is False, out
+        assert out["reply"].strip(), out  # sampled as the server's settings say: any words
+        assert out["context"] == 8192, out
     finally:
         proc.terminate()
         proc.wait(10)

@@ -89,13 +89,15 @@ def test_claude_codes_first_request_is_served_streamed(server: ServerThread) -> 
     kinds = [kind for kind, _ in events]
     assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
     start = events[0][1]["message"]["usage"]
-    assert start["input_tokens"] > 1000  # its estimate of the ~10,000-character prompt, not 0
     blocks = [data["content_block"]["type"] for kind, data in events
               if kind == "content_block_start"]
     assert blocks == ["thinking", "text", "tool_use"]
     usage = events[-2][1]["usage"]
     assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
     assert "cache_read_input_tokens" in usage
+    # the real count, from the worker before the prefill (it was an estimate: chars / 4)
+    assert (start["input_tokens"], start["cache_read_input_tokens"]) == (
+        usage["input_tokens"], usage["cache_read_input_tokens"]), (start, usage)
 
 
 def test_claude_codes_first_request_is_served_whole(server: ServerThread) -> None:
@@ -189,10 +191,71 @@ def test_a_stream_opens_and_keeps_alive_while_the_prompt_is_prefilled(
         assert reply.status_code == 200
         lines = _until_text(reply.iter_lines(), lambda line: "Read" in line)
     compact = [line.replace(" ", "") if line.startswith("{") else line for line in lines]
-    assert any(opening.replace(" ", "") in line or opening in line for line in compact[:3]), lines
+    # (Anthropic's message_start waits for the worker's count: pings may come first)
+    assert any(opening.replace(" ", "") in line or opening in line for line in compact[:-2]), lines
     pings = sum(keepalive.replace(" ", "") in line.replace(" ", "") for line in lines[:-1])
     assert pings >= 2, lines  # ~PREFILL_S / keepalive_s of them before the first token
     assert time.monotonic() - sent >= PREFILL_S * 0.9  # the text did wait for the "prefill"
+
+
+@pytest.fixture(scope="module")
+def one_at_a_time(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    """One request at a time, each with a 1.5 s "prefill": the next one waits its turn."""
+    limits = ServeLimits(stream_open_s=0.05, keepalive_s=0.2)
+    yield from served(scripted_spec(reply="Ready now.", prefill_s=1.5, max_concurrency=1),
+                      tmp_path_factory.mktemp("agents-queued-home"), limits=limits)
+
+
+@pytest.mark.slow
+def test_a_queued_anthropic_stream_opens_with_pings_then_the_real_count(
+        one_at_a_time: ServerThread) -> None:
+    """A stream that opens before the worker has counted its prompt (it waits behind
+    another request) sends pings, then message_start with the real count; before, it
+    opened with an estimate (the prompt's characters / 4)."""
+    import threading
+
+    ask = [{"role": "user", "content": "Tell me about the weather today, in detail."}]
+    first = threading.Thread(target=lambda: httpx.post(
+        one_at_a_time.url + "/chat/completions", timeout=60,
+        json={"model": "scripted", "messages": ask}))
+    first.start()
+    try:
+        time.sleep(0.3)  # the first request holds the worker
+        body = {"model": "scripted", "max_tokens": 50, "stream": True, "messages": ask}
+        with httpx.stream("POST", _root(one_at_a_time) + "/v1/messages", json=body,
+                          timeout=60) as reply:
+            events = _sse(reply.iter_lines())
+    finally:
+        first.join()
+    kinds = [kind for kind, _ in events]
+    assert kinds.index("message_start") > kinds.index("ping"), kinds  # pings while queued
+    start = events[kinds.index("message_start")][1]["message"]["usage"]
+    usage = events[kinds.index("message_delta")][1]["usage"]
+    assert start == {**usage, "output_tokens": 0}, (start, usage)
+
+
+@pytest.fixture(scope="module")
+def hushed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    """As `slow`, with keep-alives too far apart to tell that a client has gone."""
+    limits = ServeLimits(stream_open_s=0.05, keepalive_s=30.0)
+    yield from served(scripted_spec(reply="Ready now.", prefill_s=PREFILL_S),
+                      tmp_path_factory.mktemp("agents-hushed-home"), limits=limits)
+
+
+@pytest.mark.slow
+def test_a_client_gone_is_seen_before_the_next_keep_alive(hushed: ServerThread) -> None:
+    """A client that leaves is noticed at once (aiohttp cancels the handler when the
+    connection is lost: core.server.handle), not at the next keep-alive's write, 5 s
+    apart by default; the request's close then cancels it in the worker."""
+    payload = {"model": "scripted", "stream": True, "max_tokens": 50,
+               "messages": [{"role": "user", "content": "Never mind."}]}
+    with httpx.stream("POST", _root(hushed) + "/v1/messages", json=payload, timeout=60) as reply:
+        assert reply.status_code == 200
+        next(reply.iter_lines())  # the stream is open: the prompt is being prefilled
+        gone = time.monotonic()
+    while hushed.handle.server.active and time.monotonic() - gone < PREFILL_S:
+        time.sleep(0.02)
+    assert time.monotonic() - gone < PREFILL_S / 3, "the request outlived its client"
 
 
 def test_a_client_gone_during_the_prefill_cancels_it(slow: ServerThread) -> None:
@@ -253,11 +316,13 @@ def test_serve_prints_each_dialects_url_and_a_line_per_request(tmp_path: Path) -
 
 @pytest.fixture(scope="module")
 def bundled(bundled_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
-    """The bundled model on llama.cpp with two replicas, as a 2-core box runs it."""
+    """The bundled model on llama.cpp with two replicas, as a 2-core box runs it; no KV
+    cache on disk, which could hand a replica a prefix it never served."""
     from core.config import Settings
     from core.engines.base import ModelSpec
 
-    spec = ModelSpec(str(bundled_gguf), "llamacpp", context_size=2048)
+    spec = ModelSpec(str(bundled_gguf), "llamacpp", context_size=2048,
+                     options=(("kv_disk_gb", 0),))
     yield from served(spec, tmp_path_factory.mktemp("agents-bundled-home"),
                       settings=Settings(replicas=2), served_name="gemma")
 
@@ -289,6 +354,25 @@ def test_an_agents_repeated_prefix_comes_from_the_cache(bundled: ServerThread) -
         assert reply.status_code == 200, reply.text
         reads.append(reply.json()["usage"])
     assert reads[1]["cache_read_input_tokens"] > reads[1]["input_tokens"]  # apart, not twice
+
+
+@pytest.mark.slow
+def test_requests_without_a_session_go_to_the_replica_that_served_their_prefix(
+        bundled: ServerThread) -> None:
+    """Without a session key a request went to the least recently used replica: every
+    other turn of an agent landed where none of its prefix was cached (core.workers.
+    prefix_route)."""
+    cached, total = [], 0
+    for question in ("What is 5 + 5?", "Name a fruit.", "What is the capital of Italy?"):
+        reply = httpx.post(bundled.url + "/chat/completions", timeout=120, json={
+            "model": "gemma", "max_tokens": 4, "messages": [
+                {"role": "system", "content": AGENT_PROMPT + " Be brief."},
+                {"role": "user", "content": question}]})
+        assert reply.status_code == 200, reply.text
+        usage = reply.json()["usage"]
+        cached.append(usage["prompt_tokens_details"]["cached_tokens"])
+        total = usage["prompt_tokens"]
+    assert min(cached[1:]) > total * 0.8, (cached, total)
 
 
 @pytest.mark.slow
