@@ -207,6 +207,8 @@ class DownloadJobs:
         job.runner = DownloadJob(plan, cache_dir=self._cache_dir)
         async for progress in job.runner:
             job.progress = progress
+            if progress.finished:  # the end is told below, whole: with its path or sentence
+                continue  # (a client stops at the first end state it sees)
             state_changed = progress.state != job.state
             job.state = progress.state
             self._changed(job, now=state_changed or progress.finished)
