@@ -171,7 +171,7 @@ def start_compare(screen: Any) -> None:
     def _picked(choice: ModelChoice | None) -> None:
         if choice is not None:
             screen.composer.load_text("")
-            screen.app.push_screen(CompareScreen(screen.conversation_id, text, choice, choice.name),
+            screen.app.push_screen(CompareScreen(screen.conversation_id, text, choice, choice.id),
                                    screen._compared)
 
     from tui.screens.model_picker import ModelPickerScreen
