@@ -15,6 +15,8 @@ async def test_the_compared_model_goes_by_its_id() -> None:
         await wait_ready(pilot)
         await pilot.press(*"Hi", "ctrl+t")
         await wait_until(pilot, lambda: isinstance(app.screen, ModelPickerScreen))
+        # it picks the second model to compare with; it loads none in place of the chat's
+        assert "Compare with which model?" in str(app.screen.query_one(".dialog-text").render())
         app.screen.dismiss(ModelChoice("right:1b-q4_k_m", "right-1b-Q4_K_M.gguf", "scripted",
                                        "scripted", False))
         await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen))
