@@ -63,6 +63,10 @@ class Job:
         return {"id": self.id, "repo": self.repo, "file": self.file, "revision": self.revision,
                 "load": self.load, "state": self.state, "error": self.error, "error_code": self.error_code,
                 "path": self.path,
+                # what was planned: the GGUF picked (a pull that named no file too), or
+                # "" for an MLX repo; None until the repo's files are listed
+                "format": self.runner.plan.format if self.runner else None,
+                "primary": self.runner.plan.primary if self.runner else None,
                 "filename": p.filename if p else (self.file or ""),
                 "downloaded": p.downloaded if p else 0, "total": p.total if p else 0,
                 "rate_bps": round(p.rate_bps, 1) if p else 0.0,

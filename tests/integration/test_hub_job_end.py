@@ -44,6 +44,7 @@ async def test_a_finished_jobs_first_done_push_carries_its_path(fake_hub: FakeHu
     job = await _first_end(tmp_path)
     assert job["state"] == "done"
     assert job["path"] and Path(job["path"]).name == Q8 and Path(job["path"]).exists()
+    assert (job["format"], job["primary"]) == ("gguf", Q8)  # what the hub's row names
 
 
 async def test_a_failed_jobs_first_error_push_carries_its_sentence(fake_hub: FakeHub,
