@@ -6,6 +6,7 @@ first finished state it sees. An error's push likewise came before its sentence.
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -53,3 +54,17 @@ async def test_a_failed_jobs_first_error_push_carries_its_sentence(fake_hub: Fak
     job = await _first_end(tmp_path)
     assert job["state"] == "error" and job["error_code"] == "CHECKSUM_MISMATCH"
     assert job["error"] and "nothing was kept" in job["error"]
+
+
+async def test_a_second_pull_says_nothing_was_downloaded(fake_hub: FakeHub, tmp_path: Path,
+                                                        capsys) -> None:
+    """`llmdeck pull` of a model already here said "downloaded 253.1 MB" for no byte."""
+    from core.service.pull_cli import _report
+
+    first = await _first_end(tmp_path)
+    again = await _first_end(tmp_path)
+    assert first["fetched"] > 0 and again["fetched"] == 0
+    assert _report(again, sys.stderr) == 0
+    said = capsys.readouterr()
+    assert again["path"] in said.out
+    assert "already here" in said.err and "downloaded" not in said.err
