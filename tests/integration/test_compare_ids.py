@@ -4,11 +4,14 @@ column's title, its F4 row and its stored reply said the file name instead
 
 from __future__ import annotations
 
+import pytest
+
 from tests.fixtures.tui import scripted_app, wait_ready, wait_until
 from tui.screens.compare import CompareScreen
 from tui.screens.model_picker import ModelChoice, ModelPickerScreen
 
 
+@pytest.mark.slow
 async def test_the_compared_model_goes_by_its_id() -> None:
     app = scripted_app()
     async with app.run_test(size=(120, 36)) as pilot:

@@ -4,6 +4,7 @@ empty answer read "No all repos match"."""
 
 from __future__ import annotations
 
+import pytest
 from textual.widgets import Input
 
 from tests.fakes.hub_repos import (  # noqa: F401  (fixtures)
@@ -16,6 +17,7 @@ from tests.fixtures.hub_screen import SIZE, hub_app, open_with_results, wait_unt
 from tui.widgets.hub_results import ResultsTable
 
 
+@pytest.mark.slow
 async def test_slash_in_the_focused_search_box_is_the_key_not_the_query(
         fake_hub: FakeHub) -> None:
     async with hub_app().run_test(size=SIZE) as pilot:

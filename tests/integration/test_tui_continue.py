@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from core.config import Settings
 from tests.fixtures.tui import scripted_app, send, wait_ready, wait_until
 from tui.widgets.message_view import MessageView
@@ -46,6 +48,7 @@ async def test_g_on_a_finished_reply_says_what_it_is_for() -> None:
         assert len(app.main.query(MessageView)) == 2
 
 
+@pytest.mark.slow
 async def test_a_reply_that_filled_the_context_says_so_live_and_reopened() -> None:
     """The cut line of a reply that ran to the end of the context says the context is
     full and how to go on (a larger context, then g), not "the length limit" (no Max

@@ -4,11 +4,13 @@ old query's hits, and conversations made afterwards never showed in it."""
 
 from __future__ import annotations
 
+import pytest
 from textual.widgets import Input
 
 from tests.fixtures.tui import scripted_app, seed_conversations, wait_ready, wait_until
 
 
+@pytest.mark.slow
 async def test_esc_in_the_search_box_lists_every_conversation_again() -> None:
     seed_conversations([("What is the capital of France?", "Paris."),
                         ("Who wrote Hamlet?", "Shakespeare.")])
