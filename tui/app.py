@@ -373,8 +373,10 @@ class LlmdeckApp(App):
         service = sys.modules.get("core.service.client")
         if cause is not None and service is not None and isinstance(
                 cause, (service.ServiceCallError, service.ServiceUnavailable)):
-            self.notify(getattr(cause, "message", None) or str(cause), title="Service",
-                        severity="error", timeout=15)
+            said = getattr(cause, "message", None) or str(cause)
+            if not any(n.title == "Service" and n.message == said for n in self._notifications):
+                # (a reply cut by `service stop` fails with the sentence the stop said)
+                self.notify(said, title="Service", severity="error", timeout=15)
             return
         super()._handle_exception(error)
 

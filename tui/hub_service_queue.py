@@ -94,6 +94,13 @@ class ServiceDownloadQueue:
                                   data["id"])
                 self.jobs.append(view)
             view.id = data["id"]
+            planned = data.get("primary")
+            if isinstance(planned, str) and data.get("format") in ("gguf", "mlx") \
+                    and (planned, data["format"]) != (view.plan.primary, view.plan.format):
+                # a pull that named no file: the service picked it (its row and its
+                # "Download finished" name the model, not the repo as "MLX")
+                view.plan = DownloadPlan(view.plan.repo_id, view.plan.revision,
+                                         data["format"], planned, view.plan.files)
             view.latest = progress_of(data, view.plan)
             if self._on_update is not None:
                 self._on_update(view, view.latest)

@@ -28,7 +28,9 @@ EXIT_OK, EXIT_HUB_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="llmdeck models", description="Find, download and manage local models.",
-        epilog="Also: `llmdeck models import FILE.gguf [--quantize 4|8]` turns a GGUF into an "
+        epilog="Also: `llmdeck models downloads` lists the engine service's download jobs "
+        "(from any terminal) and `llmdeck models pull --cancel ID` ends one; "
+        "`llmdeck models import FILE.gguf [--quantize 4|8]` turns a GGUF into an "
         "MLX folder; `llmdeck models restore-default` unpacks the bundled model again.")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("search", help="search the Hub for MLX and GGUF models")

@@ -50,6 +50,7 @@ class Job:
     error: str | None = None
     error_code: str | None = None  # core.hub.errors' code (OFFLINE, DISK_FULL, ...)
     path: str | None = None
+    fetched: int | None = None  # bytes this job took from the Hub (0: all already here)
     runner: DownloadJob | None = None
     cancelled: bool = False
 
@@ -62,7 +63,11 @@ class Job:
         p = self.progress
         return {"id": self.id, "repo": self.repo, "file": self.file, "revision": self.revision,
                 "load": self.load, "state": self.state, "error": self.error, "error_code": self.error_code,
-                "path": self.path,
+                "path": self.path, "fetched": self.fetched,
+                # what was planned: the GGUF picked (a pull that named no file too), or
+                # "" for an MLX repo; None until the repo's files are listed
+                "format": self.runner.plan.format if self.runner else None,
+                "primary": self.runner.plan.primary if self.runner else None,
                 "filename": p.filename if p else (self.file or ""),
                 "downloaded": p.downloaded if p else 0, "total": p.total if p else 0,
                 "rate_bps": round(p.rate_bps, 1) if p else 0.0,
@@ -207,10 +212,13 @@ class DownloadJobs:
         job.runner = DownloadJob(plan, cache_dir=self._cache_dir)
         async for progress in job.runner:
             job.progress = progress
+            if progress.finished:  # the end is told below, whole: with its path or sentence
+                continue  # (a client stops at the first end state it sees)
             state_changed = progress.state != job.state
             job.state = progress.state
             self._changed(job, now=state_changed or progress.finished)
         result = await job.runner.wait()
+        job.fetched = result.bytes_fetched
         if result.error is not None:
             job.state = "cancelled" if result.error.code == "CANCELLED" else "error"
             job.error, job.error_code = result.error.message, result.error.code

@@ -494,6 +494,13 @@ class Runtime(ModelLibrary):
             raise LookupError("That message no longer exists.")
         if msg.role != "assistant" or msg.status != "cut" or msg.parent_id is None:
             raise LookupError("Only a reply cut at its length limit can be continued.")
+        size = int(self.models.state.context_size or 0)
+        if size and int((msg.usage or {}).get("context_used") or 0) >= size:
+            # The model would start with its context full: the engine refuses, and the
+            # reply would be stored as failed. It stays cut until the context grows.
+            raise LookupError(f"This reply filled the model's whole context ({size:,} "
+                              "tokens), so there is no room to go on. Raise the context size "
+                              "in the settings (F3), then press g again.")
         turn = await self._turn_for_user_message(conversation_id, msg.parent_id)
         turn.request = replace(turn.request, reply_prefix=msg.content)
         turn.continues = msg

@@ -34,11 +34,15 @@ def engine_for(path: Path) -> str:
     from core.engines.select import SelectionError, select_engine
 
     if not path.exists():
-        raise WorkerLoadError(
-            "LOAD_FAILED",
-            f"Model file not found: {path}. Pick another model, or restore the bundled one "
-            "with `llmdeck models restore-default`.",
-        )
+        from core.bundled import BUNDLED_CHAT_NAME
+
+        # restore-default brings back the bundled model only: a downloaded one that was
+        # removed (`llmdeck models rm`) comes back with a pull
+        fix = ("restore the bundled one with `llmdeck models restore-default`"
+               if path.name == BUNDLED_CHAT_NAME else
+               "download it again (`llmdeck models list` shows the models here)")
+        raise WorkerLoadError("LOAD_FAILED",
+                              f"Model file not found: {path}. Pick another model, or {fix}.")
     try:
         return select_engine(path).engine
     except SelectionError as exc:

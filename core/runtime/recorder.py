@@ -42,6 +42,9 @@ class ReplyRecorder:
         self.usage: dict[str, Any] | None = None
         self.error: Error | None = None
         self.finish_reason = "error"  # until a Done says otherwise
+        # The loaded model's context (set once it is loaded): a reply that filled it is
+        # stored saying so, since only a larger context lets it go on (context_used).
+        self.context_size = 0
         self._last_flush = clock()
         self._recorded = 0
 
@@ -59,7 +62,10 @@ class ReplyRecorder:
             self.usage = {"prompt_tokens": event.prompt_tokens,
                           "cached_tokens": event.cached_tokens,
                           "completion_tokens": event.completion_tokens + self._earlier_tokens,
-                          "ttft_ms": event.ttft_ms, "decode_tps": event.decode_tps}
+                          "ttft_ms": event.ttft_ms, "decode_tps": event.decode_tps,
+                          "context_used": event.prompt_tokens + event.completion_tokens}
+            if self.context_size:
+                self.usage["context_size"] = self.context_size
         elif isinstance(event, Error):
             self.error = event
         elif isinstance(event, Done):

@@ -42,8 +42,12 @@ class SandboxInfo:
 
 
 def context_use(messages: list[Message]) -> int:
-    """Tokens the conversation fills: prompt + completion of the newest reply with usage."""
+    """Tokens the conversation fills: prompt + completion of the newest reply with usage
+    (its last generation's, `context_used`, where stored: a continued reply's count is
+    the whole reply's, and its prompt held the part before)."""
     for m in reversed(messages):
         if m.usage:
+            if m.usage.get("context_used"):
+                return int(m.usage["context_used"])
             return int(m.usage.get("prompt_tokens", 0)) + int(m.usage.get("completion_tokens", 0))
     return 0

@@ -172,6 +172,7 @@ class Turn:
         self.continues = None  # a tool round's follow-up is a message of its own
         try:
             ok = await models.ensure()
+            recorder.context_size = int(models.state.context_size or 0)
             if ok and not self.cancelled and not self.request.tools:
                 tools = self._parts.tools
                 await tools.prepare(models.state.info)  # MCP servers start on first use

@@ -111,7 +111,11 @@ def _finished(job: dict[str, Any]) -> bool:
 def _report(job: dict[str, Any], out: TextIO) -> int:
     if job.get("state") == "done":
         print(visible(str(job.get("path"))))
-        print(f"downloaded {_human(job.get('total') or 0)}", file=out)
+        if job.get("fetched") == 0:  # every file was in the cache already
+            print(f"already here ({_human(job.get('total') or 0)}): nothing to download",
+                  file=out)
+        else:
+            print(f"downloaded {_human(job.get('total') or 0)}", file=out)
         return EXIT_OK
     print(visible(f"error: {job.get('error') or job.get('state')}"), file=out)
     return EXIT_CANCELLED if job.get("state") == "cancelled" else EXIT_HUB_ERROR

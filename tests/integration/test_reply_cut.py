@@ -7,7 +7,7 @@ from __future__ import annotations
 from core.config import Settings
 from core.engines.base import ModelSpec
 from core.events import Done, Error, TextDelta, Usage
-from core.runtime import Runtime
+from core.runtime import Runtime, context_use
 
 FIRST = "One two three four five six seven eight nine ten."  # 13 pieces of 4 characters
 REST = " The end."
@@ -49,6 +49,8 @@ async def test_a_cut_reply_is_stored_cut_and_continues_in_the_same_message() -> 
         assert [m.role for m in messages] == ["user", "assistant"]  # appended, not added
         assert (messages[-1].content, messages[-1].status) == (FIRST[:16] + REST, "complete")
         assert messages[-1].usage["completion_tokens"] == 4 + 3  # the whole reply's count
+        # the header's ctx: what the last generation filled, not the whole reply twice
+        assert context_use(messages) == messages[-1].usage["prompt_tokens"] + 3
     finally:
         await rt.close()
 
@@ -107,5 +109,31 @@ async def test_a_context_overflow_is_retried_once_with_a_rolled_context() -> Non
         assert len(turn.request.messages) <= 3  # the rolled context: summary and question
         stored = await rt.messages(cid, limit=100)
         assert sum(1 for m in stored if m.role == "user") == i + 1  # the history stays whole
+    finally:
+        await rt.close()
+
+
+async def test_a_reply_that_filled_the_context_stays_cut_and_g_says_what_would_help() -> None:
+    """A reply that ran to the end of the context cannot go on: the model would start with
+    its context full, the engine refuses, and the reply was stored as failed. It is stored
+    saying it filled the context, and continuing it is refused with what to do, before
+    the model is asked; the reply stays cut, whole."""
+    rt = _runtime(context=256, replies=("word " * 400,))
+    await rt.start()
+    try:
+        turn = await rt.start_turn(None, "Talk.")
+        assert (await _events(turn))[-1] == Done("length")
+        cid, mid = turn.conversation_id, turn.assistant_message_id
+        stored = (await rt.messages(cid))[-1]
+        assert stored.usage["context_used"] == stored.usage["context_size"] == 256
+        try:
+            await rt.continue_reply(cid, mid)
+        except LookupError as exc:
+            assert "filled the model's whole context (256 tokens)" in str(exc)
+            assert "Raise the context size" in str(exc)
+        else:
+            raise AssertionError("a reply with no room left was continued")
+        after = (await rt.messages(cid))[-1]
+        assert (after.status, after.content) == ("cut", stored.content)
     finally:
         await rt.close()

@@ -206,3 +206,27 @@ async def test_an_attach_the_service_refuses_is_a_sentence_in_the_client_app(
         await wait_until(pilot, lambda: "does not exist" in str(bar.notice.render()), 15)
         assert app.is_running
         await app.action_quit()
+
+
+@pytest.mark.slow
+async def test_a_stop_mid_reply_says_stopped_once(llmdeck_home: Path) -> None:
+    """`service stop` while a reply streams: "stopped, press F10" once. The reply's worker
+    then failed on the gone service with the same sentence, and the app said it again
+    in a second, identical notice."""
+    from tui.widgets.message_view import MessageView
+
+    svc.start(*svc.scripted_args(reply="word " * 200, tokens_per_s=20, fixed_timing=False))
+    app = LlmdeckApp(ServiceRuntime())
+    runtime = app.runtime
+    async with app.run_test() as pilot:
+        await wait_until(pilot, lambda: app.main.history_listed and runtime.connected
+                         and runtime.model_state().state == "ready", 30)
+        await pilot.press(*"Talk.", "enter")
+        await wait_until(pilot, lambda: app.main.busy and len(app.main.query(MessageView)) == 2
+                         and app.main.query(MessageView).last().content, 20)
+        assert await asyncio.to_thread(service_control.main, ["stop"]) == 0
+        await wait_until(pilot, lambda: "was stopped" in _said(app), 10)
+        await wait_until(pilot, lambda: not app.main.busy, 10)
+        await pilot.pause(0.5)
+        assert _said(app).count("was stopped") == 1, _said(app)
+        await app.action_quit()

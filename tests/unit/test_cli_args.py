@@ -47,3 +47,5 @@ def test_help_after_a_command_is_that_commands_help(capsys, command: str) -> Non
     assert stop.value.code == 0 and f"usage: llmdeck {command}" in out
     if command == "models":
         assert "models import" in out and "restore-default" in out
+        # the service's download jobs (README: Downloads) were in no help text
+        assert "models downloads" in out and "pull --cancel" in out

@@ -171,12 +171,13 @@ def start_compare(screen: Any) -> None:
     def _picked(choice: ModelChoice | None) -> None:
         if choice is not None:
             screen.composer.load_text("")
-            screen.app.push_screen(CompareScreen(screen.conversation_id, text, choice, choice.name),
+            screen.app.push_screen(CompareScreen(screen.conversation_id, text, choice, choice.id),
                                    screen._compared)
 
     from tui.screens.model_picker import ModelPickerScreen
 
-    screen.app.push_screen(ModelPickerScreen(), _picked)
+    screen.app.push_screen(ModelPickerScreen("Compare with which model?  (enter picks it · "
+                                             "esc cancels)"), _picked)
 
 
 async def take_outcome(screen: Any, outcome: CompareOutcome) -> None:

@@ -219,6 +219,12 @@ class HubScreen(Screen):
         self.load_model(model)
 
     # -- search --------------------------------------------------------------------------------
+    def on_input_changed(self, event: Input.Changed) -> None:
+        # `/` is the key that goes to the search box (README): pressed while the box
+        # already has the focus, it is that key, not the start of the query
+        if event.input.id == "hub-query" and event.value == "/":
+            event.input.value = ""
+
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "hub-query":
             event.stop()
@@ -245,7 +251,8 @@ class HubScreen(Screen):
         self.query_one("#hub-detail", Static).update(
             visible(fmt.result_detail(current)) if current else "")
         if not results:
-            self._status("#hub-search-status", f"No {self.search_format} repos match {what}; "
+            kind = {"gguf": "GGUF ", "mlx": "MLX "}.get(self.search_format, "")
+            self._status("#hub-search-status", f"No {kind}repos match {what}; "
                          "try fewer words or ctrl+g for another format.")
             return
         self._status("#hub-search-status", f"{len(results)} repos · Enter lists a repo's files")

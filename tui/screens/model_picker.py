@@ -83,9 +83,13 @@ class ModelPickerScreen(ModalScreen[ModelChoice | None]):
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
+    def __init__(self, prompt: str = "Choose a model  (enter loads · esc cancels)") -> None:
+        super().__init__()
+        self.prompt = prompt  # what Enter does here (compare picks its second model)
+
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog picker"):
-            yield Static("Choose a model  (enter loads · esc cancels)", classes="dialog-text")
+            yield Static(self.prompt, classes="dialog-text")
             yield OptionList(Option(Text("Looking for models…", style="dim"), disabled=True),
                              id="models")
             yield Static("", id="model-problems", classes="dialog-hint", markup=False)

@@ -56,7 +56,7 @@ async def draw_events(turn: Any, reply: MessageView, chat: ChatView, bar: Status
             if event.final and event.figures:  # an MCP image: attached, shown here
                 await show_tool_images(card, runtime, conversation_id, event.figures)
         elif isinstance(event, Usage):
-            reply.set_usage(event)
+            reply.set_usage(event, bar.context_size)
             bar.context_used = event.prompt_tokens + event.completion_tokens
         elif isinstance(event, Error):
             reply.show_error(event, remote=runtime.model_is_remote())

@@ -17,7 +17,7 @@ from textual.widgets import Static
 from core.wire.store import Message
 from tui.widgets.attachments import MemoryMarker, marker_of
 from tui.widgets.message_body import settled_size
-from tui.widgets.message_view import MessageView, format_stats_dict
+from tui.widgets.message_view import MessageView, filled_context, format_stats_dict
 
 EMPTY_HINT = (
     "Start typing below. Enter sends, Ctrl+J adds a new line, Ctrl+N starts a new chat.\n"
@@ -37,7 +37,8 @@ def view_for(m: Message, branch: tuple[int, int] | None = None) -> MessageView:
                        stats=format_stats_dict(m.usage), status=m.status,
                        error=f"⚠ {error}\n  → Press r on this reply to try again." if error else None,
                        message_id=m.id, branch=branch, tool_results=m.tool_results,
-                       tokens=int((m.usage or {}).get("completion_tokens") or 0))
+                       tokens=int((m.usage or {}).get("completion_tokens") or 0),
+                       filled=filled_context(m.usage))
 
 
 class ChatView(VerticalScroll):

@@ -9,7 +9,7 @@ token. A message can take focus (the message cursor); its keys act on that messa
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from time import monotonic
 from typing import Any
 
@@ -90,10 +90,23 @@ def error_text(message: str, code: str | None, *, remote: bool = False) -> str:
     return f"⚠ {message}\n  → {hint}"
 
 
-def cut_note(tokens: int) -> str:
-    """The line under a reply that hit its length limit: it is not the whole answer."""
+def cut_note(tokens: int, filled: int = 0) -> str:
+    """The line under a reply that hit its length limit: it is not the whole answer.
+    `filled`: the context size the reply filled (0: it stopped at Max tokens), where g
+    can go on only once the context is larger."""
     at = f" at {tokens:,} tokens" if tokens else ""
+    if filled:
+        return (f"✂ cut{at}: it filled the context ({filled:,} tokens) · raise the context "
+                "size (F3), then g continues it")
     return f"✂ cut{at} (the length limit) · press g to continue it"
+
+
+def filled_context(usage: dict | None) -> int:
+    """The context size a stored reply filled (its generation's prompt and reply took
+    all of it), else 0."""
+    usage = usage or {}
+    size = int(usage.get("context_size") or 0)
+    return size if size and int(usage.get("context_used") or 0) >= size else 0
 
 
 BRANCH_KEYS = Binding.Group("Branch", compact=True)  # one "[] Branch" in the footer
@@ -131,9 +144,11 @@ class MessageView(Vertical):
     def __init__(self, role: str, content: str = "", *, reasoning: str = "",
                  stats: str = "", error: str | None = None, status: str = "complete",
                  message_id: str | None = None, branch: tuple[int, int] | None = None,
-                 tool_results: list[Any] | None = None, tokens: int = 0) -> None:
+                 tool_results: list[Any] | None = None, tokens: int = 0,
+                 filled: int = 0) -> None:
         super().__init__(classes=f"message {role}")
         self.tokens = tokens  # the reply's completion tokens (the cut line says them)
+        self.filled = filled  # the context size the reply filled, if it did (cut_note)
         self._tokens_before = 0  # a continued reply's tokens before this generation
         self.role = role
         self.message_id = message_id
@@ -171,7 +186,7 @@ class MessageView(Vertical):
         stats = Static(self._stats, classes="stats")
         stats.display = bool(self._stats)
         yield stats
-        cut = Static(cut_note(self.tokens), classes="cut", markup=False)
+        cut = Static(cut_note(self.tokens, self.filled), classes="cut", markup=False)
         cut.display = self._status == "cut"
         yield cut
         err = Static(visible(self._error or ""), classes="error", markup=False)
@@ -283,7 +298,7 @@ class MessageView(Vertical):
         self._status = status
         self.query_one(".role", Static).update(visible(self._role_label()))
         cut = self.query_one(".cut", Static)
-        cut.update(cut_note(self.tokens))
+        cut.update(cut_note(self.tokens, self.filled))
         cut.display = status == "cut"
 
     def begin_continue(self) -> None:
@@ -295,10 +310,14 @@ class MessageView(Vertical):
         self.branch = branch
         self.query_one(".role", Static).update(visible(self._role_label()))
 
-    def set_usage(self, usage: Usage) -> None:
+    def set_usage(self, usage: Usage, context: int = 0) -> None:
+        """This generation's counts; `context`: the model's context size, to tell a reply
+        that filled it. A continued reply's stats count the whole reply, as stored."""
         self.tokens = self._tokens_before + usage.completion_tokens
+        used = usage.prompt_tokens + usage.completion_tokens
+        self.filled = context if context and used >= context else 0
         stats = self.query_one(".stats", Static)
-        stats.update(format_stats(usage))
+        stats.update(format_stats(replace(usage, completion_tokens=self.tokens)))
         stats.display = True
 
     def show_error(self, error: Error, *, remote: bool = False) -> None:

@@ -78,12 +78,23 @@ class ConversationList(OptionList):
 
 
 class SearchBox(Input):
-    """The search box: Down goes to the hits (Enter there opens one), as Enter here does."""
+    """The search box: Down goes to the hits (Enter there opens one), as Enter here does;
+    Esc clears the search, so the list shows every conversation again."""
 
-    BINDINGS = [Binding("down", "to_hits", "Hits", show=False)]
+    BINDINGS = [Binding("down", "to_hits", "Hits", show=False),
+                Binding("escape", "leave", "Clear search", show=False)]
 
     def action_to_hits(self) -> None:
         self.screen.query_one("#conversations", OptionList).focus()
+
+    def action_leave(self) -> None:
+        """The list showed the last query's hits for good (new conversations missing from
+        it) with no key to end it: Esc ends it, then does what Esc does on the chat
+        screen (stops a reply; else back to the composer)."""
+        self.value = ""
+        stop = getattr(self.screen, "action_stop", None)
+        if stop is not None:
+            stop()
 
 
 class Sidebar(Vertical):
