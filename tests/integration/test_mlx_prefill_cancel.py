@@ -166,12 +166,20 @@ def test_prompt_read_comes_before_the_prefill_when_asked(engine: Any,
     assert _reply(out["first"])[1].prompt_tokens == read.prompt_tokens > 4 * STEP
     msgs = ({"role": "user", "content": text}, {"role": "assistant", "content": "x"},
             {"role": "user", "content": "And?"})
-    follow = GenerationRequest("next", msgs, SamplingParams(temperature=0.0, max_tokens=4),
-                               report_prompt=True)
-    out = _run(engine, follow, _ask("Other.", "plain", 4), _ask("Batch.", "batched", 4, True))
-    read = out["next"][0]
-    usage = _reply(out["next"])[1]
-    assert read == PromptRead(usage.prompt_tokens, usage.cached_tokens)
-    assert 0 < read.cached_tokens < read.prompt_tokens
+    for rid, more in (("alone", ()), ("next", (_ask("Other.", "plain", 4),
+                                                _ask("Batch.", "batched", 4, True)))):
+        follow = GenerationRequest(rid, msgs, SamplingParams(temperature=0.0, max_tokens=4),
+                                   report_prompt=True)
+        engine.submit(follow)
+        if not more:  # a cached turn alone: its count and its first token in one step
+            [(_, events)] = engine.step()
+            assert [type(e) for e in events][:2] == [PromptRead, TextDelta], events
+        out = _run(engine, *more)
+        if not more:
+            out[rid] = events + out.get(rid, [])
+        read = out[rid][0]
+        usage = _reply(out[rid])[1]
+        assert read == PromptRead(usage.prompt_tokens, usage.cached_tokens)
+        assert 0 < read.cached_tokens < read.prompt_tokens
     assert not any(isinstance(e, PromptRead) for e in out["plain"])
     assert isinstance(out["batched"][0], PromptRead)

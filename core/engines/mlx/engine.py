@@ -275,7 +275,7 @@ class MlxEngine(Admission, Scheduling, SinglePath, ChunkedPrefill, Speculation, 
             self._remember(s.act, self._fed_tokens(s), s.cache)
         elif len(s.act.generated) % 256 == 0:
             trim_buffer_cache()
-        out[s.act.req.request_id] = events
+        out.setdefault(s.act.req.request_id, []).extend(events)  # after a PromptRead, if any
 
     def _step_batch(self, out: dict[str, list[Event]]) -> None:
         counters = self._bg._counters
