@@ -183,3 +183,20 @@ def test_prompt_read_comes_before_the_prefill_when_asked(engine: Any,
         assert 0 < read.cached_tokens < read.prompt_tokens
     assert not any(isinstance(e, PromptRead) for e in out["plain"])
     assert isinstance(out["batched"][0], PromptRead)
+
+
+def test_a_batchs_long_prompts_cancel_between_chunks(engine: Any) -> None:
+    """The batch path's admission was cancellable already (BatchGenerator prefills a
+    chunk per step): two long prompts cut after a chunk each, far short of their length."""
+    engine._prefix.clear()
+    before = engine._bg._counters.prompt_tokens
+    engine.submit(_ask(_long(60, "One. "), "one"))
+    engine.submit(_ask(_long(60, "Two. "), "two"))
+    engine.step()
+    engine.cancel("one")
+    engine.cancel("two")
+    out = _run(engine)
+    assert all(isinstance(out[r][-1], Done) and out[r][-1].finish_reason == "cancelled"
+               for r in ("one", "two")), out
+    assert engine._bg._counters.prompt_tokens - before <= 2 * STEP
+    assert _reply(_run(engine, _ask("Say hi.", "after", 4))["after"])[0]
