@@ -405,7 +405,7 @@ def _message_start(call: ChatCall, template: str | None, read: PromptRead | None
             + b"\n\n" + _ping())
 
 
-COUNTS_AHEAD = ("llamacpp", "scripted")  # engines that send PromptRead before the prefill
+COUNTS_AHEAD = ("llamacpp", "mlx", "scripted")  # engines that send PromptRead before the prefill
 
 
 def _template_of(info: dict[str, Any] | None) -> str | None:

@@ -16,8 +16,9 @@ Stop strings, streaming detokenisation and Usage are handled here; reasoning and
 markup are left in the raw text for core.parsing (the worker runs StreamParser on top).
 
 The rooms: engine (MlxEngine, the protocol and the hot loop), admission, scheduler,
-single, speculative, batch (+ lean_batch, its decode step), prefix, warmup, checks (model
-checks and loading), state (the dataclasses they share).
+single (+ chunked, a long prompt a chunk per step), speculative, batch (+ lean_batch, its
+decode step), prefix, warmup, checks (model checks and loading), state (the dataclasses
+they share).
 """
 
 from __future__ import annotations

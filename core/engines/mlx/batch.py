@@ -9,6 +9,7 @@ that is cheap), since removing rows copies the KV of every row that stays.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import mlx.core as mx
@@ -37,6 +38,7 @@ class BatchPath:
     _unsaved: deque[FinishedRows]
     _lean_prompt: bool
     _joined: bool
+    _prefill_to_batch: Callable[[SingleStream], None]  # ChunkedPrefill's
 
     def _single_to_batch(self, out: dict[str, list[Event]]) -> None:
         """Hand the running single request to the batch with its cache, nothing recomputed.
@@ -49,6 +51,9 @@ class BatchPath:
         assert s is not None
         self._single = None
         act = s.act
+        if s.at is not None:  # mid-prefill: the rest of its prompt (core.engines.mlx.chunked)
+            self._prefill_to_batch(s)
+            return
         token = s.y.item()
         if not s.emitted:
             events = out.setdefault(act.req.request_id, [])

@@ -26,6 +26,7 @@ from core.engines.kv_mlx import MlxKvKeeper
 from core.engines.mlx.admission import Admission
 from core.engines.mlx.batch import BatchPath
 from core.engines.mlx.checks import load_model
+from core.engines.mlx.chunked import ChunkedPrefill
 from core.engines.mlx.prefix import PrefixSaves
 from core.engines.mlx.scheduler import Scheduling
 from core.engines.mlx.single import SinglePath, trim_buffer_cache
@@ -45,7 +46,8 @@ _SETTLE_PER_STEP = 2
 _ALONE_MIN_CACHED = 256
 
 
-class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, PrefixSaves, WarmUp):
+class MlxEngine(Admission, Scheduling, SinglePath, ChunkedPrefill, Speculation, BatchPath,
+                PrefixSaves, WarmUp):
     """Engine protocol over mlx_lm; the package docstring (core.engines.mlx) says the design."""
 
     name = "mlx"
@@ -214,7 +216,9 @@ class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, Prefi
         if not self._pending or free <= 0:
             return
         if self._single is None and not self._batch and len(self._pending) == 1:
-            self._start_single(self._pending.popleft())
+            act = self._pending.popleft()
+            self._start_single(act)
+            self._prompt_read(act, out)  # asked for: the count before the prefill's end
             return
         ready = self._next_group(free)
         if not ready:
@@ -228,6 +232,7 @@ class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, Prefi
         for act in ready:
             if act not in alone:
                 self._insert_batch(act)
+            self._prompt_read(act, out)
 
     def _prefills_alone(self, act: Request) -> bool:
         """A cached turn: a long history in the prefix cache and a few new tokens."""
@@ -239,6 +244,8 @@ class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, Prefi
     def _step_single(self, out: dict[str, list[Event]]) -> None:
         s = self._single
         assert s is not None
+        if s.at is not None and not self._prefill_chunk(s, out):  # core.engines.mlx.chunked
+            return
         if s.act.first_token_at is not None and self._speculating(s.act) and self._speculate(s, out):
             return
         events: list[Event] = []
@@ -268,7 +275,7 @@ class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, Prefi
             self._remember(s.act, self._fed_tokens(s), s.cache)
         elif len(s.act.generated) % 256 == 0:
             trim_buffer_cache()
-        out[s.act.req.request_id] = events
+        out.setdefault(s.act.req.request_id, []).extend(events)  # after a PromptRead, if any
 
     def _step_batch(self, out: dict[str, list[Event]]) -> None:
         counters = self._bg._counters

@@ -89,6 +89,10 @@ class PrefixSaves:
         """Keep a finished request's cache, with the text it spells at exact boundaries:
         the prompt's (inherited ones and its end) and, when `tokens` holds every generated
         token, the reply's end. A regenerated or edited turn reuses the ids up to them."""
+        if len(tokens) < len(act.prompt):  # a prefill cut short (core.engines.mlx.chunked):
+            if tokens:  # kept for a retry, in memory only
+                self._prefix.store(tokens, cache, act.text, act.marks)
+            return
         if self._kv is not None:  # kv-disk hook: queued for disk, written off this thread
             # a prefill's rate for the cost model: only a lone request's TTFT is one (under
             # concurrency it includes the others' prefills and steps)

@@ -9,6 +9,7 @@ reads the tokens.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import mlx.core as mx
@@ -20,11 +21,16 @@ from core.engines.sampling import greedy
 from core.events import Event
 
 # Prompt remainders up to this many tokens are prefilled and sampled in one pass.
-_ONE_PASS_TAIL = 32
+ONE_PASS_TAIL = 32
 # Bucketed prefill (GPU): chunks of a multiple of this many tokens, then a last piece of
 # 1..this many padded up to a multiple of _TAIL_STEP (a lone token stays one token).
 PREFILL_QUANTUM = 256
 _TAIL_STEP = 32
+
+
+def bucket_step(prefill_step: int) -> int:
+    """A bucketed prefill's chunk: the prefill step, down to a multiple of PREFILL_QUANTUM."""
+    return max(PREFILL_QUANTUM, prefill_step // PREFILL_QUANTUM * PREFILL_QUANTUM)
 
 
 def tail_bucket(n: int) -> int:
@@ -53,6 +59,7 @@ class SinglePath:
     _bucketed_kv: bool
     _prefill_step: int
     _single: SingleStream | None
+    _chunked_start: Callable[[Request, list[Any], mx.array | None], bool]  # ChunkedPrefill's
 
     def _start_single(self, act: Request) -> None:
         act.alone = True
@@ -65,15 +72,22 @@ class SinglePath:
             cache = make_prompt_cache(self._model)
         act.cached = cached
         context = mx.array(act.prompt) if act.processors else None
+        if self._chunked_start(act, cache, context):  # a chunk per step (core.engines.mlx.chunked)
+            return
         y = self._prefill_alone(act, cache, context)
         self._single = SingleStream(act, cache, y, context)
 
-    def _prefill_alone(self, act: Request, cache: list[Any], context: mx.array | None) -> mx.array:
-        """Prefill the prompt past `act.cached` into `cache` (a plain per-request cache) and
-        queue its first token (returned, not read)."""
-        rest = mx.array(act.prompt[act.cached:])
+    def _in_buckets(self, n: int, cache: list[Any]) -> bool:
+        """Whether _prefill_alone sends a remainder of `n` tokens in fixed shapes (GPU)."""
+        return self._bucketed and n > 1 and all(type(c) is KVCache for c in cache)
+
+    def _prefill_alone(self, act: Request, cache: list[Any], context: mx.array | None,
+                       start: int | None = None) -> mx.array:
+        """Prefill the prompt past `start` (`act.cached` by default) into `cache` (a plain
+        per-request cache) and queue its first token (returned, not read)."""
+        rest = mx.array(act.prompt[act.cached if start is None else start:])
         with mx.stream(self._stream):
-            if self._bucketed and rest.shape[0] > 1 and all(type(c) is KVCache for c in cache):
+            if self._in_buckets(rest.shape[0], cache):
                 y = self._prefill_in_buckets(rest, cache, act, context)
                 mx.async_eval(y)
                 return y
@@ -81,7 +95,7 @@ class SinglePath:
             # also yields the first token. A long one is prefilled without reading logits
             # (the vocabulary projection of every position would cost more than a pass),
             # then its last token is fed alone, as generate_step does.
-            while rest.shape[0] > _ONE_PASS_TAIL:
+            while rest.shape[0] > ONE_PASS_TAIL:
                 n = min(self._prefill_step, rest.shape[0] - 1)
                 self._model(rest[None, :n], cache=cache)
                 mx.eval([c.state for c in cache])
@@ -118,7 +132,7 @@ class SinglePath:
     ) -> mx.array:
         n = rest.shape[0]
         tail = (n - 1) % PREFILL_QUANTUM + 1
-        step = max(PREFILL_QUANTUM, self._prefill_step // PREFILL_QUANTUM * PREFILL_QUANTUM)
+        step = bucket_step(self._prefill_step)
         done = 0
         while done < n - tail:
             k = min(step, n - tail - done)
@@ -172,6 +186,8 @@ class SinglePath:
     def _fed_tokens(s: SingleStream) -> list[int]:
         """The tokens `s.cache` holds: all but a handed-out token not yet fed."""
         act = s.act
+        if s.at is not None:  # a prefill under way (core.engines.mlx.chunked)
+            return act.prompt[: s.at]
         if s.emitted:
             return act.prompt + act.generated[:-1]
         return act.prompt + act.generated

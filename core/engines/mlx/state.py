@@ -63,6 +63,7 @@ class SingleStream:
 
     act: Request
     cache: list[Any]
-    y: mx.array
+    y: mx.array  # None while `at` is set
     context: mx.array | None
     emitted: bool = False  # y was read and handed out, but not yet fed to the model
+    at: int | None = None  # a long prompt read so far, a chunk per step (core.engines.mlx.chunked)
