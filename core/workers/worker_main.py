@@ -129,6 +129,8 @@ def worker_main(conn: Connection, spec: ModelSpec, parent_pid: int) -> None:
     info["family"] = parsers.family
     info["pid"] = os.getpid()
     info["max_concurrency"] = engine.max_concurrency
+    # sets a running reply aside for a person's turn (core.engines.turn_order)
+    info["preempts"] = bool(getattr(engine, "preempts", False))
     conn.send((p.LOADED, info))
     try:
         _serve(conn, engine, parsers, parent_pid)
