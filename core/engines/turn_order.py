@@ -7,9 +7,10 @@ and resumed later as a continuation of itself: its client sees one unbroken stre
 
 Ranks: a person's turn in the app (`interactive`) over an API request over a request
 made beside a conversation (`aside`: a summary written ahead, its cache warmed).
-Bounds, so API traffic always finishes: a reply is set aside at most MAX_PAUSES times,
-and once set aside, at most TURNS_PER_RESUME higher-ranked requests start before it
-resumes. Within a rank, first come, first served; a reply set aside goes before queued
+Bounds, so API traffic always finishes: an API reply is set aside at most MAX_PAUSES
+times, and once set aside, at most TURNS_PER_RESUME higher-ranked requests start before it
+resumes. Work beside a conversation has no such bound: it goes on whenever nothing else
+waits (the runtime never waits for it: core.memory.ahead). Within a rank, first come, first served; a reply set aside goes before queued
 requests of its own rank (it started first).
 """
 
@@ -60,7 +61,9 @@ class TurnOrder(Generic[State]):
     def should_yield(self, running: GenerationRequest) -> bool:
         """True when a queued request outranks the running one and it may still be set
         aside (its MAX_PAUSES not spent)."""
-        if not self.queue or self._pauses.get(running.request_id, 0) >= MAX_PAUSES:
+        if not self.queue:
+            return False
+        if rank(running) and self._pauses.get(running.request_id, 0) >= MAX_PAUSES:
             return False
         top = max(rank(r) for r in self.queue)
         return top > rank(running)
@@ -72,7 +75,8 @@ class TurnOrder(Generic[State]):
     def next(self) -> tuple[GenerationRequest, State | None] | None:
         """What runs now: (a queued request, None) to start, or (a reply set aside, its
         state) to resume; None when nothing waits."""
-        overdue = next((a for a in self.aside if a.overtaken >= TURNS_PER_RESUME), None)
+        overdue = next((a for a in self.aside
+                        if rank(a.request) and a.overtaken >= TURNS_PER_RESUME), None)
         best_aside = max(self.aside, key=lambda a: rank(a.request), default=None)
         best_new = None
         for request in self.queue:  # first of the highest rank

@@ -147,3 +147,38 @@ async def test_api_slots_stay_bounded_with_a_spare_for_people() -> None:
     slots.release()
     slots.release()
     await asyncio.wait_for(api, 1)
+
+
+async def test_other_replicas_hold_while_the_turn_prefills() -> None:
+    """Two replicas, each running an API reply: while the person's turn is prefilled
+    on one (0.5 s), the other holds its steps (core.workers.turn_hold), so the replicas
+    share no CPU with the turn; it goes on after the turn's first token. Before, the
+    other replica's reply ran on through the turn's prefill."""
+    pool = WorkerPool()
+    counts: dict[str, int] = {}
+    marks: dict[str, float] = {}
+    loop = asyncio.get_running_loop()
+
+    async def api(rid: str) -> None:
+        async for event in pool.generate("m", _request(rid)):
+            if isinstance(event, TextDelta):
+                counts[rid] = counts.get(rid, 0) + 1
+                marks.setdefault(rid, loop.time())
+
+    try:
+        await pool.load("m", _serial_spec(prefill_s=0.5), replicas=2)
+        tasks = [asyncio.ensure_future(api(f"api-{i}")) for i in range(2)]
+        while len(marks) < 2:
+            await asyncio.sleep(0.01)
+        before = dict(counts)
+        seen: dict[str, float] = {}
+        person = asyncio.ensure_future(_text(pool, _request("person", interactive=True), seen))
+        while "person" not in seen:
+            await asyncio.sleep(0.005)
+        during = {rid: counts[rid] - before[rid] for rid in before}
+        await asyncio.wait_for(person, 30)
+        await asyncio.wait_for(asyncio.gather(*tasks), 60)
+    finally:
+        await pool.shutdown()
+    assert sum(during.values()) <= 4, during  # ~25 tokens at 50/s if the other ran on
+    assert all(counts[rid] == 20 for rid in counts)  # both API replies whole after
