@@ -171,12 +171,10 @@ async def test_other_replicas_hold_while_the_turn_prefills() -> None:
         while len(marks) < 2:
             await asyncio.sleep(0.01)
         before = dict(counts)
-        seen: dict[str, float] = {}
-        person = asyncio.ensure_future(_text(pool, _request("person", interactive=True), seen))
-        while "person" not in seen:
-            await asyncio.sleep(0.005)
-        during = {rid: counts[rid] - before[rid] for rid in before}
-        await asyncio.wait_for(person, 30)
+        during: dict[str, int] = {}
+        async for event in pool.generate("m", _request("person", interactive=True)):
+            if isinstance(event, TextDelta) and not during:  # its first token: count now
+                during = {rid: counts[rid] - before[rid] for rid in before}
         await asyncio.wait_for(asyncio.gather(*tasks), 60)
     finally:
         await pool.shutdown()

@@ -40,6 +40,9 @@ from core.events import Done, Event, Logprobs, TextDelta, Usage
 
 # Queued prefix-cache entries indexed per engine step (see PrefixCache.settle).
 _SETTLE_PER_STEP = 2
+# Once a turn has its first token, work set aside beside it (a summary written ahead)
+# takes one step in this many, so it still gets written while turns follow each other.
+_ASIDE_EVERY = 3
 
 
 class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, PrefixSaves, WarmUp):
@@ -77,6 +80,7 @@ class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, Prefi
         # set aside while other requests run: it never slows a turn (see _park_aside).
         self._parked: SingleStream | None = None
         self._later: deque[Request] = deque()  # aside requests come in while others run
+        self._turn_steps = 0  # single steps of a turn while work is set aside
         self._batch: dict[int, Request] = {}
         self._idle_rows: set[int] = set()  # batch rows of finished requests (see _retire)
         self._unsaved: deque[FinishedRows] = deque()
@@ -146,6 +150,7 @@ class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, Prefi
             self._schedule(out)
         if self._single is not None:
             self._step_single(out)
+            self._aside_step(out)
         elif self._batch:
             self._step_batch(out)
             if len(self._batch) == 1 and not self._pending:
@@ -207,6 +212,21 @@ class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, Prefi
         elif self._later and self._single is None:
             self._pending.extend(self._later)
             self._later.clear()
+
+    def _aside_step(self, out: dict[str, list[Event]]) -> None:
+        """A step of the work set aside, one in _ASIDE_EVERY steps of a lone turn that
+        has its first token (its time to first token is never shared; its later tokens
+        come a little slower while a summary is being written)."""
+        turn, parked = self._single, self._parked
+        if (parked is None or turn is None or self._batch or self._pending
+                or turn.act.first_token_at is None):
+            return
+        self._turn_steps += 1
+        if self._turn_steps % _ASIDE_EVERY:
+            return
+        self._single, self._parked = parked, None
+        self._step_single(out)
+        self._single, self._parked = turn, self._single  # None once it finished
 
     def _schedule(self, out: dict[str, list[Event]]) -> None:
         """Move pending requests into the single slot or the batch, up to capacity.
