@@ -41,8 +41,9 @@ from core.events import Done, Event, Logprobs, TextDelta, Usage
 # Queued prefix-cache entries indexed per engine step (see PrefixCache.settle).
 _SETTLE_PER_STEP = 2
 # Once a turn has its first token, work set aside beside it (a summary written ahead)
-# takes one step in this many, so it still gets written while turns follow each other.
-_ASIDE_EVERY = 3
+# takes a step after each of its steps, so it still gets written while turns follow
+# each other (a turn drafting several tokens a step stays ahead).
+_ASIDE_EVERY = 1
 
 
 class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, PrefixSaves, WarmUp):
