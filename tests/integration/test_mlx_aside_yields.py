@@ -2,8 +2,8 @@
 
 A request made beside a conversation (`aside`: its summary written in the background)
 decoding alone is set aside, its cache kept, when a turn comes: the turn starts alone on
-the single path, and the summary goes on at one step in three once the turn has its first
-token, and fully once the engine is free, its text as if it had never stopped. Before, the turn joined the summary in a batch (a batch built around a
+the single path, and the summary goes on beside it once the turn has its first token (a
+step after each of the turn's), its text as if it had never stopped. Before, the turn joined the summary in a batch (a batch built around a
 long cache: 1.3-4 s of a turn's first token on a CPU in bench/long_chat.py), and the
 summary took its share of every step.
 
@@ -63,12 +63,10 @@ def test_a_summary_in_flight_steps_aside_for_the_turn(engine: MlxEngine) -> None
     log: list[tuple[str, int]] = []
     for rid, evs in _drain(engine, log).items():
         events[rid].extend(evs)
-    turn_steps = [i for i, (rid, _) in enumerate(log) if rid == "turn"]
-    during = [n for i, (rid, n) in enumerate(log)
-              if rid == "summary" and i <= turn_steps[-1]]
     assert log[0][0] == "turn"  # the turn's first token came in the first step
-    # after it, the summary goes on at one step in three beside the turn (a bounded share)
-    assert sum(during) <= len(turn_steps) // 2, (during, len(turn_steps))
+    turn_end = max(i for i, (rid, _) in enumerate(log) if rid == "turn")
+    summary_end = max(i for i, (rid, _) in enumerate(log) if rid == "summary")
+    assert turn_end < summary_end  # the turn ended first; the summary went on beside it
     assert isinstance(events["turn"][-1], Done) and isinstance(events["summary"][-1], Done)
     text = "".join(e.text for e in events["summary"] if isinstance(e, TextDelta))
     assert text == "".join(e.text for e in alone if isinstance(e, TextDelta))
