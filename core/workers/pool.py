@@ -291,8 +291,10 @@ class WorkerPool:
         if stream.done:  # cancelled while the model loaded
             yield list(stream.items)
             return
+        if request.interactive:
+            group.person_seen = time.monotonic()
         try:
-            worker = group.pick(request.session_id, self.max_sessions)
+            worker = group.pick(request.session_id, self.max_sessions, request.interactive)
         except WorkerLoadError as exc:
             yield [Error("LOAD_FAILED", exc.message), Done("error")]
             return
@@ -380,7 +382,7 @@ class WorkerPool:
         if group is None or group.crash_failed or not self._ready(group):
             return False
         try:
-            worker = group.pick(request.session_id, self.max_sessions)
+            worker = group.pick(request.session_id, self.max_sessions, request.interactive)
         except WorkerLoadError:
             return False
         session = request.session_id

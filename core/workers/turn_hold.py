@@ -1,4 +1,10 @@
-"""A person's turn first in prefill across a model's replicas (issue 45 item 3).
+"""A person's turn first across a model's replicas (issue 45 item 3).
+
+While a person has used the app in the last PERSON_WINDOW_S, one replica of a model that
+runs one reply per worker (llama.cpp) is kept for the person's turns: API requests go to
+the others, so a turn never waits for an API reply's step (its prefill cannot be cut).
+With one replica there is nothing to keep; the turn sets the API reply aside instead
+(core.engines.turn_order).
 
 Replicas of one model share the machine's cores (or its GPU): while a person's turn is
 prefilled on one worker, the others' API replies slow it down. So the others that run
@@ -15,6 +21,17 @@ from typing import Any
 from core.workers import protocol as p
 
 HOLD_S = 2.0  # the longest a hold lasts, whatever happens to the turn
+PERSON_WINDOW_S = 300.0  # a person who sent a turn this recently is still there
+
+
+def people_first(live: list[Any], interactive: bool, person_seen: float, now: float) -> list[Any]:
+    """The workers a request may go to: with a person around and two or more one-at-a-
+    time replicas, the first replica for the person's turns and the rest for the API."""
+    if (len(live) < 2 or not person_seen or now - person_seen > PERSON_WINDOW_S
+            or any(w.info.get("max_concurrency") != 1 for w in live)):
+        return live
+    kept = min(live, key=lambda w: w.replica)
+    return [kept] if interactive else [w for w in live if w is not kept]
 
 
 def hold_others(worker: Any) -> list[Any]:

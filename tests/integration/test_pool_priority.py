@@ -180,3 +180,25 @@ async def test_other_replicas_hold_while_the_turn_prefills() -> None:
         await pool.shutdown()
     assert sum(during.values()) <= 4, during  # ~25 tokens at 50/s if the other ran on
     assert all(counts[rid] == 20 for rid in counts)  # both API replies whole after
+
+
+async def test_a_replica_is_kept_for_the_person_while_one_is_around() -> None:
+    """Two one-at-a-time replicas and a person who just sent a turn: API requests go to
+    the other replica, so the person's next turn never waits for an API reply's step."""
+    pool = WorkerPool()
+    try:
+        await pool.load("m", _serial_spec(), replicas=2)
+        seen: dict[str, float] = {}
+        person = GenerationRequest("person", ({"role": "user", "content": "hi"},),
+                                   SamplingParams(max_tokens=2), session_id="chat",
+                                   interactive=True)
+        await _text(pool, person, seen)
+        kept = pool.worker_for_session("m", "chat")
+        api = [GenerationRequest(f"api-{i}", ({"role": "user", "content": "hi"},),
+                                 SamplingParams(max_tokens=2), session_id=f"s{i}")
+               for i in range(4)]
+        await asyncio.gather(*(_text(pool, r, seen) for r in api))
+        places = {pool.worker_for_session("m", f"s{i}") for i in range(4)}
+    finally:
+        await pool.shutdown()
+    assert kept is not None and kept not in places and len(places) == 1
