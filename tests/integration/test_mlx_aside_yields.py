@@ -95,3 +95,30 @@ def test_a_summary_that_comes_during_a_turn_waits_for_it(engine: MlxEngine) -> N
     end = max(i for i, (rid, _) in enumerate(log) if rid == "t3")
     assert all(rid != "s3" for rid, _ in log[:end])  # nothing of it before the turn ended
     assert isinstance(events["s3"][-1], Done) and events["s3"][-1].finish_reason != "error"
+
+
+LONG = " ".join(f"ledger {i} of the harbour archive lists the boxes sorted." for i in range(30))
+
+
+def test_a_turn_waits_for_one_chunk_of_a_summary_prefill_not_all_of_it(engine: MlxEngine) -> None:
+    """An aside's long prompt is prefilled a chunk a step: a turn that comes meanwhile
+    starts at the next step. Before, the whole prompt went in one step."""
+    engine.submit(_req("long-alone", LONG, 8, aside=True))
+    steps = 0
+    alone: list = []
+    while not alone:  # steps until its first token: one per chunk of its prompt
+        steps += 1
+        alone += [e for rid, evs in engine.step() if rid == "long-alone" for e in evs]
+    alone += _drain(engine)["long-alone"]
+    assert steps >= 5, steps  # ~1,100 tokens a chunk at a time (all in one step: 3)
+    usage = next(e for e in alone if isinstance(e, Usage))
+    assert usage.prompt_tokens - usage.cached_tokens > 700, usage
+    engine.submit(_req("long", LONG, 8, aside=True))
+    first = engine.step()  # its first chunk
+    assert not any(rid == "long" for rid, _ in first)
+    engine.submit(_req("turn4", "And the maps?", 6, interactive=True))
+    log: list[tuple[str, int]] = []
+    events = _drain(engine, log)
+    assert log[0][0] == "turn4"  # the turn's first token in the next step
+    text = "".join(e.text for e in events["long"] if isinstance(e, TextDelta))
+    assert text == "".join(e.text for e in alone if isinstance(e, TextDelta))

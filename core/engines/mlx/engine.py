@@ -244,6 +244,8 @@ class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, Prefi
         free = self.max_concurrency - len(self._batch) - (1 if self._single else 0)
         if not self._pending or free <= 0:
             return
+        if self._single is not None and self._single.rest is not None:
+            return  # an aside still prefilling joins no batch: the others wait for it
         if self._single is None and not self._batch and len(self._pending) == 1:
             self._start_single(self._pending.popleft())
             return
@@ -259,6 +261,9 @@ class MlxEngine(Admission, Scheduling, SinglePath, Speculation, BatchPath, Prefi
     def _step_single(self, out: dict[str, list[Event]]) -> None:
         s = self._single
         assert s is not None
+        if s.rest is not None:  # an aside's prompt, a chunk a step (SinglePath)
+            self._prefill_chunk(s)
+            return
         if s.act.first_token_at is not None and self._speculating(s.act) and self._speculate(s, out):
             return
         events: list[Event] = []

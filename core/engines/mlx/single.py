@@ -20,6 +20,9 @@ from core.events import Event
 
 # Prompt remainders up to this many tokens are prefilled and sampled in one pass.
 _ONE_PASS_TAIL = 32
+# Work beside a conversation (a summary written ahead, its session warmed) prefills this
+# many tokens a step, so a turn that comes meanwhile waits for one chunk, not the prompt.
+ASIDE_CHUNK = 256
 # Bucketed prefill (GPU): chunks of a multiple of this many tokens, then a last piece of
 # 1..this many padded up to a multiple of _TAIL_STEP (a lone token stays one token).
 PREFILL_QUANTUM = 256
@@ -64,6 +67,10 @@ class SinglePath:
         act.cached = cached
         rest = mx.array(act.prompt[cached:])
         context = mx.array(act.prompt) if act.processors else None
+        if act.req.aside and rest.shape[0] > ASIDE_CHUNK + _ONE_PASS_TAIL:
+            self._single = SingleStream(act, cache, mx.array([0]), context, rest=rest)
+            self._prefill_chunk(self._single)
+            return
         with mx.stream(self._stream):
             if self._bucketed and rest.shape[0] > 1 and all(type(c) is KVCache for c in cache):
                 y = self._prefill_in_buckets(rest, cache, act, context)
@@ -82,6 +89,19 @@ class SinglePath:
             y = self._sample_one(rest, cache, act, context)
             mx.async_eval(y)
         self._single = SingleStream(act, cache, y, context)
+
+    def _prefill_chunk(self, s: SingleStream) -> None:
+        """One chunk of an aside's prompt; the last one also samples its first token."""
+        assert s.rest is not None
+        with mx.stream(self._stream):
+            if s.rest.shape[0] > ASIDE_CHUNK + _ONE_PASS_TAIL:
+                self._model(s.rest[None, :ASIDE_CHUNK], cache=s.cache)
+                mx.eval([c.state for c in s.cache])
+                s.rest = s.rest[ASIDE_CHUNK:]
+                return
+            s.y = self._sample_one(s.rest, s.cache, s.act, s.context)
+            mx.async_eval(s.y)
+            s.rest = None
 
     def _prefill_in_buckets(
         self, rest: mx.array, cache: list[Any], act: Request, context: mx.array | None
@@ -154,6 +174,8 @@ class SinglePath:
     def _fed_tokens(s: SingleStream) -> list[int]:
         """The tokens `s.cache` holds: all but a handed-out token not yet fed."""
         act = s.act
+        if s.rest is not None:  # still prefilling
+            return act.prompt[:len(act.prompt) - s.rest.shape[0]]
         if s.emitted:
             return act.prompt + act.generated[:-1]
         return act.prompt + act.generated

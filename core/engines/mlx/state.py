@@ -66,3 +66,6 @@ class SingleStream:
     y: mx.array
     context: mx.array | None
     emitted: bool = False  # y was read and handed out, but not yet fed to the model
+    # work beside a conversation prefills a chunk a step (SinglePath._start_single): the
+    # prompt tokens still to go, None once `y` is its first token, queued
+    rest: mx.array | None = None
