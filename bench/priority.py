@@ -9,9 +9,11 @@ marks a person's turn) is timed from send to first token:
   served: what the pool did before issue 45).
 `app_ttft_slowdown` = api16 / idle (lower is better; the issue's goal is <= 1.5) and
 `app_ttft_priority_ratio` = fifo / api16 (ours over theirs: higher is better). Medians
-of `--rounds` rounds. llama.cpp runs one sequence per worker, so under load the turn still
-waits for one API reply on its worker to end: the slowdown is about one API reply's
-length, where first come, first served waits for all queued ahead.
+of `--rounds` rounds, each round measuring all three (paired: the same load on the box).
+llama.cpp runs one sequence per worker: the person's turn sets the running API reply
+aside at its next token (core.engines.turn_order), and once a person has sent a turn one
+replica is kept for the person's turns (core.workers.turn_hold), so the "fifo" app
+request, not interactive, queues behind the 16 on the API replicas.
 
     python bench/priority.py --quick     # CPU, under 3 minutes
 """

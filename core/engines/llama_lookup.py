@@ -97,9 +97,12 @@ class Penalties:
 def lookup_stream(llm: Any, tokens: list[int], *, max_tokens: int, stop: list[str],
                   penalties: Penalties | None = None, speculate: bool = True,
                   acceptance: Acceptance | None = None,
-                  max_rows: int = EXACT_ROWS) -> Iterator[dict[str, Any]]:
+                  max_rows: int = EXACT_ROWS, history: list[int] | None = None,
+                  ) -> Iterator[dict[str, Any]]:
     """create_completion(temperature=0)'s stream for `tokens`, drafting from the history;
-    a verifying pass holds at most `max_rows` tokens (exact_rows)."""
+    a verifying pass holds at most `max_rows` tokens (exact_rows). Each chunk with a token
+    carries it ("token"); `history`: the reply's tokens before `tokens` ends (a reply
+    resumed as its continuation: core.engines.llama_pause), which the penalties count."""
     import llama_cpp
 
     from core.parsing.stops import StopMatcher
@@ -114,7 +117,7 @@ def lookup_stream(llm: Any, tokens: list[int], *, max_tokens: int, stop: list[st
         keep += 1
     llm.n_tokens = keep
     penalties = penalties or Penalties(0, 1.0, 0.0, 0.0)
-    out: list[int] = []  # the tokens yielded, which the penalties look back over
+    out: list[int] = list(history or ())  # the reply's tokens, which the penalties count
     ready = [penalties.pick(_decode(llm, tokens[keep:], False)[-1], out)]
     drafter = NgramDrafter(tokens) if speculate else None
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
@@ -132,13 +135,14 @@ def lookup_stream(llm: Any, tokens: list[int], *, max_tokens: int, stop: list[st
         llm.n_tokens = len(tokens) + generated - 1
         text, stopped = stops.feed(decoder.decode(llm.detokenize([token], special=False)))
         if stopped:
-            yield {"choices": [{"text": text, "finish_reason": "stop"}]}
+            yield {"choices": [{"text": text, "finish_reason": "stop", "token": token}]}
             return
         if generated >= max_tokens:
             tail = stops.feed(decoder.decode(b"", final=True))[0] + stops.finish(cut=True)
-            yield {"choices": [{"text": text + tail, "finish_reason": "length"}]}
+            yield {"choices": [{"text": text + tail, "finish_reason": "length",
+                                "token": token}]}
             return
-        yield {"choices": [{"text": text, "finish_reason": None}]}
+        yield {"choices": [{"text": text, "finish_reason": None, "token": token}]}
         if ready:
             continue
         draft: list[int] = []

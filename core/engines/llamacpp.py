@@ -3,7 +3,9 @@
 The chat template comes from the GGUF metadata (ChatML when there is none) and is
 rendered here, where the tokenizer lives. Prefix reuse is llama.cpp's own: the worker
 keeps the previous turn's tokens in its context, so a session pinned to this worker
-prefills only what is new; `cached_tokens` reports how much was reused.
+prefills only what is new; `cached_tokens` reports how much was reused. A person's turn
+sets a running API reply aside at a token boundary and it resumes after as its own
+continuation (core.engines.turn_order decides, core.engines.llama_pause keeps its state).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from core.engines.base_prompt import BaseFormat, base_format, effective_repetiti
 from core.engines.kv_llama import LlamaKvKeeper
 from core.engines.llama_lookup import Penalties, exact_rows, lookup_stream
 from core.engines.llama_params import load_llama, repack_weights, worker_threads
+from core.engines.llama_pause import Restart, SampleTap, Snapshot, at_token_boundary, restore, take
 from core.engines.llama_prefill import ChunkedPrefill
 from core.engines.llama_sampling import (
     Unsupported,
@@ -53,6 +56,7 @@ from core.engines.tool_grammar import (
     generic_call_messages,
     llama_tool_grammars,
 )
+from core.engines.turn_order import TurnOrder
 from core.events import Done, Error, Event, Logprobs, PromptRead, TextDelta, Usage
 from core.parsing.detect import detect_family
 
@@ -80,6 +84,11 @@ class _Active:
         self.kv_prompt: list[int] = []
         self.reply = ""  # the text streamed out, for the disk cache's next-turn form
         self.prefill: ChunkedPrefill | None = None  # a long prompt, a chunk per step
+        # set aside for a person's turn (core.engines.llama_pause): how to go on, if it can
+        self.restart: Restart | None = None
+        self.limit = 0  # the reply's max_tokens
+        self.last_token: int | None = None  # the token sampled last (not yet in the context)
+        self.before = 0  # reply tokens before the current stream's prompt ends (resumed)
 
     def usage(self) -> Usage:
         now = time.perf_counter()
@@ -95,6 +104,7 @@ class LlamaCppEngine:
 
     name = "llamacpp"
     max_concurrency = 1
+    preempts = True  # a person's turn sets a running API reply aside (core.engines.turn_order)
 
     def __init__(self, spec: ModelSpec) -> None:
         path = Path(spec.path)
@@ -175,6 +185,8 @@ class LlamaCppEngine:
         self.acceptance: Acceptance | None = None
         self._tool_grammars: ToolGrammars | None = None  # made on the first request with tools
         self._queue: deque[GenerationRequest] = deque()
+        self._order: TurnOrder[tuple[_Active, Snapshot]] = TurnOrder(self._queue)
+        self._tap = SampleTap(self._llm)
         self._active: _Active | None = None
         self._out: list[tuple[str, list[Event]]] = []
         # kv-disk hook (issue 33): sequence state on disk across restarts (core.engines.kv_llama)
@@ -217,6 +229,7 @@ class LlamaCppEngine:
             "path": self._spec.path,
             "vision": self._vision is not None,
             "mmproj": str(self._vision.path) if self._vision else None,
+            "preempts": self.preempts,
         }
 
     def submit(self, request: GenerationRequest) -> None:
@@ -229,6 +242,13 @@ class LlamaCppEngine:
             active.stream.close()
             active.completion_tokens = self._sampled(active)
             self._out.append((request_id, [active.usage(), Done("cancelled")]))
+            self._order.finished(request_id)
+            return
+        aside = self._order.take_aside(request_id)
+        if aside is not None:
+            held, snap = aside.state
+            held.completion_tokens = len(snap.tokens) - len(held.kv_prompt)
+            self._out.append((request_id, [held.usage(), Done("cancelled")]))
             return
         for request in list(self._queue):
             if request.request_id == request_id:
@@ -236,13 +256,19 @@ class LlamaCppEngine:
                 self._out.append((request_id, [Done("cancelled")]))
 
     def has_work(self) -> bool:
-        return bool(self._out or self._active or self._queue
+        return bool(self._out or self._active or self._order
                      or (self._kv is not None and self._kv.busy()))  # kv-disk hook
 
     def step(self) -> list[tuple[str, list[Event]]]:
         out, self._out = self._out, []
-        if self._active is None and self._queue:
-            request = self._queue.popleft()
+        if self._active is not None and self._order.should_yield(self._active.request):
+            self._set_aside(self._active)
+        if self._active is None and self._order:
+            request, aside = self._order.next() or (None, None)
+            if aside is not None:
+                out.append(self._resume(*aside))
+                return out
+            assert request is not None
             try:
                 started = self._start(request)
             except _PromptTooLong as exc:
@@ -255,7 +281,7 @@ class LlamaCppEngine:
                 return out
         if self._active is not None:
             out.append(self._advance(self._active))
-        elif self._kv is not None and not self._queue:
+        elif self._kv is not None and not self._order:
             self._kv.idle_step()  # kv-disk hook: the finished reply's state, off its path
         return out
 
@@ -339,33 +365,43 @@ class LlamaCppEngine:
                 self._llm, tokens, top=s.top_logprobs, max_tokens=min(s.max_tokens, budget),
                 stop=[], sampling=dict(options, temp=s.temperature, top_p=s.top_p,
                                          top_k=s.top_k, min_p=s.min_p, repeat_penalty=penalty))
-        elif (self.speculative and speculable(s) and not s.logit_bias
-              and prefill is None and "logits_processor" not in options):  # core.engines.llama_lookup
-            self.acceptance = Acceptance()
-            stream = lookup_stream(
-                self._llm, tokens, max_tokens=min(s.max_tokens, budget), stop=[],
-                penalties=Penalties(self._llm.last_n_tokens_size, penalty,
-                                    s.frequency_penalty, s.presence_penalty),
-                acceptance=self.acceptance, max_rows=self.exact_rows)
+            restart = None  # (its log-probabilities' recorder would start over)
         else:
-            stream = self._llm.create_completion(
-                prompt=tokens,
-                max_tokens=min(s.max_tokens, budget),
-                temperature=s.temperature,
-                top_p=s.top_p,
-                top_k=s.top_k,
-                min_p=s.min_p,
-                repeat_penalty=penalty,
-                stream=True,
-                **options,
-            )
+            lookup = (self.speculative and speculable(s) and not s.logit_bias and prefill is None
+                      and "logits_processor" not in options)  # core.engines.llama_lookup
+
+            window = self._llm.last_n_tokens_size
+
+            def restart(prompt: list[int], limit: int, reply: list[int]) -> Iterator[dict]:
+                self._llm.last_n_tokens_size = window  # another request may have set its own
+                self._tap.prime(reply if not lookup else [])  # the penalties' history
+                if lookup:
+                    self.acceptance = Acceptance()
+                    return lookup_stream(
+                        self._llm, prompt, max_tokens=limit, stop=[],
+                        penalties=Penalties(self._llm.last_n_tokens_size, penalty,
+                                            s.frequency_penalty, s.presence_penalty),
+                        acceptance=self.acceptance, max_rows=self.exact_rows, history=reply)
+                return iter(self._llm.create_completion(
+                    prompt=prompt, max_tokens=limit, temperature=s.temperature, top_p=s.top_p,
+                    top_k=s.top_k, min_p=s.min_p, repeat_penalty=penalty, stream=True,
+                    **options))
+
+            stream = restart(tokens, min(s.max_tokens, budget), [])
         self._active = _Active(request, iter(stream), len(tokens), min(cached, len(tokens)), stop)
+        self._active.limit = min(s.max_tokens, budget)
+        # A reply under a grammar, with images or log-probabilities is never set aside:
+        # its sampler's state could not be carried over.
+        if prefill is None and options.get("grammar") is None and "logits_processor" not in options:
+            self._active.restart = restart
         if prefill is not None:  # the images were encoded above: their time is the TTFT's
             self._active.started = prefill.started
         else:  # cancellable between chunks (core.engines.llama_prefill)
             self._active.prefill = ChunkedPrefill.plan(self._llm, tokens)
         # "Assistant:" leaves a space, the next "\nUser:" a newline: both trimmed
         self._active.tail.trim_start = self._active.tail.trim_end = self._base is not None and not raw
+        if request.reply_prefix:  # a continued reply: its leading space joins two words
+            self._active.tail.trim_start = False
         if not raw and self._base is None and not images:  # kv-disk hook
             self._active.kv_text = text
         self._active.kv_prompt = tokens
@@ -445,6 +481,7 @@ class LlamaCppEngine:
             if active.first_token_at is None:
                 active.first_token_at = time.perf_counter()
             active.completion_tokens += 1
+            active.last_token = choice.get("token", self._tap.last)
             shown, stopped = active.tail.feed(text)
             if shown:
                 events.append(TextDelta(shown))
@@ -464,9 +501,47 @@ class LlamaCppEngine:
         events += [active.usage(), Done("length", None) if reason == "length"
                    else Done("stop", active.tail.matched)]
         self._active = None
+        self._order.finished(rid)
         if self._kv is not None:  # kv-disk hook: kept for the next idle step
             self._kv.finished(active.request, active.kv_text, active.kv_prompt, active.reply + tail)
         return rid, events
+
+    def _set_aside(self, active: _Active) -> None:
+        """A higher-ranked request waits: keep the running reply's state and let it go
+        first, when the reply can go on later (core.engines.llama_pause); else it runs on."""
+        if active.restart is None:
+            return
+        reply = self._sampled(active)
+        if active.first_token_at is None:  # not started yet: it simply waits again
+            snap = Snapshot(list(active.kv_prompt[:-1]), active.kv_prompt[-1], None)
+        elif reply >= active.limit or not at_token_boundary(
+                self._llm, len(active.kv_prompt), active.last_token):
+            return
+        else:
+            got = take(self._llm, active.kv_prompt, int(active.last_token or 0))
+            if got is None:
+                return
+            snap = got
+        active.stream.close()
+        self._active = None
+        self._order.set_aside(active.request, (active, snap))
+
+    def _resume(self, active: _Active, snap: Snapshot) -> tuple[str, list[Event]]:
+        """Go on with a reply set aside: its KV cells back, a stream over its prompt and
+        reply so far; its client sees one stream (same text pieces, usage of the whole)."""
+        rid = active.request.request_id
+        assert active.restart is not None
+        reply = snap.tokens[len(active.kv_prompt):]
+        try:
+            restore(self._llm, snap)
+            if active.first_token_at is None:  # set aside mid-prefill: the context changed
+                active.prefill = ChunkedPrefill.plan(self._llm, active.kv_prompt)
+            active.stream = iter(active.restart(snap.tokens, active.limit - len(reply), reply))
+        except Exception as exc:  # noqa: BLE001 - one reply's failure never takes the worker
+            self._order.finished(rid)
+            return rid, [Error("INTERNAL", f"Generation failed: {exc}"), Done("error")]
+        self._active = active
+        return rid, []
 
     def close(self) -> None:
         vision = getattr(self, "_vision", None)

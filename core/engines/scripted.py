@@ -17,7 +17,9 @@ it reads none), prefill_s (float: the first token of each reply comes this long 
 was submitted, as a long prompt's prefill; a cancel in that time ends it at once),
 replies_for (list of [needle, reply]: a request whose messages contain the needle gets that
 reply, and the turn of `replies` does not move; an agent's side requests, such as a title,
-then never take the reply its main loop waits for).
+then never take the reply its main loop waits for), serial (bool: one reply at a time, as
+llama.cpp runs them, the person's turn first: a running reply is set aside at a token
+boundary for a higher-ranked one, core.engines.turn_order).
 
 Pacing: each step emits at most one piece (one token) per request, and a step sleeps until
 the earliest request is due, so tokens_per_s is the real rate per request. A step that
@@ -35,6 +37,7 @@ from collections import deque
 from typing import Any
 
 from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec
+from core.engines.turn_order import TurnOrder
 from core.events import Done, Error, Event, PromptRead, TextDelta, Usage
 from core.parsing.stops import StopMatcher
 
@@ -76,6 +79,10 @@ class ScriptedEngine:
         self._runs: dict[str, _Run] = {}
         self._out: list[tuple[str, list[Event]]] = []
         self._emit_log: str | None = spec.option("emit_log")
+        # serial: one reply at a time, the others queued or set aside (core.engines.turn_order)
+        self.preempts = bool(spec.option("serial", False))
+        self._order: TurnOrder[_Run] = TurnOrder(deque())
+        self._current: _Run | None = None
 
     def info(self) -> dict[str, Any]:
         return {
@@ -108,6 +115,8 @@ class ScriptedEngine:
         run.next_at += float(self._spec.option("prefill_s", 0.0))
         run.truncated = len(pieces) > limit
         self._runs[request.request_id] = run
+        if self.preempts:
+            self._order.queue.append(request)
 
     def _reply_for(self, request: GenerationRequest) -> str:
         text = json.dumps([m.get("content") for m in request.messages], ensure_ascii=False)
@@ -122,18 +131,43 @@ class ScriptedEngine:
         run = self._runs.pop(request_id, None)
         if run is not None:
             self._out.append((request_id, [self._usage(run), Done("cancelled")]))
+            if run is self._current:
+                self._current = None
+            self._order.take_aside(request_id)
+            if run.request in self._order.queue:
+                self._order.queue.remove(run.request)
 
     def has_work(self) -> bool:
         return bool(self._runs or self._out)
 
+    def _serial_runs(self) -> dict[str, _Run]:
+        """Serial mode: the one run that goes now (a higher-ranked one waiting sets the
+        current one aside; core.engines.turn_order)."""
+        cur = self._current
+        if cur is not None and self._order.should_yield(cur.request):
+            self._order.set_aside(cur.request, cur)
+            cur = self._current = None
+        if cur is None:
+            chosen = self._order.next()
+            if chosen is None:
+                return {}
+            request, aside = chosen
+            cur = self._current = aside or self._runs[request.request_id]
+            if aside is None:  # its prefill starts now, not when it was queued
+                cur.next_at = time.perf_counter() + float(self._spec.option("prefill_s", 0.0))
+            else:
+                cur.next_at = max(cur.next_at, time.perf_counter())
+        return {cur.request.request_id: cur}
+
     def step(self) -> list[tuple[str, list[Event]]]:
         out, self._out = self._out, []
-        if self._runs:
-            wait = min(r.next_at for r in self._runs.values()) - time.perf_counter()
+        runs = self._serial_runs() if self.preempts else self._runs
+        if runs:
+            wait = min(r.next_at for r in runs.values()) - time.perf_counter()
             if wait > 0:  # a prefill waits in short steps: the worker hears a cancel between
                 time.sleep(wait if self._interval and wait <= self._interval else min(wait, 0.05))
         now = time.perf_counter()
-        for rid, run in list(self._runs.items()):
+        for rid, run in list(runs.items()):
             if run.next_at > now:
                 continue
             run.next_at += self._interval
@@ -161,6 +195,9 @@ class ScriptedEngine:
         return out
 
     def _finished(self, run: _Run) -> None:
+        if run is self._current:
+            self._current = None
+        self._order.finished(run.request.request_id)
         if self._emit_log:
             with open(self._emit_log, "a", encoding="utf-8") as log:
                 log.write(json.dumps(run.emitted) + "\n")

@@ -435,7 +435,11 @@ class ChatContext:
             docs = await self._with_images(conversation_id, docs)
         monitor = self.monitor()
         memory = self._memory(conversation_id, branch)
-        if self.models.state.info.get("max_concurrency") == 1:  # llama.cpp: one at a time
+        info = self.models.state.info
+        # An engine that runs one request at a time and cannot set one aside: a summary
+        # being written would hold the turn up. One that can (llama.cpp) sets it aside
+        # for the turn and goes on with it after (core.engines.turn_order).
+        if info.get("max_concurrency") == 1 and not info.get("preempts"):
             self.ahead.yield_to_turn(memory.session_id)
         if not swap:
             memory.ready = None

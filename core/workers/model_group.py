@@ -16,6 +16,7 @@ from core.engines.base import GenerationRequest, ModelSpec
 from core.workers import memory_budget
 from core.workers.load_error import WorkerLoadError
 from core.workers.status import ModelStatus
+from core.workers.turn_hold import people_first
 from core.workers.worker_process import WorkerProcess
 
 MAX_SUSPECTS = 256
@@ -44,6 +45,7 @@ class ModelGroup:
         # to its stream's end. A model with leases is never evicted or idle-unloaded, and
         # unload(wait_s=...) waits for them.
         self.leases = 0
+        self.person_seen = 0.0  # time.monotonic() of the last interactive request
         self.last_used = time.monotonic()
         # Seconds it stays loaded once idle: None = the pool's idle_unload_s, < 0 = for
         # ever, 0 = unloaded as soon as its last reply ends (Ollama's keep_alive).
@@ -136,13 +138,16 @@ class ModelGroup:
                 del self.affinity[session]
 
     def pick(self, session_id: str | None, max_sessions: int,
-             prefix: str | None = None) -> WorkerProcess:
+             prefix: str | None = None, interactive: bool = False) -> WorkerProcess:
         """The worker for a request: its session's; else the one that last served its
         `prefix` (core.workers.prefix_route) unless that one is busy and another is free;
-        else the least loaded, least recently used."""
+        else the least loaded, least recently used. While a person is around, an API
+        request never takes the replica kept for them (core.workers.turn_hold)."""
         live = [w for w in self.workers if w.state == "ready"]
         if not live:
             raise WorkerLoadError("LOAD_FAILED", self.failed or "No worker is ready for this model.")
+        # a replica kept for the person's turns while one is around (core.workers.turn_hold)
+        live = people_first(live, interactive, self.person_seen, time.monotonic())
         if session_id is not None:
             worker = self.affinity.get(session_id)
             if worker is not None and worker in live:

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from core.engines.base import GenerationRequest, ModelSpec
-from core.events import Done, Error, Event
+from core.events import Done, Error, Event, ReasoningDelta, TextDelta
 from core.workers import memory_budget
 from core.workers import protocol as p
 from core.workers.admission import Admission, measure
@@ -31,6 +31,7 @@ from core.workers.on_demand import OnDemandProcess
 from core.workers.prefix_route import prefix_key
 from core.workers.request_stream import RequestStream
 from core.workers.status import ModelStatus, WorkerStatus
+from core.workers.turn_hold import hold_others, release
 from core.workers.worker_process import CLOSING, WorkerProcess
 
 __all__ = ["CLOSING", "ModelStatus", "WorkerLoadError", "WorkerPool", "WorkerStatus"]
@@ -291,9 +292,12 @@ class WorkerPool:
         if stream.done:  # cancelled while the model loaded
             yield list(stream.items)
             return
+        if request.interactive:
+            group.person_seen = time.monotonic()
         try:
             worker = group.pick(request.session_id, self.max_sessions,
-                                None if request.session_id or request.aside else prefix_key(request))
+                                None if request.session_id or request.aside else prefix_key(request),
+                                interactive=request.interactive)
         except WorkerLoadError as exc:
             yield [Error("LOAD_FAILED", exc.message), Done("error")]
             return
@@ -334,6 +338,7 @@ class WorkerPool:
         request = stream.request
         assert request is not None
         finished = False
+        held: list[WorkerProcess] = []
         try:
             if worker.state != "ready":
                 finished = True
@@ -346,14 +351,20 @@ class WorkerPool:
             stream.worker = worker
             worker.last_used = time.monotonic()
             worker.send((p.GENERATE, request))
+            if request.interactive:  # the other replicas hold until its first token
+                held = hold_others(worker)
             while True:
                 batch = await stream.get_all()
+                if held and any(isinstance(e, TextDelta | ReasoningDelta | Done) for e in batch):
+                    release(held)
+                    held = []
                 if isinstance(batch[-1], Done):
                     finished = True
                     yield batch
                     return
                 yield batch
         finally:
+            release(held)
             worker.slots.release()
             worker.last_used = time.monotonic()
             if not finished and request.request_id in worker.streams:
@@ -374,7 +385,7 @@ class WorkerPool:
         if group is None or group.crash_failed or not self._ready(group):
             return False
         try:
-            worker = group.pick(request.session_id, self.max_sessions)
+            worker = group.pick(request.session_id, self.max_sessions, request.interactive)
         except WorkerLoadError:
             return False
         session = request.session_id

@@ -21,6 +21,10 @@ WARM = "warm"
 # (TRIM,): memory is short (core.workers.memory_watch): drop what the engine keeps only to
 # be faster (prompt caches); replies running go on. No answer; engines without caches ignore it.
 TRIM = "trim"
+# (HOLD, seconds): a person's turn is being prefilled on another worker of this model
+# (core.workers.turn_hold): take no engine step for up to `seconds`, so the CPU or GPU
+# the replicas share goes to that turn; (HOLD, 0) ends one hold. No answer.
+HOLD = "hold"
 
 # worker -> app
 LOADED = "loaded"  # (LOADED, info: dict)

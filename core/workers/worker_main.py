@@ -135,6 +135,8 @@ def worker_main(conn: Connection, spec: ModelSpec, parent_pid: int) -> None:
     info["pid"] = os.getpid()
     info["max_concurrency"] = engine.max_concurrency
     info["torch"] = sys.modules.get("torch") is not None  # loaded (core.engines.torchless)
+    # sets a running reply aside for a person's turn (core.engines.turn_order)
+    info["preempts"] = bool(getattr(engine, "preempts", False))
     conn.send((p.LOADED, info))
     try:
         _serve(conn, engine, parsers, parent_pid)
@@ -149,16 +151,44 @@ def worker_main(conn: Connection, spec: ModelSpec, parent_pid: int) -> None:
         engine.close()
 
 
+class _Holds:
+    """Holds asked by the pool (protocol.HOLD): no engine step while one is in force."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.until = 0.0
+
+    def on(self, seconds: float) -> None:
+        if seconds > 0:
+            self.count += 1
+            self.until = max(self.until, time.monotonic() + seconds)
+        else:
+            self.count = max(0, self.count - 1)
+
+    def left(self) -> float:
+        """Seconds the hold still runs (0: none)."""
+        if not self.count:
+            return 0.0
+        left = self.until - time.monotonic()
+        if left <= 0:
+            self.count = 0
+        return max(0.0, left)
+
+
 def _serve(conn: Connection, engine: Engine, parsers: _Parsers, parent_pid: int) -> None:
     last_parent_check = time.monotonic()
     tokens_out = 0
+    holds = _Holds()
     while True:
-        busy = engine.has_work()
+        held = holds.left()
+        busy = engine.has_work() and not held
         # When idle, block on the pipe (cheap); when busy, only drain what is there.
-        if conn.poll(0 if busy else PARENT_CHECK_S):
+        if conn.poll(0 if busy else min(held or PARENT_CHECK_S, PARENT_CHECK_S)):
             while True:
                 msg = conn.recv()
-                if not _handle(msg, conn, engine, parsers, tokens_out):
+                if msg[0] == p.HOLD:
+                    holds.on(float(msg[1]))
+                elif not _handle(msg, conn, engine, parsers, tokens_out):
                     return
                 if not conn.poll(0):
                     break
@@ -167,7 +197,7 @@ def _serve(conn: Connection, engine: Engine, parsers: _Parsers, parent_pid: int)
             last_parent_check = now
             if os.getppid() != parent_pid:
                 return
-        if not engine.has_work():
+        if holds.left() or not engine.has_work():
             continue
         results = engine.step()
         if results:

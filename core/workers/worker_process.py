@@ -132,7 +132,10 @@ class WorkerProcess:
                 "and was stopped. Check that the file is a valid model and that memory is free."
             )
             raise WorkerLoadError("TIMEOUT", self.error) from None
-        self.slots = PrioritySlots(int(self.info.get("max_concurrency", 1)))
+        # An engine that sets a running reply aside for a person's turn takes one more,
+        # only for interactive requests (core.workers.slots).
+        self.slots = PrioritySlots(int(self.info.get("max_concurrency", 1)),
+                                   spare=1 if self.info.get("preempts") else 0)
         self.state = "ready"
 
     def worker_spec(self) -> ModelSpec:

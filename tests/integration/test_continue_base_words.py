@@ -2,8 +2,8 @@
 between the two words it joins. A base model's transcript prompt drops a reply's leading
 whitespace ("Assistant:" leaves a space), and the engines drop it from a continued reply
 too, so "a big, black," went on as "a big, black,fluffy" (seen with the bundled Gemma).
-The fix belongs in the engines (core/engines/llamacpp.py, mlx/admission.py: no
-trim_start when request.reply_prefix is set); strict xfail until it lands there."""
+The engines (core/engines/llamacpp.py, mlx/admission.py) no longer trim a continued
+reply's leading space (request.reply_prefix set)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ pytestmark = pytest.mark.slow
 PREFIX = "A dog is a big, black,"
 
 
-@pytest.mark.xfail(strict=True, reason="the engines trim a continued base reply's leading space")
 async def test_a_continued_base_reply_keeps_the_space_between_words(bundled_gguf: Path) -> None:
     settings = Settings(context_size=512)
     settings.sampling.temperature = 0.0

@@ -112,11 +112,14 @@ class Admission:
             max_tokens=min(sp.max_tokens, max(self.context_size - len(prompt), 0)),
             sampler=self._sampler(sp),
             processors=processors,
-            detok=_fresh_detokenizer(self._tokenizer, keep_leading_space=request.prompt is not None),
+            # a raw prompt's or a continued reply's first space is part of the text
+            detok=_fresh_detokenizer(self._tokenizer, keep_leading_space=(
+                request.prompt is not None or bool(request.reply_prefix))),
             # a constrained reply ends where its grammar accepts, never at a turn marker
             tail=ReplyTail((*sp.stop, *self._base.stops)
                            if base and sp.json_schema is None and not generic else sp.stop,
-                           trim_start=base is not None),
+                           trim_start=base is not None and not request.reply_prefix,
+                           trim_end=base is not None),
             submitted=submitted,
             text=text,
             marks=marks,

@@ -30,7 +30,7 @@ from typing import Any
 import mlx.core as mx
 
 from core.engines.mlx.bucketed_kv import to_bucketed, to_plain
-from core.engines.mlx.single import ONE_PASS_TAIL, PREFILL_QUANTUM, bucket_step
+from core.engines.mlx.single import ASIDE_CHUNK, ONE_PASS_TAIL, PREFILL_QUANTUM, bucket_step
 from core.engines.mlx.state import Request, SingleStream
 from core.events import Event, PromptRead
 
@@ -51,9 +51,12 @@ class ChunkedPrefill:
 
     def _chunk_at(self, act: Request, cache: list[Any], at: int) -> int:
         """Tokens of act.prompt[at:] to prefill in a step of their own: the next pass
-        _prefill_alone would make, while more than one chunk and the first token's pass
-        are left; 0 when the rest goes in one step."""
+        _prefill_alone would make (ASIDE_CHUNK for work beside a conversation), while more
+        than one chunk and the first token's pass are left; 0 when the rest goes in one
+        step."""
         n = len(act.prompt) - at
+        if act.req.aside:  # a summary written ahead: a turn that comes waits for one chunk
+            return ASIDE_CHUNK if n > ASIDE_CHUNK + ONE_PASS_TAIL else 0
         if self._in_buckets(n, cache):
             step = bucket_step(self._prefill_step)
             tail = (n - 1) % PREFILL_QUANTUM + 1

@@ -44,6 +44,10 @@ _SETTLE_PER_STEP = 2
 # A waiting prompt with at least this many tokens in the prefix cache is a cached turn
 # (see _prefills_alone): moving a shorter history through the batch costs little.
 _ALONE_MIN_CACHED = 256
+# Once a turn has its first token, work set aside beside it (a summary written ahead)
+# takes a step after each of its steps, so it still gets written while turns follow
+# each other (a turn drafting several tokens a step stays ahead).
+_ASIDE_EVERY = 1
 
 
 class MlxEngine(Admission, Scheduling, SinglePath, ChunkedPrefill, Speculation, BatchPath,
@@ -78,6 +82,11 @@ class MlxEngine(Admission, Scheduling, SinglePath, ChunkedPrefill, Speculation, 
         self._pending: deque[Request] = deque()
         self._cancelled: set[str] = set()
         self._single: SingleStream | None = None
+        # A request made beside a conversation (a summary written ahead) decoding alone,
+        # set aside while other requests run: it never slows a turn (see _park_aside).
+        self._parked: SingleStream | None = None
+        self._later: deque[Request] = deque()  # aside requests come in while others run
+        self._turn_steps = 0  # single steps of a turn while work is set aside
         self._batch: dict[int, Request] = {}
         self._idle_rows: set[int] = set()  # batch rows of finished requests (see _retire)
         self._unsaved: deque[FinishedRows] = deque()
@@ -143,6 +152,7 @@ class MlxEngine(Admission, Scheduling, SinglePath, ChunkedPrefill, Speculation, 
         # then does it while idle (a few per step), not the next request's admission
         # (after a 64-request burst that was 50 entries, 3-20 ms on a lone turn's TTFT).
         return bool(self._pending or self._single or self._batch or self._cancelled
+                    or self._parked or self._later
                     or self._unsaved or self._prefix.pending
                     or (self._kv is not None and self._kv.busy()))  # kv-disk hook
 
@@ -150,6 +160,7 @@ class MlxEngine(Admission, Scheduling, SinglePath, ChunkedPrefill, Speculation, 
         out: dict[str, list[Event]] = {}
         if self._cancelled:
             self._apply_cancels(out)
+        self._park_aside()
         if self._pending:
             while self._unsaved:  # a new prompt may extend one of them
                 self._save_rows(self._unsaved.popleft())
@@ -160,6 +171,7 @@ class MlxEngine(Admission, Scheduling, SinglePath, ChunkedPrefill, Speculation, 
             self._joined = False
         elif self._single is not None:
             self._step_single(out)
+            self._aside_step(out)
         elif self._batch:
             self._step_batch(out)
             if len(self._batch) == 1 and not self._pending:
@@ -171,7 +183,8 @@ class MlxEngine(Admission, Scheduling, SinglePath, ChunkedPrefill, Speculation, 
         elif self._kv is not None and not (self._pending or self._single or self._batch):
             self._kv.idle_step()  # kv-disk hook: a finished reply's next-turn cache
         if self._kv is not None:  # kv-disk hook: disk writes only while nothing runs
-            self._kv.engine_busy(bool(self._pending or self._single or self._batch))
+            self._kv.engine_busy(bool(self._pending or self._single or self._batch
+                                      or self._parked))
         self._steps += 1
         return [(rid, events) for rid, events in out.items() if events]
 
@@ -191,7 +204,7 @@ class MlxEngine(Admission, Scheduling, SinglePath, ChunkedPrefill, Speculation, 
         # No gc.unfreeze() here: freezing is process-wide and the process owner (the UI
         # freezes its own start-up objects too) decides when to undo it.
         self._pending.clear()
-        self._single = None
+        self._single = self._parked = None
         self._batch.clear()
         self._idle_rows.clear()
         self._unsaved.clear()
@@ -199,6 +212,42 @@ class MlxEngine(Admission, Scheduling, SinglePath, ChunkedPrefill, Speculation, 
         self._bg.close()
         if self._kv is not None:  # kv-disk hook: queued writes finish first
             self._kv.close()
+
+    def _park_aside(self) -> None:
+        """Work beside a conversation (`aside`: its summary written ahead) is the lowest
+        priority: decoding alone when another request comes, it is set aside with its
+        cache and goes on once nothing else runs, so the turn starts alone on the
+        single path (no batch built around a long cache: 1.3-4 s of a turn's first
+        token on a CPU, bench/long_chat.py). It never starves while the engine idles."""
+        s = self._single
+        others = any(not a.req.aside for a in self._pending)
+        if s is not None and self._parked is None and s.act.req.aside and others:
+            self._parked, self._single = s, None
+        busy = others or self._batch or (self._single is not None
+                                         and not self._single.act.req.aside)
+        if busy:  # one that comes meanwhile waits too
+            self._later.extend(a for a in self._pending if a.req.aside)
+            self._pending = deque(a for a in self._pending if not a.req.aside)
+        elif self._parked is not None and self._single is None:
+            self._single, self._parked = self._parked, None
+        elif self._later and self._single is None:
+            self._pending.extend(self._later)
+            self._later.clear()
+
+    def _aside_step(self, out: dict[str, list[Event]]) -> None:
+        """A step of the work set aside, one in _ASIDE_EVERY steps of a lone turn that
+        has its first token (its time to first token is never shared; its later tokens
+        come a little slower while a summary is being written)."""
+        turn, parked = self._single, self._parked
+        if (parked is None or turn is None or self._batch or self._pending
+                or turn.act.first_token_at is None):
+            return
+        self._turn_steps += 1
+        if self._turn_steps % _ASIDE_EVERY:
+            return
+        self._single, self._parked = parked, None
+        self._step_single(out)
+        self._single, self._parked = turn, self._single  # None once it finished
 
     def _schedule(self, out: dict[str, list[Event]]) -> None:
         """Move pending requests into the single slot or the batch, up to capacity.
@@ -215,6 +264,8 @@ class MlxEngine(Admission, Scheduling, SinglePath, ChunkedPrefill, Speculation, 
         free = self.max_concurrency - len(self._batch) - (1 if self._single else 0)
         if not self._pending or free <= 0:
             return
+        if self._single is not None and self._single.act.req.aside and self._single.at is not None:
+            return  # an aside still prefilling joins no batch: the others wait for it
         if self._single is None and not self._batch and len(self._pending) == 1:
             act = self._pending.popleft()
             self._start_single(act)
@@ -372,14 +423,19 @@ class MlxEngine(Admission, Scheduling, SinglePath, ChunkedPrefill, Speculation, 
 
     def _apply_cancels(self, out: dict[str, list[Event]]) -> None:
         ids, self._cancelled = self._cancelled, set()
+        self._pending.extend(a for a in self._later if a.req.request_id in ids)
+        self._later = deque(a for a in self._later if a.req.request_id not in ids)
         for act in [a for a in self._pending if a.req.request_id in ids]:
             self._pending.remove(act)
             self._finish(act, "cancelled", out.setdefault(act.req.request_id, []))
-        s = self._single
-        if s is not None and s.act.req.request_id in ids:
-            self._single = None
-            self._finish(s.act, "cancelled", out.setdefault(s.act.req.request_id, []))
-            self._remember(s.act, self._fed_tokens(s), s.cache)
+        for s in (self._single, self._parked):
+            if s is not None and s.act.req.request_id in ids:
+                if s is self._single:
+                    self._single = None
+                else:
+                    self._parked = None
+                self._finish(s.act, "cancelled", out.setdefault(s.act.req.request_id, []))
+                self._remember(s.act, self._fed_tokens(s), s.cache)
         uids = [uid for uid, a in self._batch.items() if a.req.request_id in ids]
         if uids:
             caches = self._bg.remove(uids, return_prompt_caches=True)

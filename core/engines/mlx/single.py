@@ -22,6 +22,10 @@ from core.events import Event
 
 # Prompt remainders up to this many tokens are prefilled and sampled in one pass.
 ONE_PASS_TAIL = 32
+# Work beside a conversation (a summary written ahead, its session warmed) prefills this
+# many tokens a step, so a turn that comes meanwhile waits for one chunk, not the prompt
+# (core.engines.mlx.chunked).
+ASIDE_CHUNK = 256
 # Bucketed prefill (GPU): chunks of a multiple of this many tokens, then a last piece of
 # 1..this many padded up to a multiple of _TAIL_STEP (a lone token stays one token).
 PREFILL_QUANTUM = 256

@@ -67,3 +67,6 @@ class SingleStream:
     context: mx.array | None
     emitted: bool = False  # y was read and handed out, but not yet fed to the model
     at: int | None = None  # a long prompt read so far, a chunk per step (core.engines.mlx.chunked)
+    # work beside a conversation prefills a chunk a step (SinglePath._start_single): the
+    # prompt tokens still to go, None once `y` is its first token, queued
+    rest: mx.array | None = None
