@@ -101,3 +101,25 @@ def test_a_reply_set_aside_can_be_cancelled(engine: Any) -> None:
     assert events["api2"][-1].finish_reason == "cancelled"
     assert _usage(events["api2"]).completion_tokens >= 5
     assert any(isinstance(e, Done) and e.finish_reason != "error" for e in events["person2"])
+
+
+LONG = "Notes: " + "the quick brown fox jumps over the lazy dog. " * 70 + API
+
+
+def test_a_reply_set_aside_mid_prefill_resumes_as_if_never_paused(engine: Any) -> None:
+    """Set aside between two chunks of its prompt (core.engines.llama_prefill), the API
+    request's context then holds the person's turn: its prefill is planned again on resume,
+    never continued over the person's cells."""
+    engine._llm.n_tokens = 0
+    engine.submit(_req("long-alone", LONG, 8))
+    alone = _run(engine)["long-alone"]
+    engine._llm.n_tokens = 0
+    engine.submit(_req("long", LONG, 8))
+    _run(engine, until=lambda ev: engine._active is not None and engine._active.prefill is not None
+         and engine._active.prefill.chunks >= 1)
+    assert engine._active.first_token_at is None  # mid-prefill, one chunk in
+    engine.submit(_req("person3", "What is the capital of France?", 4, interactive=True))
+    events = _run(engine)
+    assert not any(isinstance(e, Error) for e in events["long"] + events["person3"])
+    assert _text(events["long"]) == _text(alone)
+    assert _usage(events["long"]).prompt_tokens == _usage(alone).prompt_tokens
