@@ -16,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 
@@ -26,7 +27,7 @@ from tests.fixtures.docs_files import FACTS, filler
 
 pytestmark = pytest.mark.slow
 
-TEXT_BYTES = 192 * 1024  # ~210 passages: ~15 s of embedding on a busy 2-core box
+TEXT_BYTES = 72 * 1024  # ~80 passages: more than two of the old code's 32-passage passes
 # Peak growth of the tree over the worker with MiniLM loaded. Measured: the old code
 # 270-350 MB for 0.5-1 MB of text (its batch-32 activations are ~200 MB whatever the
 # size), the bounded batches 44 MB for 1 MB. 150 MB fails the first with room for noise.
@@ -87,23 +88,25 @@ async def test_indexing_a_large_text_keeps_memory_bounded_and_the_same_top5(
             stop.set()
             sampler.join()
         assert isinstance(result, IngestResult), result
-        assert len(result.chunks) > 150
+        assert len(result.chunks) > 64
         growth_mb = (peak[0] - base) / 2**20
         assert growth_mb < GROWTH_BOUND_MB, f"indexing grew the tree by {growth_mb:.0f} MB"
         query = await worker.encode([question])
     finally:
         await worker.shutdown()
 
-    # The same top-5 as the passages embedded the old way (32 per pass, one matrix).
+    # The same vectors as the passages embedded the old way (32 per pass, one matrix), on
+    # the top ten and a fixed sample of the rest (re-embedding them all took a quarter
+    # of the test): bounded batches must not move a passage, so the top-5 cannot move either.
+    new_index = VectorIndex()
+    new_index.add(result.chunks, result.vectors)
+    new_hits = new_index.search(query[0], 10)
+    rows = sorted({h.row for h in new_hits} | set(random.Random(3).sample(
+        range(len(result.chunks)), 22)))
     reference = Embedder(idle_seconds=0, model_path=model_folder, batch_size=32)
     try:
-        old = reference.encode([c.text for c in result.chunks])
+        old = reference.encode([result.chunks[r].text for r in rows])
     finally:
         reference.unload()
-    new_index, old_index = VectorIndex(), VectorIndex()
-    new_index.add(result.chunks, result.vectors)
-    old_index.add(result.chunks, old)
-    new_hits = new_index.search(query[0], 5)
-    old_hits = old_index.search(query[0], 5)
-    assert [h.row for h in new_hits] == [h.row for h in old_hits]
+    assert np.allclose(np.asarray(result.vectors)[rows], np.asarray(old), atol=1e-4)
     assert FACTS[2][0] in new_hits[0].chunk.text
