@@ -16,10 +16,10 @@ report "vision" in info, so the runtime hands it images as parts, as it does an 
 it reads none), prefill_s (float: the first token of each reply comes this long after it
 was submitted, as a long prompt's prefill; a cancel in that time ends it at once).
 
-Pacing: each step emits at most one piece (one token) per request, and a step sleeps until
-the earliest request is due, so tokens_per_s is the real rate per request. A step that
-comes late (a busy machine) does not skip tokens; the following steps catch up one token
-each, and the emission log records when each token really left.
+Pacing: each step emits at most one piece (one token) per request, and steps sleep (HEAR_S
+at most each) until the earliest request is due, so tokens_per_s is the real rate per
+request. A step that comes late (a busy machine) does not skip tokens; the following steps
+catch up one token each, and the emission log records when each token really left.
 """
 
 from __future__ import annotations
@@ -34,6 +34,10 @@ from typing import Any
 from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec
 from core.events import Done, Error, Event, TextDelta, Usage
 from core.parsing.stops import StopMatcher
+
+HEAR_S = 0.05
+"""The longest one step sleeps: a slow pace (0.1 tok/s) or a prefill still hears a cancel
+this soon, since the worker reads its pipe between steps."""
 
 
 class _Run:
@@ -117,8 +121,8 @@ class ScriptedEngine:
         out, self._out = self._out, []
         if self._runs:
             wait = min(r.next_at for r in self._runs.values()) - time.perf_counter()
-            if wait > 0:  # a prefill waits in short steps: the worker hears a cancel between
-                time.sleep(wait if self._interval and wait <= self._interval else min(wait, 0.05))
+            if wait > 0:  # in short slices: the worker hears a cancel (or quit) between
+                time.sleep(min(wait, HEAR_S))
         now = time.perf_counter()
         for rid, run in list(self._runs.items()):
             if run.next_at > now:
