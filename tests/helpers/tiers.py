@@ -3,12 +3,12 @@ recorded full run is marked `slow`, so `pytest -m "not slow"` is the few-minute 
 developer runs while working, and the README's command still runs everything.
 
 The figures live in tests/durations.json (test id -> seconds: set-up, call and tear-down
-together, from one `-n 2` run on a 2-core box; only the slow ones are kept, so the file
+together, from one `-n 3` run on a 2-core box; only the slow ones are kept, so the file
 stays small). A test not in the file counts as fast: a new
 test is expected to be cheap, and the next recording puts it where it belongs. Record
 again after a change that moves the figures:
 
-    .venv/bin/python -m pytest -n 2 --record-durations
+    .venv/bin/python -m pytest -n 3 --record-durations
 
 A module's shared fixture (a model loaded once per file) is charged to the test that asked
 for it first, which is then slow; the file's other tests stay fast only if they do not
