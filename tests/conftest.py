@@ -20,9 +20,21 @@ pytest_plugins = ["tests.helpers.tiers"]
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """`-n N` (pytest-xdist) hands each process a test file at a time (`--dist loadfile`)
     unless told otherwise: the module fixtures load a real model or server once per file,
-    and xdist's default (test by test) would load them in every process."""
+    and xdist's default (test by test) would load them in every process. The files go out
+    costliest first (tests/helpers/tiers.py), not in xdist's order (most tests first)."""
     if getattr(config.option, "numprocesses", None) and config.option.dist == "no":
         config.option.dist = "loadfile"
+        config.option.loadscopereorder = False
+
+
+@pytest.hookimpl(trylast=True)  # after `-m`/`-k` deselected: the cost of what runs
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist, each worker's list (identical in all) is the order the controller hands
+    out files in: the costliest first (tests/helpers/tiers.py)."""
+    if hasattr(config, "workerinput"):
+        from tests.helpers.tiers import costliest_files_first
+
+        costliest_files_first(items)
 
 
 @pytest.fixture(autouse=True)

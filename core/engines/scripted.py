@@ -21,10 +21,10 @@ then never take the reply its main loop waits for), serial (bool: one reply at a
 llama.cpp runs them, the person's turn first: a running reply is set aside at a token
 boundary for a higher-ranked one, core.engines.turn_order).
 
-Pacing: each step emits at most one piece (one token) per request, and a step sleeps until
-the earliest request is due, so tokens_per_s is the real rate per request. A step that
-comes late (a busy machine) does not skip tokens; the following steps catch up one token
-each, and the emission log records when each token really left.
+Pacing: each step emits at most one piece (one token) per request, and steps sleep (HEAR_S
+at most each) until the earliest request is due, so tokens_per_s is the real rate per
+request. A step that comes late (a busy machine) does not skip tokens; the following steps
+catch up one token each, and the emission log records when each token really left.
 """
 
 from __future__ import annotations
@@ -40,6 +40,10 @@ from core.engines.base import EngineLoadError, GenerationRequest, ModelSpec
 from core.engines.turn_order import TurnOrder
 from core.events import Done, Error, Event, PromptRead, TextDelta, Usage
 from core.parsing.stops import StopMatcher
+
+HEAR_S = 0.05
+"""The longest one step sleeps: a slow pace (0.1 tok/s) or a prefill still hears a cancel
+this soon, since the worker reads its pipe between steps."""
 
 
 class _Run:
@@ -164,8 +168,8 @@ class ScriptedEngine:
         runs = self._serial_runs() if self.preempts else self._runs
         if runs:
             wait = min(r.next_at for r in runs.values()) - time.perf_counter()
-            if wait > 0:  # a prefill waits in short steps: the worker hears a cancel between
-                time.sleep(wait if self._interval and wait <= self._interval else min(wait, 0.05))
+            if wait > 0:  # in short slices: the worker hears a cancel (or quit) between
+                time.sleep(min(wait, HEAR_S))
         now = time.perf_counter()
         for rid, run in list(runs.items()):
             if run.next_at > now:

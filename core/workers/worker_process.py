@@ -132,6 +132,14 @@ class WorkerProcess:
                 "and was stopped. Check that the file is a valid model and that memory is free."
             )
             raise WorkerLoadError("TIMEOUT", self.error) from None
+        except WorkerLoadError as exc:
+            # The worker said why and exits (or the pool stopped it): stop watching its pipe
+            # and handle, whose EOF would wake the loop on every turn, and do not take the
+            # exit for a crash to respawn (the same load fails the same way).
+            self.detach()
+            if self.state == "loading":
+                self.state, self.error = "failed", exc.message
+            raise
         # An engine that sets a running reply aside for a person's turn takes one more,
         # only for interactive requests (core.workers.slots).
         self.slots = PrioritySlots(int(self.info.get("max_concurrency", 1)),
@@ -221,9 +229,9 @@ class WorkerProcess:
 
     def _on_exit(self) -> None:
         """The process ended: fail its requests now, then respawn within the budget."""
-        if self.state in ("crashed", "stopped", "failed"):
+        self.detach()  # an ended process stays readable: watched, it would wake the loop
+        if self.state in ("crashed", "stopped", "failed"):  # on every turn
             return
-        self.detach()
         if self._loaded and not self._loaded.done():
             if self.process is not None:
                 self.process.join(timeout=1.0)

@@ -3,16 +3,20 @@ recorded full run is marked `slow`, so `pytest -m "not slow"` is the few-minute 
 developer runs while working, and the README's command still runs everything.
 
 The figures live in tests/durations.json (test id -> seconds: set-up, call and tear-down
-together, from one `-n 2` run on a 2-core box; only the slow ones are kept, so the file
+together, from one `-n 3` run on a 2-core box; only the slow ones are kept, so the file
 stays small). A test not in the file counts as fast: a new
 test is expected to be cheap, and the next recording puts it where it belongs. Record
 again after a change that moves the figures:
 
-    .venv/bin/python -m pytest -n 2 --record-durations
+    .venv/bin/python -m pytest -n 3 --record-durations
 
 A module's shared fixture (a model loaded once per file) is charged to the test that asked
 for it first, which is then slow; the file's other tests stay fast only if they do not
 need the fixture, so a file usually falls wholly on one side.
+
+The same figures order the files under pytest-xdist (`-n N`, a file per process at a time):
+the costliest file first, so no long file starts last while the other processes sit idle
+(xdist's own order, most tests first, put a 25 s file of one test at the very end).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import pytest
 
 DURATIONS = Path(__file__).resolve().parents[1] / "durations.json"
 SLOW_S = 1.5
+UNRECORDED_S = 0.2  # a test not in the file (under SLOW_S): the suite's fast ones average this
 
 _SPENT: dict[str, float] = {}
 
@@ -54,8 +59,20 @@ def mark_slow(items: list[pytest.Item]) -> int:
     return added
 
 
+def costliest_files_first(items: list[pytest.Item]) -> None:
+    """Reorder `items` in place: whole files, the costliest (recorded seconds) first; a
+    file's own tests keep their order. Ties keep the path order, so every xdist worker
+    collects the same list."""
+    seconds = recorded()
+    cost: dict[str, float] = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        cost[path] = cost.get(path, 0.0) + seconds.get(item.nodeid, UNRECORDED_S)
+    items.sort(key=lambda item: -cost[item.nodeid.split("::", 1)[0]])
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    mark_slow(items)
+    mark_slow(items)  # before `-m "not slow"` deselects (this plugin's hook runs first)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

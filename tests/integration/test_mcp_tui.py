@@ -15,7 +15,7 @@ from pathlib import Path
 from core import paths
 from core.config import McpServerConfig, Settings
 from core.vision.captions import HEADER
-from tests.fixtures.tui import scripted_app, service_turn, wait_until
+from tests.fixtures.tui import scripted_app, service_turn, type_burst, wait_until
 from tests.integration.test_mcp_servers import http_url  # noqa: F401 - the HTTP fixture server
 from tui.screens.main import MainScreen
 from tui.widgets.image_card import ImageCard
@@ -56,7 +56,7 @@ def cards(app) -> list[ToolCard]:
 async def ask(pilot, text: str) -> None:
     app = pilot.app
     await wait_until(pilot, lambda: app.runtime.model.state == "ready")
-    await pilot.press(*text)
+    await type_burst(pilot, text)
     await pilot.press("enter")
 
 

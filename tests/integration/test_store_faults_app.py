@@ -10,7 +10,14 @@ import os
 
 from core import paths
 from tests.fixtures.store import damage_pages_of
-from tests.fixtures.tui import scripted_app, seed_conversations, send, wait_ready, wait_until
+from tests.fixtures.tui import (
+    scripted_app,
+    seed_conversations,
+    send,
+    type_burst,
+    wait_ready,
+    wait_until,
+)
 from tui.widgets.message_view import MessageView
 from tui.widgets.sidebar import Sidebar
 
@@ -56,7 +63,7 @@ async def test_esc_mid_reply_is_shown_and_stored_as_stopped() -> None:
     app = scripted_app(reply=reply, tokens_per_s=40, chunk_chars=5)
     async with app.run_test(size=(110, 32)) as pilot:
         await wait_ready(pilot)
-        await pilot.press(*"tell me a story")
+        await type_burst(pilot, "tell me a story")
         await pilot.press("enter")
         await wait_until(pilot, lambda: app.main.turn is not None
                          and len(list(app.main.query(MessageView))[-1].content) > 20)

@@ -26,12 +26,19 @@ LONG = " ".join(f"w{i:03d}" for i in range(1, WORDS + 1))  # in order, each once
 LAST = f"w{WORDS:03d}"
 
 
+PACE = 24  # tokens a second: a reply takes 5 s, and 110 tokens (4.6 s) are left after w010
+SLOW_PACE = 12  # a reply left running must outlast an app's start: 10 s
+
+
 @pytest.fixture
-def service(llmdeck_home: Path) -> Iterator[int]:
-    """This home's service (scripted, about 12 s a reply), killed with its workers after."""
+def service(llmdeck_home: Path, request: pytest.FixtureRequest) -> Iterator[int]:
+    """This home's service (scripted, LONG at PACE, or the pace a `pace` mark says), killed
+    with its workers after."""
+    mark = request.node.get_closest_marker("pace")
+    pace = mark.args[0] if mark else PACE
     seen: list[int] = []
     with svc.no_service_left(llmdeck_home):
-        pid = svc.start(*svc.scripted_args(reply=LONG, tokens_per_s=12))
+        pid = svc.start(*svc.scripted_args(reply=LONG, tokens_per_s=pace))
         seen += [pid, *svc.descendants(pid)]
         yield pid
         now = _service_pid(llmdeck_home)  # one the app started after a crash, say
@@ -180,6 +187,7 @@ def test_a_crashed_service_is_said_a_new_one_started_and_the_cut_reply_stored_st
     assert LAST not in rows[1][2]
 
 
+@pytest.mark.pace(SLOW_PACE)
 def test_leaving_a_followed_reply_for_another_chat_lets_it_finish_in_the_service(
         llmdeck_home: Path, service: int) -> None:
     import asyncio

@@ -7,7 +7,13 @@ from __future__ import annotations
 from core import paths
 from core.engines.base import ModelSpec
 from core.store import Store
-from tests.fixtures.tui import scripted_app, service_comparison, wait_ready, wait_until
+from tests.fixtures.tui import (
+    scripted_app,
+    service_comparison,
+    type_burst,
+    wait_ready,
+    wait_until,
+)
 from tui.screens.compare import CompareScreen
 from tui.screens.model_picker import ModelPickerScreen
 from tui.widgets.message_view import MessageView
@@ -29,7 +35,7 @@ async def open_compare(pilot) -> CompareScreen:
     until both replies have ended."""
     app = pilot.app
     await wait_ready(pilot)
-    await pilot.press(*QUESTION)
+    await type_burst(pilot, QUESTION)
     main = app.main
     text = main.composer.text
     main.composer.load_text("")
@@ -85,7 +91,7 @@ async def test_esc_stops_both_then_closes_keeping_the_left() -> None:
     app = scripted_app(reply="word " * 300, fixed_timing=False, tokens_per_s=40.0)
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
-        await pilot.press(*QUESTION)
+        await type_burst(pilot, QUESTION)
         main = app.main
         slow_right = ModelSpec(path="scripted", engine="scripted", context_size=4096,
                                options=(("reply", "more " * 300), ("tokens_per_s", 40.0)))
@@ -112,7 +118,7 @@ async def test_ctrl_t_asks_for_the_message_first_then_opens_the_picker() -> None
         assert not isinstance(app.screen, ModelPickerScreen)  # nothing to compare yet
         assert any("Type the message to compare first" in n.message
                    for n in app._notifications)
-        await pilot.press(*QUESTION)
+        await type_burst(pilot, QUESTION)
         await pilot.press("ctrl+t")
         await wait_until(pilot, lambda: isinstance(app.screen, ModelPickerScreen))
         await pilot.press("escape")

@@ -16,6 +16,7 @@ from core.config import Settings
 from core.engines.base import ModelSpec
 from core.runtime import Runtime
 from tests.fixtures.docs_files import make_docx, make_pdf, make_pptx
+from tests.fixtures.tui import type_burst
 from tests.fixtures.tui import wait_until as shared_wait_until
 from tui.app import LlmdeckApp
 from tui.widgets.attachments import AttachmentBar, MemoryMarker
@@ -101,7 +102,7 @@ def test_mention_warning_before_sending(snap_compare, files) -> None:
     async def run_before(pilot) -> None:
         await ready(pilot)
         await attach(pilot, files["memo"], files["deck"])
-        await pilot.press(*"What does @doc(report.pdf) say about @doc(deck.pptx)?")
+        await type_burst(pilot, "What does @doc(report.pdf) say about @doc(deck.pptx)?")
         await pilot.press("enter")  # refused: the warning stays, nothing is sent
         await pilot.pause(0.2)
         main = pilot.app.main

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from core.config import Settings
 from core.tools.builtins import now as now_tool
-from tests.fixtures.tui import scripted_app, wait_until
+from tests.fixtures.tui import scripted_app, type_burst, wait_until
 from tui.widgets.message_view import MessageView
 from tui.widgets.tool_card import ToolCard
 
@@ -34,7 +34,7 @@ async def _ask(pilot, text: str = "Compute it") -> None:
     app = pilot.app
     app.main.composer.cursor_blink = False  # a blinking cursor makes snapshots flaky
     await wait_until(pilot, lambda: app.runtime.model.state == "ready")
-    await pilot.press(*text)
+    await type_burst(pilot, text)
     await pilot.press("enter")
 
 
@@ -125,7 +125,7 @@ def test_always_allow_for_a_read_only_tool_skips_the_next_question(snap_compare,
                          and _card(pilot).state == "awaiting-approval")
         await pilot.press("a")
         await _finish(pilot)
-        await pilot.press(*"And now?")
+        await type_burst(pilot, "And now?")
         await pilot.press("enter")
         await _finish(pilot)
         states = [c.state for c in app.main.query(ToolCard)]
@@ -147,7 +147,7 @@ def test_run_code_block_then_fix_puts_code_and_traceback_in_the_composer(snap_co
         app = pilot.app
         app.main.composer.cursor_blink = False
         await wait_until(pilot, lambda: app.runtime.model.state == "ready")
-        await pilot.press(*"Show me indexing")
+        await type_burst(pilot, "Show me indexing")
         await pilot.press("enter")
         await _finish(pilot)
         await pilot.press("f8")

@@ -15,6 +15,7 @@ from tests.fixtures.tui import (
     scripted_app,
     seed_conversations,
     send,
+    type_burst,
     wait_ready,
     wait_until,
 )
@@ -35,7 +36,7 @@ def test_streaming_midway(snap_compare) -> None:
 
     async def run_before(pilot) -> None:
         await wait_ready(pilot)
-        await pilot.press(*"Tell me about Paris")
+        await type_burst(pilot, "Tell me about Paris")
         await pilot.press("enter")
         await wait_until(pilot, lambda: _replies(pilot.app) and _replies(pilot.app)[-1].body.source)
         pilot.app.main.composer.cursor_blink = False  # a blinking cursor makes snapshots flaky
