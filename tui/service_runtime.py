@@ -431,14 +431,36 @@ class ServiceRuntime:
         await self._refresh_mirror()  # the sandbox's limits, the MCP servers' listing
         return kept
 
+    def _before_connected(self, name: str) -> Any:
+        """A service call asked before the first connection is up (a screen opened while a
+        slow start still connects: the hub's recommended list, say): it waits for the
+        connection, then is asked, instead of an AttributeError in a screen's worker."""
+        from core.service import RemoteRuntime, ServiceUnavailable
+
+        if self.__dict__.get("_closed") or not inspect.iscoroutinefunction(
+                getattr(RemoteRuntime, name, None)):
+            raise AttributeError(name)
+
+        async def first(*args: Any, **kwargs: Any) -> Any:
+            try:
+                await asyncio.wait_for(self._back.wait(), RECONNECT_WAIT_S)
+            except TimeoutError:
+                raise ServiceUnavailable(self.stopped or "The llmdeck service did not answer; "
+                                         "see its log.") from None
+            return await getattr(self, name)(*args, **kwargs)
+
+        return first
+
     def __getattr__(self, name: str) -> Any:
         """Every other Runtime call (messages, start_turn, switch_model, …) is the
         service's (core.service.dispatch lists them). One made while the service is lost
         waits for the new one and is asked again (a reply's tail, a page of the sidebar);
         one that starts a reply is not repeated (it may have reached the old service)."""
         remote = self.__dict__.get("_remote")
-        if remote is None or name.startswith("_"):
+        if name.startswith("_"):
             raise AttributeError(name)
+        if remote is None:
+            return self._before_connected(name)
         fn = getattr(remote, name)
         if not inspect.iscoroutinefunction(fn):
             return fn

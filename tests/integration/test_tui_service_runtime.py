@@ -39,3 +39,24 @@ async def test_the_apps_sync_reads_come_from_the_service(llmdeck_home: Path) -> 
         finally:
             await one.close()
             await two.close()
+
+
+async def test_a_call_asked_before_the_connection_is_up_waits_for_it() -> None:
+    """A screen may ask the service before the app's first connection is up (the hub's
+    recommended list, opened while a loaded box still connects): the call waits for the
+    connection and is answered, never an AttributeError in the screen's worker (the suite
+    saw one at -n 3)."""
+    from core.config import Settings
+    from core.engines.base import ModelSpec
+    from core.runtime import Runtime
+
+    local = Runtime(Settings(), model_spec=ModelSpec("scripted", "scripted", options=(("reply", "ok"),)))
+    rt = ServiceRuntime(local=local)
+    try:
+        early = asyncio.ensure_future(rt.local_models())  # asked before start() connects
+        await asyncio.sleep(0)
+        assert not early.done()
+        await rt.start(preload=False)
+        assert isinstance(await asyncio.wait_for(early, 10), list)
+    finally:
+        await rt.close()
