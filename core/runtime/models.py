@@ -13,6 +13,11 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+# core.model_files is read from worker threads (the memory budget, the hub's listings, the
+# engine choice): imported here, on the loop's thread, before any of them, so that two
+# threads never import the package and its `names` module at once (Python's import locks
+# then raise "deadlock detected": a model failed to load so in the -n 4 suite).
+import core.model_files  # noqa: F401
 from core import bundled, model_catalog, model_ids, model_refs, paths
 from core.config import Settings
 from core.engines.base import ModelSpec
