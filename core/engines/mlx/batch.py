@@ -14,7 +14,7 @@ from typing import Any
 
 import mlx.core as mx
 from mlx_lm.generate import BatchGenerator
-from mlx_lm.models.cache import BatchKVCache, make_prompt_cache
+from mlx_lm.models.cache import BatchKVCache
 
 from core.engines.mlx.lean_batch import LeanGenerationBatch
 from core.engines.mlx.lean_prompt import lean_prompt_batch
@@ -138,13 +138,7 @@ class BatchPath:
         self._joined = True
         started = []
         for act in acts:
-            cache, cached = self._prefix.fetch(act.prompt)
-            if self._kv is not None:  # kv-disk hook: a stored cache covering more
-                cache, cached = self._kv.lookup(act.prompt, cache, cached)
-            if cache is None:
-                cache = make_prompt_cache(self._model)
-            act.cached = cached
-            context = mx.array(act.prompt) if act.processors else None
+            cache, context = self._cache_for(act)  # SinglePath's
             started.append((act, cache, self._prefill_alone(act, cache, context)))
         for act, cache, y in started:
             token = y.item()

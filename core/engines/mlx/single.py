@@ -69,17 +69,23 @@ class SinglePath:
         act.alone = True
         # An aside (a summary written ahead) copies the conversation's cache: taking it
         # would leave the conversation's next turn to prefill its whole history again.
-        cache, cached = self._prefix.fetch(act.prompt, take_forks=not act.req.aside)
+        cache, context = self._cache_for(act, take_forks=not act.req.aside)
+        if self._chunked_start(act, cache, context):  # a chunk per step (core.engines.mlx.chunked)
+            return
+        y = self._prefill_alone(act, cache, context)
+        self._single = SingleStream(act, cache, y, context)
+
+    def _cache_for(self, act: Request, take_forks: bool = True) -> tuple[list[Any], mx.array | None]:
+        """The request's starting cache (the prefix cache's, else a stored one covering
+        more, else a fresh one; act.cached says how much it holds) and its context for
+        the logits processors."""
+        cache, cached = self._prefix.fetch(act.prompt, take_forks=take_forks)
         if self._kv is not None:  # kv-disk hook: a stored cache covering more
             cache, cached = self._kv.lookup(act.prompt, cache, cached)
         if cache is None:
             cache = make_prompt_cache(self._model)
         act.cached = cached
-        context = mx.array(act.prompt) if act.processors else None
-        if self._chunked_start(act, cache, context):  # a chunk per step (core.engines.mlx.chunked)
-            return
-        y = self._prefill_alone(act, cache, context)
-        self._single = SingleStream(act, cache, y, context)
+        return cache, mx.array(act.prompt) if act.processors else None
 
     def _in_buckets(self, n: int, cache: list[Any]) -> bool:
         """Whether _prefill_alone sends a remainder of `n` tokens in fixed shapes (GPU)."""
