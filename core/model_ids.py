@@ -95,3 +95,12 @@ def unique_ids(models: Sequence[tuple[str, str | None, str, str]]) -> list[str]:
 def family_of(model_id: str) -> str:
     """'gemma3:270m-q4_k_m' -> 'gemma3' (what Ollama's `gemma3` or `gemma3:latest` asks)."""
     return model_id.split(":", 1)[0]
+
+
+def same_id(asked: str, model_id: str) -> bool:
+    """True when a request naming `asked` means the model listed as `model_id`: the same
+    id, or the two differ only by Ollama's default tag (`scripted` is `scripted:latest`)."""
+    def full(name: str) -> str:
+        return name if ":" in name else f"{name}:latest"
+
+    return asked == model_id or full(asked) == full(model_id)

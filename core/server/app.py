@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from core import model_ids
 from core.events import (
     Done,
     Error,
@@ -170,6 +171,17 @@ class ChatServer:
         entry = self.local_models.app_entry()
         return entry.id if entry is not None else self.runtime.model.label
 
+    def model_id(self, backend: Backend, asked: str) -> str:
+        """The id of the model behind `backend` (as /v1/models lists it), whatever name
+        the request used; a remote's model keeps the name asked."""
+        if backend is self.runtime.backend or (isinstance(backend, PoolBackend)
+                                               and backend.key == self.runtime.model_key):
+            return self.local_name()
+        if not isinstance(backend, PoolBackend):
+            return asked
+        status = self.local_models.running().get(backend.key)
+        return self.local_models.name_of(status) if status is not None else backend.key
+
     def _remote_names(self) -> dict[str, tuple[str, str]]:
         return {f"{r.name}/{m}": (r.name, m) for r in self.runtime.settings.remotes for m in r.models}
 
@@ -187,7 +199,7 @@ class ChatServer:
                 backend = self._remote_backends[model] = RemoteBackend(endpoint, remote[1])
             return backend
         rt = self.runtime
-        if model != self.local_name():  # another local model: loaded on request
+        if not model_ids.same_id(model, self.local_name()):  # another local model: on request
             entry = await self.local_models.find(model)
             if entry is None:
                 raise self._not_served(model)

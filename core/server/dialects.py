@@ -247,6 +247,7 @@ async def generation(server: Any, call: ChatCall, route: str = "",
                        "shortly.", code="queue_full")
     batches = event_batches(backend, call.request)
     meter = metrics_for(server).meter(route or "other")
+    served_as = server.model_id(backend, call.model)  # for the log line: the id, not the alias
     server.active += 1
     try:
         if backend.kind == "local":  # right before the reply takes its lease: nothing between
@@ -263,6 +264,6 @@ async def generation(server: Any, call: ChatCall, route: str = "",
     finally:
         server.active -= 1
         meter.done()
-        note(call.model, meter.usage)  # for the request's log line (core.server.request_log)
+        note(served_as, meter.usage)  # for the request's log line (core.server.request_log)
         await batches.aclose()  # a vanished client cancels its request in the worker
 

@@ -1,0 +1,64 @@
+"""`llmdeck serve --engine scripted` answers its one id, `scripted:latest`, under either
+name a client may send (issue 45: an id listed once stays servable), and its request log
+line names that id whatever name the request used.
+
+The pool listed the model as `scripted:latest` (/v1/models, /api/tags) while a chat
+naming plain `scripted` got 404 from the OpenAI face; and the log line echoed the name
+the request sent rather than the model's id.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from core.engines.base import ModelSpec
+from tests.fixtures.serve import ServerThread
+
+ID = "scripted:latest"
+
+
+@pytest.fixture
+def server(llmdeck_home: object) -> Iterator[tuple[ServerThread, list[str]]]:
+    srv = ServerThread(ModelSpec("scripted", "scripted", 4096))  # as `--engine scripted`
+    lines: list[str] = []
+    srv.handle.server.request_log = lines.append
+    yield srv, lines
+    srv.close()
+
+
+def _post(srv: ServerThread, path: str, body: dict) -> int:
+    request = urllib.request.Request(srv.url.removesuffix("/v1") + path,
+                                     data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            r.read()
+            return r.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def _get(srv: ServerThread, path: str) -> dict:
+    with urllib.request.urlopen(srv.url.removesuffix("/v1") + path, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def test_either_name_reaches_the_one_id_and_the_log_names_the_id(
+        server: tuple[ServerThread, list[str]]) -> None:
+    srv, lines = server
+    ours = [m["id"] for m in _get(srv, "/v1/models")["data"] if m.get("loaded") is True]
+    assert ours == [ID]
+    assert ID in [m["name"] for m in _get(srv, "/api/tags")["models"]]
+    hi = [{"role": "user", "content": "Hi"}]
+    for name in ("scripted", ID):
+        assert _post(srv, "/v1/chat/completions", {"model": name, "messages": hi}) == 200, name
+        assert _post(srv, "/api/chat", {"model": name, "messages": hi,
+                                        "stream": False}) == 200, name
+    chats = [line for line in lines if line.startswith("POST ")]
+    assert len(chats) == 4
+    assert all(f" {ID} 200 " in line for line in chats), chats
