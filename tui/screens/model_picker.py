@@ -54,11 +54,22 @@ def cluster_choices(settings: object) -> list[ModelChoice]:
                         False) for c in getattr(settings, "clusters", [])]
 
 
+def in_use(choice: ModelChoice, current: str) -> bool:
+    """True when `choice` is the model the chat runs now (its label is `current`)."""
+    return bool(current) and (choice.id == current or choice.name in current
+                              or current in choice.path)
+
+
+def start_row(choices: list[ModelChoice], current: str) -> int:
+    """Where the cursor opens: on the model in use (Enter keeps it, a look down the list
+    starts from it), else on the first row."""
+    return next((i for i, c in enumerate(choices) if in_use(c, current)), 0)
+
+
 def choice_label(choice: ModelChoice, current: str, loaded: bool = False) -> Text:
     """● marks the model in use; "loaded" one the pool holds already (picking it answers
     at once: several models stay loaded)."""
-    using = choice.id == current or choice.name in current or current in choice.path
-    text = Text("● " if using else "  ", style="bold")
+    text = Text("● " if in_use(choice, current) else "  ", style="bold")
     text.append(visible(choice.id), style="bold")  # the one id (issue 45), its file beside
     if choice.name != choice.id:
         text.append(f"  {visible(choice.name)}", style="dim")
@@ -122,7 +133,7 @@ class ModelPickerScreen(ModalScreen[ModelChoice | None]):
             options.add_option(Option(Text("No local models: `llmdeck models pull` fetches one.",
                                            style="dim"), disabled=True))
         else:
-            options.highlighted = 0
+            options.highlighted = start_row(choices, current)
         problems = self.query_one("#model-problems", Static)
         problems.update(visible("\n".join(f"✖ {n}: {why}" for n, why in bad)))
         problems.display = bool(bad)
