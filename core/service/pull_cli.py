@@ -70,6 +70,36 @@ def progress_line(job: dict[str, Any]) -> str:
     return line
 
 
+class SparseLines:
+    """Progress for a stream that is no terminal (a log, a pipe, CI): a line each tenth of
+    the bytes, one at 100% as soon as the bytes are in, then one for each later state
+    (verifying, done); never a line per update, nor one going back (the file-end
+    "downloading" after "verifying", the job's "queued" after "planning")."""
+
+    def __init__(self) -> None:
+        self.tenths = -1  # the most of the bytes a line said, in tenths
+        self.state = ""  # the state the last line said
+
+    def lines(self, job: dict[str, Any]) -> list[str]:
+        state = str(job.get("state"))
+        total, done = int(job.get("total") or 0), int(job.get("downloaded") or 0)
+        tenths = (10 if done >= total else done * 10 // total) if total else 0
+        out: list[str] = []
+        if state in ("verifying", "done") and total and tenths == 10 and self.tenths < 10 \
+                and job.get("fetched") != 0:  # the bytes are in: 100% says so before the rest
+            out.append(self._said({**job, "state": "downloading"}, 10))
+        if state == "downloading":
+            if tenths > self.tenths:
+                out.append(self._said(job, tenths))
+        elif state != self.state and not (state == "queued" and self.state):
+            out.append(self._said(job, self.tenths))
+        return out
+
+    def _said(self, job: dict[str, Any], tenths: int) -> str:
+        self.tenths, self.state = tenths, str(job.get("state"))
+        return progress_line(job)
+
+
 async def _follow(repo: str, file: str | None, revision: str | None, include_mmproj: bool,
                   out: TextIO) -> int:
     from core.service.launch import start_or_connect
@@ -85,7 +115,7 @@ async def _follow(repo: str, file: str | None, revision: str | None, include_mmp
         print(visible(f"download {job['id']} runs in the llmdeck service: Ctrl+C leaves it "
                       f"running; `llmdeck models pull --cancel {job['id']}` stops it."),
               file=out, flush=True)
-        last = ""
+        last, sparse = "", SparseLines()
         while not _finished(job):
             try:
                 jobs = await asyncio.wait_for(seen.get(), timeout=5.0)
@@ -93,10 +123,12 @@ async def _follow(repo: str, file: str | None, revision: str | None, include_mmp
                 jobs = await client.call("downloads")
             job = next((j for j in jobs if j.get("id") == job["id"]), job)
             line = progress_line(job)
-            if line != last:
-                out.write(("\r\x1b[2K" + line[:200]) if out.isatty() else line + "\n")
-                out.flush()
+            if out.isatty() and line != last:
+                out.write("\r\x1b[2K" + line[:200])
                 last = line
+            elif not out.isatty():
+                out.writelines(text + "\n" for text in sparse.lines(job))
+            out.flush()
         if out.isatty():
             out.write("\n")
     finally:

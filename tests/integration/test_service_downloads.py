@@ -192,3 +192,21 @@ def test_a_job_asked_to_load_its_model_loads_it_when_on_disk(
         assert state["state"] == "ready", state.get("error")
     finally:
         sock.close()
+
+
+def test_a_pull_into_a_pipe_says_100_percent_when_the_bytes_are_in_then_verifies(
+        hub: FakeHub, env: dict) -> None:
+    """No terminal (a log, CI): a line each tenth at most, 100% while still downloading,
+    then "verifying", then "done", and never a line going back (it printed every update,
+    a "downloading" after "verifying", and a fast pull's first 100% said "verifying")."""
+    svc.start(*svc.scripted_args())
+    pulled = svc.llmdeck("pull", REPO, FILE)
+    assert pulled.returncode == 0, pulled.stderr
+    rows = [line.split("] ", 1)[1].split() for line in pulled.stderr.splitlines()
+            if line.startswith("[")]
+    states = [row[-2] for row in rows]  # "100.0%" "3.1" "MB/3.1" ... STATE FILE
+    fetching = [float(row[0].rstrip("%")) for row in rows if row[-2] == "downloading"]
+    assert fetching == sorted(set(fetching)) and len(fetching) <= 11, rows
+    assert fetching[-1] == 100.0
+    after = states[states.index("downloading"):]
+    assert after[-2:] == ["verifying", "done"] and after[:-2] == ["downloading"] * len(fetching)
