@@ -9,13 +9,10 @@ alone) and behind a real `serve` (a worker process, every streaming dialect).
 
 from __future__ import annotations
 
-import json
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -26,10 +23,12 @@ from core.events import Done, TextDelta, Usage
 from core.server.connections import ServeLimits
 from tests.fixtures.engines import drain
 from tests.fixtures.serve import ServerThread, served
-
-
-def _long(words: int, tag: str = "") -> str:
-    return tag + " ".join(f"item{i} is a word" for i in range(words)) + ". What is item7?"
+from tests.helpers.prefill import (
+    check_message_start_counts,
+    long_prompt,
+    open_then_leave,
+    served_model,
+)
 
 
 def _ask(text: str, rid: str, max_tokens: int = 8) -> GenerationRequest:
@@ -54,7 +53,7 @@ def test_a_cancel_during_a_long_prefill_frees_the_engine(engine: LlamaCppEngine)
     """Before, the first step evaluated all 800 prompt tokens and came back with the first
     token: a cancel could only land after it."""
     engine._llm.reset()
-    engine.submit(_ask(_long(120), "long"))
+    engine.submit(_ask(long_prompt(120), "long"))
     assert [events for _, events in engine.step() if events] == []  # the start, one batch
     assert engine._active is not None and engine._active.prompt_tokens > 700
     assert engine._llm.n_tokens == 512  # of the prompt's 800: no token yet
@@ -76,7 +75,7 @@ def test_a_chunked_prefill_answers_as_a_whole_one_and_a_retry_resumes_it(
         engine: LlamaCppEngine, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same greedy reply as the prompt fed whole; a request cut mid-prefill and sent
     again (an agent's retry) starts from what the cut one had evaluated."""
-    text = _long(100, "Retry. ")
+    text = long_prompt(100, "Retry. ")
     engine._llm.reset()
     engine.submit(_ask(text, "cut"))
     engine.step()  # the start and one batch
@@ -119,33 +118,15 @@ def _body(path: str, extra: dict[str, Any], text: str) -> dict[str, Any]:
     return {"model": "m", "stream": True, "messages": [{"role": "user", "content": text}], **extra}
 
 
-def _open_then_leave(url: str, path: str, body: dict[str, Any], keepalive: bytes) -> bytes:
-    """Send a streamed request on a raw socket, read until two keep-alives came, close."""
-    where = urlsplit(url)
-    data = json.dumps(body).encode()
-    sock = socket.create_connection((where.hostname, where.port), timeout=60)
-    try:
-        sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(data), data))
-        seen = b""
-        while seen.count(keepalive) < 2:
-            chunk = sock.recv(65536)
-            assert chunk, seen
-            seen += chunk
-        return seen
-    finally:
-        sock.close()
-
-
 @pytest.mark.slow
 def test_a_client_gone_during_a_long_prefill_frees_the_worker(server: ServerThread) -> None:
     """Every streaming dialect keeps a real llama.cpp prefill's stream alive, and a client
     that leaves during it frees the worker: the next request's reply comes well before
     the long prompt's prefill would have ended (its length at the rate this box runs)."""
-    model = httpx.get(server.url + "/models", timeout=30).json()["data"][0]["id"]
+    model = served_model(server.url)
     root = server.url.removesuffix("/v1")
     for path, extra, keepalive in ROUTES:  # each its own prompt: none resumes another's
-        seen = _open_then_leave(root, path, {**_body(path, extra, _long(900, path)),
+        seen = open_then_leave(root, path, {**_body(path, extra, long_prompt(900, path)),
                                              "model": model}, keepalive)
         assert b" 200 " in seen.split(b"\r\n", 1)[0], seen[:300]
     started = time.monotonic()
@@ -154,38 +135,19 @@ def test_a_client_gone_during_a_long_prefill_frees_the_worker(server: ServerThre
     freed_s = time.monotonic() - started
     assert reply.status_code == 200, reply.text
     # The rate here: a prompt of ~650 tokens, timed.
-    measured = _long(100, "Rate. ")
+    measured = long_prompt(100, "Rate. ")
     started = time.monotonic()
     rated = httpx.post(server.url + "/chat/completions", timeout=300, json={
         "model": model, "max_tokens": 1, "messages": [{"role": "user", "content": measured}]})
     rate_s = time.monotonic() - started
     tokens = rated.json()["usage"]["prompt_tokens"]
-    long_tokens = tokens * 9  # _long(900) is nine times _long(100), near enough
+    long_tokens = tokens * 9  # long_prompt(900) is nine times long_prompt(100), near enough
     full_prefill_s = rate_s * long_tokens / tokens
     assert freed_s < full_prefill_s / 3, (freed_s, full_prefill_s)
-
-
-def _anthropic_usage(server: ServerThread, model: str, system: str,
-                     question: str) -> tuple[dict, dict]:
-    """message_start's usage and message_delta's, of a streamed Anthropic request."""
-    body = {"model": model, "max_tokens": 2, "stream": True, "system": system,
-            "messages": [{"role": "user", "content": question}]}
-    with httpx.stream("POST", server.url.removesuffix("/v1") + "/v1/messages", json=body,
-                      timeout=300) as reply:
-        assert reply.status_code == 200, reply.read()
-        datas = [json.loads(line[5:]) for line in reply.iter_lines() if line.startswith("data:")]
-    start = next(d for d in datas if d["type"] == "message_start")["message"]["usage"]
-    delta = next(d for d in datas if d["type"] == "message_delta")["usage"]
-    return start, delta
 
 
 @pytest.mark.slow
 def test_anthropics_message_start_carries_the_real_counts_apart(server: ServerThread) -> None:
     """message_start carried an estimate (the prompt's characters / 4) and no cached part;
     now the worker's count before the prefill, the cached tokens apart, as message_delta."""
-    model = httpx.get(server.url + "/models", timeout=30).json()["data"][0]["id"]
-    system = _long(60, "Count me. ")
-    for turn, question in enumerate(("What is item3?", "And item4?")):
-        start, delta = _anthropic_usage(server, model, system, question)
-        assert start == {**delta, "output_tokens": 0}, (turn, start, delta)
-    assert start["cache_read_input_tokens"] > start["input_tokens"] > 0, start  # apart
+    check_message_start_counts(server.url)
