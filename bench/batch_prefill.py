@@ -26,8 +26,6 @@ import argparse
 import copy
 import json
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -41,20 +39,13 @@ def main() -> None:
     args = ap.parse_args()
     import mlx.core as mx
 
-    if args.quick:
-        mx.set_default_device(mx.cpu)
-    import mlx_lm.generate  # noqa: F401
-    from mlx_lm.models.cache import BatchKVCache, make_prompt_cache
-    from mlx_lm.utils import load_model
+    from bench.mlx_setup import prefill_model, synced_ms
 
-    from bench.chat import untied
-    from tests.fixtures.mlx_models import QWEN3_0_6B_SHAPE, QWEN3_SHAPE, build_model_dir
+    model, _ = prefill_model(args.quick, "llmdeck-batch-prefill-")  # the device chosen first:
+    import mlx_lm.generate  # noqa: F401 - its stream is made on the default device at import
+    from mlx_lm.models.cache import BatchKVCache, make_prompt_cache
 
     gen = sys.modules["mlx_lm.generate"]
-    folder = Path(tempfile.mkdtemp(prefix="llmdeck-batch-prefill-"))
-    shape = QWEN3_SHAPE if args.quick else untied(QWEN3_0_6B_SHAPE)
-    build_model_dir(folder, shape, seed=3, dtype="float32" if args.quick else "bfloat16")
-    model, _ = load_model(folder)
     hist = [2300 + 140 * i for i in range(8)]
     new = [60 + 7 * i for i in range(8)]
 
@@ -67,13 +58,6 @@ def main() -> None:
         model(mx.array([toks(h, i)]), cache=c)
         mx.eval([x.state for x in c])
         bases.append(c)
-
-    def timed(fn: Any) -> float:
-        mx.synchronize()
-        t = time.perf_counter()
-        fn()
-        mx.synchronize()
-        return round((time.perf_counter() - t) * 1000, 2)
 
     def fresh(extra: int = 0) -> list[list[Any]]:
         out = [copy.deepcopy(c) for c in bases]
@@ -97,21 +81,21 @@ def main() -> None:
     for r in range(args.repeats):
         caches = fresh()
         merged: list[Any] = []
-        result["merge_ms"].append(timed(lambda: merged.extend(gen._merge_caches(caches))
-                                        or mx.eval([c.state for c in merged])))
+        result["merge_ms"].append(synced_ms(lambda: merged.extend(gen._merge_caches(caches))
+                                            or mx.eval([c.state for c in merged])))
         ppb = gen.PromptProcessingBatch(model, list(range(8)), fresh(), tokens=[[] for _ in range(8)])
-        result["batch_prompt_ms"].append(timed(lambda: ppb.prompt([list(s) for s in suffixes])))
-        result["deepcopy_ms"].append(timed(lambda: mx.eval([c.state for c in
-                                                            copy.deepcopy(ppb.prompt_cache)])))
+        result["batch_prompt_ms"].append(synced_ms(lambda: ppb.prompt([list(s) for s in suffixes])))
+        result["deepcopy_ms"].append(synced_ms(lambda: mx.eval([c.state for c in
+                                                                copy.deepcopy(ppb.prompt_cache)])))
         # the pass alone, all rows padded to the longest, no roll
         longest = max(new)
         padded = mx.array([s + [0] * (longest - len(s)) for s in suffixes])
         m2 = gen._merge_caches(fresh())
-        result["batch_pass_ms"].append(timed(lambda: mx.eval(model(padded, cache=m2)[:, -1, :])))
+        result["batch_pass_ms"].append(synced_ms(lambda: mx.eval(model(padded, cache=m2)[:, -1, :])))
         m3 = gen._merge_caches(fresh(r + 1))
         mx.eval([c.state for c in m3])
         result["batch_pass_newlen_ms"].append(
-            timed(lambda: mx.eval(model(padded, cache=m3)[:, -1, :])))
+            synced_ms(lambda: mx.eval(model(padded, cache=m3)[:, -1, :])))
         solos = fresh()
 
         def solo() -> None:
@@ -123,7 +107,7 @@ def main() -> None:
                 mx.async_eval(ys[-1])
             [y.item() for y in ys]
 
-        result["solo_pass_ms"].append(timed(solo))
+        result["solo_pass_ms"].append(synced_ms(solo))
         assert isinstance(merged[0], BatchKVCache)
     print(json.dumps(result, indent=1))
 

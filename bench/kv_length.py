@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -32,14 +31,11 @@ def main() -> None:
     ap.add_argument("--lengths", type=int, default=6)
     args = ap.parse_args()
     import mlx.core as mx
-
-    if args.quick:
-        mx.set_default_device(mx.cpu)
     from mlx_lm.models.cache import KVCache, make_prompt_cache
-    from mlx_lm.utils import load_model
 
-    from bench.chat import untied
-    from tests.fixtures.mlx_models import QWEN3_0_6B_SHAPE, QWEN3_SHAPE, build_model_dir
+    from bench.mlx_setup import prefill_model, synced_ms
+
+    model, shape = prefill_model(args.quick, "llmdeck-kv-length-")
 
     class PaddedKV(KVCache):
         """Keys and values up to the next multiple of 256 for attention, masked past the
@@ -62,10 +58,6 @@ def main() -> None:
             size = -(-end // self.bucket) * self.bucket
             return mx.arange(size)[None] <= mx.arange(self.offset, end)[:, None]
 
-    folder = Path(tempfile.mkdtemp(prefix="llmdeck-kv-length-"))
-    shape = QWEN3_SHAPE if args.quick else untied(QWEN3_0_6B_SHAPE)
-    build_model_dir(folder, shape, seed=3, dtype="float32" if args.quick else "bfloat16")
-    model, _ = load_model(folder)
     base = make_prompt_cache(model)
     model(mx.array([[(i * 7919) % 1000 + 10 for i in range(2300 + args.lengths + 2)]]), cache=base)
     mx.eval([c.state for c in base])
@@ -116,11 +108,7 @@ def main() -> None:
     mx.eval(q, k, buf)
 
     def once(fn: Any) -> float:
-        mx.synchronize()
-        t = time.perf_counter()
-        mx.eval(fn())
-        mx.synchronize()
-        return round((time.perf_counter() - t) * 1000, 2)
+        return synced_ms(lambda: mx.eval(fn()))
 
     lengths = [2400 + 3 * i for i in range(4)]
     out["op_rope_new_offset_ms"] = [once(lambda n=n: mx.fast.rope(q, d, traditional=False, base=1e6,
