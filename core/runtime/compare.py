@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -78,6 +78,22 @@ async def both_sides(queue: asyncio.Queue[SideEvent | None]) -> AsyncIterator[Si
         yield item
 
 
+async def merged_sides(queue: asyncio.Queue[SideEvent | None], tasks: list[asyncio.Task[None]],
+                       on_leave: Callable[[], None]) -> AsyncIterator[SideEvent]:
+    """both_sides over the two tasks that fill `queue`; a reader leaving before both
+    ended calls `on_leave` (the replies stop). The tasks are awaited on the way out either
+    way: one merge and one end for the comparison in process and for the service's client."""
+    both_ended = False
+    try:
+        async for item in both_sides(queue):
+            yield item
+        both_ended = True
+    finally:
+        if not both_ended:
+            on_leave()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 @dataclass
 class Comparison:
     """Two replies to one user message, streaming at once (see the module's docstring)."""
@@ -95,15 +111,8 @@ class Comparison:
         Error before it when it failed). Leaving early cancels both."""
         queue: asyncio.Queue[SideEvent | None] = asyncio.Queue()
         self._tasks = [asyncio.ensure_future(self._run(i, queue)) for i in (LEFT, RIGHT)]
-        both_ended = False
-        try:
-            async for item in both_sides(queue):
-                yield item
-            both_ended = True
-        finally:
-            if not both_ended:
-                self.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        async for item in merged_sides(queue, self._tasks, self.cancel):
+            yield item
 
     async def _run(self, index: int, queue: asyncio.Queue[SideEvent | None]) -> None:
         side = self.sides[index]

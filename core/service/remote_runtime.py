@@ -119,7 +119,7 @@ class RemoteComparison:
         """Both replies' events as they come, each side ending with its Done (an Error and
         Done("error") when the connection goes mid-way). Leaving early stops both."""
         from core.events import Done, Error
-        from core.runtime.compare import SideEvent, both_sides
+        from core.runtime.compare import SideEvent, merged_sides
 
         queue: asyncio.Queue[Any] = asyncio.Queue()
 
@@ -135,17 +135,14 @@ class RemoteComparison:
             finally:
                 queue.put_nowait(None)
 
+        def stop_both() -> None:
+            self.cancel()
+            for task in tasks:
+                task.cancel()
+
         tasks = [asyncio.ensure_future(follow(side)) for side in (0, 1)]
-        both_ended = False
-        try:
-            async for item in both_sides(queue):
-                yield item
-            both_ended = True
-        finally:
-            if not both_ended:
-                self.cancel()
-                for task in tasks:
-                    task.cancel()
+        async for item in merged_sides(queue, tasks, stop_both):
+            yield item
 
     def cancel(self) -> None:
         self.cancelled = True
