@@ -157,9 +157,13 @@ def check_disk(min_free: int = MIN_FREE_BYTES) -> Check:
 def check_hub(timeout: float = HUB_TIMEOUT_S) -> Check:
     """Reachability of the Hub (HF_ENDPOINT when set) and whether the token works."""
     from core.hub.auth import get_token
-    from core.hub.endpoint import endpoint
+    from core.hub.endpoint import endpoint, offline_mode
 
     url = endpoint()
+    if offline_mode():  # asked for, not a fault of the network: no probe, and the real fix
+        return Check("hugging face", WARN, "offline mode is on (HF_HUB_OFFLINE): local models "
+                     "work; search and downloads are off",
+                     "Unset HF_HUB_OFFLINE to search Hugging Face and download models.")
     token = get_token()
     status, _ = _get(f"{url}/api/models?limit=1", None, timeout)
     if status is None:

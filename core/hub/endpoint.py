@@ -18,3 +18,9 @@ def endpoint() -> str:
     from huggingface_hub import constants
 
     return constants.ENDPOINT
+
+
+def offline_mode() -> bool:
+    """True when HF_HUB_OFFLINE asks for no Hub at all (read now, as endpoint() is; the
+    values huggingface_hub takes as true)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}

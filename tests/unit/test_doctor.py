@@ -51,6 +51,7 @@ def test_low_disk_is_a_problem_and_an_unreachable_hub_a_warning(
     disk = check_disk(min_free=10**18)  # more than any disk here has free
     assert disk.status == PROBLEM and "LLMDECK_HOME" in disk.fix
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on discard
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # the network is asked for, and fails
     hub = by_name(run_checks())["hugging face"]
     assert hub.status == WARN and "HF_ENDPOINT" in hub.fix
     assert main(["doctor", "--offline"]) == 0
@@ -63,3 +64,13 @@ def test_each_refused_setting_is_named_in_one_readable_line() -> None:
     check = check_settings()
     assert check.status == PROBLEM and ".;" not in check.detail
     assert "context_size = 'big' ignored" in check.detail and "sampling.temperature" in check.detail
+
+
+def test_offline_mode_is_said_as_such_not_as_an_unreachable_hub(
+        fake_hub: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF_HUB_OFFLINE=1 is the person's choice: the line says offline mode is on and how to
+    leave it (it probed the Hub and said "unreachable ... check the network or proxy")."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub = by_name(run_checks())["hugging face"]
+    assert hub.status == WARN and "offline mode is on (HF_HUB_OFFLINE)" in hub.detail
+    assert "Unset HF_HUB_OFFLINE" in hub.fix and "proxy" not in hub.fix
