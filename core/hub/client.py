@@ -10,7 +10,7 @@ import os
 import socket
 from urllib.parse import urlsplit
 
-from core.hub.endpoint import endpoint
+from core.hub.endpoint import OFFLINE_SENTENCE, endpoint
 from core.hub.errors import HubError
 
 PROBE_TIMEOUT_S = 3.0
@@ -29,8 +29,7 @@ def ensure_reachable() -> None:
     from huggingface_hub import constants
 
     if constants.HF_HUB_OFFLINE:
-        raise HubError("OFFLINE", "Offline mode is on (HF_HUB_OFFLINE); unset it to search "
-                       "or download.")
+        raise HubError("OFFLINE", OFFLINE_SENTENCE)
     url = urlsplit(endpoint())
     port = url.port or (443 if url.scheme == "https" else 80)
     try:

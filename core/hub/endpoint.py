@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+OFFLINE_SENTENCE = "Offline mode is on (HF_HUB_OFFLINE); unset it to search or download."
+
 
 def endpoint() -> str:
     """The Hub origin: HF_ENDPOINT when set, else huggingface_hub's default."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import errno
 
-from core.hub.endpoint import endpoint
+from core.hub.endpoint import OFFLINE_SENTENCE, endpoint
 from core.wire.hub import HUB_ERROR_CODES, HubError  # noqa: F401  (the hub's names)
 
 
@@ -48,10 +48,7 @@ def classify(exc: BaseException, repo_id: str = "", filename: str = "") -> HubEr
             "(owner/name). Private repos need a token with access.",
         )
     if isinstance(exc, hf.OfflineModeIsEnabled):
-        return HubError(
-            "OFFLINE",
-            "Offline mode is on (HF_HUB_OFFLINE); unset it to search or download.",
-        )
+        return HubError("OFFLINE", OFFLINE_SENTENCE)
     if isinstance(exc, hf.HfHubHTTPError):
         status = exc.response.status_code if exc.response is not None else 0
         if status in (401, 403):

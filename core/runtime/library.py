@@ -78,6 +78,13 @@ class ModelLibrary:
 
         return await asyncio.to_thread(list_files, repo_id)
 
+    async def hub_offline(self) -> str | None:
+        """The sentence saying the Hub is off by choice (HF_HUB_OFFLINE in the service's
+        environment, which does the downloads), or None; no network is asked."""
+        from core.hub.endpoint import OFFLINE_SENTENCE, offline_mode
+
+        return OFFLINE_SENTENCE if offline_mode() else None
+
     async def recommended_models(self, context_size: int | None = None,
                                  ) -> tuple[list[Recommendation], list[Fit]]:
         """The recommended list in this machine's build, and each one's fit in memory at

@@ -269,6 +269,7 @@ CALLS: dict[str, dict[str, Arg]] = {
     "hub_search": {"query": _req(text(MAX_NAME_CHARS)), "fmt": _opt(one_of("all", "gguf", "mlx")),
                    "sort": _opt(one_of("downloads", "likes", "recent"))},
     "hub_files": {"repo_id": _req(text(MAX_NAME_CHARS, empty=False))},
+    "hub_offline": {},
     "recommended_models": {"context_size": _opt(whole(1, MAX_CONTEXT), nullable=True)},
     "delete_local_model": {"model_id": _req(text(MAX_NAME_CHARS, empty=False))},
     "find_model": {"ref": _req(text(MAX_NAME_CHARS, empty=False))},

@@ -45,6 +45,7 @@ RUNTIME_CALLS: dict[str, bool] = {
     "save_preset": True,
     "hub_search": True,
     "hub_files": True,
+    "hub_offline": True,
     "recommended_models": True,
     "delete_local_model": True,
     "attachments": True,

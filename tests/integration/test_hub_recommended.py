@@ -107,3 +107,19 @@ async def test_offline_the_list_still_shows_and_getting_one_says_why_not(
         status = hub(pilot).query_one("#hub-rec-status")
         await wait_until(pilot, lambda: "OFFLINE" in str(status.render()))
         assert status.has_class("-error")
+
+
+async def test_offline_mode_is_said_when_the_hub_opens(
+        fake_list: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF_HUB_OFFLINE=1: the Recommended tab says offline mode is on as it opens, not after a
+    first `d` (it said "d downloads and loads one")."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    async with hub_app().run_test(size=SIZE) as pilot:
+        screen = await open_hub(pilot, search=False)
+        table = screen.query_one(RecommendedTable)
+        await wait_until(pilot, lambda: len(table.recs) == 2)
+        status = screen.query_one("#hub-rec-status")
+        shown = str(status.render())
+        assert shown.startswith("OFFLINE: Offline mode is on (HF_HUB_OFFLINE)"), shown
+        assert "For this machine" in shown and "d downloads" not in shown
+        assert status.has_class("-error")

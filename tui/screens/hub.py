@@ -154,6 +154,7 @@ class HubScreen(Screen):
         try:
             recs, fits = await self.runtime.recommended_models(context)
             on_disk = {m.id for m in await self.runtime.local_models()}
+            offline = await self.runtime.hub_offline()  # said first, not on the first `d`
         except HubError as err:
             self._show_error("#hub-rec-status", err)
             return
@@ -164,8 +165,12 @@ class HubScreen(Screen):
         table.show(recs, fits, on_disk)
         kind = "MLX 4-bit" if recs and recs[0].format == "mlx" else "GGUF Q4_K_M"
         memory = fmt.size(fits[0].total_bytes) if fits else "?"
-        self._status("#hub-rec-status", f"For this machine: {kind} builds · fits = model + KV "
-                     f"cache at {context} tokens, of {memory} memory · d downloads and loads one")
+        fits_line = (f"For this machine: {kind} builds · fits = model + KV cache at {context} "
+                     f"tokens, of {memory} memory")
+        if offline:
+            self._status("#hub-rec-status", f"OFFLINE: {offline}\n{fits_line}", error=True)
+        else:
+            self._status("#hub-rec-status", f"{fits_line} · d downloads and loads one")
         self._show_rec_detail(table.current)
 
     def _show_rec_detail(self, rec: Recommendation | None) -> None:
