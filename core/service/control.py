@@ -83,6 +83,8 @@ def workers_main() -> int | None:
 
 def status_line(status: dict[str, Any]) -> str:
     """One line of the service's status for F4 (the client's mirror carries it)."""
+    from core.wire.hub import human_bytes
+
     up = int(status.get("uptime_s") or 0)
     uptime = f"{up // 3600}h{up % 3600 // 60:02d}m" if up >= 3600 else f"{up // 60}m{up % 60:02d}s"
     clients, turns = int(status.get("clients") or 0), int(status.get("turns") or 0)
@@ -90,7 +92,7 @@ def status_line(status: dict[str, Any]) -> str:
     parts = [f"Engine service pid {status.get('pid')}", f"up {uptime}",
              f"{clients} client{'s' if clients != 1 else ''}",
              f"{turns} repl{'ies' if turns != 1 else 'y'} streaming",
-             f"{memory / 2**20:.0f} MiB with its workers"]
+             f"{human_bytes(memory)} with its workers"]  # the pane's units: decimal
     watched = status.get("memory")
     if isinstance(watched, dict) and watched.get("total_bytes"):
         free = int(watched.get("available_bytes") or 0) / 1e9

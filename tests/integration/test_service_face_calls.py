@@ -121,6 +121,6 @@ async def test_f4_says_which_service_the_client_talks_to(llmdeck_home: Path) -> 
     try:
         line = client.engine_line()
         assert line is not None and line.startswith(f"Engine service pid {pid} · up ")
-        assert "· 1 client ·" in line and "0 replies streaming" in line and "MiB" in line
+        assert "· 1 client ·" in line and "0 replies streaming" in line and " MB with its" in line
     finally:
         await client.close()

@@ -25,15 +25,6 @@ from tui.terminal_text import table_cell, visible
 REFRESH_S = 1.0
 
 
-def human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit in ("B", "KB") else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GB"
-
-
 def status_table(rows: list[WorkerStatus]) -> Table | Text | Group:
     if not rows:
         return Text("No worker running: the model loads with the first message.", style="dim")
@@ -46,7 +37,7 @@ def status_table(rows: list[WorkerStatus]) -> Table | Text | Group:
     for w, name in zip(rows, names, strict=True):
         table.add_row(table_cell(name), table_cell(w.state),
                       f"{w.tokens_per_s:.1f}", str(w.active), str(w.queued),
-                      human_bytes(w.rss_bytes), str(w.threads or "-"), str(w.restarts))
+                      decimal_bytes(w.rss_bytes), str(w.threads or "-"), str(w.restarts))
     # Reasons under the table, whole: in the state column a long one squeezed every other
     # column (an MCP server's "command not found; ..." hid its name).
     errors = [Text(visible(f"{w.model}: {w.error}"), style="red") for w in rows if w.error]

@@ -1,0 +1,27 @@
+"""F4 says every size in one kind of unit: decimal MB and GB, as the hub, `models list`
+and doctor's budget do. The RSS column divided by 1024 and still said "MB" (436.1 MB
+beside a loaded line's 404.1 MB counted by 1000), and the service line said MiB."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from core.service.control import status_line
+from core.wire.workers import WorkerStatus
+from tui.widgets.worker_pane import status_table
+
+
+def _shown(renderable: object) -> str:
+    console = Console(width=120, record=True)
+    console.print(renderable)
+    return console.export_text()
+
+
+def test_the_rss_column_and_the_service_line_count_by_1000() -> None:
+    row = WorkerStatus("chat#0", "gemma3:270m-q4_k_m", "llamacpp", "idle", 4250,
+                       500 * 2**20, 0, 0, 0.0, 0, memory_bytes=200_000_000)
+    table = _shown(status_table([row]))
+    assert "524.3 MB" in table and "500.0 MB" not in table, table
+    line = status_line({"pid": 7, "uptime_s": 5, "rss_bytes": 66 * 2**20,
+                        "workers_rss_bytes": 861 * 2**20})
+    assert "972.0 MB with its workers" in line and "MiB" not in line, line
