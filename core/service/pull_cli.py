@@ -85,6 +85,8 @@ class SparseLines:
         total, done = int(job.get("total") or 0), int(job.get("downloaded") or 0)
         tenths = (10 if done >= total else done * 10 // total) if total else 0
         out: list[str] = []
+        if _failed_before_bytes(job):  # no bar of 0 B/0 B: the error line says it all
+            return out
         if state in ("verifying", "done") and total and tenths == 10 and self.tenths < 10 \
                 and job.get("fetched") != 0:  # the bytes are in: 100% says so before the rest
             out.append(self._said({**job, "state": "downloading"}, 10))
@@ -122,18 +124,24 @@ async def _follow(repo: str, file: str | None, revision: str | None, include_mmp
             except TimeoutError:
                 jobs = await client.call("downloads")
             job = next((j for j in jobs if j.get("id") == job["id"]), job)
-            line = progress_line(job)
+            line = "" if _failed_before_bytes(job) else progress_line(job)
             if out.isatty() and line != last:
-                out.write("\r\x1b[2K" + line[:200])
+                out.write("\r\x1b[2K" + line[:200])  # none: the error line says it all
                 last = line
             elif not out.isatty():
                 out.writelines(text + "\n" for text in sparse.lines(job))
             out.flush()
-        if out.isatty():
+        if out.isatty() and last:
             out.write("\n")
     finally:
         await client.close()
     return _report(job, out)
+
+
+def _failed_before_bytes(job: dict[str, Any]) -> bool:
+    """A job that ended in an error or a cancel before its size was known (offline, no
+    such repo): a progress bar would only say 0 B/0 B."""
+    return job.get("state") in ("error", "cancelled") and not job.get("total")
 
 
 def _finished(job: dict[str, Any]) -> bool:

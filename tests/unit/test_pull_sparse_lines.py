@@ -40,3 +40,9 @@ def test_many_updates_make_a_line_a_tenth() -> None:
 def test_a_file_already_here_is_not_said_downloaded() -> None:
     assert _said([_job("planning", 0, 0), _job("done", 10 * MB, fetched=0)]) == [
         ("0.0%", "planning"), ("100.0%", "done")]
+
+
+def test_a_pull_that_fails_before_any_byte_draws_no_bar() -> None:
+    """Offline or no such repo: the error line says it; no "0 B/0 B ... error" bar first."""
+    assert _said([_job("queued", 0, 0), _job("error", 0, 0)]) == [("0.0%", "queued")]
+    assert _said([_job("downloading", 0), _job("error", 0)])[-1] == ("0.0%", "error")
