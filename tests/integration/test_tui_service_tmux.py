@@ -240,8 +240,8 @@ def test_the_app_and_serve_share_one_worker(llmdeck_home: Path, service: int) ->
         assert psutil.Process(serve.pid).children(recursive=True) == []
         # F4 says which engine this app talks to: the service, its clients, what it serves.
         tui.send("F4")
-        tui.wait_for(lambda s: f"Engine service pid {service}" in s and "serving http" in s,
-                     30, "F4's service line")
+        tui.wait_for(lambda s: f"Engine service pid {service}" in s and " · serving " in s,
+                     30, "F4's service line")  # (its address may wrap onto the next line)
     finally:
         serve.send_signal(signal.SIGTERM)
         try:
