@@ -55,10 +55,15 @@ def test_either_name_reaches_the_one_id_and_the_log_names_the_id(
     assert ours == [ID]
     assert ID in [m["name"] for m in _get(srv, "/api/tags")["models"]]
     hi = [{"role": "user", "content": "Hi"}]
+    routes = [("/v1/chat/completions", {"messages": hi}),
+              ("/api/chat", {"messages": hi, "stream": False}),
+              ("/v1/messages", {"messages": hi, "max_tokens": 8}),
+              ("/v1/completions", {"prompt": "Hi", "max_tokens": 8}),
+              ("/v1/responses", {"input": "Hi"}),
+              ("/api/generate", {"prompt": "Hi", "stream": False})]
     for name in ("scripted", ID):
-        assert _post(srv, "/v1/chat/completions", {"model": name, "messages": hi}) == 200, name
-        assert _post(srv, "/api/chat", {"model": name, "messages": hi,
-                                        "stream": False}) == 200, name
+        for path, body in routes:
+            assert _post(srv, path, {"model": name, **body}) == 200, (name, path)
     chats = [line for line in lines if line.startswith("POST ")]
-    assert len(chats) == 4
+    assert len(chats) == 2 * len(routes)
     assert all(f" {ID} 200 " in line for line in chats), chats
