@@ -283,7 +283,7 @@ def check_service() -> Check:
     clients = max(int(status.get("clients") or 0) - 1, 0)  # not doctor's own connection
     return Check("service", OK, visible(
         f"pid {status.get('pid')}, up {up // 60} min, {clients} client{'s' * (clients != 1)}, "
-        f"models: {models}, memory {memory / 2**20:.0f} MiB"))
+        f"models: {models}, memory {_gb(memory)} with its workers"))  # the budget line's unit
 
 
 def check_bundled() -> Check:

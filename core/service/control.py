@@ -114,6 +114,7 @@ def format_status(status: dict[str, Any], *, asking: bool = False) -> str:
     """The status as `llmdeck service status` prints it; `asking`: the status came over this
     command's own connection, which is not counted as a client."""
     from core.terminal_text import visible
+    from core.wire.hub import human_bytes
 
     up = int(status.get("uptime_s") or 0)
     uptime = f"{up // 3600}h{up % 3600 // 60:02d}m" if up >= 3600 else f"{up // 60}m{up % 60:02d}s"
@@ -125,8 +126,8 @@ def format_status(status: dict[str, Any], *, asking: bool = False) -> str:
              f"clients  {other_clients(status) if asking else status.get('clients')}  "
              f"(replies streaming: {status.get('turns')})",
              f"models   {models}",
-             f"memory   {(rss + workers) / 2**20:.0f} MiB  (service {rss / 2**20:.0f} MiB, "
-             f"workers {workers / 2**20:.0f} MiB)",
+             f"memory   {human_bytes(rss + workers)}  (service {human_bytes(rss)}, "
+             f"workers {human_bytes(workers)})",  # decimal, as F4, doctor and the hub
              f"socket   {status.get('socket')}"]
     if status.get("http"):
         lines.append(f"http     {status['http']}")

@@ -39,7 +39,7 @@ def test_start_status_stop(llmdeck_home: Path) -> None:
                        30, "the model in status")
     # The status command's own connection is not a client (issue 48, item 6)
     assert f"pid      {pid}" in out and "clients  0" in out
-    assert "MiB" in out and "uptime" in out
+    assert " MB" in out and "MiB" not in out and "uptime" in out  # F4's and doctor's units
     # The socket is the user's alone: a 0600 socket in a 0700 folder, checked from outside.
     sock = svc.socket_path()
     assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600

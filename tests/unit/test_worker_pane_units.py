@@ -1,12 +1,13 @@
-"""F4 says every size in one kind of unit: decimal MB and GB, as the hub, `models list`
-and doctor's budget do. The RSS column divided by 1024 and still said "MB" (436.1 MB
-beside a loaded line's 404.1 MB counted by 1000), and the service line said MiB."""
+"""F4 and `llmdeck service status` say every size in one kind of unit: decimal MB and GB,
+as the hub, `models list` and doctor's budget do. The RSS column divided by 1024 and still
+said "MB" (436.1 MB beside a loaded line's 404.1 MB counted by 1000), and the service's
+lines said MiB."""
 
 from __future__ import annotations
 
 from rich.console import Console
 
-from core.service.control import status_line
+from core.service.control import format_status, status_line
 from core.wire.workers import WorkerStatus
 from tui.widgets.worker_pane import status_table
 
@@ -25,3 +26,9 @@ def test_the_rss_column_and_the_service_line_count_by_1000() -> None:
     line = status_line({"pid": 7, "uptime_s": 5, "rss_bytes": 66 * 2**20,
                         "workers_rss_bytes": 861 * 2**20})
     assert "972.0 MB with its workers" in line and "MiB" not in line, line
+
+
+def test_service_status_counts_by_1000() -> None:
+    shown = format_status({"pid": 7, "uptime_s": 5, "rss_bytes": 66 * 2**20,
+                           "workers_rss_bytes": 861 * 2**20, "models": ["m:1b"]})
+    assert "memory   972.0 MB  (service 69.2 MB, workers 902.8 MB)" in shown, shown
