@@ -109,7 +109,7 @@ def format_table(statuses: list[WorkerStatus]) -> str:
         rows.append((
             _cell(s.worker_id, 40), _cell(s.model, 32), _cell(s.engine, 16), _cell(s.state, 16),
             str(s.pid or "-"),
-            f"{s.rss_bytes / 2**20:.0f}M" if s.rss_bytes else "-",
+            f"{s.rss_bytes / 10**6:.0f}MB" if s.rss_bytes else "-",  # as MEMORY beside it
             f"{s.memory_bytes / 10**6:.0f}MB" if s.memory_bytes else "-",  # admission's count
             str(s.active), str(s.queued), f"{s.tokens_per_s:.1f}", str(s.threads or "-"),
             str(s.restarts),

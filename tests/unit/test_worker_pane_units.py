@@ -9,6 +9,7 @@ from rich.console import Console
 
 from core.service.control import format_status, status_line
 from core.wire.workers import WorkerStatus
+from core.workers.status_file import format_table
 from tui.widgets.worker_pane import status_table
 
 
@@ -32,3 +33,10 @@ def test_service_status_counts_by_1000() -> None:
     shown = format_status({"pid": 7, "uptime_s": 5, "rss_bytes": 66 * 2**20,
                            "workers_rss_bytes": 861 * 2**20, "models": ["m:1b"]})
     assert "memory   972.0 MB  (service 69.2 MB, workers 902.8 MB)" in shown, shown
+
+
+def test_llmdeck_workers_counts_rss_as_memory_beside_it() -> None:
+    row = WorkerStatus("chat#0", "m:1b", "llamacpp", "idle", 4250, 500 * 2**20, 0, 0, 0.0, 0,
+                       memory_bytes=200_000_000)
+    cells = format_table([row]).splitlines()[1].split()
+    assert "524MB" in cells and "200MB" in cells, cells  # RSS said "500M", counted by 1024
