@@ -136,7 +136,10 @@ async def serve(args: argparse.Namespace) -> int:
         options = _options(args.option)
         spec = ModelSpec(path=args.model or args.engine, engine=args.engine,
                          context_size=settings.context_size, options=options)
-        served = served or dict(options).get("label") or Path(spec.path).name
+        # The scripted model goes by the pool's id (ChatServer.local_name), as in F4 and
+        # /metrics: `scripted:latest`, not its path's `scripted`.
+        served = served or dict(options).get("label") or (
+            None if spec.engine == "scripted" else Path(spec.path).name)
     elif args.model:
         settings.model = args.model
         settings.engine = args.engine

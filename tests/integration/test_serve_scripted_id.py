@@ -10,14 +10,16 @@ the request sent rather than the model's id.
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from core.engines.base import ModelSpec
-from tests.fixtures.serve import ServerThread
+from tests.fixtures.serve import ServerThread, spawn_serve
 
 ID = "scripted:latest"
 
@@ -67,3 +69,27 @@ def test_either_name_reaches_the_one_id_and_the_log_names_the_id(
     chats = [line for line in lines if line.startswith("POST ")]
     assert len(chats) == 2 * len(routes)
     assert all(f" {ID} 200 " in line for line in chats), chats
+
+
+def test_the_standalone_serve_lists_the_pools_id(llmdeck_home: Path) -> None:
+    """`llmdeck serve --standalone --engine scripted` (the server in its own process) listed
+    and answered the model as `scripted`, its path, while the pool called it
+    `scripted:latest`; now both say the id, and `scripted` still reaches it."""
+    proc, url = spawn_serve(llmdeck_home, "--engine", "scripted", ready=False)
+    try:
+        assert proc.stdout is not None
+        ready = next(line for line in proc.stdout if "ready" in line or "failed" in line)
+        assert re.search(r"model 'scripted:latest' ready", ready), ready
+        with urllib.request.urlopen(url + "/models", timeout=30) as r:
+            ours = [m["id"] for m in json.loads(r.read())["data"] if m.get("loaded") is True]
+        assert ours == [ID]
+        with urllib.request.urlopen(url.removesuffix("/v1") + "/health", timeout=30) as r:
+            assert json.loads(r.read())["model"] == ID
+        body = json.dumps({"model": "scripted", "messages": [{"role": "user", "content": "Hi"}]})
+        request = urllib.request.Request(url + "/chat/completions", data=body.encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as r:
+            assert r.status == 200
+    finally:
+        proc.terminate()
+        proc.wait(30)
