@@ -34,3 +34,10 @@ async def test_the_picker_opens_on_the_model_in_use(monkeypatch: pytest.MonkeyPa
                          and hasattr(app.screen, "choices"))
         assert app.screen.query_one(OptionList).highlighted == 2
         await pilot.press("escape")
+        # Compare's picker asks for a second model: it opens on the first row, as before.
+        app.main.composer.load_text("Hi")
+        await pilot.press("ctrl+t")
+        await wait_until(pilot, lambda: isinstance(app.screen, ModelPickerScreen)
+                         and hasattr(app.screen, "choices"))
+        assert app.screen.query_one(OptionList).highlighted == 0
+        await pilot.press("escape")

@@ -177,7 +177,7 @@ def start_compare(screen: Any) -> None:
     from tui.screens.model_picker import ModelPickerScreen
 
     screen.app.push_screen(ModelPickerScreen("Compare with which model?  (enter picks it · "
-                                             "esc cancels)"), _picked)
+                                             "esc cancels)", on_current=False), _picked)
 
 
 async def take_outcome(screen: Any, outcome: CompareOutcome) -> None:

@@ -94,9 +94,11 @@ class ModelPickerScreen(ModalScreen[ModelChoice | None]):
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, prompt: str = "Choose a model  (enter loads · esc cancels)") -> None:
+    def __init__(self, prompt: str = "Choose a model  (enter loads · esc cancels)", *,
+                 on_current: bool = True) -> None:
         super().__init__()
         self.prompt = prompt  # what Enter does here (compare picks its second model)
+        self.on_current = on_current  # the cursor opens on the model in use (F5), else row 1
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog picker"):
@@ -133,7 +135,7 @@ class ModelPickerScreen(ModalScreen[ModelChoice | None]):
             options.add_option(Option(Text("No local models: `llmdeck models pull` fetches one.",
                                            style="dim"), disabled=True))
         else:
-            options.highlighted = start_row(choices, current)
+            options.highlighted = start_row(choices, current) if self.on_current else 0
         problems = self.query_one("#model-problems", Static)
         problems.update(visible("\n".join(f"✖ {n}: {why}" for n, why in bad)))
         problems.display = bool(bad)
