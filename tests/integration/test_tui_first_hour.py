@@ -260,3 +260,29 @@ async def test_opening_a_conversation_of_the_loaded_model_says_nothing(bundled_g
         said = " ".join(str(n.message) for n in app._notifications)
         assert "Loading" not in said, said
         assert [w.pid for w in app.runtime.worker_status()] == workers
+
+
+def empty_hint_text(app) -> str:
+    from textual.widgets import Static
+
+    return "\n".join(str(h.render()) for h in app.main.query(".empty-hint").results(Static))
+
+
+async def test_offline_the_empty_chat_says_so_and_how_to_leave_it(monkeypatch) -> None:
+    """HF_HUB_OFFLINE=1 in the service: the empty chat says offline mode is on and how to
+    leave it (it said Ctrl+O and d download a model, which fails at once), and a new chat
+    says it again; without it, the download line as before."""
+    from core.hub.endpoint import OFFLINE_SENTENCE
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    async with scripted_app().run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        shown = empty_hint_text(pilot.app)
+        assert OFFLINE_SENTENCE in shown and "downloads and loads" not in shown, shown
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: OFFLINE_SENTENCE in empty_hint_text(pilot.app))
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    async with scripted_app().run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        shown = empty_hint_text(pilot.app)
+        assert "d there downloads and loads one" in shown and "Offline" not in shown, shown

@@ -197,6 +197,10 @@ class MainScreen(Screen):
         """Start-up has opened what it opens (the service's client: a reply it streams or
         just finished): an empty chat shows its hint, and the header its ctx, only now."""
         self.query_one(StatusBar).opening = False
+        try:  # the service downloads: its HF_HUB_OFFLINE, not ours, says whether d would fail
+            self.chat.offline = await self.runtime.hub_offline()
+        except Exception:  # noqa: BLE001 - a service that cannot say: the usual words
+            pass
         if self.conversation_id is None and not self.chat.views:
             await self.chat.show_empty()
 

@@ -25,6 +25,14 @@ EMPTY_HINT = (
     "The bundled Gemma 3 270M is a small base model, fine for a first try only:\n"
     "Ctrl+O opens recommended models, and d there downloads and loads one."
 )
+
+
+def empty_hint(offline: str | None = None) -> str:
+    """The empty chat's words; with the service's offline sentence (HF_HUB_OFFLINE) in place
+    of the download line, which would only fail."""
+    if not offline:
+        return EMPTY_HINT
+    return EMPTY_HINT.rsplit("\n", 1)[0].removesuffix(":") + ".\n" + offline
 PAGE = 50
 
 
@@ -67,6 +75,18 @@ class ChatView(VerticalScroll):
         self.has_older = False
         self.has_newer = False  # True only while showing an older page (a search hit)
         self._asked = False
+        self._offline: str | None = None
+
+    @property
+    def offline(self) -> str | None:
+        """The service's offline sentence (None: the Hub is on), as the empty chat says it."""
+        return self._offline
+
+    @offline.setter
+    def offline(self, sentence: str | None) -> None:
+        self._offline = sentence
+        for hint in self.query(".empty-hint").results(Static):
+            hint.update(empty_hint(sentence))
 
     def on_mount(self) -> None:
         if self._hint:
@@ -76,7 +96,7 @@ class ChatView(VerticalScroll):
         """Clear the view (awaitable: focus can move only once the old messages are gone)."""
         self.has_older = self.has_newer = False
         removing = self.remove_children()
-        self.mount(Static(EMPTY_HINT, classes="empty-hint"))
+        self.mount(Static(empty_hint(self._offline), classes="empty-hint"))
         return removing
 
     @property
@@ -94,7 +114,7 @@ class ChatView(VerticalScroll):
         self.has_newer = has_newer
         self._asked = False
         if not messages:
-            await self.mount(Static(EMPTY_HINT, classes="empty-hint"))
+            await self.mount(Static(empty_hint(self._offline), classes="empty-hint"))
             return
         await self.mount_all([view_for(m, branches.get(m.id)) for m in messages])
         if not has_newer:  # a page around a hit is scrolled to the hit by its opener
