@@ -114,28 +114,41 @@ async def _follow(repo: str, file: str | None, revision: str | None, include_mmp
         await client.call("subscribe", topic="downloads")
         job = await client.call("download_start", repo=repo, file=file, revision=revision,
                                 include_mmproj=include_mmproj)
-        print(visible(f"download {job['id']} runs in the llmdeck service: Ctrl+C leaves it "
-                      f"running; `llmdeck models pull --cancel {job['id']}` stops it."),
-              file=out, flush=True)
-        last, sparse = "", SparseLines()
-        while not _finished(job):
+        last, sparse, told = "", SparseLines(), False
+        while True:
+            if not told and _under_way(job):  # not before: a job that fails at once
+                told = True  # (offline, no such repo) says its error line alone
+                if out.isatty() and last:
+                    out.write("\r\x1b[2K")
+                    last = ""
+                print(visible(f"download {job['id']} runs in the llmdeck service: Ctrl+C leaves "
+                              f"it running; `llmdeck models pull --cancel {job['id']}` stops it."),
+                      file=out, flush=True)
+            line = "" if _failed_before_bytes(job) else progress_line(job)
+            if out.isatty() and line != last:  # drawn over: a failure before bytes clears it
+                out.write("\r\x1b[2K" + line[:200])
+                last = line
+            elif not out.isatty() and job.get("total"):  # kept: none before the size is known
+                out.writelines(text + "\n" for text in sparse.lines(job))
+            out.flush()
+            if _finished(job):
+                break
             try:
                 jobs = await asyncio.wait_for(seen.get(), timeout=5.0)
             except TimeoutError:
                 jobs = await client.call("downloads")
             job = next((j for j in jobs if j.get("id") == job["id"]), job)
-            line = "" if _failed_before_bytes(job) else progress_line(job)
-            if out.isatty() and line != last:
-                out.write("\r\x1b[2K" + line[:200])  # none: the error line says it all
-                last = line
-            elif not out.isatty():
-                out.writelines(text + "\n" for text in sparse.lines(job))
-            out.flush()
         if out.isatty() and last:
             out.write("\n")
     finally:
         await client.close()
     return _report(job, out)
+
+
+def _under_way(job: dict[str, Any]) -> bool:
+    """The job has a size and goes on: now it is worth saying where it runs and how to stop
+    it (a job that ends before, in an error or from the cache, says only how it ended)."""
+    return bool(job.get("total")) and not _finished(job)
 
 
 def _failed_before_bytes(job: dict[str, Any]) -> bool:

@@ -210,3 +210,19 @@ def test_a_pull_into_a_pipe_says_100_percent_when_the_bytes_are_in_then_verifies
     assert fetching[-1] == 100.0
     after = states[states.index("downloading"):]
     assert after[-2:] == ["verifying", "done"] and after[:-2] == ["downloading"] * len(fetching)
+
+
+def test_a_pull_that_fails_at_once_says_only_its_error(
+        llmdeck_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF_HUB_OFFLINE=1 in the service: `llmdeck pull` prints the offline sentence alone and
+    exits 1 (it said "download ... runs in the llmdeck service: Ctrl+C leaves it running"
+    and drew queued and planning lines of 0 B/0 B before the error that came at once)."""
+    from core.hub.endpoint import OFFLINE_SENTENCE
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("LLMDECK_IN_PROCESS", "0")
+    with svc.no_service_left(llmdeck_home):
+        svc.start(*svc.scripted_args())
+        pulled = svc.llmdeck("pull", REPO, FILE)
+    assert pulled.returncode == 1, pulled.stderr
+    assert pulled.stderr.strip() == f"error: {OFFLINE_SENTENCE}", pulled.stderr
