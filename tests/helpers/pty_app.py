@@ -27,6 +27,16 @@ ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ("from tui import terminal_answers, terminal_input; terminal_input.install(); "
           "terminal_answers.install(); "
           "from tests.fixtures.tui import scripted_app; scripted_app().run()")
+# The `llmdeck` command itself: the client of its home's detached service, as a user's.
+CLI = "import sys; from tui.cli import main; sys.exit(main([]))"
+SCRIPTED_CONFIG = 'model = "scripted"\nengine = "scripted"\n'
+
+
+def scripted_home(home: Path) -> Path:
+    """A home whose service loads the scripted engine (the `llmdeck` a CLI launch runs)."""
+    (home / "config").mkdir(parents=True, exist_ok=True)
+    (home / "config" / "config.toml").write_text(SCRIPTED_CONFIG, encoding="utf-8")
+    return home
 
 
 class PtyApp:
