@@ -40,11 +40,14 @@ def test_a_service_that_ignores_the_stop_is_killed(tmp_path: Path) -> None:
 
     home = tmp_path / "stubborn"
     home.mkdir()
-    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
-    proc = subprocess.Popen([sys.executable, "-c", code, "service", "run"],
-                            env={**os.environ, "LLMDECK_HOME": str(home)})
+    code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('deaf', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code, "service", "run"], text=True,
+                            env={**os.environ, "LLMDECK_HOME": str(home)},
+                            stdout=subprocess.PIPE)
     try:
-        svc.wait_for(lambda: services_under(tmp_path), 10, "the stand-in to be seen")
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "deaf"
+        assert services_under(tmp_path) == [proc.pid]
         old, reaper.STOP_WAIT_S = reaper.STOP_WAIT_S, 0.5
         try:
             assert stop_services_under(tmp_path) == []
@@ -54,3 +57,4 @@ def test_a_service_that_ignores_the_stop_is_killed(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+        proc.stdout.close()
