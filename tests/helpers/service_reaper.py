@@ -25,10 +25,13 @@ KILL_WAIT_S = 5.0
 # How a service runs: detached (`python -m core.service`) or in the foreground
 # (`llmdeck service run`, `python -m tui.cli service run`).
 _MARKS = (b"-m\0core.service", b"service\0run")
+# Where a home can come from: LLMDECK_HOME, or the user's folders when it is unset.
+_HOMES = (b"LLMDECK_HOME=", b"HOME=", b"XDG_DATA_HOME=", b"XDG_RUNTIME_DIR=")
 
 
 def services_under(root: Path) -> list[int]:
-    """The live service processes of this user whose LLMDECK_HOME lies under `root`."""
+    """The live service processes of this user whose home (LLMDECK_HOME, else HOME or an
+    XDG folder) lies under `root`."""
     prefix = os.fsencode(str(root.resolve())).rstrip(b"/") + b"/"
     found = []
     for name in os.listdir("/proc"):
@@ -43,9 +46,9 @@ def services_under(root: Path) -> list[int]:
                 environ = f.read().split(b"\0")
         except OSError:  # gone, or another user's
             continue
-        home = next((v[len(b"LLMDECK_HOME="):] for v in environ
-                     if v.startswith(b"LLMDECK_HOME=")), b"")
-        if home and (os.path.realpath(home) + b"/").startswith(prefix) and _alive(int(name)):
+        homes = [v.partition(b"=")[2] for v in environ if v.startswith(_HOMES)]
+        if any((os.path.realpath(h) + b"/").startswith(prefix) for h in homes if h) \
+                and _alive(int(name)):
             found.append(int(name))
     return found
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import service_proc as svc
 from tests.helpers.procs import wait_gone
 from tests.helpers.service_reaper import services_under, stop_services_under
@@ -34,16 +36,19 @@ def test_a_service_of_the_tests_home_is_found_stopped_and_its_workers_go(
     assert "SIGTERM" in log, "stopped as `service stop` stops it, not killed"
 
 
-def test_a_service_that_ignores_the_stop_is_killed(tmp_path: Path) -> None:
-    """A stand-in that ignores SIGTERM, named as a service is: killed after the wait."""
+@pytest.mark.parametrize("home_from", ["LLMDECK_HOME", "HOME"])
+def test_a_service_that_ignores_the_stop_is_killed(tmp_path: Path, home_from: str) -> None:
+    """A stand-in that ignores SIGTERM, named as a service is, its home in LLMDECK_HOME or
+    (unset) the user's HOME: found, and killed after the wait."""
     import tests.helpers.service_reaper as reaper
 
     home = tmp_path / "stubborn"
     home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "LLMDECK_HOME"}
     code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
             "print('deaf', flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code, "service", "run"], text=True,
-                            env={**os.environ, "LLMDECK_HOME": str(home)},
+                            env={**env, home_from: str(home)},
                             stdout=subprocess.PIPE)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "deaf"
