@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,20 +39,51 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
-def llmdeck_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Point every llmdeck path at a fresh folder; keep Hugging Face offline. An app a test
-    starts in a terminal (tmux, pty) runs its service in its own process
-    (LLMDECK_IN_PROCESS=1: core.service.loopback), still the service's client over the
-    real protocol and codec, so no test leaves a detached service behind; the service's
-    own tests set LLMDECK_IN_PROCESS=0 where they start an app."""
+def llmdeck_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Point every llmdeck path at a fresh folder; keep Hugging Face offline.
+
+    An app or CLI a test starts in a terminal (tmux, pty, a `llmdeck ...` subprocess) runs
+    as a user's does: the first one on a home starts that home's detached engine service
+    and talks to it over the home's real unix socket (no LLMDECK_IN_PROCESS pin). At
+    teardown every service whose home lies under this test's tmp_path is stopped as
+    `llmdeck service stop` stops it, then killed after a bounded wait; one that survives
+    fails the test (tests/helpers/service_reaper.py). A test may still pin
+    LLMDECK_IN_PROCESS=1 itself where it tests `llmdeck --in-process`.
+
+    Pilot tests (`app.run_test()` over tests.fixtures.tui.scripted_app) keep the service
+    inside their process (core.service.loopback: the same server, client, protocol and
+    codec over a socket pair): they hand the app a Runtime with a scripted engine, and a
+    detached service per pilot test would cost a process and its imports each."""
     home = tmp_path / "llmdeck-home"
     home.mkdir()
     monkeypatch.setenv("LLMDECK_HOME", str(home))
     monkeypatch.setenv("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "1"))
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
-    monkeypatch.setenv("LLMDECK_IN_PROCESS", "1")
+    monkeypatch.delenv("LLMDECK_IN_PROCESS", raising=False)  # the service, as for a user
     monkeypatch.delenv("LLMDECK_GRAPHICS", raising=False)  # pictures as the test says
-    return home
+    yield home
+    from tests.helpers.service_reaper import stop_services_under
+
+    survivors = stop_services_under(tmp_path)
+    if survivors:
+        pytest.fail("an engine service outlived its test even after SIGKILL: "
+                    + "; ".join(survivors), pytrace=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_service_outlives_the_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The run's last word: no service of any home under this run's temporary folders
+    (a module fixture's home included) is left; one that was is stopped, and the run
+    fails naming it."""
+    yield
+    from tests.helpers.service_reaper import services_under, stop_services_under
+
+    root = tmp_path_factory.getbasetemp()
+    left = services_under(root)
+    if left:
+        stop_services_under(root)
+        pytest.fail(f"engine services left running at the end of the run: pids {left}",
+                    pytrace=False)
 
 
 @pytest.fixture(scope="session")

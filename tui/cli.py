@@ -196,6 +196,7 @@ def build_app(model: str | None = None, *, in_process: bool = True) -> LlmdeckAp
     from tui.service_runtime import ServiceRuntime
 
     settings = Settings.load()
+    model = model_argument(model)
     if not in_process:
         return LlmdeckApp(ServiceRuntime(settings, model=model))
     from core.runtime import Runtime
@@ -206,8 +207,18 @@ def build_app(model: str | None = None, *, in_process: bool = True) -> LlmdeckAp
     return LlmdeckApp(ServiceRuntime(settings, local=Runtime(settings)))
 
 
-# Whether `llmdeck` is the engine service's client when nothing says otherwise (the suite
-# pins LLMDECK_IN_PROCESS=1 in tests/conftest.py: each app test would leave a service).
+def model_argument(model: str | None) -> str | None:
+    """`--model PATH` made absolute where it was typed: the detached service loads it from a
+    folder of its own. A name that is no file here (a hub id, a preset) is passed as is."""
+    import os
+
+    if model and os.path.exists(os.path.expanduser(model)):
+        return os.path.abspath(os.path.expanduser(model))
+    return model
+
+
+# Whether `llmdeck` is the engine service's client when nothing says otherwise. The suite
+# runs it so too: each test's service is stopped at its end (tests/conftest.py).
 SERVICE_BY_DEFAULT = True
 
 

@@ -23,8 +23,7 @@ EXIT_OK, EXIT_HUB_ERROR, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
 
 def in_service(argv: list[str]) -> bool:
     """Whether `models pull ARGV` is the service's job: unless `--here`, or
-    LLMDECK_IN_PROCESS=1 (the suite's default: a test would leave a service behind);
-    `--cancel` always is."""
+    LLMDECK_IN_PROCESS=1 (the in-process app's setting); `--cancel` always is."""
     if "--cancel" in argv:
         return True
     if "--here" in argv or {"-h", "--help"} & set(argv):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -314,7 +315,7 @@ class RemoteRuntime:
         self.client.listeners.append(on_progress)
         try:
             return await self.client.call("attach", conversation_id=conversation_id,
-                                          paths=[str(p) for p in paths])
+                                          paths=[typed_here(p) for p in paths])
         finally:
             self.client.listeners.remove(on_progress)
 
@@ -359,3 +360,10 @@ for _name in RUNTIME_CALLS:
     if not hasattr(RemoteRuntime, _name):
         setattr(RemoteRuntime, _name, _forwarder(_name))
 assert not set(TURN_CALLS) - set(vars(RemoteRuntime))
+
+
+def typed_here(path: Any) -> str:
+    """A path as typed in this client's terminal, made absolute there: the detached service
+    runs in a folder of its own (core.service.launch), where `notes.md` names another file
+    or none."""
+    return os.path.abspath(os.path.expanduser(str(path)))

@@ -1,4 +1,4 @@
-"""The real app in a child process whose terminal is a pty the test holds the other end of.
+"""The real `llmdeck` in a child process whose terminal is a pty the test holds the other end of.
 
 Real Textual with its Linux driver, every byte it writes readable here. The pty is not
 the child's controlling terminal (it runs in a session of its own and never opens it), so
@@ -22,18 +22,26 @@ from pathlib import Path
 from tests.helpers.tmux import terminal_env
 
 ROOT = Path(__file__).resolve().parents[2]
-# As `llmdeck` starts it (tui/cli.py build_app): lenient input that notices a vanished
-# terminal, and answers to our queries that are not keys; the scripted engine behind it.
-LAUNCH = ("from tui import terminal_answers, terminal_input; terminal_input.install(); "
-          "terminal_answers.install(); "
-          "from tests.fixtures.tui import scripted_app; scripted_app().run()")
+# The `llmdeck` command itself (tui.cli: lenient input that notices a vanished terminal,
+# answers to our queries that are not keys), the client of its home's detached service,
+# as a user's: its home's config names the engine (scripted_home), its service is stopped
+# at the test's end (tests/conftest.py).
+CLI = "import sys; from tui.cli import main; sys.exit(main([]))"
+SCRIPTED_CONFIG = 'model = "scripted"\nengine = "scripted"\n'
+
+
+def scripted_home(home: Path) -> Path:
+    """A home whose service loads the scripted engine."""
+    (home / "config").mkdir(parents=True, exist_ok=True)
+    (home / "config" / "config.toml").write_text(SCRIPTED_CONFIG, encoding="utf-8")
+    return home
 
 
 class PtyApp:
     """The app on a pty; `env` is laid over the environment (None removes a name)."""
 
     def __init__(self, env: dict[str, str | None] | None = None, columns: int = 120,
-                 rows: int = 40, ignore_sighup: bool = False, launch: str = LAUNCH) -> None:
+                 rows: int = 40, ignore_sighup: bool = False, launch: str = CLI) -> None:
         self.master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
         full_env = {**terminal_env(), "TERM": "xterm-256color"}

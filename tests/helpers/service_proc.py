@@ -115,3 +115,27 @@ def no_service_left(home: Path) -> Iterator[None]:
                     os.kill(kid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+
+def home_service_pid(home: Path) -> int:
+    """The pid in `home`'s service lock (0 when none was written)."""
+    try:
+        return int((home / "data" / "service.lock").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def workers_stay_with_the_service(workers: list[int], home: Path) -> None:
+    """After its app quits, the models an app used stay loaded in `home`'s service (the next
+    app attaches to them, as a user's does); `llmdeck service stop` takes every worker."""
+    from tests.helpers.procs import wait_gone
+
+    pid = home_service_pid(home)
+    assert pid and alive(pid), "the home's service runs on after the app"
+    assert workers and set(workers) <= set(descendants(pid)), "the workers are the service's"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LLMDECK_HOME": str(home)}
+    done = subprocess.run([sys.executable, "-m", "tui.cli", "service", "stop"], env=env,
+                          capture_output=True, text=True, timeout=90, cwd=ROOT,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0 and f"stopped (pid {pid})" in done.stdout, done.stdout + done.stderr
+    assert wait_gone([pid, *workers], 10) == [], "no worker outlives `llmdeck service stop`"

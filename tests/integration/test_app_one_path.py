@@ -18,7 +18,7 @@ def _said(app) -> str:  # noqa: ANN001
 
 
 def test_the_in_process_app_is_a_client_of_a_service_in_its_process(llmdeck_home: Path) -> None:
-    """`llmdeck --in-process` (and the tmux tests, which pin LLMDECK_IN_PROCESS=1)."""
+    """`llmdeck --in-process` (LLMDECK_IN_PROCESS=1)."""
     from core.runtime import Runtime
     from tui.cli import build_app
 

@@ -132,10 +132,12 @@ def test_the_lock_refuses_a_second_holder_and_frees_on_exit(llmdeck_home: Path) 
 
 def test_a_read_only_empty_home_gets_a_sentence_not_a_traceback(tmpfs) -> None:  # noqa: ANN001
     home = tmpfs("ro-home", "1m", read_only=True)
-    for args in ((), ("serve", "--engine", "scripted", "--port", "0")):
+    for args, said in (((), f"cannot write to {home}"),  # the service's client: its config
+                       (("serve", "--engine", "scripted", "--port", "0"),
+                        "cannot write to its home folder")):
         done = _run(home, *args)
         assert done.returncode == 1, done.stdout + done.stderr
-        assert "cannot write to its home folder" in done.stderr
+        assert said in done.stderr, done.stderr
         assert "LLMDECK_HOME" in done.stderr and "Traceback" not in done.stderr
     for args in (("paths",), ("workers",), ("models", "list")):
         done = _run(home, *args)

@@ -16,7 +16,8 @@ import pytest
 from core import paths
 from tests.fakes.hub_repos import make_gguf
 from tests.fakes.hub_server import FakeHub
-from tests.helpers.procs import wait_gone, worker_pids
+from tests.helpers import service_proc as svc
+from tests.helpers.procs import worker_pids
 from tests.helpers.tmux import TmuxSession, llmdeck_command
 
 REPO = "acme/gemma-3-270m-it-GGUF"
@@ -97,7 +98,7 @@ def test_search_download_load_and_chat_with_keys_only(
         workers = worker_pids(tmux.pane_pid())
         tmux.send("C-q")
         tmux.wait_for(lambda s: "Model hub" not in s and MODEL_ID not in s, 15, "the app to quit")
-        assert wait_gone(workers, 5) == []
+        svc.workers_stay_with_the_service(workers, llmdeck_home)
     finally:
         tmux.close()
     downloaded = list((llmdeck_home / "hf-cache").rglob(FILE))

@@ -6,6 +6,7 @@ import os
 import signal
 from pathlib import Path
 
+from tests.helpers import service_proc as svc
 from tests.helpers.procs import wait_gone, worker_pids
 from tests.helpers.tmux import TmuxSession, llmdeck_command
 
@@ -23,8 +24,9 @@ def reply_started(screen: str) -> bool:
     return False
 
 
-def _start(home: Path) -> TmuxSession:
-    return TmuxSession(llmdeck_command(), env={"LLMDECK_HOME": str(home), "HF_HUB_OFFLINE": "1"})
+def _start(home: Path, *args: str) -> TmuxSession:
+    return TmuxSession(" ".join([llmdeck_command(), *args]),
+                       env={"LLMDECK_HOME": str(home), "HF_HUB_OFFLINE": "1"})
 
 
 def test_chat_in_tmux_survives_a_restart(tmp_path: Path) -> None:
@@ -42,7 +44,7 @@ def test_chat_in_tmux_survives_a_restart(tmp_path: Path) -> None:
         assert workers, "the model must run in a worker process"
         tmux.send("C-q")
         tmux.wait_for(lambda s: "Assistant" not in s, 15, "the app to quit")
-        assert wait_gone(workers, 5) == [], "no worker may outlive the app"
+        svc.workers_stay_with_the_service(workers, home)  # then stopped: a cold restart
     finally:
         tmux.close()
 
@@ -77,8 +79,11 @@ def test_newline_key_works_over_a_plain_terminal(tmp_path: Path) -> None:
         tmux.close()
 
 
-def test_killing_the_app_leaves_no_worker(tmp_path: Path) -> None:
-    tmux = _start(tmp_path)
+def test_killing_the_in_process_app_leaves_no_worker(tmp_path: Path) -> None:
+    """`llmdeck --in-process` owns its workers (the service's client leaves its models to
+    the service: test_chat_in_tmux_survives_a_restart; a killed service leaves none:
+    test_service_lifecycle.py)."""
+    tmux = _start(tmp_path, "--in-process")
     try:
         tmux.wait_for(lambda s: READY in s, 90, "the model to be ready")
         shell = tmux.pane_pid()

@@ -12,14 +12,18 @@ import subprocess
 
 import pytest
 
-from tests.helpers.pty_app import PtyApp
+from tests.helpers import service_proc as svc
+from tests.helpers.pty_app import CLI, PtyApp, scripted_home
 
 
 @pytest.mark.parametrize("sighup", ["default", "ignored"])
-def test_closing_the_terminal_ends_the_app(tmp_path, sighup: str) -> None:
-    app = PtyApp({"LLMDECK_HOME": str(tmp_path / "home")}, ignore_sighup=sighup == "ignored")
+def test_closing_the_terminal_ends_the_app(tmp_path, sighup: str) -> None:  # noqa: ANN001
+    """The `llmdeck` command, its home's service's client: the app ends, its service (and
+    a reply there) goes on."""
+    home = scripted_home(tmp_path / "home")
+    app = PtyApp({"LLMDECK_HOME": str(home)}, ignore_sighup=sighup == "ignored", launch=CLI)
     try:
-        app.read_until(lambda out: b"scripted-test" in out, 60, "the first frame")
+        app.read_until(lambda out: b"scripted:latest" in out, 60, "the first frame")
         app.type_line("hello")  # the app is reading keys when its terminal goes
         app.close_terminal()
         try:
@@ -27,5 +31,6 @@ def test_closing_the_terminal_ends_the_app(tmp_path, sighup: str) -> None:
         except subprocess.TimeoutExpired:
             raise AssertionError("the app still runs 10 s after its terminal closed") from None
         assert code != 0  # ended by the hang-up, not a normal quit
+        assert svc.alive(svc.home_service_pid(home)), "the service outlives the terminal"
     finally:
         app.close()

@@ -17,22 +17,26 @@ import pytest
 
 from tests.fixtures.images import make_image
 from tests.helpers import pty_app
-from tests.helpers.pty_app import LAUNCH, ROOT
+from tests.helpers.pty_app import CLI, ROOT, scripted_home
 from tests.helpers.sgr import foreground_at
 from tests.helpers.tmux_client import RealTmux
 
 PLACEHOLDER = "\U0010eeee".encode()
+FIRST_FRAME = b"scripted:latest"  # the service's model, in the header
 # A terminal the environment does not name.
 UNNAMED = ("TMUX", "KITTY_WINDOW_ID", "TERM_PROGRAM", "LC_TERMINAL", "COLORTERM",
            "ITERM_SESSION_ID", "WEZTERM_PANE", "GHOSTTY_RESOURCES_DIR", "KONSOLE_VERSION")
 
 
 class PtyApp(pty_app.PtyApp):
-    """The app on a pty, drawing pictures in `graphics` (auto: as the terminal answers)."""
+    """The `llmdeck` command on a pty, the client of its home's service (the scripted
+    engine), drawing pictures in `graphics` (auto: as the terminal answers)."""
 
     def __init__(self, graphics: str | None, columns: int = 120, rows: int = 40) -> None:
         env: dict[str, str | None] = {name: None for name in UNNAMED}
-        super().__init__({**env, "LLMDECK_GRAPHICS": graphics or "auto"}, columns, rows)
+        scripted_home(Path(os.environ["LLMDECK_HOME"]))
+        super().__init__({**env, "LLMDECK_GRAPHICS": graphics or "auto"}, columns, rows,
+                         launch=CLI)
 
 
 @pytest.mark.slow
@@ -42,7 +46,7 @@ def test_the_terminal_gets_the_picture_in_the_chosen_protocol(tmp_path: Path,
     photo = make_image(tmp_path / "harbour.png", 96, 64)
     app = PtyApp(graphics)
     try:
-        app.read_until(lambda out: b"scripted-test" in out, 60, "the first frame")
+        app.read_until(lambda out: FIRST_FRAME in out, 60, "the first frame")
         app.type_line(f"/attach {photo}")
         # The card's label; its half-block preview may be replaced by the picture before
         # a frame shows it, so only the halfblock case waits for `▀`.
@@ -86,7 +90,7 @@ def test_the_terminals_answers_choose_the_protocol_and_never_become_keys(
     photo = make_image(tmp_path / "harbour.png", 96, 64)
     app = PtyApp(None)
     try:
-        app.read_until(lambda out: b"scripted-test" in out, 60, "the first frame")
+        app.read_until(lambda out: FIRST_FRAME in out, 60, "the first frame")
         assert b"\x1b[c" not in app.output  # nothing is asked at start
         app.type_line(f"/attach {photo}")
         app.read_until(lambda out: b"\x1b_Gi=31," in out and b"\x1b[c" in out, 60,
@@ -115,11 +119,12 @@ def test_through_real_tmux_kitty_pictures_pass_only_with_allow_passthrough(
     the outer terminal; with it off the app draws half-blocks and sends no graphics."""
     photo = make_image(tmp_path / "harbour.png", 96, 64)
     script = tmp_path / "run.sh"
+    scripted_home(Path(os.environ["LLMDECK_HOME"]))
     script.write_text(f"cd {ROOT} && KITTY_WINDOW_ID=1 LLMDECK_GRAPHICS=auto "
-                      f"{shlex.quote(sys.executable)} -c {shlex.quote(LAUNCH)}\nsleep 30\n")
+                      f"{shlex.quote(sys.executable)} -c {shlex.quote(CLI)}\nsleep 30\n")
     tmux = RealTmux(tmp_path, passthrough, f"sh {script}")
     try:
-        assert tmux.read_until(b"scripted-test", 60), "the app's first frame"
+        assert tmux.read_until(FIRST_FRAME, 60), "the app's first frame"
         tmux.type_line(f"/attach {photo}")
         assert tmux.read_until(b"harbour.png", 60), "the image card"
         if passthrough:

@@ -13,7 +13,8 @@ from pathlib import Path
 from core.store import Store
 from tests.fakes.hub_repos import catalog_files_fixture, fake_hub_fixture  # noqa: F401
 from tests.fakes.hub_server import FakeHub
-from tests.helpers.pty_app import PtyApp
+from tests.helpers import service_proc as svc
+from tests.helpers.pty_app import CLI, PtyApp
 
 CLIPBOARD = "cm0gLXJmIH4="  # base64 of a command someone wants the person to paste
 REPLY = (f"Look: \x1b]0;OWNED\x07 then \x1b]52;c;{CLIPBOARD}\x07 and \x1b[2J and "
@@ -22,16 +23,15 @@ TITLE = "[/] my [red]notes[/blue]"
 
 
 def test_escape_sequences_in_a_reply_and_markup_in_a_title_are_drawn_not_obeyed(
-        tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    with Store.open(home / "data" / "llmdeck.db") as store:
+        llmdeck_home: Path) -> None:
+    """The `llmdeck` command on the home's service, whose model replies with the sequences:
+    they cross the real socket and codec to the app, as a user's."""
+    with Store.open(llmdeck_home / "data" / "llmdeck.db") as store:
         store.create_conversation(title=TITLE)
-    launch = ("from tui import terminal_answers, terminal_input; terminal_input.install(); "
-              "terminal_answers.install(); from tests.fixtures.tui import scripted_app; "
-              f"scripted_app(reply={REPLY!r}).run()")
-    app = PtyApp({"LLMDECK_HOME": str(home)}, launch=launch)
+    svc.start(*svc.scripted_args(reply=REPLY))
+    app = PtyApp({"LLMDECK_HOME": str(llmdeck_home)}, launch=CLI)
     try:
-        app.read_until(lambda out: b"scripted-test" in out and b"my " in out, 60, "the app")
+        app.read_until(lambda out: b"scripted" in out and b"my " in out, 60, "the app")
         app.type_line("hello")
         out = app.read_until(lambda out: b"done." in out, 30, "the reply")
     finally:
