@@ -27,6 +27,7 @@ from core.engines.mlx.admission import Admission
 from core.engines.mlx.batch import BatchPath
 from core.engines.mlx.checks import load_model
 from core.engines.mlx.chunked import ChunkedPrefill
+from core.engines.mlx.device_defaults import this_device
 from core.engines.mlx.prefix import PrefixSaves
 from core.engines.mlx.scheduler import Scheduling
 from core.engines.mlx.single import SinglePath, trim_buffer_cache
@@ -104,22 +105,19 @@ class MlxEngine(Admission, Scheduling, SinglePath, ChunkedPrefill, Speculation, 
         # BatchGenerator's prompt batch without its whole-cache copies (core.engines.mlx.lean_prompt)
         self._lean_prompt = bool(spec.option("lean_prompt_batch", True))
         self._bg = self._new_batch_generator()
-        # Prefill shapes cost a compilation the first time only on a GPU (CUDA, Metal).
-        on_gpu = mx.default_device().type == mx.DeviceType.gpu
-        self._warmup_prefill = bool(spec.option("warmup_prefill", on_gpu))
+        # Prefill shapes, cached turns and history lengths, per device (core.engines.mlx.device_defaults)
+        d = this_device()
+        self._warmup_prefill = bool(spec.option("warmup_prefill", d.warmup_prefill))
         # On a GPU a prompt is prefilled in a few fixed shapes (see _prefill_in_buckets).
-        self._bucketed = bool(spec.option("bucketed_prefill", on_gpu))
-        # ... over a history bucketed to 256-token steps (core.engines.mlx.bucketed_kv):
-        # opt-in until measured end to end on a GPU (issue 49)
-        self._bucketed_kv = bool(spec.option("bucketed_kv", False))
-        device = "gpu" if on_gpu else "cpu"  # how prompts share prefill passes
-        self._group_tokens = int(spec.option("prefill_group_tokens", FREE_PADDED_TOKENS[device]))
-        self._group_slack = float(spec.option("prefill_group_slack", PADDING_SLACK[device]))
+        self._bucketed = bool(spec.option("bucketed_prefill", d.bucketed_prefill))
+        # ... over a history bucketed to 256-token steps (core.engines.mlx.bucketed_kv)
+        self._bucketed_kv = bool(spec.option("bucketed_kv", d.bucketed_kv))
+        # how prompts share prefill passes
+        self._group_tokens = int(spec.option("prefill_group_tokens", FREE_PADDED_TOKENS[d.device]))
+        self._group_slack = float(spec.option("prefill_group_slack", PADDING_SLACK[d.device]))
         # A cached turn (a long history, a few new tokens) joining the batch is prefilled
         # alone first, up to this many new tokens (BatchPath._join_prefilled; 0: never).
-        # Measured on CUDA only (an H200), so on by default there only.
-        cuda = on_gpu and bool(getattr(getattr(mx, "cuda", None), "is_available", lambda: False)())
-        self._alone_tokens = int(spec.option("prefill_alone_tokens", 512 if cuda else 0))
+        self._alone_tokens = int(spec.option("prefill_alone_tokens", d.prefill_alone_tokens))
         self._joined = False  # a step's schedule joined such turns (see step)
         sizes = spec.option("warmup_batch_sizes")
         if sizes is None:

@@ -1,0 +1,58 @@
+"""The MLX engine's device-dependent defaults (issue 49): bucketed_kv and prefilling cached
+turns alone were measured on CUDA only, so they are on by default there and nowhere else;
+an engine option still overrides each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core.engines.base import ModelSpec
+from core.engines.mlx.device_defaults import device_defaults, this_device
+from tests.fixtures.mlx_models import QWEN3_SHAPE, build_model_dir
+
+
+def test_cuda_buckets_the_history_and_prefills_cached_turns_alone() -> None:
+    d = device_defaults(on_gpu=True, cuda=True)
+    assert (d.device, d.bucketed_kv, d.prefill_alone_tokens) == ("gpu", True, 512)
+    assert d.bucketed_prefill and d.warmup_prefill
+
+
+def test_metal_keeps_the_fixed_prefill_shapes_but_not_the_cuda_measured_options() -> None:
+    d = device_defaults(on_gpu=True, cuda=False)
+    assert (d.device, d.bucketed_kv, d.prefill_alone_tokens) == ("gpu", False, 0)
+    assert d.bucketed_prefill and d.warmup_prefill
+
+
+def test_the_cpu_takes_none_of_the_gpu_options_even_where_cuda_is_installed() -> None:
+    d = device_defaults(on_gpu=False, cuda=True)
+    assert d == device_defaults(on_gpu=False, cuda=False)
+    assert (d.device, d.bucketed_kv, d.prefill_alone_tokens) == ("cpu", False, 0)
+    assert not d.bucketed_prefill and not d.warmup_prefill
+
+
+def test_this_cpu_process_gets_the_cpu_defaults() -> None:
+    import mlx.core as mx
+
+    if mx.default_device().type == mx.DeviceType.gpu:
+        pytest.skip("a GPU is MLX's default device here")
+    assert this_device() == device_defaults(on_gpu=False, cuda=False)
+
+
+@pytest.mark.slow
+def test_the_engine_takes_its_device_defaults_and_an_option_overrides_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from core.engines.mlx import MlxEngine, engine
+
+    monkeypatch.setattr(engine, "this_device", lambda: device_defaults(on_gpu=True, cuda=True))
+    model = build_model_dir(tmp_path / "tiny", QWEN3_SHAPE)
+    base = (("warmup_batch_sizes", (1,)), ("warmup_prefill", False), ("kv_disk_gb", 0))
+    for extra, kv, alone in (((), True, 512),
+                             ((("bucketed_kv", False), ("prefill_alone_tokens", 0)), False, 0)):
+        eng = MlxEngine(ModelSpec(str(model), "mlx", context_size=4096, options=base + extra))
+        try:
+            assert (eng._bucketed_kv, eng._alone_tokens) == (kv, alone)
+        finally:
+            eng.close()
