@@ -49,10 +49,42 @@ def test_the_engine_takes_its_device_defaults_and_an_option_overrides_them(
     monkeypatch.setattr(engine, "this_device", lambda: device_defaults(on_gpu=True, cuda=True))
     model = build_model_dir(tmp_path / "tiny", QWEN3_SHAPE)
     base = (("warmup_batch_sizes", (1,)), ("warmup_prefill", False), ("kv_disk_gb", 0))
-    for extra, kv, alone in (((), True, 512),
-                             ((("bucketed_kv", False), ("prefill_alone_tokens", 0)), False, 0)):
-        eng = MlxEngine(ModelSpec(str(model), "mlx", context_size=4096, options=base + extra))
-        try:
-            assert (eng._bucketed_kv, eng._alone_tokens) == (kv, alone)
-        finally:
-            eng.close()
+    import mlx.core as mx
+
+    before = mx.set_cache_limit(0)
+    mx.set_cache_limit(before)
+    override = (("bucketed_kv", False), ("prefill_alone_tokens", 0), ("cache_limit_gb", 1))
+    try:
+        for extra, kv, alone in (((), True, 512), (override, False, 0)):
+            eng = MlxEngine(ModelSpec(str(model), "mlx", context_size=4096, options=base + extra))
+            try:
+                assert (eng._bucketed_kv, eng._alone_tokens) == (kv, alone)
+                assert mx.set_cache_limit(eng.cache_limit) == eng.cache_limit
+                assert eng.cache_limit == (10**9 if extra else eng.cache_limit)
+            finally:
+                eng.close()
+    finally:
+        mx.set_cache_limit(before)
+
+
+def test_cuda_keeps_an_eighth_of_mlx_buffer_cache_and_elsewhere_all_of_it() -> None:
+    assert device_defaults(on_gpu=True, cuda=True).cache_share == 8
+    assert device_defaults(on_gpu=True, cuda=False).cache_share == 1
+    assert device_defaults(on_gpu=False, cuda=True).cache_share == 1
+
+
+def test_the_cache_cap_divides_mlx_default_once_however_many_engines_set_it() -> None:
+    import mlx.core as mx
+
+    from core.engines.mlx.device_defaults import limit_cache
+
+    before = mx.set_cache_limit(0)
+    mx.set_cache_limit(before)
+    try:
+        first = limit_cache(8)
+        assert limit_cache(8) == first  # a second engine in the process: not 1/64
+        assert mx.set_cache_limit(first) == first
+        assert limit_cache(1) >= first * 8 - 8  # share 1: MLX's own default again
+        assert limit_cache(8, gb=0.5) == 500_000_000  # the option wins
+    finally:
+        mx.set_cache_limit(before)

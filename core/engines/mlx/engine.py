@@ -27,7 +27,7 @@ from core.engines.mlx.admission import Admission
 from core.engines.mlx.batch import BatchPath
 from core.engines.mlx.checks import load_model
 from core.engines.mlx.chunked import ChunkedPrefill
-from core.engines.mlx.device_defaults import this_device
+from core.engines.mlx.device_defaults import limit_cache, this_device
 from core.engines.mlx.prefix import PrefixSaves
 from core.engines.mlx.scheduler import Scheduling
 from core.engines.mlx.single import SinglePath, trim_buffer_cache
@@ -70,6 +70,11 @@ class MlxEngine(Admission, Scheduling, SinglePath, ChunkedPrefill, Speculation, 
                 "UNSUPPORTED",
                 f"prefill_order must be 'shortest' or 'fifo', not {self._prefill_order!r}.",
             )
+        # Prefill shapes, cached turns, history lengths, the buffer cache: per device
+        # (core.engines.mlx.device_defaults)
+        d = this_device()
+        gb = spec.option("cache_limit_gb")
+        self.cache_limit = limit_cache(d.cache_share, None if gb is None else float(gb))
         path = Path(spec.path)
         self._model, self._tokenizer, self._config = load_model(path)
         self.model_type = str(self._config.get("model_type"))
@@ -105,8 +110,6 @@ class MlxEngine(Admission, Scheduling, SinglePath, ChunkedPrefill, Speculation, 
         # BatchGenerator's prompt batch without its whole-cache copies (core.engines.mlx.lean_prompt)
         self._lean_prompt = bool(spec.option("lean_prompt_batch", True))
         self._bg = self._new_batch_generator()
-        # Prefill shapes, cached turns and history lengths, per device (core.engines.mlx.device_defaults)
-        d = this_device()
         self._warmup_prefill = bool(spec.option("warmup_prefill", d.warmup_prefill))
         # On a GPU a prompt is prefilled in a few fixed shapes (see _prefill_in_buckets).
         self._bucketed = bool(spec.option("bucketed_prefill", d.bucketed_prefill))
