@@ -4,7 +4,8 @@ bench/chat.py starts our server with a folder holding a `sitecustomize.py` (writ
 `install`) first on PYTHONPATH and LLMDECK_BENCH_TRACE naming a file: every Python process
 of that server (the worker too) then imports it, and once core.engines.mlx.engine is
 imported MlxEngine.submit and .step append one JSON line per request admitted, per step
-and per first non-blank text, with the worker's clock. `summarise` turns the file into the
+and per first non-blank text, with the worker's clock (a step's exception goes to
+`<file>.error.<pid>` before it ends the worker). `summarise` turns the file into the
 engine's view of each burst of requests: how spread their arrival was and their TTFT from
 the worker's submit (so HTTP, the service and the pool are what the client's figure adds).
 Nothing here is imported by the app.
@@ -35,9 +36,18 @@ if _path:
 
         def traced_step(self):
             t0 = time.perf_counter()
-            results = step(self)
+            try:
+                results = step(self)
+            except Exception:  # the worker only says "internal error": keep the traceback
+                import traceback
+                with open(_path + ".error." + str(os.getpid()), "a") as err:
+                    err.write(traceback.format_exc())
+                raise
             t1 = time.perf_counter()
-            out.write(json.dumps({"e": "step", "t0": t0, "t1": t1, "n": len(results)}) + "\\n")
+            import mlx.core as mx  # memory held and cached in this worker (GB)
+            out.write(json.dumps({"e": "step", "t0": t0, "t1": t1, "n": len(results),
+                                  "active_gb": mx.get_active_memory() / 1e9,
+                                  "cache_gb": mx.get_cache_memory() / 1e9}) + "\\n")
             for rid, events in results:
                 if rid in seen:
                     continue
@@ -83,6 +93,8 @@ def summarise(trace: Path, burst: int = 8, gap_s: float = 0.25) -> list[dict[str
     and the longest step inside it."""
     rows: list[dict[str, Any]] = []
     for f in sorted(trace.parent.glob(trace.name + ".*")):
+        if ".error." in f.name:  # a worker's traceback, not trace lines
+            continue
         rows += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
     submits = sorted((r for r in rows if r["e"] == "submit"), key=lambda r: r["t"])
     firsts = {r["rid"]: r["t"] for r in rows if r["e"] == "first"}
@@ -110,5 +122,8 @@ def summarise(trace: Path, burst: int = 8, gap_s: float = 0.25) -> list[dict[str
             "steps": len(inside),
             "longest_step_ms": round(max(((s["t1"] - s["t0"]) * 1000 for s in inside),
                                          default=0.0), 1),
+            # the worker's MLX memory by the burst's end: held, and freed but cached
+            "active_gb": round(max((s.get("active_gb", 0.0) for s in inside), default=0.0), 2),
+            "cache_gb": round(max((s.get("cache_gb", 0.0) for s in inside), default=0.0), 2),
         })
     return out

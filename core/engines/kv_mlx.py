@@ -93,7 +93,8 @@ class MlxKvKeeper:
                  remember: Callable[[list[int], list[Any], str, Marks], None],
                  stream: Any, eos: set[int], bits: int = 16, read: str = "auto",
                  copy: str = "parallel",
-                 discard: Callable[[list[int]], None] | None = None) -> None:
+                 discard: Callable[[list[int]], None] | None = None,
+                 prefill: Callable[[list[int], list[Any]], None] | None = None) -> None:
         self.store = store
         self.writer = KvWriter()
         self._model = model
@@ -102,6 +103,7 @@ class MlxKvKeeper:
         self._render = render
         self._remember = remember
         self._discard = discard  # drops an in-memory entry by its exact tokens
+        self._prefill = prefill  # the engine's pass over a cache (its shapes), else plain
         self._disk_only = False  # the last next-turn cache: for the disk only (_next_turn)
         self._stream = stream
         self._eos = eos
@@ -220,10 +222,13 @@ class MlxKvKeeper:
             c = KVCache()
             c.keys, c.values, c.offset = k, v, k.shape[2]
             cache.append(c)
-        with mx.stream(self._stream):
-            for start in range(0, len(suffix), 2048):
-                self._model(mx.array(suffix[start:start + 2048])[None], cache=cache)
-                mx.eval([c.state for c in cache])
+        if self._prefill is not None:
+            self._prefill(suffix, cache)
+        else:
+            with mx.stream(self._stream):
+                for start in range(0, len(suffix), 2048):
+                    self._model(mx.array(suffix[start:start + 2048])[None], cache=cache)
+                    mx.eval([c.state for c in cache])
         tokens = f.prompt + suffix
         marks = (*f.marks, (len(f.text), len(f.prompt)), (len(text), len(tokens)))
         return tokens, cache, text, marks

@@ -93,3 +93,46 @@ def test_a_bucketed_history_shows_attention_whole_buckets_and_the_same_result() 
     assert mx.allclose(got, want, atol=1e-5).item()
     to_plain(cache)
     assert type(cache[0]) is KVCache and cache[0].offset == 320
+
+
+def test_the_next_turn_pass_in_idle_time_uses_the_bucketed_shapes_and_matches_a_plain_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk keeper's next-turn prefill (a reply over its history, in idle time) runs
+    through the engine's pass: padded tail, history bucketed; the same cache as plainly."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    from core.engines.mlx import MlxEngine
+    from core.engines.mlx import prefix as prefix_mod
+
+    model = build_model_dir(tmp_path / "tiny", QWEN3_SHAPE)
+    spec = ModelSpec(str(model), "mlx", context_size=4096, options=(
+        ("warmup_batch_sizes", (1,)), ("bucketed_prefill", True), ("warmup_prefill", False),
+        ("bucketed_kv", True), ("kv_disk_gb", 1)))
+    engine = MlxEngine(spec)
+    try:
+        assert engine._kv is not None and engine._kv._prefill == engine._follow_up_pass
+        seen: list[str] = []
+        bucket = prefix_mod.to_bucketed
+        monkeypatch.setattr(prefix_mod, "to_bucketed",
+                            lambda cache: (seen.append(type(cache[0]).__name__), bucket(cache)))
+        history = list(range(5, 305))  # 300 tokens: not a multiple of 256
+        reply = list(range(400, 437))  # 37: padded to 64, then trimmed
+
+        def fresh() -> list[Any]:
+            cache = [KVCache() for _ in engine._model.layers]
+            engine._model(mx.array(history)[None], cache=cache)
+            mx.eval([c.state for c in cache])
+            return cache
+
+        plain, ours = fresh(), fresh()
+        engine._model(mx.array(reply)[None], cache=plain)
+        engine._follow_up_pass(reply, ours)
+        assert seen == ["KVCache"]
+        assert all(type(c) is KVCache and c.offset == 337 for c in ours)
+        for a, b in zip(plain, ours, strict=True):  # the real positions (past: padding)
+            for x, y in ((a.keys, b.keys), (a.values, b.values)):
+                assert mx.allclose(x[..., :337, :], y[..., :337, :], atol=1e-4).item()
+    finally:
+        engine.close()

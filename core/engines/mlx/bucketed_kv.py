@@ -9,13 +9,12 @@ multiple, the columns past the real ones masked out: the same attention result, 
 shape met again on every turn inside the same 256 tokens. Decoding is untouched: the
 layers go back to mlx_lm's KVCache after the pass.
 
-Off by default (engine option bucketed_kv): on the H200 the op alone (attention over a
-fixed 256-multiple buffer, a boolean mask) met a new history length in 0.3-0.6 ms against
-63-74 ms with the "causal" mask at the exact length, but a whole pass padded over a buffer
-of the history's own length still paid 80 ms per length (the buffer's layout changed
-with it, which this class fixes by sizing the buffer in 256s too); the class as written
-was not run on a GPU: `python bench/later_turn.py --option bucketed_kv=true` and
-bench/chat.py's `--ab-option bucketed_kv=false` over `--option bucketed_kv=true` say.
+On by default on CUDA only (engine option bucketed_kv, core.engines.mlx.device_defaults).
+On the H200 the op alone (attention over a fixed 256-multiple buffer, a boolean mask) met a
+new history length in 0.3-0.6 ms against 63-74 ms with the "causal" mask at the exact
+length; the buffer is sized in 256s too, since a buffer of the history's own length still
+paid 80 ms per length. End to end there (issue 49): later-turn p50 183-185 ms against
+224-225 in process (bench/later_turn.py), 171 against 176 ms over HTTP (bench/chat.py).
 """
 
 from __future__ import annotations

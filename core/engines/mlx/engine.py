@@ -27,6 +27,7 @@ from core.engines.mlx.admission import Admission
 from core.engines.mlx.batch import BatchPath
 from core.engines.mlx.checks import load_model
 from core.engines.mlx.chunked import ChunkedPrefill
+from core.engines.mlx.device_defaults import limit_cache, this_device
 from core.engines.mlx.prefix import PrefixSaves
 from core.engines.mlx.scheduler import Scheduling
 from core.engines.mlx.single import SinglePath, trim_buffer_cache
@@ -69,6 +70,11 @@ class MlxEngine(Admission, Scheduling, SinglePath, ChunkedPrefill, Speculation, 
                 "UNSUPPORTED",
                 f"prefill_order must be 'shortest' or 'fifo', not {self._prefill_order!r}.",
             )
+        # Prefill shapes, cached turns, history lengths, the buffer cache: per device
+        # (core.engines.mlx.device_defaults)
+        d = this_device()
+        gb = spec.option("cache_limit_gb")
+        self.cache_limit = limit_cache(d.cache_share, None if gb is None else float(gb))
         path = Path(spec.path)
         self._model, self._tokenizer, self._config = load_model(path)
         self.model_type = str(self._config.get("model_type"))
@@ -104,22 +110,17 @@ class MlxEngine(Admission, Scheduling, SinglePath, ChunkedPrefill, Speculation, 
         # BatchGenerator's prompt batch without its whole-cache copies (core.engines.mlx.lean_prompt)
         self._lean_prompt = bool(spec.option("lean_prompt_batch", True))
         self._bg = self._new_batch_generator()
-        # Prefill shapes cost a compilation the first time only on a GPU (CUDA, Metal).
-        on_gpu = mx.default_device().type == mx.DeviceType.gpu
-        self._warmup_prefill = bool(spec.option("warmup_prefill", on_gpu))
+        self._warmup_prefill = bool(spec.option("warmup_prefill", d.warmup_prefill))
         # On a GPU a prompt is prefilled in a few fixed shapes (see _prefill_in_buckets).
-        self._bucketed = bool(spec.option("bucketed_prefill", on_gpu))
-        # ... over a history bucketed to 256-token steps (core.engines.mlx.bucketed_kv):
-        # opt-in until measured end to end on a GPU (issue 49)
-        self._bucketed_kv = bool(spec.option("bucketed_kv", False))
-        device = "gpu" if on_gpu else "cpu"  # how prompts share prefill passes
-        self._group_tokens = int(spec.option("prefill_group_tokens", FREE_PADDED_TOKENS[device]))
-        self._group_slack = float(spec.option("prefill_group_slack", PADDING_SLACK[device]))
+        self._bucketed = bool(spec.option("bucketed_prefill", d.bucketed_prefill))
+        # ... over a history bucketed to 256-token steps (core.engines.mlx.bucketed_kv)
+        self._bucketed_kv = bool(spec.option("bucketed_kv", d.bucketed_kv))
+        # how prompts share prefill passes
+        self._group_tokens = int(spec.option("prefill_group_tokens", FREE_PADDED_TOKENS[d.device]))
+        self._group_slack = float(spec.option("prefill_group_slack", PADDING_SLACK[d.device]))
         # A cached turn (a long history, a few new tokens) joining the batch is prefilled
         # alone first, up to this many new tokens (BatchPath._join_prefilled; 0: never).
-        # Measured on CUDA only (an H200), so on by default there only.
-        cuda = on_gpu and bool(getattr(getattr(mx, "cuda", None), "is_available", lambda: False)())
-        self._alone_tokens = int(spec.option("prefill_alone_tokens", 512 if cuda else 0))
+        self._alone_tokens = int(spec.option("prefill_alone_tokens", d.prefill_alone_tokens))
         self._joined = False  # a step's schedule joined such turns (see step)
         sizes = spec.option("warmup_batch_sizes")
         if sizes is None:

@@ -11,10 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
 from core.engines.base import GenerationRequest, ModelSpec
 from core.engines.kv_mlx import MlxKvKeeper
+from core.engines.mlx.bucketed_kv import to_bucketed, to_plain
+from core.engines.mlx.single import PREFILL_QUANTUM, tail_bucket
 from core.engines.mlx.state import FinishedRows, Request
 
 
@@ -29,6 +32,8 @@ class PrefixSaves:
     _eos: set[int]
     _prefix: Any
     _kv: MlxKvKeeper | None
+    _bucketed: bool
+    _bucketed_kv: bool
     render_text: Callable[[GenerationRequest], str]  # Admission's
 
     def _open_kv(self, path: Path) -> MlxKvKeeper | None:
@@ -49,7 +54,30 @@ class PrefixSaves:
                 GenerationRequest("", tuple(msgs), tools=tools, thinking=thinking)),
             remember=self._prefix.store, bits=int(self.spec.option("kv_disk_bits", 16)),
             read=str(self.spec.option("kv_disk_read", "auto")),
-            copy=str(self.spec.option("kv_disk_copy", "parallel")), discard=self._prefix.discard)
+            copy=str(self.spec.option("kv_disk_copy", "parallel")), discard=self._prefix.discard,
+            prefill=self._follow_up_pass)
+
+    def _follow_up_pass(self, tokens: list[int], cache: list[Any]) -> None:
+        """The keeper's next-turn prefill (a reply's tokens over its history, in idle time)
+        in the shapes the engine's own passes meet: a short piece padded like a prefill's
+        tail and the history's length bucketed (bucketed_kv). On CUDA a pass over a new
+        history length builds an attention plan (60-130 ms on an H200), and a turn that
+        arrives meanwhile waits for it."""
+        with mx.stream(self._stream):
+            if self._bucketed_kv:
+                to_bucketed(cache)
+            try:
+                for start in range(0, len(tokens), 2048):
+                    piece = tokens[start:start + 2048]
+                    pad = 0
+                    if self._bucketed and len(piece) <= PREFILL_QUANTUM:
+                        pad = tail_bucket(len(piece)) - len(piece)
+                    self._model(mx.array(piece + [0] * pad)[None], cache=cache)
+                    for layer in cache if pad else ():
+                        layer.trim(pad)  # after the real tokens: none of them saw it
+                    mx.eval([c.state for c in cache])
+            finally:
+                to_plain(cache)
 
     def warm(self, request: GenerationRequest) -> bool:
         """kv-disk hook (issue 33 item 2): the runtime opened `request`'s conversation (its
