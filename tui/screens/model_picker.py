@@ -68,16 +68,17 @@ def start_row(choices: list[ModelChoice], current: str) -> int:
 
 def choice_label(choice: ModelChoice, current: str, loaded: bool = False) -> Text:
     """● marks the model in use; "loaded" one the pool holds already (picking it answers
-    at once: several models stay loaded)."""
+    at once: several models stay loaded). One line: the file comes last, where a narrow
+    picker cuts it with … (themes/dialogs.tcss) rather than wrap the row."""
     text = Text("● " if in_use(choice, current) else "  ", style="bold")
-    text.append(visible(choice.id), style="bold")  # the one id (issue 45), its file beside
-    if choice.name != choice.id:
-        text.append(f"  {visible(choice.name)}", style="dim")
+    text.append(visible(choice.id), style="bold")  # the one id (issue 45), its file last
     text.append(f"  {choice.engine or '?'}", style="dim")
     if choice.base_model:
         text.append("  base model", style="italic dim")
     if loaded:
         text.append("  loaded", style="italic")
+    if choice.name != choice.id:
+        text.append(f"  {visible(choice.name)}", style="dim")
     return text
 
 
