@@ -15,11 +15,13 @@ it as the in-process Runtime calls its own.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from core.attach_errors import AttachError
 from core.service import codec
 from core.service.client import ServiceClient, ServiceUnavailable
 from core.service.dispatch import RUNTIME_CALLS, TURN_CALLS
@@ -313,11 +315,14 @@ class RemoteRuntime:
                          int(data.get("done", 0)), int(data.get("total", 0)))
 
         self.client.listeners.append(on_progress)
+        typed = [str(p) for p in paths]
         try:
-            return await self.client.call("attach", conversation_id=conversation_id,
-                                          paths=[typed_here(p) for p in paths])
+            results = await self.client.call("attach", conversation_id=conversation_id,
+                                             paths=[typed_here(p) for p in typed])
         finally:
             self.client.listeners.remove(on_progress)
+        return [said_as_typed(r, t) for r, t in zip(results, typed, strict=False)] \
+            if isinstance(results, list) else results
 
     async def service_status(self) -> dict[str, Any]:
         return await self.client.call("status")
@@ -367,3 +372,13 @@ def typed_here(path: Any) -> str:
     runs in a folder of its own (core.service.launch), where `notes.md` names another file
     or none."""
     return os.path.abspath(os.path.expanduser(str(path)))
+
+
+def said_as_typed(result: Any, typed: str) -> Any:
+    """An attach error names the file as the person typed it, not as the service was asked
+    (typed_here's absolute path): `notes.md does not exist`, whatever the folder."""
+    absolute = typed_here(typed)
+    if isinstance(result, AttachError) and absolute != typed:
+        return dataclasses.replace(result, message=result.message.replace(absolute, typed),
+                                   path=typed if result.path == absolute else result.path)
+    return result

@@ -33,6 +33,9 @@ async def test_attach_of_a_relative_path_reads_the_file_in_the_apps_folder(
         assert isinstance(result, AttachResult), result
         [home_relative] = await client.attach(result.conversation_id, ["~/../nowhere.txt"])
         assert "nowhere.txt" in str(getattr(home_relative, "message", home_relative))
+        [missing] = await client.attach(result.conversation_id, ["drafts/missing.txt"])
+        assert missing.message.startswith("drafts/missing.txt does not exist"), missing
+        assert missing.path == "drafts/missing.txt"  # as typed, not the absolute path sent
     finally:
         await client.close()
 
