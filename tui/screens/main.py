@@ -87,6 +87,7 @@ class MainScreen(Screen):
         super().__init__()
         self.conversation_id: str | None = None
         self.turn: Turn | None = None
+        self.offline_known = False  # the service has said whether its Hub is offline
         self.code_runs = CodeRuns(self)  # F8 runs a reply's Python blocks, F9 asks for a fix
         self.message_actions = MessageActions(self)  # regenerate, edit, branches, delete
         # Messages sent while a reply streams wait here, in order, and go one after another
@@ -197,12 +198,19 @@ class MainScreen(Screen):
         """Start-up has opened what it opens (the service's client: a reply it streams or
         just finished): an empty chat shows its hint, and the header its ctx, only now."""
         self.query_one(StatusBar).opening = False
-        try:  # the service downloads: its HF_HUB_OFFLINE, not ours, says whether d would fail
+        if self.conversation_id is None and not self.chat.views:
+            await self.chat.show_empty()
+        # Asked after, not awaited here: keys a person types as the app opens go on to
+        # where they lead meanwhile (tests/integration/test_key_order.py).
+        self.run_worker(self._learn_offline(), group="offline", exit_on_error=False)
+
+    async def _learn_offline(self) -> None:
+        """The service downloads: its HF_HUB_OFFLINE, not ours, says whether d would fail."""
+        try:
             self.chat.offline = await self.runtime.hub_offline()
         except Exception:  # noqa: BLE001 - a service that cannot say: the usual words
             pass
-        if self.conversation_id is None and not self.chat.views:
-            await self.chat.show_empty()
+        self.offline_known = True
 
     async def refresh_sidebar(self) -> None:
         sidebar = self.query_one(Sidebar)
