@@ -13,6 +13,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.helpers.bytecode import cache_bytecode_outside_the_tree  # noqa: E402
+
+cache_bytecode_outside_the_tree()  # PYTHONDONTWRITEBYTECODE=1: bytecode in the temp folder
+
 # The fast tier: tests measured slow in the last recorded run are marked `slow`.
 pytest_plugins = ["tests.helpers.tiers"]
 

@@ -198,13 +198,16 @@ async def test_prompts_are_slash_commands_and_resources_attach_like_files() -> N
         await pilot.press("/")  # starts the servers in the background
         hint = app.main.query_one("#slash-hint")
         await wait_until(pilot, lambda: "/fixture.review" in str(hint.render()), SLOW)  # no key needed
-        await pilot.press(*"fixture.rev", "tab")
+        await type_burst(pilot, "fixture.rev")
+        await pilot.press("tab")
         assert app.main.composer.text == "/fixture.review "
-        await pilot.press(*"the roof", "enter")
+        await type_burst(pilot, "the roof")
+        await pilot.press("enter")
         await wait_until(pilot, lambda: app.main.composer.text.startswith("Please review"))
         assert app.main.composer.text == "Please review the roof carefully and list three risks."
         app.main.composer.load_text("")
-        await pilot.press(*"/attach mcp:fixture:notes://today", "enter")
+        await type_burst(pilot, "/attach mcp:fixture:notes://today")
+        await pilot.press("enter")
         bar = app.main.query_one("#attachment-bar")
         await wait_until(pilot, lambda: bar.chips == ["today.txt"], SLOW)
         rt = app.runtime.local  # the service's store, read directly
@@ -220,7 +223,10 @@ async def test_settings_add_turn_off_and_remove_servers_by_keyboard() -> None:
         await wait_until(pilot, lambda: app.screen.__class__.__name__ == "SettingsScreen")
         screen = app.screen
         screen.query_one("#mcp-new-name").focus()
-        await pilot.press(*"my web", "tab", *"http://h/mcp", "enter")
+        await type_burst(pilot, "my web")
+        await pilot.press("tab")
+        await type_burst(pilot, "http://h/mcp")
+        await pilot.press("enter")
         await pilot.pause(0.1)
         why = screen.query_one("#why-mcp")
         assert str(why.render()) == ("✖ MCP server name 'my web' must be letters, digits, _ or - "
@@ -237,7 +243,10 @@ async def test_settings_add_turn_off_and_remove_servers_by_keyboard() -> None:
         await pilot.press("enter")  # and remove "my" again
         await wait_until(pilot, lambda: not screen.query("#mcp-on-my"))
         screen.query_one("#mcp-new-name").focus()
-        await pilot.press(*"notes", "tab", *"uvx notes -d '/a b'", "enter")
+        await type_burst(pilot, "notes")
+        await pilot.press("tab")
+        await type_burst(pilot, "uvx notes -d '/a b'")
+        await pilot.press("enter")
         await wait_until(pilot, lambda: screen.query("#mcp-on-notes"))
         await pilot.press("ctrl+s")
         await wait_until(pilot, lambda: isinstance(app.screen, MainScreen))

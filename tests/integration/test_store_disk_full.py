@@ -13,7 +13,7 @@ import pytest
 from textual import events
 
 from tests.fixtures.small_fs import tmpfs_fixture  # noqa: F401
-from tests.fixtures.tui import scripted_app, wait_ready, wait_until
+from tests.fixtures.tui import scripted_app, type_burst, wait_ready, wait_until
 from tui.screens.model_picker import ModelPickerScreen
 
 
@@ -62,7 +62,7 @@ async def test_f5_enter_and_send_on_a_full_two_megabyte_home(
         # Now fill what is left and send: the message comes back to the composer.
         _fill(home)
         app.main.composer.focus()
-        await pilot.press(*"keep this text")
+        await type_burst(pilot, "keep this text")
         await pilot.press("enter")
         await wait_until(pilot, lambda: "Could not save your message" in _notes(app))
         assert "full" in _notes(app)
@@ -84,7 +84,7 @@ async def test_disk_full_while_a_reply_streams_keeps_the_app_and_the_saved_text(
     app = scripted_app(reply=reply, tokens_per_s=60, chunk_chars=12)
     async with app.run_test(size=(110, 32)) as pilot:
         await wait_ready(pilot)
-        await pilot.press(*"tell me a long story")
+        await type_burst(pilot, "tell me a long story")
         # Not pilot.press("enter") nor wait_until: each waits for the process to go idle,
         # up to 1 s a time, and it never does while a reply streams; the 2.5 s reply was
         # over (and saved whole) before the disk filled, and the test saw no error.
@@ -113,7 +113,7 @@ async def test_disk_full_while_a_reply_streams_keeps_the_app_and_the_saved_text(
                          .startswith(f"h:{cid}"))
         assert app.is_running and "full" in _notes(app)
         filler.unlink()  # space again: the next message is saved whole
-        await pilot.press(*"and another")
+        await type_burst(pilot, "and another")
         await pilot.press("enter")
         await wait_until(pilot, lambda: app.main.turn is None
                          and len(app.main.query(MessageView)) >= 4, timeout=60)

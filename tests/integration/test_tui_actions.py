@@ -9,7 +9,14 @@ import tomllib
 from core import paths
 from core.config import Settings
 from core.store import Store
-from tests.fixtures.tui import scripted_app, seed_conversations, send, wait_ready, wait_until
+from tests.fixtures.tui import (
+    scripted_app,
+    seed_conversations,
+    send,
+    type_burst,
+    wait_ready,
+    wait_until,
+)
 from tui.app import LlmdeckApp
 from tui.screens.help import binding_rows, help_groups
 from tui.screens.main import MainScreen
@@ -49,7 +56,8 @@ async def test_edit_and_resend_branches_the_user_message() -> None:
         await pilot.press("ctrl+up", "up", "e")
         assert app.main.composer.text == "Hello"
         assert app.main.composer.editing_id == views(app)[0].message_id
-        await pilot.press(*" there", "enter")
+        await type_burst(pilot, " there")
+        await pilot.press("enter")
         await wait_until(pilot, lambda: app.main.turn is None and len(views(app)) == 2
                          and views(app)[0].branch == (2, 2) and views(app)[1].message_id is not None)
         assert views(app)[0].content == "Hello there"
@@ -91,7 +99,8 @@ async def test_stop_mid_stream_keeps_the_partial_reply() -> None:
     app = scripted_app(tokens_per_s=20, chunk_chars=2)
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
-        await pilot.press(*"Go", "enter")
+        await type_burst(pilot, "Go")
+        await pilot.press("enter")
         await wait_until(pilot, lambda: len(views(app)) == 2 and views(app)[-1].content)
         await pilot.press("escape")
         await wait_until(pilot, lambda: app.main.turn is None)
@@ -109,7 +118,8 @@ async def test_rename_and_delete_a_conversation_from_the_sidebar() -> None:
         await wait_ready(pilot)
         await pilot.press("ctrl+f", "tab", "r")
         await pilot.pause(0.2)
-        await pilot.press(*"Renamed chat", "enter")
+        await type_burst(pilot, "Renamed chat")
+        await pilot.press("enter")
         await wait_until(pilot, lambda: "Renamed chat" in str(
             app.main.query_one("#conversations").get_option_at_index(0).prompt))
         await pilot.press("d")
@@ -143,12 +153,16 @@ async def test_settings_refuse_out_of_range_and_save_valid_values_to_toml() -> N
         await wait_ready(pilot)
         await pilot.press("f3")
         await pilot.pause(0.2)
-        await pilot.press("end", "backspace", "backspace", "backspace", *"2.5", "ctrl+s")
+        await pilot.press("end", "backspace", "backspace", "backspace")
+        await type_burst(pilot, "2.5")
+        await pilot.press("ctrl+s")
         await pilot.pause(0.2)
         assert app.screen.__class__.__name__ == "SettingsScreen"
         assert "between 0 and 2" in str(app.screen.query_one("#why-temperature").render())
         assert not paths.config_path().exists()
-        await pilot.press("backspace", "backspace", "backspace", *"1.2", "ctrl+s")
+        await pilot.press("backspace", "backspace", "backspace")
+        await type_burst(pilot, "1.2")
+        await pilot.press("ctrl+s")
         await wait_until(pilot, lambda: isinstance(app.screen, MainScreen))
         saved = tomllib.loads(paths.config_path().read_text())
         assert saved["sampling"]["temperature"] == 1.2
@@ -182,18 +196,22 @@ async def test_slash_commands() -> None:
     app = scripted_app()
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
-        await pilot.press(*"/sys", "tab")
+        await type_burst(pilot, "/sys")
+        await pilot.press("tab")
         assert app.main.composer.text == "/system "
-        await pilot.press(*"Answer briefly.", "enter")
+        await type_burst(pilot, "Answer briefly.")
+        await pilot.press("enter")
         await pilot.pause(0.2)
         assert app.runtime.settings.system_prompt == "Answer briefly."
         assert Settings.load().system_prompt == "Answer briefly."
-        await pilot.press(*"/attach notes.pdf", "enter")
+        await type_burst(pilot, "/attach notes.pdf")
+        await pilot.press("enter")
         await pilot.pause(0.1)
         if getattr(app.runtime, "attach", None) is None:
             assert any("not available yet" in str(n.message) for n in app._notifications)
         app.main.composer.load_text("")  # /attach may keep a path it could not read
-        await pilot.press(*"/bogus", "enter")
+        await type_burst(pilot, "/bogus")
+        await pilot.press("enter")
         await pilot.pause(0.1)
         assert app.main.composer.text == "/bogus"  # refused, kept for fixing
         assert any("Unknown command /bogus" in str(n.message) for n in app._notifications)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from core import paths
 from core.store import Store
-from tests.fixtures.tui import scripted_app, wait_ready, wait_until
+from tests.fixtures.tui import scripted_app, type_burst, wait_ready, wait_until
 from tui.widgets.message_view import MessageView
 from tui.widgets.status_bar import StatusBar
 
@@ -75,7 +75,8 @@ async def test_a_message_typed_over_several_lines_shows_them() -> None:
     app = scripted_app()
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
-        await pilot.press(*"one number per line:", "ctrl+j", "1", "ctrl+j", "2", "ctrl+j", "3")
+        await type_burst(pilot, "one number per line:")
+        await pilot.press("ctrl+j", "1", "ctrl+j", "2", "ctrl+j", "3")
         await pilot.press("enter")
         await wait_until(pilot, lambda: bool(views(app)) and app.main.at_rest)
         mine = views(app)[0]
@@ -88,7 +89,8 @@ async def test_the_header_counts_the_context_while_a_new_chat_streams() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         bar = app.main.query_one(StatusBar)
-        await pilot.press(*"Hello there", "enter")
+        await type_burst(pilot, "Hello there")
+        await pilot.press("enter")
         await wait_until(pilot, lambda: len(views(app)) == 2 and len(views(app)[1].content) > 40)
         assert app.main.turn is not None, "still streaming"
         first = bar.context_used
@@ -107,7 +109,8 @@ async def test_quit_while_a_reply_streams_in_process_asks_first() -> None:
     app = scripted_app(reply="word " * 200, tokens_per_s=20)
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
-        await pilot.press(*"Hello", "enter")
+        await type_burst(pilot, "Hello")
+        await pilot.press("enter")
         await wait_until(pilot, lambda: app.main.turn is not None)
         await pilot.press("ctrl+q")
         await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
@@ -145,7 +148,8 @@ async def test_quit_while_a_reply_streams_as_the_services_client_says_it_goes_on
         app = LlmdeckApp(ServiceRuntime())
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: app.runtime.model.state == "ready", 60)
-            await pilot.press(*"Hello", "enter")
+            await type_burst(pilot, "Hello")
+            await pilot.press("enter")
             await wait_until(pilot, lambda: app.main.turn is not None)
             await pilot.press("ctrl+q")  # no question: the reply is the service's
             await wait_until(pilot, lambda: not app.is_running)
@@ -176,7 +180,8 @@ async def test_a_message_sent_while_the_model_loads_shows_at_once(llmdeck_home) 
                 return await start_turn(conversation_id, text)
 
             app.runtime.start_turn = recorded
-            await pilot.press(*"Hello while loading", "enter")
+            await type_burst(pilot, "Hello while loading")
+            await pilot.press("enter")
             await wait_until(pilot, lambda: bool(shown_when_asked))
             assert shown_when_asked == [["Hello while loading"]]
             await wait_until(pilot, lambda: len(views(app)) == 2 and app.main.at_rest, 30)

@@ -20,13 +20,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from core.events import Done, Error, ReasoningDelta, TextDelta, Usage
 from core.wire.compare import LEFT, RIGHT, CompareRefused
 from tui.screens.model_picker import ModelChoice
 from tui.terminal_text import visible
 from tui.widgets.message_view import MessageView
+from tui.widgets.quiet_footer import QuietFooter
 
 if TYPE_CHECKING:
     from core.runtime import Comparison, ModelSpec
@@ -76,7 +77,7 @@ class CompareScreen(Screen[CompareOutcome]):
                         yield MessageView("assistant")
         yield Static(f"Loading {visible(self.label)} beside the chat model…",
                      id="compare-hint", markup=False)
-        yield Footer()
+        yield QuietFooter()
 
     @property
     def views(self) -> list[MessageView]:

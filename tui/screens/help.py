@@ -9,7 +9,9 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
+
+from tui.widgets.quiet_footer import QuietFooter
 
 
 def _keys(binding: Binding) -> str:
@@ -76,7 +78,7 @@ class HelpScreen(ModalScreen[None]):
             yield Static(table)
             yield Static("Slash commands in the composer: /model /system /clear /export /attach "
                          "(tab completes).", classes="help-foot")
-        yield Footer()
+        yield QuietFooter()
 
     def action_dismiss_help(self) -> None:
         self.dismiss(None)

@@ -23,7 +23,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
+from textual.widgets import Input, Static, TabbedContent, TabPane
 
 from core.wire.hub import DownloadProgress, HubError, LocalModel, Recommendation, plan_download
 from core.wire.workers import WorkerStatus
@@ -36,6 +36,7 @@ from tui.widgets.hub_files import FilesTable
 from tui.widgets.hub_local import LocalTable
 from tui.widgets.hub_recommended import RecommendedTable
 from tui.widgets.hub_results import ResultsTable
+from tui.widgets.quiet_footer import QuietFooter
 from tui.widgets.worker_pane import loaded_lines
 
 SCREEN_NAME = "hub"
@@ -103,7 +104,7 @@ class HubScreen(Screen):
                 yield LocalTable(id="hub-local")
                 yield Static("", id="hub-local-loaded", markup=False)
         yield DownloadsPanel(id="hub-downloads")
-        yield Footer()
+        yield QuietFooter()
 
     def on_mount(self) -> None:
         # The service's jobs: they outlive this terminal (issue 45). The client's own

@@ -23,7 +23,7 @@ from textual.app import ComposeResult
 from textual.binding import ActiveBinding, Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static, TextArea
+from textual.widgets import Input, Static, TextArea
 
 from core.events import ToolCall
 from core.runtime import ModelState, context_use
@@ -48,6 +48,7 @@ from tui.widgets.chat_view import PAGE, ChatView
 from tui.widgets.composer import Composer
 from tui.widgets.image_card import place_images
 from tui.widgets.message_view import MessageView
+from tui.widgets.quiet_footer import QuietFooter
 from tui.widgets.sidebar import Sidebar
 from tui.widgets.status_bar import StatusBar
 from tui.widgets.worker_pane import WorkerPane
@@ -131,7 +132,7 @@ class MainScreen(Screen):
                 yield Static("", id="slash-hint")
                 yield AttachmentBar(id="attachment-bar")
                 yield Composer(id="composer")
-        yield Footer()
+        yield QuietFooter()
 
     @property
     def runtime(self):

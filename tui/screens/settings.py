@@ -12,12 +12,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Footer, Input, Label, Select, Static, Switch, TextArea
+from textual.widgets import Button, Input, Label, Select, Static, Switch, TextArea
 
 from core.config import kept_notice
 from themes.palettes import THEME_NAMES
 from tui import settings_form as form
 from tui.widgets.mcp_settings import McpSettings
+from tui.widgets.quiet_footer import QuietFooter
 
 NUMERIC = (
     ("temperature", "Temperature (0–2)"),
@@ -109,7 +110,7 @@ class SettingsScreen(ModalScreen[bool]):
                 yield Button("Save (ctrl+s)", variant="primary", id="save")
                 yield Button("Save as model preset (ctrl+r)", id="save-preset")
                 yield Button("Cancel (esc)", id="cancel")
-        yield Footer()
+        yield QuietFooter()
 
     def on_mount(self) -> None:
         for name, _ in FIELDS:
