@@ -28,27 +28,34 @@ ABORTED = 2  # llama_decode's return value for a computation the callback stoppe
 
 
 class StepAbort:
-    """The abort callback of one llama.cpp context: true while armed and the flag is up."""
+    """The abort callback of one llama.cpp context: true while armed and the flag is up.
+    Installed only once a flag is handed over (a worker's engine): elsewhere llama.cpp
+    calls nothing between nodes."""
 
     def __init__(self, llm: Any) -> None:
+        self._llm = llm
         self.flag: Any = None  # a ctypes c_bool (shared memory) the pool raises; None: never
         self.armed = False
         self.fired = False  # the callback said stop during the step armed last
         self._callback: Any = None
+
+    def listen(self, flag: Any) -> None:
+        """Install the callback, reading `flag` (a ctypes bool, shared with the pool)."""
         try:
             import llama_cpp
 
-            # Kept referenced: llama.cpp holds only the function pointer.
-            self._callback = llama_cpp.ggml_abort_callback(self._check)
-            llama_cpp.llama_set_abort_callback(llm._ctx.ctx, self._callback, None)
+            callback = llama_cpp.ggml_abort_callback(self._check)
+            llama_cpp.llama_set_abort_callback(self._llm._ctx.ctx, callback, None)
         except (AttributeError, OSError, TypeError) as exc:  # an older binding: steps run whole
             log.debug("no abort callback on this llama.cpp: %s", exc)
-            self._callback = None
+            return
+        self._callback = callback  # kept referenced: llama.cpp holds only the pointer
+        self.flag = flag
 
     @property
     def available(self) -> bool:
-        """Whether a flag can cut a step here (a callback installed and a flag handed over)."""
-        return self._callback is not None and self.flag is not None
+        """Whether a flag can cut a step here."""
+        return self.flag is not None
 
     def arm(self, on: bool) -> None:
         """Before a step: whether this step may be cut short."""

@@ -242,7 +242,7 @@ class LlamaCppEngine:
     def listen(self, flag: Any) -> None:
         """The flag (a shared ctypes bool) the pool raises when a person's turn needs this
         worker: the API reply's step in flight then stops (core.engines.llama_abort)."""
-        self._abort.flag = flag
+        self._abort.listen(flag)
 
     def submit(self, request: GenerationRequest) -> None:
         request.sampling.validate()
