@@ -368,6 +368,8 @@ class LlamaCppEngine:
             self._llm._input_ids[: self._llm.n_tokens].tolist(), tokens)
         if prefill is None and self._kv is not None:  # kv-disk hook: a stored state covering more
             cached = self._kv.lookup(tokens, cached)
+        if prefill is None:
+            cached = _front_checked(self._llm, cached)
         s = request.sampling
         stop = [x for x in (*s.stop, *stop, *(() if raw else self._turn_stops)) if x]
         if s.json_schema is not None or generic:  # the grammar alone ends a constrained reply
@@ -529,8 +531,11 @@ class LlamaCppEngine:
         """Whether the coming step may be cut short (core.engines.llama_abort): an API
         reply or work beside a conversation that could be set aside, at a point where a new
         stream over its tokens goes on exactly (a prompt chunk, a stream not yet yielded, or
-        a reply whose text so far is whole characters)."""
-        if not self._abort.available or active.restart is None or active.request.interactive:
+        a reply whose text so far is whole characters). Not a seeded sampled reply: a new
+        stream would start its random sequence again, and its client would see another reply."""
+        s = active.request.sampling
+        if (not self._abort.available or active.restart is None or active.request.interactive
+                or (s.seed is not None and s.temperature > 0)):
             return False
         return active.prefill is not None or active.fresh or at_token_boundary(
             self._llm, len(active.kv_prompt), active.last_token)
@@ -593,7 +598,7 @@ class LlamaCppEngine:
         assert active.restart is not None
         reply = snap.tokens[len(active.kv_prompt):]
         try:
-            restore(self._llm, snap)
+            _front_checked(self._llm, restore(self._llm, snap))
             if active.first_token_at is None:  # set aside mid-prefill: the context changed
                 active.prefill = ChunkedPrefill.plan(self._llm, active.kv_prompt)
             active.stream = iter(active.restart(snap.tokens, active.limit - len(reply), reply))
@@ -614,6 +619,24 @@ class LlamaCppEngine:
         llm = getattr(self, "_llm", None)
         if llm is not None:
             llm.close()
+
+
+def _front_checked(llm: Any, shared: int) -> int:
+    """The tokens of the context a new stream may reuse: `shared`, or 0 when the cache has
+    lost its first cells and the stream would keep fewer tokens than it holds. A stored
+    state (core.engines.kv_llama) brings back only a sliding window's cells for the SWA
+    layers (Gemma 3: 512), so once the context is cut back below that window, those layers
+    miss the prompt's start: an API reply set aside before its first token over such a
+    state resumed as another text ("What is the capital of Japan"). Emptied, it is
+    prefilled whole again."""
+    import llama_cpp
+
+    if shared >= llm.n_tokens:
+        return shared
+    if int(llama_cpp.llama_memory_seq_pos_min(llama_cpp.llama_get_memory(llm._ctx.ctx), 0)) > 0:
+        llm.n_tokens = 0
+        return 0
+    return shared
 
 
 class _PromptTooLong(ValueError):

@@ -104,6 +104,21 @@ def test_a_person_s_turn_is_never_cut(engine: Any) -> None:
         engine.flag.value = False
 
 
+def test_a_seeded_sampled_reply_is_never_cut(engine: Any) -> None:
+    """Started again, a seeded sampler would draw its random sequence from the start: the
+    client would get another reply than the seed promises. So it runs on under the flag."""
+    engine._llm.n_tokens = 0
+    engine.submit(GenerationRequest("seeded", ({"role": "user", "content": API},),
+                                    SamplingParams(temperature=0.8, seed=7, max_tokens=6)))
+    engine.flag.value = True
+    try:
+        while engine.has_work():
+            engine.step()
+            assert not engine._abort.fired
+    finally:
+        engine.flag.value = False
+
+
 def test_a_prefill_cut_midway_stops_at_once_and_the_reply_is_unchanged(engine: Any) -> None:
     """A ~470-token API prompt, fed whole in one step: the flag raised 30 ms in stops
     the step within a few graph nodes (well before the prefill would end), and the reply
@@ -139,13 +154,48 @@ def test_a_prefill_cut_midway_stops_at_once_and_the_reply_is_unchanged(engine: A
     assert _usage(events).prompt_tokens == _usage(alone).prompt_tokens
 
 
+def test_a_reply_set_aside_over_a_stored_state_resumes_as_itself(engine: Any) -> None:
+    """The API prompt's state comes back from the disk cache (core.engines.kv_llama),
+    which restores only a sliding window's cells for Gemma's SWA layers; a person's turn
+    sets the reply aside before its first token (as a cut step now often does). The
+    turn and the resumed reply reuse only the shared transcript, which those layers no
+    longer held: the reply came out "What is the capital of Japan". Now the context is
+    emptied and prefilled whole."""
+    def run(rid: str, text: str, tokens: int) -> list[Any]:
+        engine.submit(_req(rid, text, tokens))
+        events: list[Any] = []
+        while engine.has_work():
+            for _, evs in engine.step():
+                events += evs
+        return events
+
+    if engine._kv is None:
+        pytest.skip("no disk cache on this engine")
+    long = "Minutes: " + LONG  # its own text: no state stored by another test matches
+    run("hello", "Hello!", 2)
+    alone = run("long-alone", long, 6)
+    run("hello", "Hello!", 2)
+    engine.submit(replace(_req("stored", long, 6), report_prompt=True))
+    events = [e for _, evs in engine.step() for e in evs]  # counted: the state loaded
+    assert engine._active.cached > 300, engine._active.cached
+    engine.submit(_req("person4", "What is the capital of France?", 4, interactive=True))
+    person: list[Any] = []
+    while engine.has_work():
+        for rid, evs in engine.step():
+            (events if rid == "stored" else person).extend(evs)
+    assert _text(person).strip()
+    assert _text(events) == _text(alone)
+
+
 async def test_a_turn_sent_during_an_api_prefill_answers_first(bundled_gguf: Path) -> None:
     """One llama.cpp worker prefilling an API prompt: the person's turn sent meanwhile
     gets its first token before the API reply does, and the API reply is the one it gives
     alone. Before, the turn waited for the API prompt's whole prefill and first token."""
     from core.workers.pool import WorkerPool
 
-    spec = ModelSpec(str(bundled_gguf), "llamacpp", context_size=1024)
+    # no disk cache: the API prompt's stored state would make its prefill one token
+    spec = ModelSpec(str(bundled_gguf), "llamacpp", context_size=1024,
+                     options=(("kv_disk_gb", 0),))
     pool = WorkerPool()
     first: dict[str, float] = {}
     read = asyncio.Event()
