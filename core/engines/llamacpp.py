@@ -5,7 +5,8 @@ rendered here, where the tokenizer lives. Prefix reuse is llama.cpp's own: the w
 keeps the previous turn's tokens in its context, so a session pinned to this worker
 prefills only what is new; `cached_tokens` reports how much was reused. A person's turn
 sets a running API reply aside at a token boundary and it resumes after as its own
-continuation (core.engines.turn_order decides, core.engines.llama_pause keeps its state).
+continuation (core.engines.turn_order decides, core.engines.llama_pause keeps its state);
+the API reply's step in flight is cut short and done again after (core.engines.llama_abort).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from core.engines.base import (
 )
 from core.engines.base_prompt import BaseFormat, base_format, effective_repetition_penalty
 from core.engines.kv_llama import LlamaKvKeeper
+from core.engines.llama_abort import StepAbort
 from core.engines.llama_lookup import Penalties, exact_rows, lookup_stream
 from core.engines.llama_params import load_llama, repack_weights, worker_threads
 from core.engines.llama_pause import Restart, SampleTap, Snapshot, at_token_boundary, restore, take
@@ -89,6 +91,10 @@ class _Active:
         self.limit = 0  # the reply's max_tokens
         self.last_token: int | None = None  # the token sampled last (not yet in the context)
         self.before = 0  # reply tokens before the current stream's prompt ends (resumed)
+        # the tokens the current stream was started over, and whether it has yielded yet:
+        # a step cut short before its first chunk is redone by starting it again
+        self.stream_prompt: list[int] = []
+        self.fresh = True
 
     def usage(self) -> Usage:
         now = time.perf_counter()
@@ -187,6 +193,7 @@ class LlamaCppEngine:
         self._queue: deque[GenerationRequest] = deque()
         self._order: TurnOrder[tuple[_Active, Snapshot]] = TurnOrder(self._queue)
         self._tap = SampleTap(self._llm)
+        self._abort = StepAbort(self._llm)  # an API reply's step cut for a person's turn
         self._active: _Active | None = None
         self._out: list[tuple[str, list[Event]]] = []
         # kv-disk hook (issue 33): sequence state on disk across restarts (core.engines.kv_llama)
@@ -231,6 +238,11 @@ class LlamaCppEngine:
             "mmproj": str(self._vision.path) if self._vision else None,
             "preempts": self.preempts,
         }
+
+    def listen(self, flag: Any) -> None:
+        """The flag (a shared ctypes bool) the pool raises when a person's turn needs this
+        worker: the API reply's step in flight then stops (core.engines.llama_abort)."""
+        self._abort.listen(flag)
 
     def submit(self, request: GenerationRequest) -> None:
         request.sampling.validate()
@@ -356,6 +368,8 @@ class LlamaCppEngine:
             self._llm._input_ids[: self._llm.n_tokens].tolist(), tokens)
         if prefill is None and self._kv is not None:  # kv-disk hook: a stored state covering more
             cached = self._kv.lookup(tokens, cached)
+        if prefill is None:
+            cached = _front_checked(self._llm, cached)
         s = request.sampling
         stop = [x for x in (*s.stop, *stop, *(() if raw else self._turn_stops)) if x]
         if s.json_schema is not None or generic:  # the grammar alone ends a constrained reply
@@ -390,6 +404,7 @@ class LlamaCppEngine:
             stream = restart(tokens, min(s.max_tokens, budget), [])
         self._active = _Active(request, iter(stream), len(tokens), min(cached, len(tokens)), stop)
         self._active.limit = min(s.max_tokens, budget)
+        self._active.stream_prompt = tokens
         # A reply under a grammar, with images or log-probabilities is never set aside:
         # its sampler's state could not be carried over.
         if prefill is None and options.get("grammar") is None and "logits_processor" not in options:
@@ -462,6 +477,7 @@ class LlamaCppEngine:
     def _advance(self, active: _Active) -> tuple[str, list[Event]]:
         rid = active.request.request_id
         events: list[Event] = []
+        self._abort.arm(self._can_redo(active))
         try:
             if active.prefill is not None:  # one chunk per step: a cancel is heard between
                 if active.prefill.step():
@@ -471,8 +487,13 @@ class LlamaCppEngine:
         except StopIteration:
             chunk = None
         except Exception as exc:  # llama.cpp decode failure
+            if self._abort.fired:  # cut short for a person's turn: done again next step
+                return rid, self._redo(active)
             self._active = None
             return rid, [Error("INTERNAL", f"Generation failed: {exc}"), Done("error")]
+        finally:
+            self._abort.disarm()
+        active.fresh = False
         if chunk is not None:
             choice = chunk["choices"][0]
             text = choice.get("text") or ""
@@ -506,6 +527,46 @@ class LlamaCppEngine:
             self._kv.finished(active.request, active.kv_text, active.kv_prompt, active.reply + tail)
         return rid, events
 
+    def _can_redo(self, active: _Active) -> bool:
+        """Whether the coming step may be cut short (core.engines.llama_abort): an API
+        reply or work beside a conversation that could be set aside, at a point where a new
+        stream over its tokens goes on exactly (a prompt chunk, a stream not yet yielded, or
+        a reply whose text so far is whole characters). Not a seeded sampled reply: a new
+        stream would start its random sequence again, and its client would see another reply."""
+        s = active.request.sampling
+        if (not self._abort.available or active.restart is None or active.request.interactive
+                or (s.seed is not None and s.temperature > 0)):
+            return False
+        return active.prefill is not None or active.fresh or at_token_boundary(
+            self._llm, len(active.kv_prompt), active.last_token)
+
+    def _redo(self, active: _Active) -> list[Event]:
+        """The step was cut short: llama.cpp dropped what it wrote, so the context holds
+        the reply but its last sampled token, as before the step. A chunk of prompt is fed
+        again next step (its place did not move); a stream is started again over the same
+        tokens, whose prefix reuse feeds just what the cut step fed."""
+        import llama_cpp
+
+        llm = self._llm
+        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(llm._ctx.ctx), -1,
+                                      llm.n_tokens, -1)  # llama.cpp did: said, not assumed
+        if active.prefill is not None:
+            return []
+        assert active.restart is not None
+        if active.fresh:
+            tokens = active.stream_prompt
+        else:
+            tokens = [*llm.input_ids[:llm.n_tokens].tolist(), int(active.last_token or 0)]
+        reply = tokens[len(active.kv_prompt):]
+        try:
+            active.stream = iter(active.restart(tokens, active.limit - len(reply), reply))
+        except Exception as exc:  # noqa: BLE001 - one reply's failure never takes the worker
+            self._active = None
+            self._order.finished(active.request.request_id)
+            return [Error("INTERNAL", f"Generation failed: {exc}"), Done("error")]
+        active.stream_prompt, active.fresh = tokens, True
+        return []
+
     def _set_aside(self, active: _Active) -> None:
         """A higher-ranked request waits: keep the running reply's state and let it go
         first, when the reply can go on later (core.engines.llama_pause); else it runs on."""
@@ -514,6 +575,10 @@ class LlamaCppEngine:
         reply = self._sampled(active)
         if active.first_token_at is None:  # not started yet: it simply waits again
             snap = Snapshot(list(active.kv_prompt[:-1]), active.kv_prompt[-1], None)
+        elif active.fresh:  # its stream (resumed, or a cut step redone) has not fed yet
+            got = take(self._llm, active.kv_prompt, active.stream_prompt[-1])
+            snap = got if got is not None and got.tokens == active.stream_prompt else Snapshot(
+                active.stream_prompt[:-1], active.stream_prompt[-1], None)
         elif reply >= active.limit or not at_token_boundary(
                 self._llm, len(active.kv_prompt), active.last_token):
             return
@@ -533,13 +598,14 @@ class LlamaCppEngine:
         assert active.restart is not None
         reply = snap.tokens[len(active.kv_prompt):]
         try:
-            restore(self._llm, snap)
+            _front_checked(self._llm, restore(self._llm, snap))
             if active.first_token_at is None:  # set aside mid-prefill: the context changed
                 active.prefill = ChunkedPrefill.plan(self._llm, active.kv_prompt)
             active.stream = iter(active.restart(snap.tokens, active.limit - len(reply), reply))
         except Exception as exc:  # noqa: BLE001 - one reply's failure never takes the worker
             self._order.finished(rid)
             return rid, [Error("INTERNAL", f"Generation failed: {exc}"), Done("error")]
+        active.stream_prompt, active.fresh = snap.tokens, True
         self._active = active
         return rid, []
 
@@ -553,6 +619,24 @@ class LlamaCppEngine:
         llm = getattr(self, "_llm", None)
         if llm is not None:
             llm.close()
+
+
+def _front_checked(llm: Any, shared: int) -> int:
+    """The tokens of the context a new stream may reuse: `shared`, or 0 when the cache has
+    lost its first cells and the stream would keep fewer tokens than it holds. A stored
+    state (core.engines.kv_llama) brings back only a sliding window's cells for the SWA
+    layers (Gemma 3: 512), so once the context is cut back below that window, those layers
+    miss the prompt's start: an API reply set aside before its first token over such a
+    state resumed as another text ("What is the capital of Japan"). Emptied, it is
+    prefilled whole again."""
+    import llama_cpp
+
+    if shared >= llm.n_tokens:
+        return shared
+    if int(llama_cpp.llama_memory_seq_pos_min(llama_cpp.llama_get_memory(llm._ctx.ctx), 0)) > 0:
+        llm.n_tokens = 0
+        return 0
+    return shared
 
 
 class _PromptTooLong(ValueError):

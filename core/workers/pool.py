@@ -31,7 +31,7 @@ from core.workers.on_demand import OnDemandProcess
 from core.workers.prefix_route import prefix_key
 from core.workers.request_stream import RequestStream
 from core.workers.status import ModelStatus, WorkerStatus
-from core.workers.turn_hold import hold_others, release
+from core.workers.turn_hold import hold_others, interrupt_api, release
 from core.workers.worker_process import CLOSING, WorkerProcess
 
 __all__ = ["CLOSING", "ModelStatus", "WorkerLoadError", "WorkerPool", "WorkerStatus"]
@@ -352,6 +352,7 @@ class WorkerPool:
             worker.last_used = time.monotonic()
             worker.send((p.GENERATE, request))
             if request.interactive:  # the other replicas hold until its first token
+                interrupt_api(worker)  # and an API reply's step in flight here stops
                 held = hold_others(worker)
             while True:
                 batch = await stream.get_all()

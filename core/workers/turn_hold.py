@@ -11,7 +11,7 @@ prefilled on one worker, the others' API replies slow it down. So the others tha
 only API replies and run one reply at a time (engines that preempt: llama.cpp) hold their
 steps until the turn's first token, at most HOLD_S: an API reply waits a moment between
 two tokens, the person gets the whole machine. Workers running a person's turn are
-never held.
+never held. The step in flight is cut short, not waited for (core.engines.llama_abort).
 """
 
 from __future__ import annotations
@@ -47,8 +47,17 @@ def hold_others(worker: Any) -> list[Any]:
             other.send((p.HOLD, HOLD_S))
         except (OSError, ValueError):
             continue
+        other.interrupt()  # its step in flight stops now, not at its end
         held.append(other)
     return held
+
+
+def interrupt_api(worker: Any) -> None:
+    """A person's turn was just sent to `worker`: cut the step in flight of an API reply
+    it runs (core.engines.llama_abort), so the turn is set ahead of it at once."""
+    if any(s.request is not None and not s.request.interactive
+           for s in worker.streams.values()):
+        worker.interrupt()
 
 
 def release(held: list[Any]) -> None:

@@ -115,8 +115,9 @@ def _forces_generic_call(request: GenerationRequest, family: str, base_model: bo
     return forces_generic_call(request, family, base_model)
 
 
-def worker_main(conn: Connection, spec: ModelSpec, parent_pid: int) -> None:
-    """Entry point of a worker process."""
+def worker_main(conn: Connection, spec: ModelSpec, parent_pid: int, urgent: Any = None) -> None:
+    """Entry point of a worker process. `urgent`: a bool in memory shared with the pool,
+    raised when a person's turn needs this worker now (core.workers.worker_process)."""
     start_child(log_name="worker")
     try:
         engine = load_engine(spec)
@@ -137,9 +138,12 @@ def worker_main(conn: Connection, spec: ModelSpec, parent_pid: int) -> None:
     info["torch"] = sys.modules.get("torch") is not None  # loaded (core.engines.torchless)
     # sets a running reply aside for a person's turn (core.engines.turn_order)
     info["preempts"] = bool(getattr(engine, "preempts", False))
+    listen = getattr(engine, "listen", None)
+    if urgent is not None and callable(listen):  # the step in flight can be cut for it
+        listen(urgent)
     conn.send((p.LOADED, info))
     try:
-        _serve(conn, engine, parsers, parent_pid)
+        _serve(conn, engine, parsers, parent_pid, urgent)
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the app went away
     except Exception:
@@ -175,11 +179,14 @@ class _Holds:
         return max(0.0, left)
 
 
-def _serve(conn: Connection, engine: Engine, parsers: _Parsers, parent_pid: int) -> None:
+def _serve(conn: Connection, engine: Engine, parsers: _Parsers, parent_pid: int,
+           urgent: Any = None) -> None:
     last_parent_check = time.monotonic()
     tokens_out = 0
     holds = _Holds()
     while True:
+        if urgent is not None:  # lowered before the pipe is read: what it was raised for
+            urgent.value = False  # (sent before it) is read now
         held = holds.left()
         busy = engine.has_work() and not held
         # When idle, block on the pipe (cheap); when busy, only drain what is there.

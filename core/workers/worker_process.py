@@ -12,6 +12,7 @@ and the model group can import it without a circle.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import dataclasses
 import multiprocessing as mp
 import os
@@ -75,6 +76,7 @@ class WorkerProcess:
         self.replica = replica  # its place among the model's replicas (0 .. replicas - 1)
         self.process: Any = None
         self.conn: Any = None
+        self.urgent: Any = None  # the shared flag interrupt() raises
         self.state = "loading"
         self.info: dict[str, Any] = {}
         self.streams: dict[str, RequestStream] = {}  # running on the worker
@@ -103,9 +105,10 @@ class WorkerProcess:
     async def _start(self) -> None:
         loop = asyncio.get_running_loop()
         parent_conn, child_conn = _CTX.Pipe(duplex=True)
+        self.urgent = _CTX.RawValue(ctypes.c_bool, False)  # see interrupt()
         self.process = _CTX.Process(
             target=worker_main,
-            args=(child_conn, self.worker_spec(), os.getpid()),
+            args=(child_conn, self.worker_spec(), os.getpid(), self.urgent),
             name=f"llmdeck-worker-{self.worker_id}",
             daemon=True,
         )
@@ -283,6 +286,13 @@ class WorkerProcess:
 
     def send(self, msg: tuple) -> None:
         self.conn.send(msg)
+
+    def interrupt(self) -> None:
+        """Cut the worker's step in flight short (sent after the message it is for): a
+        person's turn needs this worker or its cores now. An engine that can (llama.cpp:
+        core.engines.llama_abort) stops an API reply's step and does it again later."""
+        if self.urgent is not None:
+            self.urgent.value = True
 
     # -- status ----------------------------------------------------------------
     def tokens_per_s(self, window: float = 10.0) -> float:
