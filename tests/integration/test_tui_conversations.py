@@ -205,3 +205,19 @@ async def test_the_page_around_a_hit_and_a_deleted_hit() -> None:
         messages, older, newer = await app.runtime.messages_around(cid, ids[100], PAGE)
         assert [m.id for m in messages] == ids[100 - PAGE // 2 + 1:100 + PAGE // 2 + 1]
         assert older and newer
+
+
+async def test_a_turn_ending_as_the_app_closes_lists_nothing_and_raises_nothing() -> None:
+    """The turn's tail lists the conversations; a person who quits as a reply ends has
+    taken the sidebar away first (seen in the cluster test: NoMatches from the tail)."""
+    from tests.fixtures.tui import scripted_app
+    from tui.widgets.sidebar import Sidebar
+
+    app = scripted_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "hello there")
+        listed = app.main.history_listed
+        await app.main.query_one(Sidebar).remove()  # as the app's teardown does
+        await app.main.refresh_sidebar()  # raised NoMatches before
+        assert listed and app.main.history_listed

@@ -22,6 +22,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import ActiveBinding, Binding
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Input, Static, TextArea
 
@@ -214,14 +215,18 @@ class MainScreen(Screen):
         self.offline_known = True
 
     async def refresh_sidebar(self) -> None:
-        sidebar = self.query_one(Sidebar)
-        query = self.query_one("#search", Input).value
-        if query.strip():
-            sidebar.show_hits(await self.runtime.search(query), query)
-            self.history_listed = True
+        """List the conversations (or the search's hits). A turn's tail calls this as the
+        person quits: the widgets may be gone by then, and there is nothing to list."""
+        try:
+            query = self.query_one("#search", Input).value
+            if query.strip():
+                hits = await self.runtime.search(query)
+                self.query_one(Sidebar).show_hits(hits, query)
+            else:
+                conversations = await self.runtime.list_conversations()
+                self.query_one(Sidebar).show_conversations(conversations, self.conversation_id)
+        except NoMatches:
             return
-        conversations = await self.runtime.list_conversations()
-        sidebar.show_conversations(conversations, self.conversation_id)
         self.history_listed = True
 
     @contextmanager
