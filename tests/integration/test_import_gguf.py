@@ -10,19 +10,15 @@ import pytest
 from core.engines.gguf_import import GGUFImportError, import_gguf, main
 from tests.fixtures.bundled_engines import bundled_mlx  # noqa: F401
 
-# Five prompts of 30-50 tokens: at ~15 tokens each, one near-tied position moved the
-# agreement by more than a point.
+# Two prompts (38 and 32 tokens), each position checked twice: its greedy token, and its
+# whole logit row's correlation with llama.cpp's. Argmax agreement alone needed five
+# prompts (~200 positions: one near-tied position moved it by more than a point); the
+# correlation catches a wrong weight at every position, tie or not (0.9987 at the worst
+# of ~200 positions in float32; a misread tensor or norm falls far below 0.99).
 PROMPTS = [
     "The capital of France is Paris, and the capital of Germany is Berlin. Both cities are "
     "known for their museums, their long histories and their food; many visitors come every "
     "summer to see",
-    "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + "
-    "fibonacci(n - 2)\n\n\ndef factorial(n):\n    if n == 0:\n        return 1\n    return",
-    "Once upon a time, in a small village by the sea, there lived an old fisherman and his "
-    "wife. Every morning he went out in his boat before the sun rose, and every evening he "
-    "came home with",
-    "To make a cup of tea, first boil the water, then warm the pot. Put one spoon of tea for "
-    "each person and one for the pot, pour the water over the leaves and wait for",
     "The three primary colours are red, yellow and blue. Mixing red and yellow gives orange, "
     "mixing yellow and blue gives green, and mixing blue and red gives",
 ]
@@ -54,22 +50,24 @@ def test_import_agrees_with_llamacpp_on_greedy_next_token(gemma_gguf, gemma_mlx)
     # Checked in float32: this compares the imported weights (names, layout, dequantised
     # values), not bf16 activations, whose rounding flips near-tied positions (against
     # llama-cpp-python 0.3.36's plain CPU kernels, themselves quantised: 96.3% in bf16,
-    # 98.1% in float32 over these prompts).
+    # 98.1% in float32 over five prompts).
     model.set_dtype(mx.float32)
     agree = total = 0
     for prompt in PROMPTS:
         tokens = llm.tokenize(prompt.encode(), add_bos=True)
         llm.reset()
         llm.eval(tokens)
-        ref = np.asarray(llm.scores[: len(tokens)]).argmax(-1)
-        ours = _greedy(model, tokens)
-        agree += int((ref == ours).sum())
+        ref = np.asarray(llm.scores[: len(tokens)])
+        ours = _logits(model, tokens)
+        agree += int((ref.argmax(-1) == ours.argmax(-1)).sum())
         total += len(tokens)
+        worst = min(np.corrcoef(r, o)[0, 1] for r, o in zip(ref, ours, strict=True))
+        assert worst >= 0.99, f"a position's logits correlate {worst:.4f} with llama.cpp's"
     assert agree / total >= 0.95, f"{agree}/{total} positions agree"
 
 
-def _greedy(model, tokens: list[int]) -> np.ndarray:
-    """The import's greedy next token at every position, in float32.
+def _logits(model, tokens: list[int]) -> np.ndarray:
+    """The import's next-token logits at every position, in float32.
 
     Gemma 3 ties its output head to the token embeddings (the import writes no lm_head),
     so the logits are the final-normed hidden states times the embedding matrix, which is
@@ -83,7 +81,7 @@ def _greedy(model, tokens: list[int]) -> np.ndarray:
     hidden = model.model(mx.array(tokens)[None])[0]
     mx.eval(hidden)
     head = np.asarray(model.model.embed_tokens.weight)
-    return (np.asarray(hidden) @ head.T).argmax(-1)
+    return np.asarray(hidden) @ head.T
 
 
 @pytest.mark.slow
@@ -97,10 +95,10 @@ def test_imported_gemma_chats_through_the_engine(gemma_mlx):
     assert eng.info()["chat_template"] is None and eng.info()["base_model"] is True
     eng.submit(
         GenerationRequest(
-            "g", ({"role": "user", "content": "Say hello."},), SamplingParams(temperature=0.0, max_tokens=8)
+            "g", ({"role": "user", "content": "Say hello."},), SamplingParams(temperature=0.0, max_tokens=3)
         )
     )
-    events = []
+    events = []  # three tokens: "Hello! I" (the cost is the load and the prompt)
     while eng.has_work():
         for _, evs in eng.step():
             events += evs
