@@ -27,8 +27,11 @@ def engine(request: pytest.FixtureRequest, bundled_gguf: Path) -> Iterator[Any]:
     """Both of the engine's greedy streams: prompt-lookup drafting and llama.cpp's own."""
     from core.engines.llamacpp import LlamaCppEngine
 
+    # No disk cache (core.engines.kv_llama): a run's state stored on disk could load for
+    # the next run over the same prompt (whether it does is the writer thread's timing),
+    # leaving no prefill to chunk; and every reply paid a next-turn evaluation and a copy.
     eng = LlamaCppEngine(ModelSpec(str(bundled_gguf), "llamacpp", context_size=1024,
-                                   options=(("speculative", request.param),)))
+                                   options=(("speculative", request.param), ("kv_disk_gb", 0))))
     yield eng
     eng.close()
 
@@ -103,23 +106,36 @@ def test_a_reply_set_aside_can_be_cancelled(engine: Any) -> None:
     assert any(isinstance(e, Done) and e.finish_reason != "error" for e in events["person2"])
 
 
-LONG = "Notes: " + "the quick brown fox jumps over the lazy dog. " * 70 + API
+# Two chunks of CHUNK tokens, fewer than 512 in all. A chunk is llama.cpp's batch, 512 by
+# default; the property is the same at a smaller size, and three prefills of a prompt over
+# 512 tokens (the one before, ~840) were most of this file's time.
+LONG = "Notes: " + "the quick brown fox jumps over the lazy dog. " * 30 + API
+CHUNK = 256
 
 
 def test_a_reply_set_aside_mid_prefill_resumes_as_if_never_paused(engine: Any) -> None:
     """Set aside between two chunks of its prompt (core.engines.llama_prefill), the API
     request's context then holds the person's turn: its prefill is planned again on resume,
     never continued over the person's cells."""
-    engine._llm.n_tokens = 0
-    engine.submit(_req("long-alone", LONG, 8))
-    alone = _run(engine)["long-alone"]
-    engine._llm.n_tokens = 0
-    engine.submit(_req("long", LONG, 8))
-    _run(engine, until=lambda ev: engine._active is not None and engine._active.prefill is not None
-         and engine._active.prefill.chunks >= 1)
-    assert engine._active.first_token_at is None  # mid-prefill, one chunk in
-    engine.submit(_req("person3", "What is the capital of France?", 4, interactive=True))
-    events = _run(engine)
+    batch, engine._llm.n_batch = engine._llm.n_batch, CHUNK
+    try:
+        engine._llm.n_tokens = 0
+        engine.submit(_req("long-alone", LONG, 8))
+        alone = _run(engine)["long-alone"]
+        engine._llm.n_tokens = 0
+        engine.submit(_req("long", LONG, 8))
+        _run(engine, until=lambda ev: engine._active is not None
+             and engine._active.prefill is not None and engine._active.prefill.chunks >= 1)
+        assert engine._active is not None and engine._active.prefill is not None, \
+            "the prompt was never chunked"
+        assert engine._active.prefill.size == CHUNK
+        assert engine._active.first_token_at is None  # mid-prefill, one chunk in
+        assert engine._active.prefill.at < engine._active.prefill.end  # a chunk still to go
+        engine.submit(_req("person3", "What is the capital of France?", 4, interactive=True))
+        events = _run(engine)
+    finally:
+        engine._llm.n_batch = batch
     assert not any(isinstance(e, Error) for e in events["long"] + events["person3"])
     assert _text(events["long"]) == _text(alone)
     assert _usage(events["long"]).prompt_tokens == _usage(alone).prompt_tokens
+    assert CHUNK + 1 < _usage(alone).prompt_tokens < 512  # two chunks and the last token
