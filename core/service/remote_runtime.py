@@ -173,6 +173,7 @@ class RemoteRuntime:
     def __init__(self, client: ServiceClient) -> None:
         self.client = client
         self.model: Any = None
+        self._model_pushes = 0  # "model" pushes heard: one may overtake subscribe's answer
         self.settings: Any = None  # core.config.Settings, as the service holds them
         self.listeners: list[Callable[[Any], None]] = []
         # tool name -> (warning, can always allow), as the service's last approval ask
@@ -196,7 +197,13 @@ class RemoteRuntime:
     async def start(self) -> None:
         """Fetch the model state and follow its changes, and hear of replies started by
         other clients."""
-        self.model = await self.client.call("subscribe", topic="model")
+        heard = self._model_pushes
+        state = await self.client.call("subscribe", topic="model")
+        # The answer and a push right after it can come in one read: the reader handles
+        # the push before this coroutine resumes, and the answer is then the older state
+        # (an app stayed "loading" after its model was ready).
+        if self._model_pushes == heard:
+            self.model = state
         self.settings = await self.client.call("get_settings")
         await self.client.call("subscribe", topic="turns")
         await self.client.call("subscribe", topic="conversations")
@@ -261,6 +268,7 @@ class RemoteRuntime:
                 self.model = codec.decode(message.get("data"))
             except codec.CodecError:
                 return
+            self._model_pushes += 1
             for listener in list(self.listeners):
                 listener(self.model)
 
