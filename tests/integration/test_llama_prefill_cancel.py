@@ -38,7 +38,10 @@ def _ask(text: str, rid: str, max_tokens: int = 8) -> GenerationRequest:
 
 @pytest.fixture(scope="module")
 def engine(bundled_gguf: Path) -> Iterator[LlamaCppEngine]:
-    eng = LlamaCppEngine(ModelSpec(str(bundled_gguf), "llamacpp", context_size=4096))
+    # No disk KV cache: it is not under test here, and a state one test stored could load
+    # for the next (the "whole" prompt came back 720 tokens cached under -n 4).
+    eng = LlamaCppEngine(ModelSpec(str(bundled_gguf), "llamacpp", context_size=4096,
+                                   options=(("kv_disk_gb", 0),)))
     yield eng
     eng.close()
 
