@@ -97,10 +97,10 @@ def test_steps_cut_short_are_done_again_token_for_token(engine: Any) -> None:
         [e.finish_reason for e in alone if isinstance(e, Done)]
 
 
-def test_a_person_s_turn_is_never_cut(engine: Any) -> None:
-    """The flag is for API work: a person's own turn runs on under it."""
+def _runs_uncut(engine: Any, request: GenerationRequest) -> None:
+    """Run `request` to its end with the flag up: no step of it may be cut."""
     engine._llm.n_tokens = 0
-    engine.submit(_req("person", "What is the capital of France?", 6, interactive=True))
+    engine.submit(request)
     engine.flag.value = True
     try:
         while engine.has_work():
@@ -108,21 +108,18 @@ def test_a_person_s_turn_is_never_cut(engine: Any) -> None:
             assert not engine._abort.fired
     finally:
         engine.flag.value = False
+
+
+def test_a_person_s_turn_is_never_cut(engine: Any) -> None:
+    """The flag is for API work: a person's own turn runs on under it."""
+    _runs_uncut(engine, _req("person", "What is the capital of France?", 6, interactive=True))
 
 
 def test_a_seeded_sampled_reply_is_never_cut(engine: Any) -> None:
     """Started again, a seeded sampler would draw its random sequence from the start: the
     client would get another reply than the seed promises. So it runs on under the flag."""
-    engine._llm.n_tokens = 0
-    engine.submit(GenerationRequest("seeded", ({"role": "user", "content": API},),
-                                    SamplingParams(temperature=0.8, seed=7, max_tokens=6)))
-    engine.flag.value = True
-    try:
-        while engine.has_work():
-            engine.step()
-            assert not engine._abort.fired
-    finally:
-        engine.flag.value = False
+    _runs_uncut(engine, GenerationRequest("seeded", ({"role": "user", "content": API},),
+                                          SamplingParams(temperature=0.8, seed=7, max_tokens=6)))
 
 
 def test_a_prefill_cut_midway_stops_at_once_and_the_reply_is_unchanged(engine: Any) -> None:
