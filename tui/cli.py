@@ -212,8 +212,10 @@ def model_argument(model: str | None) -> str | None:
     folder of its own. A name that is no file here (a hub id, a preset) is passed as is."""
     import os
 
+    from core.service import typed_here
+
     if model and os.path.exists(os.path.expanduser(model)):
-        return os.path.abspath(os.path.expanduser(model))
+        return typed_here(model)
     return model
 
 

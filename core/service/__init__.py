@@ -31,19 +31,20 @@ if TYPE_CHECKING:
     )
     from core.service.launch import start_or_connect
     from core.service.loopback import Loopback
-    from core.service.remote_runtime import RemoteRuntime, RemoteTurn
+    from core.service.remote_runtime import RemoteRuntime, RemoteTurn, typed_here
 
 __all__ = ["Loopback", "RemoteRuntime", "RemoteTurn", "ServiceCallError", "ServiceClient",
            "ServiceUnavailable", "connect", "downloads_main", "format_status",
            "pull_in_service", "pull_main", "run_call", "service_main",
            "service_mcp_main", "service_serve_main", "service_status", "service_workers_main",
-           "start_or_connect", "status_line"]
+           "start_or_connect", "status_line", "typed_here"]
 
 _FROM = {
     "ServiceCallError": "core.service.client", "ServiceClient": "core.service.client",
     "ServiceUnavailable": "core.service.client", "connect": "core.service.client",
     "run_call": "core.service.client", "start_or_connect": "core.service.launch",
     "RemoteRuntime": "core.service.remote_runtime", "RemoteTurn": "core.service.remote_runtime",
+    "typed_here": "core.service.remote_runtime",
     "service_status": "core.service.control", "format_status": "core.service.control",
     "status_line": "core.service.control", "Loopback": "core.service.loopback",
 }
