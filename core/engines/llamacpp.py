@@ -548,7 +548,7 @@ class LlamaCppEngine:
         import llama_cpp
 
         llm = self._llm
-        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(llm._ctx.ctx), -1,
+        llama_cpp.llama_memory_seq_rm(_memory(llm), -1,
                                       llm.n_tokens, -1)  # llama.cpp did: said, not assumed
         if active.prefill is not None:
             return []
@@ -621,6 +621,13 @@ class LlamaCppEngine:
             llm.close()
 
 
+def _memory(llm: Any) -> Any:
+    """The context's KV memory handle, as llama.cpp's memory calls take it."""
+    import llama_cpp
+
+    return llama_cpp.llama_get_memory(llm._ctx.ctx)
+
+
 def _front_checked(llm: Any, shared: int) -> int:
     """The tokens of the context a new stream may reuse: `shared`, or 0 when the cache has
     lost its first cells and the stream would keep fewer tokens than it holds. A stored
@@ -633,7 +640,7 @@ def _front_checked(llm: Any, shared: int) -> int:
 
     if shared >= llm.n_tokens:
         return shared
-    if int(llama_cpp.llama_memory_seq_pos_min(llama_cpp.llama_get_memory(llm._ctx.ctx), 0)) > 0:
+    if int(llama_cpp.llama_memory_seq_pos_min(_memory(llm), 0)) > 0:
         llm.n_tokens = 0
         return 0
     return shared
