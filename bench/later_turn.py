@@ -45,6 +45,9 @@ class Stages:
 
         self.mx = mx
         self.sync = sync
+        from mlx_lm.generate import generation_stream
+
+        self.streams = [None, generation_stream]  # the engine's work runs on the latter
         self.spans: list[tuple[str, float, float]] = []
 
     def wrap(self, owner: Any, attr: str, name: str | None = None) -> None:
@@ -52,7 +55,7 @@ class Stages:
         if fn is None:
             return
         label = name or attr.lstrip("_")
-        spans, mx, sync = self.spans, self.mx, self.sync
+        spans, mx, sync, streams = self.spans, self.mx, self.sync, self.streams
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             t = time.perf_counter()
@@ -60,17 +63,26 @@ class Stages:
                 return fn(*args, **kwargs)
             finally:
                 if sync:
-                    mx.synchronize()
+                    for stream in streams:
+                        mx.synchronize(stream)
                 spans.append((label, t, time.perf_counter()))
 
         setattr(owner, attr, timed)
 
     def totals(self, start: float, end: float) -> dict[str, float]:
+        """Each stage's ms over the calls that began inside the window (a step that hands
+        out the last first token ends just after it)."""
         out: dict[str, float] = {}
         for name, a, b in self.spans:
-            if a >= start and b <= end:
+            if start <= a <= end:
                 out[name] = out.get(name, 0.0) + (b - a) * 1000
         return out
+
+    def sequence(self, start: float, end: float, limit: int = 120) -> list[list[Any]]:
+        """The calls that began inside the window in order: [stage, start ms, ms]."""
+        rows = sorted((a, name, b) for name, a, b in self.spans if start <= a <= end)
+        return [[name, round((a - start) * 1000, 2), round((b - a) * 1000, 2)]
+                for a, name, b in rows[:limit]]
 
 
 def instrument(engine: Any, sync: bool) -> Stages:
@@ -80,8 +92,13 @@ def instrument(engine: Any, sync: bool) -> Stages:
     st = Stages(sync)
     for attr in ("step", "submit", "_schedule", "_start_single", "_insert_batch",
                  "_single_to_batch", "_step_single", "_step_batch", "_save_rows", "_retire",
-                 "_compact", "_batch_to_single", "_apply_cancels"):
+                 "_compact", "_batch_to_single", "_apply_cancels", "_join_prefilled",
+                 "_cache_for", "_prefill_alone", "_group_first_tokens", "_sample_rows",
+                 "_next_group", "_remember"):
         st.wrap(engine, attr)
+    batch_mod = sys.modules["core.engines.mlx.batch"]
+    st.wrap(batch_mod, "group_pass", "group_pass")
+    st.wrap(sys.modules["core.engines.mlx.single"], "to_bucketed", "to_bucketed")
     st.wrap(engine._prefix, "fetch", "prefix.fetch")
     st.wrap(engine._prefix, "settle", "prefix.settle")
     st.wrap(engine._prefix, "tokens_for", "prefix.tokens_for")
@@ -89,6 +106,7 @@ def instrument(engine: Any, sync: bool) -> Stages:
         st.wrap(engine._kv, "idle_step", "kv.idle_step")
         st.wrap(engine._kv, "lookup", "kv.lookup")
         st.wrap(engine._kv, "finished", "kv.finished")
+        st.wrap(engine._kv, "engine_busy", "kv.engine_busy")
     st.wrap(engine._bg, "next", "bg.next")
     st.wrap(engine._bg, "remove", "bg.remove")
     st.wrap(engine._bg, "insert", "bg.insert")
@@ -112,6 +130,7 @@ def run_turns(engine: Any, st: Stages, plan: Plan, spread_ms: float, salt: int,
              for i in range(plan.b_convs)]
     rows: dict[str, list[dict[str, Any]]] = {"turn1": [], "later": []}
     stage_rows: list[dict[str, float]] = []
+    sequence: list[list[Any]] = []
     windows: list[float] = []
     for t in range(plan.b_turns):
         for i, msgs in enumerate(convs):
@@ -165,6 +184,7 @@ def run_turns(engine: Any, st: Stages, plan: Plan, spread_ms: float, salt: int,
                 "prompt": u.prompt_tokens, "cached": u.cached_tokens})
         if t > 0:
             stage_rows.append(st.totals(t0, last_first))
+            sequence = st.sequence(t0, last_first)
             windows.append((last_first - t0) * 1000)
         for msgs, r in zip(convs, reqs, strict=True):
             msgs.append({"role": "assistant", "content": "".join(text[r.request_id])})
@@ -182,6 +202,7 @@ def run_turns(engine: Any, st: Stages, plan: Plan, spread_ms: float, salt: int,
     out["later_stages_ms"] = {k: round(statistics.median(s.get(k, 0.0) for s in stage_rows), 2)
                               for k in names}
     out["later_steps"] = [round(s.get("step", 0.0), 1) for s in stage_rows]
+    out["last_later_sequence"] = sequence  # the last later turn's calls, in order
     return out
 
 

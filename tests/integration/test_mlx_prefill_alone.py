@@ -46,12 +46,17 @@ def _turns(engine: Any, convs: list[list[dict[str, str]]], tag: str) -> list[tup
     return out
 
 
-def _session(model: Path, alone: int) -> tuple[list[list[tuple[str, int]]], int]:
-    from core.engines.mlx import MlxEngine
+def _session(model: Path, alone: int, group: str = "off",
+             ) -> tuple[list[list[tuple[str, int]]], int, int]:
+    """Three conversations' three turns; (their (text, cached), requests joined as cached
+    turns, rows prefilled in a group pass). `group`: off, matmul or fused attention."""
+    from core.engines.mlx import MlxEngine, batch
 
     engine = MlxEngine(ModelSpec(str(model), "mlx", context_size=4096, options=(
-        ("warmup_batch_sizes", (1,)), ("kv_disk_gb", 0), ("prefill_alone_tokens", alone))))
+        ("warmup_batch_sizes", (1,)), ("kv_disk_gb", 0), ("prefill_alone_tokens", alone),
+        ("group_cached_turns", group != "off"), ("group_attention", group))))
     joined = []
+    grouped = []
     join = engine._join_prefilled
 
     def spy(acts: list[Any], out: dict[str, Any]) -> None:
@@ -59,6 +64,13 @@ def _session(model: Path, alone: int) -> tuple[list[list[tuple[str, int]]], int]
         join(acts, out)
 
     engine._join_prefilled = spy
+    real_pass = batch.group_pass
+
+    def group_spy(model: Any, caches: list[Any], *args: Any) -> Any:
+        grouped.extend(caches)
+        return real_pass(model, caches, *args)
+
+    batch.group_pass = group_spy
     convs = [[{"role": "system", "content": f"Conversation {i}. " + "Be brief. " * 120}]
              for i in range(3)]
     turns = []
@@ -68,17 +80,28 @@ def _session(model: Path, alone: int) -> tuple[list[list[tuple[str, int]]], int]
                 msgs.append({"role": "user", "content": f"turn {t} " + "count " * (words + i)})
             turns.append(_turns(engine, convs, f"t{t}"))
     finally:
+        batch.group_pass = real_pass
         engine.close()
-    return turns, len(joined)
+    return turns, len(joined), len(grouped)
 
 
 def test_cached_turns_prefilled_alone_give_the_same_tokens_and_cache_hits(model: Path) -> None:
-    batched, none_joined = _session(model, 0)
-    alone, joined = _session(model, 512)
+    batched, none_joined, _ = _session(model, 0)
+    alone, joined, grouped = _session(model, 512)
     assert none_joined == 0
-    assert joined == 6  # turns 2 and 3 of all three conversations
+    assert (joined, grouped) == (6, 0)  # turns 2 and 3 of all three conversations
     assert alone == batched
     assert all(cached >= 256 for turn in alone[1:] for _, cached in turn)
+
+
+@pytest.mark.parametrize("attention", ["matmul", "fused"])
+def test_cached_turns_arriving_together_share_one_pass_and_give_the_same_tokens(
+        model: Path, attention: str) -> None:
+    batched, _, _ = _session(model, 0)
+    together, joined, grouped = _session(model, 512, attention)
+    assert (joined, grouped) == (6, 6)  # both later turns: all three rows in one pass
+    assert together == batched
+    assert all(cached >= 256 for turn in together[1:] for _, cached in turn)
 
 
 def test_whole_batch_split_moves_the_cache_and_a_partial_split_copies(model: Path) -> None:

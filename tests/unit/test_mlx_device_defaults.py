@@ -1,5 +1,5 @@
-"""The MLX engine's device-dependent defaults (issue 49): bucketed_kv and prefilling cached
-turns alone were measured on CUDA only, so they are on by default there and nowhere else;
+"""The MLX engine's device-dependent defaults (issue 49): bucketed_kv, prefilling cached
+turns alone and prefilling those arriving together in one pass were measured on CUDA only, so they are on by default there and nowhere else;
 an engine option still overrides each."""
 
 from __future__ import annotations
@@ -17,12 +17,14 @@ def test_cuda_buckets_the_history_and_prefills_cached_turns_alone() -> None:
     d = device_defaults(on_gpu=True, cuda=True)
     assert (d.device, d.bucketed_kv, d.prefill_alone_tokens) == ("gpu", True, 512)
     assert d.bucketed_prefill and d.warmup_prefill
+    assert (d.group_cached_turns, d.group_attention) == (True, "matmul")
 
 
 def test_metal_keeps_the_fixed_prefill_shapes_but_not_the_cuda_measured_options() -> None:
     d = device_defaults(on_gpu=True, cuda=False)
     assert (d.device, d.bucketed_kv, d.prefill_alone_tokens) == ("gpu", False, 0)
     assert d.bucketed_prefill and d.warmup_prefill
+    assert (d.group_cached_turns, d.group_attention) == (False, "fused")
 
 
 def test_the_cpu_takes_none_of_the_gpu_options_even_where_cuda_is_installed() -> None:
@@ -30,6 +32,7 @@ def test_the_cpu_takes_none_of_the_gpu_options_even_where_cuda_is_installed() ->
     assert d == device_defaults(on_gpu=False, cuda=False)
     assert (d.device, d.bucketed_kv, d.prefill_alone_tokens) == ("cpu", False, 0)
     assert not d.bucketed_prefill and not d.warmup_prefill
+    assert (d.group_cached_turns, d.group_attention) == (False, "fused")
 
 
 def test_this_cpu_process_gets_the_cpu_defaults() -> None:
@@ -53,12 +56,14 @@ def test_the_engine_takes_its_device_defaults_and_an_option_overrides_them(
 
     before = mx.set_cache_limit(0)
     mx.set_cache_limit(before)
-    override = (("bucketed_kv", False), ("prefill_alone_tokens", 0), ("cache_limit_gb", 1))
+    override = (("bucketed_kv", False), ("prefill_alone_tokens", 0), ("cache_limit_gb", 1),
+                ("group_cached_turns", False), ("group_attention", "fused"))
     try:
         for extra, kv, alone in (((), True, 512), (override, False, 0)):
             eng = MlxEngine(ModelSpec(str(model), "mlx", context_size=4096, options=base + extra))
             try:
                 assert (eng._bucketed_kv, eng._alone_tokens) == (kv, alone)
+                assert (eng._group_cached, eng._group_matmul) == (kv, kv)
                 assert mx.set_cache_limit(eng.cache_limit) == eng.cache_limit
                 assert eng.cache_limit == (10**9 if extra else eng.cache_limit)
             finally:

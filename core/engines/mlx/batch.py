@@ -16,9 +16,11 @@ import mlx.core as mx
 from mlx_lm.generate import BatchGenerator
 from mlx_lm.models.cache import BatchKVCache
 
+from core.engines.mlx.cached_group import detached, group_pass, groupable
 from core.engines.mlx.lean_batch import LeanGenerationBatch
 from core.engines.mlx.lean_prompt import lean_prompt_batch
 from core.engines.mlx.state import FinishedRows, Request, SingleStream
+from core.engines.sampling import greedy
 from core.events import Event
 
 
@@ -38,7 +40,11 @@ class BatchPath:
     _unsaved: deque[FinishedRows]
     _lean_prompt: bool
     _joined: bool
+    _group_cached: bool  # cached turns arriving together share a pass (cached_group)
+    _group_matmul: bool  # ... with attention as matmuls, not MLX's fused kernel
     _prefill_to_batch: Callable[[SingleStream], None]  # ChunkedPrefill's
+    _cache_for: Callable[[Request], tuple[list[Any], mx.array | None]]  # SinglePath's
+    _prefill_alone: Callable[..., mx.array]  # SinglePath's
 
     def _single_to_batch(self, out: dict[str, list[Event]]) -> None:
         """Hand the running single request to the batch with its cache, nothing recomputed.
@@ -133,20 +139,27 @@ class BatchPath:
         turns on an H200: ~150 ms before any first token). Prefilled alone on its own
         plain cache, in the single path's few fixed shapes, the passes queue back to back;
         each request's first token is read and handed out here, then it joins the batch
-        like a single request does (_single_to_batch), its cache merged once.
+        like a single request does (_single_to_batch), its cache merged once. Turns that
+        can share a pass (on CUDA by default) are prefilled together in one, over their
+        histories in one padded buffer (core.engines.mlx.cached_group): one pass costs
+        about what a lone one does there, where eight lone ones queued took 70-110 ms.
         """
         self._joined = True
+        fetched = [(act, *self._cache_for(act)) for act in acts]
+        grouped = self._group_first_tokens(fetched)
         started = []
-        for act in acts:
-            cache, context = self._cache_for(act)  # SinglePath's
-            started.append((act, cache, self._prefill_alone(act, cache, context)))
+        for (act, cache, context), got in zip(fetched, grouped, strict=True):
+            if got is None:
+                got = (cache, self._prefill_alone(act, cache, context))
+            started.append((act, *got))
         for act, cache, y in started:
             token = y.item()
             events = out.setdefault(act.req.request_id, [])
             finish = self._take_token(act, token, events)
             if finish is not None:
                 self._finish(act, finish, events)
-                self._remember(act, list(act.prompt), cache)
+                # kept: its own arrays, not views that would keep the group's buffers
+                self._remember(act, list(act.prompt), detached(cache))
                 continue
             [uid] = self._bg.insert(
                 [[token]],
@@ -158,6 +171,44 @@ class BatchPath:
             )
             act.uid = uid
             self._batch[uid] = act
+
+    def _group_first_tokens(
+        self, fetched: list[tuple[Request, list[Any], mx.array | None]]
+    ) -> list[tuple[list[Any], mx.array] | None]:
+        """Cached turns that can share a pass prefilled in one (core.engines.mlx.cached_group):
+        per request (its cache after the pass, its first token, queued), or None for each
+        when off or when the rows cannot share a pass (they are then prefilled alone)."""
+        alone: list[tuple[list[Any], mx.array] | None] = [None] * len(fetched)
+        if not self._group_cached or len(fetched) < 2:
+            return alone
+        caches = [cache for _, cache, _ in fetched]
+        suffixes = [act.prompt[act.cached:] for act, _, _ in fetched]
+        if not groupable(caches, [len(s) for s in suffixes]):
+            return alone
+        with mx.stream(self._stream):
+            logits, rows = group_pass(self._model, caches, suffixes, self._group_matmul)
+            ys = self._sample_rows([act for act, _, _ in fetched], logits,
+                                   [context for _, _, context in fetched])
+            mx.async_eval(ys)
+        return list(zip(rows, ys, strict=True))
+
+    def _sample_rows(self, acts: list[Request], logits: mx.array,
+                     contexts: list[mx.array | None]) -> list[mx.array]:
+        """Each row's first token from its logits (its processors, then its sampler), as
+        SinglePath._sample_one does for one; greedy rows without processors together."""
+        if all(a.sampler is greedy and not a.processors for a in acts):
+            y = greedy(logits)
+            return [y[i : i + 1] for i in range(len(acts))]
+        out = []
+        for i, (act, context) in enumerate(zip(acts, contexts, strict=True)):
+            row = logits[i : i + 1]
+            for processor in act.processors:
+                row = processor(context, row)
+            if act.sampler is greedy:
+                out.append(greedy(row))
+            else:
+                out.append(act.sampler(row - mx.logsumexp(row, keepdims=True)))
+        return out
 
     def _retire(self, uids: list[int]) -> None:
         """Take finished requests off the batch, keeping their KV for the prefix cache.

@@ -34,6 +34,8 @@ class DeviceDefaults:
     bucketed_prefill: bool
     bucketed_kv: bool
     prefill_alone_tokens: int
+    group_cached_turns: bool  # such turns arriving together share a pass (cached_group)
+    group_attention: str  # that pass's attention: "matmul" or "fused"
     cache_share: int  # MLX's freed-buffer cache: 1/this of its default limit (1: as is)
 
 
@@ -46,6 +48,8 @@ def device_defaults(on_gpu: bool, cuda: bool) -> DeviceDefaults:
         bucketed_prefill=on_gpu,
         bucketed_kv=cuda,
         prefill_alone_tokens=512 if cuda else 0,
+        group_cached_turns=cuda,
+        group_attention="matmul" if cuda else "fused",
         cache_share=CUDA_CACHE_SHARE if cuda else 1,
     )
 

@@ -122,6 +122,10 @@ class MlxEngine(Admission, Scheduling, SinglePath, ChunkedPrefill, Speculation, 
         # alone first, up to this many new tokens (BatchPath._join_prefilled; 0: never).
         self._alone_tokens = int(spec.option("prefill_alone_tokens", d.prefill_alone_tokens))
         self._joined = False  # a step's schedule joined such turns (see step)
+        # ... and such turns arriving together share one pass (core.engines.mlx.cached_group),
+        # its attention as matmuls ("matmul") or MLX's fused kernel ("fused")
+        self._group_cached = bool(spec.option("group_cached_turns", d.group_cached_turns))
+        self._group_matmul = str(spec.option("group_attention", d.group_attention)) == "matmul"
         sizes = spec.option("warmup_batch_sizes")
         if sizes is None:
             sizes = default_warmup_sizes(self.max_concurrency)
