@@ -11,6 +11,8 @@ key bucket) and again at the same lengths (`*_again_ms`):
 - `group_fused`: one pass of the group (core.engines.mlx.cached_group) with MLX's fused
   attention (cuDNN on CUDA: a graph built per new shape);
 - `group_matmul`: the same pass with attention as matmuls and a softmax;
+- `*_pipelined`: the device starts on each layer while the next one's graph is built;
+- `build`: the group's buffers alone (every layer's histories copied in);
 - `matches`: the greedy first tokens of the group passes agree with the alone passes'.
 
     python bench/group_pass.py            # Qwen3-0.6B shape, bf16, on the GPU
@@ -44,7 +46,7 @@ def main() -> None:
     from mlx_lm.models.cache import KVCache, make_prompt_cache
 
     from core.engines.mlx.bucketed_kv import to_bucketed, to_plain
-    from core.engines.mlx.cached_group import group_pass
+    from core.engines.mlx.cached_group import GroupKV, group_pass, group_rows, group_width
     from core.engines.mlx.single import tail_bucket
 
     rows = args.rows
@@ -92,19 +94,31 @@ def main() -> None:
         got = [y.item() for y in ys]
         return round((time.perf_counter() - t) * 1000, 2), got
 
-    def group(extra: int, matmul: bool) -> tuple[float, list[int]]:
+    def group(extra: int, matmul: bool, pipelined: bool = False) -> tuple[float, list[int]]:
         cs = caches(extra)
         mx.synchronize()
         t = time.perf_counter()
-        logits, _ = group_pass(model, cs, suffixes, matmul)
+        logits, _ = group_pass(model, cs, suffixes, matmul, pipelined)
         got = mx.argmax(logits, axis=-1).tolist()
         return round((time.perf_counter() - t) * 1000, 2), got
+
+    def build(extra: int) -> tuple[float, list[int]]:
+        """The group's buffers alone: every layer's histories copied in."""
+        cs = caches(extra)
+        mx.synchronize()
+        t = time.perf_counter()
+        width = group_width(cs, new)
+        layers = [GroupKV([c[j] for c in cs], width, group_rows(rows)) for j in range(len(cs[0]))]
+        mx.eval([a for layer in layers for a in layer.state])
+        return round((time.perf_counter() - t) * 1000, 2), []
 
     out: dict[str, Any] = {"bench": "group_pass", "device": str(mx.default_device()),
                            "history": hist, "new": new}
     tokens: dict[str, list[list[int]]] = {}
     kinds = {"alone": alone, "group_fused": lambda e: group(e, False),
-             "group_matmul": lambda e: group(e, True)}
+             "group_matmul": lambda e: group(e, True),
+             "group_matmul_pipelined": lambda e: group(e, True, True),
+             "group_fused_pipelined": lambda e: group(e, False, True), "build": build}
     for fn in kinds.values():
         fn(0)  # every kind's fixed shapes once (the tail pieces, the rows)
     for k in range(1, args.lengths + 1):
@@ -117,7 +131,7 @@ def main() -> None:
             out.setdefault(f"{name}_again_ms", []).append(ms)
     out["matches"] = {name: sum(a == b for x, y in zip(got, tokens["alone"], strict=True)
                                 for a, b in zip(x, y, strict=True)) / (rows * args.lengths)
-                      for name, got in tokens.items()}
+                      for name, got in tokens.items() if name != "build"}
     text = json.dumps(out, indent=1)
     print(text)
     if args.out:

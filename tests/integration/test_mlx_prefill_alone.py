@@ -133,3 +133,26 @@ def test_whole_batch_split_moves_the_cache_and_a_partial_split_copies(model: Pat
     one = part.split([1])
     assert one.uids == [11] and part.uids == [10]
     assert one.prompt_cache is not part.prompt_cache
+
+
+def test_the_warm_up_meets_the_group_pass_at_each_row_count(
+        model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA some of the group pass's kernels are compiled the first time they run: a
+    chat bench's first later turns waited 4.7 s for them until the warm-up met them."""
+    from core.engines.mlx import MlxEngine, warmup
+
+    rows: list[int] = []
+    real_pass = warmup.group_pass
+
+    def spy(model: Any, caches: list[Any], *args: Any) -> Any:
+        rows.append(len(caches))
+        return real_pass(model, caches, *args)
+
+    monkeypatch.setattr(warmup, "group_pass", spy)
+    for group, want in ((True, [2, 4, 8]), (False, [])):
+        rows.clear()
+        engine = MlxEngine(ModelSpec(str(model), "mlx", context_size=4096, options=(
+            ("warmup_batch_sizes", (1,)), ("warmup_prefill", True), ("kv_disk_gb", 0),
+            ("group_cached_turns", group))))
+        engine.close()
+        assert rows == want

@@ -107,3 +107,12 @@ def test_a_kept_row_owns_its_arrays(model: Any) -> None:
     _, rows = group_pass(model, caches, [[3], [4]], True)
     kept = detached(rows[0])
     assert all(layer.keys.shape == (1, 2, 21, 16) for layer in kept)
+
+
+def test_the_pipelined_pass_gives_the_same_logits(model: Any) -> None:
+    suffixes = [[5, 6], [7, 8, 9]]
+    plain, _ = group_pass(model, [_history(model, 30, 1), _history(model, 50, 2)], suffixes, True)
+    piped, rows = group_pass(model, [_history(model, 30, 1), _history(model, 50, 2)], suffixes,
+                             True, pipelined=True)
+    assert mx.allclose(plain, piped, atol=1e-5).item()
+    assert rows[1][0].offset == 53

@@ -42,6 +42,7 @@ class BatchPath:
     _joined: bool
     _group_cached: bool  # cached turns arriving together share a pass (cached_group)
     _group_matmul: bool  # ... with attention as matmuls, not MLX's fused kernel
+    _group_pipelined: bool  # ... the device starting on each layer as its graph is built
     _prefill_to_batch: Callable[[SingleStream], None]  # ChunkedPrefill's
     _cache_for: Callable[[Request], tuple[list[Any], mx.array | None]]  # SinglePath's
     _prefill_alone: Callable[..., mx.array]  # SinglePath's
@@ -186,7 +187,8 @@ class BatchPath:
         if not groupable(caches, [len(s) for s in suffixes]):
             return alone
         with mx.stream(self._stream):
-            logits, rows = group_pass(self._model, caches, suffixes, self._group_matmul)
+            logits, rows = group_pass(self._model, caches, suffixes, self._group_matmul,
+                                      self._group_pipelined)
             ys = self._sample_rows([act for act, _, _ in fetched], logits,
                                    [context for _, _, context in fetched])
             mx.async_eval(ys)

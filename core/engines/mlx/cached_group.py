@@ -55,11 +55,14 @@ class GroupKV:
                 self.values[i : i + 1, :, self.pads[i] : self.end, :] = c.values[..., : c.offset, :]
         # RoPE: each row's new tokens start at its own history's length
         self.offset = mx.array([self.end - p for p in self.pads])
+        self.pipelined = False  # each layer's work queued as soon as its graph is built
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         n = keys.shape[2]
         self.keys[..., self.end : self.end + n, :] = keys
         self.values[..., self.end : self.end + n, :] = values
+        if self.pipelined:
+            mx.async_eval(self.keys, self.values)
         return self.keys, self.values
 
     def make_mask(self, n: int, return_array: bool = False, window_size: Any = None) -> mx.array:
@@ -142,27 +145,36 @@ def _matmul_attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float,
     if sinks is not None or not isinstance(mask, mx.array):
         raise ValueError("the group pass's attention takes an array mask and no sinks")
     b, heads, n, d = q.shape
-    kv_heads = k.shape[1]
-    q = (q * scale).reshape(b, kv_heads, heads // kv_heads, n, d)
-    scores = q @ k[:, :, None].swapaxes(-1, -2)  # (b, kv_heads, group, n, cols)
+    kv_heads, cols = k.shape[1], k.shape[2]
+    share = heads // kv_heads  # query heads per key head, stacked along the queries:
+    # plain batched matmuls, no key or value copied per query head
+    q = (q * scale).reshape(b, kv_heads, share * n, d)
+    scores = (q @ k.swapaxes(-1, -2)).reshape(b, kv_heads, share, n, cols)
     scores = mx.where(mask[:, :, None], scores, mx.array(-mx.inf, scores.dtype))
-    weights = mx.softmax(scores, axis=-1, precise=True)
-    return (weights @ v[:, :, None]).reshape(b, heads, n, v.shape[-1])
+    weights = mx.softmax(scores, axis=-1, precise=True).reshape(b, kv_heads, share * n, cols)
+    return (weights @ v).reshape(b, heads, n, v.shape[-1])
 
 
 def group_pass(model: Any, caches: list[list[Any]], suffixes: list[list[int]],
-               matmul_attention: bool) -> tuple[mx.array, list[list[KVCache]]]:
+               matmul_attention: bool, pipelined: bool = False,
+               ) -> tuple[mx.array, list[list[KVCache]]]:
     """One pass of every row's new tokens over its history; (the logits at each row's
-    last real token, (requests, vocab); each row's cache after it, plain KV layers)."""
+    last real token, (requests, vocab); each row's cache after it, plain KV layers).
+    `pipelined`: the device starts on each layer while the next one's graph is built."""
     lengths = [len(s) for s in suffixes]
     rows = group_rows(len(caches))
     width = group_width(caches, lengths)
     size = tail_bucket(max(lengths))
     layers = [GroupKV([c[j] for c in caches], width, rows) for j in range(len(caches[0]))]
+    for layer in layers:
+        layer.pipelined = pipelined
+    if pipelined:
+        mx.async_eval([a for layer in layers for a in layer.state])
     tokens = mx.array([s + [0] * (size - len(s)) for s in suffixes]
                       + [[0] * size] * (rows - len(suffixes)))
     with plain_attention(matmul_attention):
         logits = model(tokens, cache=layers)
-    picked = logits[mx.arange(len(suffixes)), mx.array([n - 1 for n in lengths])]
+    # slices, not a gather: a gather's kernel is compiled on CUDA the first time it is met
+    picked = mx.concatenate([logits[i : i + 1, n - 1] for i, n in enumerate(lengths)])
     out = [[layer.row(i, n) for layer in layers] for i, n in enumerate(lengths)]
     return picked, out

@@ -126,6 +126,7 @@ class MlxEngine(Admission, Scheduling, SinglePath, ChunkedPrefill, Speculation, 
         # its attention as matmuls ("matmul") or MLX's fused kernel ("fused")
         self._group_cached = bool(spec.option("group_cached_turns", d.group_cached_turns))
         self._group_matmul = str(spec.option("group_attention", d.group_attention)) == "matmul"
+        self._group_pipelined = bool(spec.option("group_pipelined", d.group_cached_turns))
         sizes = spec.option("warmup_batch_sizes")
         if sizes is None:
             sizes = default_warmup_sizes(self.max_concurrency)

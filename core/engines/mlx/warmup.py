@@ -14,6 +14,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 
 from core.engines.base import GenerationRequest, SamplingParams
+from core.engines.mlx.cached_group import group_pass, groupable
 from core.engines.mlx.single import PREFILL_QUANTUM, tail_bucket
 from core.engines.mlx.state import FinishedRows, Request
 
@@ -44,6 +45,8 @@ class WarmUp:
     warmup_prefill_seen: tuple[int, float] | None = None  # (tokens, s) of the long prompt
     _bucketed: bool
     _prefill_step: int
+    _group_cached: bool
+    _group_matmul: bool
 
     def warmup(self, batch_sizes: tuple[int, ...]) -> None:
         """Meet every shape a user will meet before a user does.
@@ -62,6 +65,8 @@ class WarmUp:
             self._drain()
         if batch_sizes and self._warmup_prefill and self._bucketed:
             self._warmup_buckets()
+        if batch_sizes and self._warmup_prefill and self._group_cached:
+            self._warmup_group()
         if batch_sizes and self._warmup_prefill:
             base = self._warmup_prompt(0)
             length = max(min(_WARMUP_LONG_PROMPT, self.context_size // 2), 2)
@@ -101,6 +106,27 @@ class WarmUp:
                 self._model(mx.array([history]), cache=cache)
                 logits = self._model(mx.array([(base * (size // len(base) + 1))[:size]]), cache=cache)
                 mx.eval(mx.argmax(logits[:, -1, :], axis=-1))
+
+    def _warmup_group(self) -> None:
+        """The group pass of cached turns (core.engines.mlx.cached_group) at each of its
+        row counts: on CUDA some of its kernels are compiled the first time they are met
+        (a chat bench's first later turns waited 4.7 s for them on an H200)."""
+        base = self._warmup_prompt(0)
+        rows = 2
+        with mx.stream(self._stream):
+            while rows <= min(8, self.max_concurrency):
+                caches = []
+                for i in range(rows):
+                    cache = make_prompt_cache(self._model)
+                    self._model(mx.array([base[: 2 + i]]), cache=cache)
+                    caches.append(cache)
+                mx.eval([c.state for cache in caches for c in cache])
+                if not groupable(caches, [2] * rows):
+                    return
+                logits, _ = group_pass(self._model, caches, [base[:2]] * rows,
+                                       self._group_matmul)
+                mx.eval(mx.argmax(logits, axis=-1))
+                rows *= 2
 
     def _drain(self) -> None:
         while self.has_work():
