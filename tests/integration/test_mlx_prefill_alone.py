@@ -46,10 +46,11 @@ def _turns(engine: Any, convs: list[list[dict[str, str]]], tag: str) -> list[tup
     return out
 
 
-def _session(model: Path, alone: int, group: str = "off",
+def _session(model: Path, alone: int, group: str = "off", long_row: bool = False,
              ) -> tuple[list[list[tuple[str, int]]], int, int]:
     """Three conversations' three turns; (their (text, cached), requests joined as cached
-    turns, rows prefilled in a group pass). `group`: off, matmul or fused attention."""
+    turns, rows prefilled in a group pass). `group`: off, matmul or fused attention;
+    `long_row`: the first conversation's last message too long to share a pass."""
     from core.engines.mlx import MlxEngine, batch
 
     engine = MlxEngine(ModelSpec(str(model), "mlx", context_size=4096, options=(
@@ -77,7 +78,9 @@ def _session(model: Path, alone: int, group: str = "off",
     try:
         for t, words in enumerate((4, 9, 30)):
             for i, msgs in enumerate(convs):
-                msgs.append({"role": "user", "content": f"turn {t} " + "count " * (words + i)})
+                extra = 300 if long_row and t == 2 and i == 0 else 0
+                msgs.append({"role": "user",
+                             "content": f"turn {t} " + "count " * (words + i + extra)})
             turns.append(_turns(engine, convs, f"t{t}"))
     finally:
         batch.group_pass = real_pass
@@ -102,6 +105,13 @@ def test_cached_turns_arriving_together_share_one_pass_and_give_the_same_tokens(
     assert (joined, grouped) == (6, 6)  # both later turns: all three rows in one pass
     assert together == batched
     assert all(cached >= 256 for turn in together[1:] for _, cached in turn)
+
+
+def test_a_turn_too_long_to_share_the_pass_is_prefilled_alone_beside_it(model: Path) -> None:
+    batched, _, _ = _session(model, 0, long_row=True)
+    mixed, joined, grouped = _session(model, 2048, "matmul", long_row=True)
+    assert (joined, grouped) == (6, 5)  # the last turn: two rows in the pass, one alone
+    assert mixed == batched
 
 
 def test_whole_batch_split_moves_the_cache_and_a_partial_split_copies(model: Path) -> None:

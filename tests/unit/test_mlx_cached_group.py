@@ -18,8 +18,8 @@ from core.engines.mlx.cached_group import (  # noqa: E402
     group_pass,
     group_rows,
     group_width,
-    groupable,
     plain_attention,
+    sharing,
 )
 from tests.fixtures.mlx_models import QWEN3_SHAPE  # noqa: E402
 
@@ -81,17 +81,26 @@ def test_the_pass_meets_few_shapes() -> None:
     assert group_width(caches, [1, 3]) == 2560
 
 
-def test_only_plain_short_groups_that_fit_share_a_pass(model: Any) -> None:
-    a, b = _history(model, 40, 1), _history(model, 50, 2)
-    assert groupable([a, b], [3, 256])
-    assert not groupable([a], [3])  # one row: its own pass
-    assert not groupable([a, b], [3, 257])  # more than one padded piece
-    assert not groupable([a, b], [3, 0])
-    assert not groupable([a, make_prompt_cache(model)], [3, 3])  # an empty cache
+def test_only_plain_short_rows_that_fit_share_a_pass(model: Any) -> None:
+    a, b, c = _history(model, 40, 1), _history(model, 50, 2), _history(model, 60, 3)
+    assert sharing([a, b], [3, 256]) == [0, 1]
+    assert sharing([a], [3]) == []  # one row: its own pass
+    assert sharing([a, b, c], [3, 257, 5]) == [0, 2]  # more than one padded piece: alone
+    assert sharing([a, b], [3, 0]) == []
+    assert sharing([a, make_prompt_cache(model), b], [3, 3, 3]) == [0, 2]  # an empty cache
     per_col = sum(2 * c.keys.shape[1] * c.keys.shape[3] * c.keys.dtype.size for c in a)
     big = _history(model, 1, 3)
     big[0].offset = big[1].offset = GROUP_BYTES // per_col  # as if that long
-    assert not groupable([a, big], [3, 3])
+    assert sharing([a, big], [3, 3]) == []
+
+
+def test_a_model_s_own_mask_or_sinks_go_to_the_fused_kernel() -> None:
+    q = mx.random.normal((1, 4, 3, 16))
+    k = v = mx.random.normal((1, 2, 5, 16))
+    with plain_attention(True):
+        got = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask=None)
+    want = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask=None)
+    assert mx.allclose(got, want, atol=1e-5).item()
 
 
 def test_attention_is_restored_after_the_pass_even_when_it_fails() -> None:

@@ -16,7 +16,7 @@ import mlx.core as mx
 from mlx_lm.generate import BatchGenerator
 from mlx_lm.models.cache import BatchKVCache
 
-from core.engines.mlx.cached_group import detached, group_pass, groupable
+from core.engines.mlx.cached_group import detached, group_pass, sharing
 from core.engines.mlx.lean_batch import LeanGenerationBatch
 from core.engines.mlx.lean_prompt import lean_prompt_batch
 from core.engines.mlx.state import FinishedRows, Request, SingleStream
@@ -177,22 +177,27 @@ class BatchPath:
         self, fetched: list[tuple[Request, list[Any], mx.array | None]]
     ) -> list[tuple[list[Any], mx.array] | None]:
         """Cached turns that can share a pass prefilled in one (core.engines.mlx.cached_group):
-        per request (its cache after the pass, its first token, queued), or None for each
-        when off or when the rows cannot share a pass (they are then prefilled alone)."""
-        alone: list[tuple[list[Any], mx.array] | None] = [None] * len(fetched)
+        per request (its cache after the pass, its first token, queued), or None for one
+        that cannot share it (or when off): it is then prefilled alone."""
+        got: list[tuple[list[Any], mx.array] | None] = [None] * len(fetched)
         if not self._group_cached or len(fetched) < 2:
-            return alone
-        caches = [cache for _, cache, _ in fetched]
-        suffixes = [act.prompt[act.cached:] for act, _, _ in fetched]
-        if not groupable(caches, [len(s) for s in suffixes]):
-            return alone
+            return got
+        rows = sharing([cache for _, cache, _ in fetched],
+                       [len(act.prompt) - act.cached for act, _, _ in fetched])
+        if not rows:
+            return got
+        group = [fetched[i] for i in rows]
         with mx.stream(self._stream):
-            logits, rows = group_pass(self._model, caches, suffixes, self._group_matmul,
-                                      self._group_pipelined)
-            ys = self._sample_rows([act for act, _, _ in fetched], logits,
-                                   [context for _, _, context in fetched])
+            logits, caches = group_pass(
+                self._model, [cache for _, cache, _ in group],
+                [act.prompt[act.cached:] for act, _, _ in group], self._group_matmul,
+                self._group_pipelined)
+            ys = self._sample_rows([act for act, _, _ in group], logits,
+                                   [context for _, _, context in group])
             mx.async_eval(ys)
-        return list(zip(rows, ys, strict=True))
+        for i, cache, y in zip(rows, caches, ys, strict=True):
+            got[i] = (cache, y)
+        return got
 
     def _sample_rows(self, acts: list[Request], logits: mx.array,
                      contexts: list[mx.array | None]) -> list[mx.array]:

@@ -96,19 +96,21 @@ def detached(cache: list[Any]) -> list[Any]:
     return cache
 
 
-def groupable(caches: list[list[Any]], new_tokens: list[int]) -> bool:
-    """Whether these rows can share one pass: plain KV layers (a rotating window or a
-    quantized cache would need its own layout), new tokens up to PREFILL_QUANTUM (one
-    padded piece) and the group's buffers under GROUP_BYTES."""
-    if len(caches) < 2 or not all(0 < n <= PREFILL_QUANTUM for n in new_tokens):
-        return False
-    if not all(c and all(type(layer) is KVCache and layer.keys is not None for layer in c)
-               for c in caches):
-        return False
-    width = group_width(caches, new_tokens)
+def sharing(caches: list[list[Any]], new_tokens: list[int]) -> list[int]:
+    """The rows (indices) that share one pass: those with plain KV layers (a rotating
+    window or a quantized cache would need a layout of its own) and 1..PREFILL_QUANTUM
+    new tokens (one padded piece), when at least two have and the group's buffers stay
+    under GROUP_BYTES; else none (each is prefilled alone)."""
+    rows = [i for i, (cache, n) in enumerate(zip(caches, new_tokens, strict=True))
+            if 0 < n <= PREFILL_QUANTUM and cache
+            and all(type(layer) is KVCache and layer.keys is not None and layer.offset
+                    for layer in cache)]
+    if len(rows) < 2:
+        return []
+    width = group_width([caches[i] for i in rows], [new_tokens[i] for i in rows])
     per_col = sum(2 * layer.keys.shape[1] * layer.keys.shape[3] * layer.keys.dtype.size
-                  for layer in caches[0])
-    return group_rows(len(caches)) * width * per_col <= GROUP_BYTES
+                  for layer in caches[rows[0]])
+    return rows if group_rows(len(rows)) * width * per_col <= GROUP_BYTES else []
 
 
 def group_rows(n: int) -> int:
@@ -125,6 +127,9 @@ def group_width(caches: list[list[Any]], new_tokens: list[int]) -> int:
     return key_bucket(max(c[0].offset for c in caches) + tail_bucket(max(new_tokens)))
 
 
+_FUSED = mx.fast.scaled_dot_product_attention
+
+
 @contextlib.contextmanager
 def plain_attention(on: bool) -> Iterator[None]:
     """Inside: mx.fast.scaled_dot_product_attention is matmuls and a softmax (see the
@@ -132,18 +137,17 @@ def plain_attention(on: bool) -> Iterator[None]:
     if not on:
         yield
         return
-    fused = mx.fast.scaled_dot_product_attention
     mx.fast.scaled_dot_product_attention = _matmul_attention
     try:
         yield
     finally:
-        mx.fast.scaled_dot_product_attention = fused
+        mx.fast.scaled_dot_product_attention = _FUSED
 
 
 def _matmul_attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float,
                       mask: Any = None, sinks: Any = None) -> mx.array:
-    if sinks is not None or not isinstance(mask, mx.array):
-        raise ValueError("the group pass's attention takes an array mask and no sinks")
+    if sinks is not None or not isinstance(mask, mx.array):  # not this pass's own mask
+        return _FUSED(q, k, v, scale=scale, mask=mask, sinks=sinks)
     b, heads, n, d = q.shape
     kv_heads, cols = k.shape[1], k.shape[2]
     share = heads // kv_heads  # query heads per key head, stacked along the queries:

@@ -14,7 +14,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 
 from core.engines.base import GenerationRequest, SamplingParams
-from core.engines.mlx.cached_group import group_pass, groupable
+from core.engines.mlx.cached_group import group_pass, sharing
 from core.engines.mlx.single import PREFILL_QUANTUM, tail_bucket
 from core.engines.mlx.state import FinishedRows, Request
 
@@ -121,7 +121,7 @@ class WarmUp:
                     self._model(mx.array([base[: 2 + i]]), cache=cache)
                     caches.append(cache)
                 mx.eval([c.state for cache in caches for c in cache])
-                if not groupable(caches, [2] * rows):
+                if len(sharing(caches, [2] * rows)) < rows:
                     return
                 logits, _ = group_pass(self._model, caches, [base[:2]] * rows,
                                        self._group_matmul)
