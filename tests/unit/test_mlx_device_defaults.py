@@ -57,13 +57,14 @@ def test_the_engine_takes_its_device_defaults_and_an_option_overrides_them(
     before = mx.set_cache_limit(0)
     mx.set_cache_limit(before)
     override = (("bucketed_kv", False), ("prefill_alone_tokens", 0), ("cache_limit_gb", 1),
-                ("group_cached_turns", False), ("group_attention", "fused"))
+                ("group_cached_turns", False), ("group_attention", "fused"),
+                ("group_pipelined", False))
     try:
         for extra, kv, alone in (((), True, 512), (override, False, 0)):
             eng = MlxEngine(ModelSpec(str(model), "mlx", context_size=4096, options=base + extra))
             try:
                 assert (eng._bucketed_kv, eng._alone_tokens) == (kv, alone)
-                assert (eng._group_cached, eng._group_matmul) == (kv, kv)
+                assert (eng._group_cached, eng._group_matmul, eng._group_pipelined) == (kv,) * 3
                 assert mx.set_cache_limit(eng.cache_limit) == eng.cache_limit
                 assert eng.cache_limit == (10**9 if extra else eng.cache_limit)
             finally:

@@ -7,8 +7,12 @@ prefilled in a few fixed shapes met in warm-up (bucketed_prefill, warmup_prefill
 prefill passes (bucketed_kv, core.engines.mlx.bucketed_kv), because MLX builds an attention
 plan for every new key length. bucketed_kv on the H200, in process (bench/later_turn.py):
 later-turn p50 183-185 ms against 224-225 with arrivals together, 70-116 against 156-175
-with 3 ms spread; over HTTP (bench/chat.py) 171 against 176 ms. Neither was measured on
-Metal, so they stay off there and on the CPU; an engine option still overrides each.
+with 3 ms spread; over HTTP (bench/chat.py) 171 against 176 ms. Cached turns arriving
+together share one pass there (group_cached_turns, core.engines.mlx.cached_group), its
+attention as matmuls (group_attention) and pipelined per layer (group_pipelined): 8 turns'
+first tokens in 27-28 ms against 129-155 ms alone (bench/group_pass.py), later turns over
+HTTP 66-79 ms against the peer's 414-437 (bench/chat.py). None was measured on Metal, so
+they stay off there and on the CPU; an engine option still overrides each.
 
 On CUDA, MLX keeps freed buffers for reuse up to 80% of the card in every process, so two
 MLX processes on one card (two models' workers, or a bench's servers) can starve each
