@@ -47,10 +47,11 @@ def _turns(engine: Any, convs: list[list[dict[str, str]]], tag: str) -> list[tup
 
 
 def _session(model: Path, alone: int, group: str = "off", long_row: bool = False,
-             ) -> tuple[list[list[tuple[str, int]]], int, int]:
+             broken: bool = False) -> tuple[list[list[tuple[str, int]]], int, int]:
     """Three conversations' three turns; (their (text, cached), requests joined as cached
     turns, rows prefilled in a group pass). `group`: off, matmul or fused attention;
-    `long_row`: the first conversation's last message too long to share a pass."""
+    `long_row`: the first conversation's last message too long to share a pass;
+    `broken`: the pass fails."""
     from core.engines.mlx import MlxEngine, batch
 
     engine = MlxEngine(ModelSpec(str(model), "mlx", context_size=4096, options=(
@@ -69,6 +70,8 @@ def _session(model: Path, alone: int, group: str = "off", long_row: bool = False
 
     def group_spy(model: Any, caches: list[Any], *args: Any) -> Any:
         grouped.extend(caches)
+        if broken:  # a model the pass does not fit
+            raise ValueError("no such rope")
         return real_pass(model, caches, *args)
 
     batch.group_pass = group_spy
@@ -166,3 +169,11 @@ def test_the_warm_up_meets_the_group_pass_at_each_row_count(
             ("group_cached_turns", group))))
         engine.close()
         assert rows == want
+
+
+def test_a_model_the_pass_does_not_fit_prefills_each_turn_alone_and_loses_nothing(
+        model: Path) -> None:
+    batched, _, _ = _session(model, 0)
+    survived, joined, tried = _session(model, 512, "matmul", broken=True)
+    assert (joined, tried) == (6, 3)  # tried once, then never again
+    assert survived == batched

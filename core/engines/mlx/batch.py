@@ -8,6 +8,7 @@ that is cheap), since removing rows copies the KV of every row that stays.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,8 @@ from core.engines.mlx.lean_prompt import lean_prompt_batch
 from core.engines.mlx.state import FinishedRows, Request, SingleStream
 from core.engines.sampling import greedy
 from core.events import Event
+
+log = logging.getLogger(__name__)
 
 
 class BatchPath:
@@ -187,14 +190,21 @@ class BatchPath:
         if not rows:
             return got
         group = [fetched[i] for i in rows]
-        with mx.stream(self._stream):
-            logits, caches = group_pass(
-                self._model, [cache for _, cache, _ in group],
-                [act.prompt[act.cached:] for act, _, _ in group], self._group_matmul,
-                self._group_pipelined)
-            ys = self._sample_rows([act for act, _, _ in group], logits,
-                                   [context for _, _, context in group])
-            mx.async_eval(ys)
+        try:
+            with mx.stream(self._stream):
+                logits, caches = group_pass(
+                    self._model, [cache for _, cache, _ in group],
+                    [act.prompt[act.cached:] for act, _, _ in group], self._group_matmul,
+                    self._group_pipelined)
+                ys = self._sample_rows([act for act, _, _ in group], logits,
+                                       [context for _, _, context in group])
+                mx.async_eval(ys)
+        except Exception:  # noqa: BLE001 - a model the pass does not fit (its histories are
+            # untouched: the pass copies them): these rows and later ones go alone
+            log.warning("cached turns cannot share a pass on this model; each goes alone",
+                        exc_info=True)
+            self._group_cached = False
+            return got
         for i, cache, y in zip(rows, caches, ys, strict=True):
             got[i] = (cache, y)
         return got
