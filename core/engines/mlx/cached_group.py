@@ -146,7 +146,8 @@ def plain_attention(on: bool) -> Iterator[None]:
 
 def _matmul_attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float,
                       mask: Any = None, sinks: Any = None) -> mx.array:
-    if sinks is not None or not isinstance(mask, mx.array):  # not this pass's own mask
+    if sinks is not None or not isinstance(mask, mx.array) or mask.dtype != mx.bool_:
+        # not this pass's own (boolean) mask: an additive one means something else
         return _FUSED(q, k, v, scale=scale, mask=mask, sinks=sinks)
     b, heads, n, d = q.shape
     kv_heads, cols = k.shape[1], k.shape[2]
