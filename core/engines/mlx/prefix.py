@@ -54,7 +54,7 @@ class PrefixSaves:
                 GenerationRequest("", tuple(msgs), tools=tools, thinking=thinking)),
             remember=self._prefix.store, bits=int(self.spec.option("kv_disk_bits", 16)),
             read=str(self.spec.option("kv_disk_read", "auto")),
-            copy=str(self.spec.option("kv_disk_copy", "parallel")), discard=self._prefix.discard,
+            copy=str(self.spec.option("kv_disk_copy", "stream")), discard=self._prefix.discard,
             prefill=self._follow_up_pass)
 
     def _follow_up_pass(self, tokens: list[int], cache: list[Any]) -> None:
