@@ -246,6 +246,7 @@ def _probe_count(sections: Sequence[Section]) -> int:
 
 
 _CUDART: Any = None
+last_prefetch: bool | None = None  # whether the last prefetch ran (benches)
 
 
 def _cudart() -> Any:
@@ -295,4 +296,6 @@ def prefetch(flat: mx.array) -> bool:
         return False
     if err != 0:
         log.debug("kv cache prefetch failed: cuda error %s", err)
+    global last_prefetch
+    last_prefetch = err == 0
     return err == 0
