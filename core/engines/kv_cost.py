@@ -71,7 +71,8 @@ class LoadCost:
         """Write the rates beside the cache files (atomically; errors are the caller's)."""
         blob = json.dumps({"reads": list(self.reads), "prefill_tps": self.prefill_tps}).encode()
         tmp = folder / f".{NAME}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        tmp.unlink(missing_ok=True)  # a stale or planted one: created afresh below, never followed
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(blob)
         os.replace(tmp, folder / NAME)
@@ -79,7 +80,9 @@ class LoadCost:
     @classmethod
     def load(cls, folder: Path) -> LoadCost:
         """The saved rates, or none measured when the file is missing or not ours (a
-        link, not a regular file, too large, not the expected JSON)."""
+        link, not a regular file, too large, not the expected JSON, values that are no
+        rate: booleans, strings, NaN, out of range). Never raises: the file lies in the
+        cache folder, where anything may be found."""
         cost = cls()
         try:
             fd = os.open(folder / NAME, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
@@ -91,7 +94,7 @@ class LoadCost:
             if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_FILE:
                 return cost
             data = json.loads(os.read(fd, _MAX_FILE))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return cost
         finally:
             os.close(fd)
@@ -99,8 +102,17 @@ class LoadCost:
             return cost
         reads, tps = data.get("reads"), data.get("prefill_tps")
         if isinstance(reads, list):
-            cost.reads.extend(float(r) for r in reads[-_RECENT:]
-                              if isinstance(r, (int, float)) and 0 < r < 1e13)
-        if isinstance(tps, (int, float)) and 0 < tps < 1e9:
+            cost.reads.extend(float(r) for r in reads[-_RECENT:] if _rate(r, *_READ_RANGE))
+        if _rate(tps, *_PREFILL_RANGE):
             cost.prefill_tps = float(tps)
         return cost
+
+
+# What a saved rate may be: bytes a second (1 MB/s to 10 TB/s), prompt tokens a second.
+_READ_RANGE = (1e6, 1e13)
+_PREFILL_RANGE = (1e-3, 1e9)
+
+
+def _rate(value: object, low: float, high: float) -> bool:
+    """A number (not a boolean) within [low, high)."""
+    return type(value) in (int, float) and low <= value < high  # type: ignore[operator]
