@@ -12,7 +12,9 @@ Prints one JSON object (median ms over --repeats, after one discarded warm-up ro
   pass of a GPU kernel over every section afterwards (pages still to move move here),
   `load_over_read_bound[copy]` = (load + touch) / read bound;
 - `best_copy`: the mode with the smallest load + touch; `prefetch_ok`: whether the CUDA
-  prefetch (copy "managed") was found and ran.
+  prefetch (copy "stream" on CUDA) was found and ran;
+- `probe`: the cost model's idle-time probe of the same file (kv_mlx_load.probe_read,
+  copy "stream"): its estimate of a whole load against the load timed.
 
     python bench/kvload.py                      # Qwen3-0.6B's shape, 4,172 tokens, bf16
     python bench/kvload.py --bits 8             # the 8-bit file of the same cache
@@ -130,6 +132,12 @@ def main(argv: list[str] | None = None) -> int:
         mx.eval([mx.sum(a.astype(mx.float32)) for a in arrays.values()])
         mx.synchronize()
 
+    def probe() -> float:
+        got = kv_mlx_load.probe_read(path, "bench", 1 << 40, "stream")
+        return -1.0 if got is None else got[1] * 1000
+
+    # the cost model's probe as a fresh worker runs it: its first load in the process
+    probe_first = probe() if "stream" in copies else -1.0
     runs: dict[str, list[float]] = {"read_bound": [], "read_parallel": [], "hash": []}
     for c in copies:
         runs[f"load_{c}"], runs[f"touch_{c}"] = [], []
@@ -144,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs[k].append(v)
         print(f"[{time.strftime('%H:%M:%S')}] round {r}: "
               + " ".join(f"{k}={v:.1f}" for k, v in got.items()), file=sys.stderr, flush=True)
+    probes = [probe() for _ in range(3)] if "stream" in copies else [-1.0]
     med = {k: round(statistics.median(v), 1) for k, v in runs.items()}
     total = {c: med[f"load_{c}"] + med[f"touch_{c}"] for c in copies}
     out = {
@@ -156,6 +165,11 @@ def main(argv: list[str] | None = None) -> int:
         "load_over_read_bound": {c: round(total[c] / med["read_bound"], 3) for c in copies},
         "best_copy": min(total, key=lambda c: total[c]),
         "prefetch_ok": kv_mlx_load.last_prefetch,
+        "probe": {"first_estimate_ms": round(probe_first, 1),
+                  "estimate_ms": round(statistics.median(probes), 1),
+                  "load_ms": total.get("stream"),
+                  "estimate_over_load": round(statistics.median(probes) / total["stream"], 3)
+                  if "stream" in total else None},
         "runs_ms": {k: [round(x, 1) for x in v] for k, v in runs.items()},
     }
     text = json.dumps(out, indent=2)

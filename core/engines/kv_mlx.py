@@ -122,9 +122,9 @@ class MlxKvKeeper:
         self.always_read = read == "always"  # kv_disk_read: "auto" asks the cost model
         self.last_load: dict[str, float] = {}  # the last lookup's read, step by step (benches)
         # kv_disk_copy: "stream" (mx.load fills its own buffer from the hashing threads,
-        # core.engines.kv_mlx_load), "managed" (the same into host memory, prefetched to a
-        # CUDA GPU), "parallel" (the hashing threads copy into a zeroed device buffer) or
-        # "single" (one copy; the mapped file hashed meanwhile): the last two for benches
+        # prefetched to a CUDA GPU as it fills: core.engines.kv_mlx_load); for benches
+        # "device" (mx.load on the GPU), "parallel" (the hashing threads copy into a
+        # zeroed device buffer), "single" (one copy; the mapped file hashed meanwhile)
         self.copy = copy if copy in COPIES else "stream"
         self._per_token = _per_token_bound(model, self.n_layers)
         # a file the writer wrote, to time a read of in an idle step (once a process)

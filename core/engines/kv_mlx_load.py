@@ -2,26 +2,24 @@
 
 The payload (a file's sections back to back) is handed to `mx.load` as one 1-D uint8
 `.npy` array through a file object of our own (`PayloadStream`): MLX allocates the
-array's buffer and asks the object to fill it, and the object fills it on the hashing
-threads, each copying a section from the memory-mapped file and hashing what it copied.
-So the bytes are read once, checked once, and the bytes checked are the bytes kept:
+array's buffer in host memory and asks the object to fill it, and the object fills it on
+the hashing threads, each copying a section from the memory-mapped file and hashing what
+it copied. So the bytes are read once, checked once, and the bytes checked are the bytes
+kept. On a CPU or Apple's unified memory that buffer is where the model reads them, its
+pages first touched by the copying threads in parallel (an `mx.zeros` buffer is zeroed on
+one thread first: 290-340 ms for a 478 MB file on a 2-core box, more than the read).
 
-- on CUDA, MLX reads into a host buffer and copies it to device memory in one
-  cudaMemcpy: plain device memory, not managed memory migrated page by page when a kernel
-  first touches it (what a numpy view of an MLX array gives there: the old loader
-  zeroed a device buffer, moved it to managed memory for the host to fill, and the first
-  prefill then moved it back, page fault by page fault);
-- on a CPU or Apple's unified memory, MLX's buffer is filled where it lies, its pages
-  first touched by the copying threads in parallel (an `mx.zeros` buffer is zeroed on
-  one thread first: 290-340 ms for a 478 MB file on a 2-core box, more than the read).
-
-`kv_disk_copy = "managed"` loads into MLX's host (managed, on CUDA) memory instead and, on
-CUDA, asks the driver to move it to the GPU in one prefetch (cudaMemPrefetchAsync, through
-ctypes: MLX has no call for it); the GPU bench (bench/kvload.py) compares the two.
+On CUDA MLX's host memory is managed memory, which a kernel would pull over page fault by
+page fault at the first prefill (58 ms for 478 MB on an H200 after the old loader's 70).
+So each stretch of sections copied and checked is prefetched to the GPU as the copying
+goes on (cudaMemPrefetchAsync, through ctypes: MLX has no call for it), the transfer
+overlapping the copies of the rest. `kv_disk_copy` picks another way for benches:
+"device" (mx.load on the GPU: MLX copies a pageable host buffer to device memory, 163 ms
+for those 478 MB), "parallel" (the old loader) and "single" (one mx.array copy).
 
 Nothing of it may be used before the section checksums pass (`PayloadStream.pending`,
 checked by Sections.verify). `payload_to_device` is the whole step, used by a lookup and
-by the cost model's idle-time probe (core.engines.kv_mlx).
+by the cost model's idle-time probe (`probe_read`).
 """
 
 from __future__ import annotations
@@ -29,7 +27,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
@@ -53,7 +51,7 @@ from core.engines.kv_file import (
 
 log = logging.getLogger(__name__)
 
-COPIES = ("stream", "managed", "parallel", "single")  # kv_disk_copy
+COPIES = ("stream", "device", "parallel", "single")  # kv_disk_copy
 _LOADED = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16,
            "uint32": mx.uint32, "uint8": mx.uint8, "int32": mx.int32}
 
@@ -82,6 +80,8 @@ class PayloadStream:
         self._head = _npy_header(self.nbytes)
         self._pos = 0
         self._digests: dict[str, str] = {}
+        # called with (first, end) addresses of bytes copied and checked, in order
+        self.ready: Callable[[int, int], None] | None = None
 
     def seek(self, offset: int, whence: int = 0) -> int:
         end = len(self._head) + self.nbytes
@@ -126,12 +126,19 @@ class PayloadStream:
                 continue
             whole = lo >= at and hi <= end
             jobs.append((s, whole, _pool().submit(one, max(lo, at), min(hi, end), whole)))
+        base, sent = into.ctypes.data, into.ctypes.data
         for s, whole, job in jobs:
             digest = job.result()
             if whole and digest is not None:
                 self._digests[s.name] = digest
             else:
                 self._digests.pop(s.name, None)
+            done = base + min(offsets[s.name] + s.nbytes, end) - at
+            if self.ready is not None and done & ~(_ALIGN - 1) > sent:
+                self.ready(sent, done & ~(_ALIGN - 1))
+                sent = done & ~(_ALIGN - 1)
+        if self.ready is not None and base + into.size > sent:
+            self.ready(sent, base + into.size)
 
     def pending(self) -> list[tuple[Section, Future[str]]]:
         """The sections' checksums as Sections.verify takes them (all computed already;
@@ -145,36 +152,40 @@ class PayloadStream:
 
 
 def payload_to_device(sections: Sections, header: KvHeader, count: int | None = None,
-                      managed: bool = False) -> mx.array:
+                      device: bool = False) -> mx.array:
     """The first `count` sections (None: all) of a file read with hash=False as one flat
-    uint8 array on the device; their checksums are then in `sections.pending` (call
-    sections.verify before any use). `managed`: MLX's host memory, prefetched to the GPU
-    on CUDA (see the module docstring). BadKvFile when MLX could not load it."""
+    uint8 array, on the GPU once this returns; their checksums are then in
+    `sections.pending` (call sections.verify before any use). `device`: loaded by MLX on
+    the default device instead (see the module docstring). BadKvFile when MLX could not
+    load it."""
     stream = PayloadStream(sections, header, count)
     if stream.nbytes == 0:
         sections.pending = stream.pending()
         return mx.zeros((1,), mx.uint8)
+    move = None if device or not mx.cuda.is_available() else _Prefetch()
+    stream.ready = move
     try:
-        if managed:
-            flat = mx.load(stream, format="npy", stream=mx.cpu)
-        else:
+        if device:
             flat = mx.load(stream, format="npy")
+        else:
+            flat = mx.load(stream, format="npy", stream=mx.cpu)
     except (RuntimeError, ValueError) as exc:
         raise BadKvFile(f"could not load: {exc}") from exc
+    finally:
+        if move is not None:
+            move.finish()
     if not isinstance(flat, mx.array) or flat.size != stream.nbytes:
         raise BadKvFile("the payload did not load whole")
     sections.pending = stream.pending()
-    if managed and mx.cuda.is_available():
-        prefetch(flat)
     return flat
 
 
 def on_device(header: Any, sections: dict[str, np.ndarray],
               copy: str = "stream") -> dict[str, mx.array]:
     """A link's sections as device arrays: its whole payload in one copy, then views.
-    `copy` (kv_disk_copy): "stream"/"managed" load it through mx.load, filled and hashed
-    by the hashing threads (core.engines.kv_mlx_load); "parallel" has those threads copy
-    into a zeroed device buffer; "single" is one mx.array copy (holding the GIL)."""
+    `copy` (kv_disk_copy): "stream" and "device" load it through mx.load, filled and
+    hashed by the hashing threads (see the module docstring); "parallel" has those threads
+    copy into a zeroed device buffer; "single" is one mx.array copy (holding the GIL)."""
     payload = getattr(sections, "payload", None)
     offsets = getattr(sections, "offsets", None)
     if payload is None or offsets is None or any(s.name not in offsets for s in header.sections):
@@ -182,8 +193,8 @@ def on_device(header: Any, sections: dict[str, np.ndarray],
             copy_and_hash(sections, header, np.empty(header.nbytes, np.uint8))
         return {name: _to_mx(a) for name, a in sections.items()}
     unhashed = getattr(sections, "pending", ()) is None
-    if unhashed and copy in ("stream", "managed"):
-        flat = payload_to_device(sections, header, managed=copy == "managed")  # type: ignore[arg-type]
+    if unhashed and copy in ("stream", "device"):
+        flat = payload_to_device(sections, header, device=copy == "device")  # type: ignore[arg-type]
     elif unhashed or copy == "parallel":
         flat = mx.zeros((max(int(payload.size), 1),), mx.uint8)
         mx.eval(flat)
@@ -213,25 +224,39 @@ PROBE_MIN_BYTES = 4 * 1024**2
 
 
 def probe_read(path: Path, identity: str, max_bytes: int, copy: str) -> tuple[int, float] | None:
-    """(bytes, seconds) of a timed read of the start of the cache file `path` through the
-    load path a lookup takes (open, map, copy and hash, to the device, verified); None
-    when the file is too small to say much, gone or bad. Bounded: see PROBE_BYTES."""
+    """(bytes, seconds) of a read of the whole cache file `path` through the load path a
+    lookup takes (open, map, copy and hash, to the device, verified), estimated from a
+    timed read of its start: the open and map as timed, the rest scaled by the file's
+    bytes over the part read. None when the file is too small to say much, gone or bad.
+    A section is loaded untimed first (the process's first load starts the hashing
+    threads and finds the CUDA runtime). Bounded: see PROBE_BYTES."""
     started = time.perf_counter()
     try:
         header = read_header(path, identity, max_bytes)
         if header.nbytes < PROBE_MIN_BYTES:
             return None
         sections = read_sections(path, header, max_bytes, wait=False, hash=copy == "single")
-        if copy in ("stream", "managed"):
-            header = replace(header, sections=header.sections[: _probe_count(header.sections)])
-        arrays = on_device(header, sections, copy)
-        sections.verify()
-        mx.eval(list(arrays.values()))
-        mx.synchronize()
+        mapped = time.perf_counter()
+        part = header
+        if copy in ("stream", "device"):
+            part = replace(header, sections=header.sections[: _probe_count(header.sections)])
+            _load(replace(header, sections=header.sections[:1]), sections, copy)
+        warm = time.perf_counter()
+        _load(part, sections, copy)
     except (BadKvFile, OSError) as exc:
         log.debug("kv cache read probe skipped: %s", getattr(exc, "strerror", None) or exc)
         return None
-    return header.nbytes, time.perf_counter() - started
+    rest = (time.perf_counter() - warm) * header.nbytes / max(part.nbytes, 1)
+    return header.nbytes, (mapped - started) + rest
+
+
+def _load(header: KvHeader, sections: Sections, copy: str) -> None:
+    if copy != "single":
+        sections.pending = None  # unhashed: on_device copies and hashes (again)
+    arrays = on_device(header, sections, copy)
+    sections.verify()
+    mx.eval(list(arrays.values()))
+    mx.synchronize()
 
 
 def _probe_count(sections: Sequence[Section]) -> int:
@@ -273,29 +298,46 @@ class _MemLocation(ctypes.Structure):
     _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
 
 
-def prefetch(flat: mx.array) -> bool:
-    """Move a managed-memory array to GPU 0 in one transfer and wait for it; False when
-    the runtime's call is not found or fails (the pages then move as kernels touch them)."""
-    lib = _cudart()
-    if lib is None:
-        return False
-    ptr = ctypes.c_void_p(np.asarray(flat).ctypes.data)
-    size = ctypes.c_size_t(flat.nbytes)
-    version = ctypes.c_int(0)
-    try:
-        lib.cudaRuntimeGetVersion(ctypes.byref(version))
-        if version.value >= 13000:
-            err = lib.cudaMemPrefetchAsync(ptr, size, _MemLocation(1, 0), ctypes.c_uint(0),
-                                           ctypes.c_void_p(0))
-        else:
-            err = lib.cudaMemPrefetchAsync(ptr, size, ctypes.c_int(0), ctypes.c_void_p(0))
-        if err == 0:
-            err = lib.cudaDeviceSynchronize()
-    except (AttributeError, OSError) as exc:
-        log.debug("kv cache prefetch unavailable: %s", exc)
-        return False
-    if err != 0:
-        log.debug("kv cache prefetch failed: cuda error %s", err)
-    global last_prefetch
-    last_prefetch = err == 0
-    return err == 0
+_ALIGN = 2 * 1024**2  # prefetched stretches end on this (a page part-written stays)
+
+
+class _Prefetch:
+    """Moves stretches of a managed-memory buffer to GPU 0 as they are ready (async), then
+    waits for all (`finish`). Does nothing when the runtime's call is not found; the pages
+    then move as kernels touch them."""
+
+    def __init__(self) -> None:
+        self._lib = _cudart()
+        self._new_api = False
+        self.ok = self._lib is not None
+        if self._lib is not None:
+            version = ctypes.c_int(0)
+            try:
+                self._lib.cudaRuntimeGetVersion(ctypes.byref(version))
+            except (AttributeError, OSError):
+                self.ok = False
+            self._new_api = version.value >= 13000
+
+    def __call__(self, first: int, end: int) -> None:
+        if not self.ok or end <= first:
+            return
+        ptr, size = ctypes.c_void_p(first), ctypes.c_size_t(end - first)
+        try:
+            if self._new_api:
+                err = self._lib.cudaMemPrefetchAsync(ptr, size, _MemLocation(1, 0),
+                                                     ctypes.c_uint(0), ctypes.c_void_p(0))
+            else:
+                err = self._lib.cudaMemPrefetchAsync(ptr, size, ctypes.c_int(0),
+                                                     ctypes.c_void_p(0))
+        except (AttributeError, OSError) as exc:
+            log.debug("kv cache prefetch unavailable: %s", exc)
+            err = -1
+        if err != 0:
+            log.debug("kv cache prefetch failed: cuda error %s", err)
+            self.ok = False
+
+    def finish(self) -> None:
+        global last_prefetch
+        if self.ok and self._lib is not None:
+            self.ok = self._lib.cudaDeviceSynchronize() == 0
+        last_prefetch = self.ok

@@ -39,7 +39,7 @@ def _load(path: Path, copy: str = "stream") -> tuple[dict[str, mx.array], object
     return on_device(header, sections, copy), sections
 
 
-@pytest.mark.parametrize("copy", ["stream", "managed"])
+@pytest.mark.parametrize("copy", ["stream", "device"])
 def test_the_payload_reaches_mlx_whole_in_each_sections_dtype(tmp_path: Path, copy: str) -> None:
     path, arrays = _file(tmp_path)
     loaded, sections = _load(path, copy)
