@@ -36,6 +36,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
+from core.engines import kv_mlx_load
 from core.engines.kv_cost import LoadCost
 from core.engines.kv_file import BadKvFile
 from core.engines.kv_mlx_load import COPIES, on_device, probe_read
@@ -271,7 +272,7 @@ class MlxKvKeeper:
             arrays = [(name, dtype, np.asarray(a)) for name, dtype, a in sections]
             path = store.put(w.tokens, arrays, meta, w.text, w.marks, axis=2, held_from=base,
                              pace=writer.wait_idle)
-            if path is not None and not self._probed:
+            if path is not None and not self._probed and path.stat().st_size >= kv_mlx_load.PROBE_MIN_BYTES:
                 self._probe_path = path  # an idle step times a read of it (_probe)
 
         writer.submit(job)
