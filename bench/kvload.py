@@ -14,7 +14,9 @@ Prints one JSON object (median ms over --repeats, after one discarded warm-up ro
 - `best_copy`: the mode with the smallest load + touch; `prefetch_ok`: whether the CUDA
   prefetch (copy "stream" on CUDA) was found and ran;
 - `probe`: the cost model's idle-time probe of the same file (kv_mlx_load.probe_read,
-  copy "stream"): its estimate of a whole load against the load timed.
+  copy "stream"): its estimate of a whole load against `load_ms["stream"]`, first as a
+  fresh process's first load (`first_estimate_ms`, what a worker's probe meets), then the
+  median of three.
 
     python bench/kvload.py                      # Qwen3-0.6B's shape, 4,172 tokens, bf16
     python bench/kvload.py --bits 8             # the 8-bit file of the same cache
@@ -167,9 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         "prefetch_ok": kv_mlx_load.last_prefetch,
         "probe": {"first_estimate_ms": round(probe_first, 1),
                   "estimate_ms": round(statistics.median(probes), 1),
-                  "load_ms": total.get("stream"),
-                  "estimate_over_load": round(statistics.median(probes) / total["stream"], 3)
-                  if "stream" in total else None},
+                  "load_ms": med.get("load_stream"),
+                  "estimate_over_load": round(statistics.median(probes) / med["load_stream"], 3)
+                  if "stream" in copies else None},
         "runs_ms": {k: [round(x, 1) for x in v] for k, v in runs.items()},
     }
     text = json.dumps(out, indent=2)

@@ -215,10 +215,13 @@ def _to_mx(a: np.ndarray) -> mx.array:
     return mx.array(np.ascontiguousarray(a))
 
 
-# The cost model's probe (probe_read): enough leading sections to keep every hashing
-# thread busy (a load hashes one section a thread) or PROBE_BYTES, at most
-# PROBE_MAX_BYTES; files under PROBE_MIN_BYTES say more about fixed costs than the rate.
-PROBE_BYTES = 32 * 1024**2
+# The cost model's probe (probe_read): enough leading sections for two rounds of the
+# hashing threads (a load hashes one section a thread) and PROBE_BYTES, at most
+# PROBE_MAX_BYTES (about 40 ms on an H200's host, where the whole 478 MB load took 72):
+# a load's fixed costs, scaled up with a small part, made the first probe estimate a
+# whole load at 1.3-1.8x its time; files under PROBE_MIN_BYTES say more about fixed
+# costs than the rate.
+PROBE_BYTES = 64 * 1024**2
 PROBE_MAX_BYTES = 256 * 1024**2
 PROBE_MIN_BYTES = 4 * 1024**2
 
@@ -263,7 +266,7 @@ def _probe_count(sections: Sequence[Section]) -> int:
     count = total = 0
     for s in sections:
         if count and (total + s.nbytes > PROBE_MAX_BYTES
-                      or (count >= _HASH_THREADS and total >= PROBE_BYTES)):
+                      or (count >= 2 * _HASH_THREADS and total >= PROBE_BYTES)):
             break
         count += 1
         total += s.nbytes
