@@ -134,3 +134,18 @@ def test_the_rates_file_round_trips_and_a_folder_in_its_place_is_none_measured(t
     (tmp_path / NAME).unlink()
     (tmp_path / NAME).mkdir()
     assert not LoadCost.load(tmp_path).reads
+
+
+
+def test_a_copy_that_fails_inside_mlx_s_read_is_a_bad_file_not_a_crash(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLX calls the stream's readinto from its own reader: an error there comes back as
+    BadKvFile (the lookup then prefills), never as MLX's RuntimeError."""
+    path, _ = _file(tmp_path)
+
+    def broken(*_args: object) -> None:
+        raise OSError("the disk went away")
+
+    monkeypatch.setattr(PayloadStream, "_fill", broken)
+    with pytest.raises(BadKvFile):
+        _load(path)
