@@ -272,7 +272,7 @@ class MlxKvKeeper:
             arrays = [(name, dtype, np.asarray(a)) for name, dtype, a in sections]
             path = store.put(w.tokens, arrays, meta, w.text, w.marks, axis=2, held_from=base,
                              pace=writer.wait_idle)
-            if path is not None and not self._probed and path.stat().st_size >= kv_mlx_load.PROBE_MIN_BYTES:
+            if path is not None and not self._probed and _size(path) >= kv_mlx_load.PROBE_MIN_BYTES:
                 self._probe_path = path  # an idle step times a read of it (_probe)
 
         writer.submit(job)
@@ -403,6 +403,13 @@ class MlxKvKeeper:
         while self._follow_ups or self._writes:
             self.idle_step()
         self.writer.close(timeout=2.0)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # evicted already
+        return 0
 
 
 def _plain(cache: list[Any]) -> bool:
