@@ -260,7 +260,7 @@ def ttfts(make: Any, messages: list[dict[str, str]], repeats: int, kv_root: Path
         shutil.rmtree(kv_root)
         shutil.copytree(after_first, kv_root)
         engine = make(4.0)
-        cost = engine._kv.cost if engine._kv is not None else None
+        cost = getattr(engine._kv, "cost", None)  # llama.cpp's keeper has no cost model
         # what the cost model knows when it decides (the first turn's idle time measured it)
         known = None if cost is None else (cost.read_bps, bool(cost.reads), cost.prefill_tps)
         _, u = run(engine, nxt)
