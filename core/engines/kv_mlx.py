@@ -131,6 +131,7 @@ class MlxKvKeeper:
         # a file the writer wrote, to time a read of in an idle step (once a process)
         self._probe_path: Path | None = None
         self._probed = False
+        self._served: set[int] = set()  # prompts (by id) whose history a lookup read
 
     @classmethod
     def open(cls, option: Any, model_dir: Path, **kwargs: Any) -> MlxKvKeeper | None:
@@ -151,12 +152,20 @@ class MlxKvKeeper:
 
     def finished(self, request: Any, prompt: list[int], text: str | None, marks: Marks,
                  raw: str, tokens: list[int], cache: list[Any],
-                 prefill: tuple[int, float] | None = None) -> None:
+                 prefill: tuple[int, float, int] | None = None) -> None:
         """A request's cache was remembered: queue it for disk (cheap; no device sync).
-        `prefill`: (prompt tokens prefilled, seconds to the first token), for the cost
-        model (core.engines.kv_cost)."""
-        if prefill is not None and self.cost.prefilled(*prefill):
-            self._save_rates()
+        `prefill`: (prompt tokens prefilled, seconds to the first token, tokens already
+        cached) of a lone request, for the cost model (core.engines.kv_cost); a request
+        whose history this keeper read from disk is no pass (its time holds the read)."""
+        from_disk = id(prompt) in self._served
+        self._served.discard(id(prompt))
+        if prefill is not None:
+            new, seconds, cached = prefill
+            changed = self.cost.prefilled(new, seconds)
+            if not from_disk and self.cost.passed(cached, new, seconds):
+                changed = True
+            if changed:
+                self._save_rates()
         if not _plain(cache) or request.request_id.startswith("__"):
             return
         full = _views(cache, len(tokens))
@@ -354,7 +363,12 @@ class MlxKvKeeper:
         if not self.always_read and not self.cost.worth_reading(nbytes, match.covered - cached):
             return cache, cached  # prefilling is estimated faster than reading
         layers = self._read(match, match.covered)
-        return (cache, cached) if layers is None else (layers, match.covered)
+        if layers is None:
+            return cache, cached
+        if len(self._served) > 64:  # requests cancelled before they finished
+            self._served.clear()
+        self._served.add(id(prompt))
+        return layers, match.covered
 
     def _read(self, match: Match, n: int) -> list[Any] | None:
         """The first n tokens' keys and values of `match`'s chain on the device, every

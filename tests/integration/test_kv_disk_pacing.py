@@ -289,3 +289,33 @@ def test_the_read_probe_waits_while_a_request_is_in_hand(
         assert keeper.cost.reads and keeper._probe_path is None
     finally:
         engine.close()
+
+
+def test_a_turn_over_its_history_in_memory_is_a_pass_and_one_read_from_disk_is_not(
+        tiny_qwen3: Path, llmdeck_home: Path) -> None:
+    """The cost model charges a read the pass over the history that follows it, measured
+    from turns whose history was in memory; a turn whose history was read from disk
+    holds the read in its time to first token, so it is no pass."""
+    messages = _write_first_turn(tiny_qwen3)
+    folder = _files()[0].parent
+    LoadCost(prefill_tps=1.0).save(folder)  # reading wins
+    engine = _engine(tiny_qwen3)
+    try:
+        engine.submit(_request("t2", messages))
+        reply = []
+        usage = None
+        while usage is None:
+            for rid, events in engine.step():
+                reply.extend(e.text for e in events if rid == "t2" and hasattr(e, "text"))
+                usage = next((e for e in events if isinstance(e, Usage)), usage)
+        assert usage.cached_tokens > 0  # from disk
+        _settle(engine)
+        assert engine._kv.cost.pass_s is None
+        third = [*messages, {"role": "assistant", "content": "".join(reply)},
+                 {"role": "user", "content": "Once more."}]
+        engine.submit(_request("t3", third))
+        usage = _until_done(engine, "t3")
+        assert usage.cached_tokens >= 256
+        assert engine._kv.cost.pass_s is not None
+    finally:
+        engine.close()

@@ -112,16 +112,18 @@ def test_the_probe_times_a_verified_read_and_skips_small_or_bad_files(
     b'{"reads": [NaN, Infinity, -5, 0, 1e300], "prefill_tps": NaN}',
     b'{"reads": ["1e9"], "prefill_tps": "100"}',
     b'{"reads": {"a": 1e9}, "prefill_tps": [1]}',
-    b'{"reads": [1e-300], "prefill_tps": 1e-300}',  # too slow to be a measurement
+    b'{"reads": [1e-300], "prefill_tps": 1e-300, "pass_s": 1e-300}',  # too small to be one
+    b'{"pass_s": true}',
+    b'{"pass_s": 1e9}',
     b"\xff\xfe not json",
     b"null",
     b" " * 5000,  # larger than any rates file
-], ids=["deep", "booleans", "nan-inf-negative", "strings", "wrong-types", "tiny", "not-json",
-        "null", "too-large"])
+], ids=["deep", "booleans", "nan-inf-negative", "strings", "wrong-types", "tiny", "pass-bool",
+        "pass-huge", "not-json", "null", "too-large"])
 def test_a_damaged_or_hostile_rates_file_loads_as_none_measured(tmp_path: Path, blob: bytes) -> None:
     (tmp_path / NAME).write_bytes(blob)
     cost = LoadCost.load(tmp_path)
-    assert not cost.reads and cost.prefill_tps is None
+    assert not cost.reads and cost.prefill_tps is None and cost.pass_s is None
 
 
 def test_the_rates_file_round_trips_and_a_folder_in_its_place_is_none_measured(tmp_path: Path) -> None:
@@ -149,3 +151,20 @@ def test_a_copy_that_fails_inside_mlx_s_read_is_a_bad_file_not_a_crash(
     monkeypatch.setattr(PayloadStream, "_fill", broken)
     with pytest.raises(BadKvFile):
         _load(path)
+
+
+
+def test_a_read_is_charged_the_pass_that_follows_it(tmp_path: Path) -> None:
+    """A restart that reads then runs a pass over the history (the turn's new tokens),
+    which a prefill's rate already holds: with that pass measured, a read that only ties
+    with the prefill is not taken."""
+    cost = LoadCost(prefill_tps=10_000.0)  # 1,000 tokens: 100 ms
+    cost.read(10**9, 1.0)  # 80 MB: 80 ms
+    assert cost.worth_reading(80 * 10**6, 1000)
+    assert not cost.passed(100, 10, 0.03)  # a short history is no pass
+    assert not cost.passed(1000, 300, 0.03)  # many new tokens: a prefill
+    assert cost.passed(1000, 10, 0.03)
+    assert not cost.passed(1000, 10, 0.05)  # a slower one waited behind others
+    assert not cost.worth_reading(80 * 10**6, 1000)  # 80 + 30 ms against 100 ms
+    cost.save(tmp_path)
+    assert LoadCost.load(tmp_path).pass_s == 0.03

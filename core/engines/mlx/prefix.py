@@ -125,7 +125,7 @@ class PrefixSaves:
             # a prefill's rate for the cost model: only a lone request's TTFT is one (under
             # concurrency it includes the others' prefills and steps)
             first = act.first_token_at
-            prefill = ((len(act.prompt) - act.cached, first - act.submitted)
+            prefill = ((len(act.prompt) - act.cached, first - act.submitted, act.cached)
                        if first and act.alone else None)
             self._kv.finished(act.req, act.prompt, act.text, act.marks, act.raw, tokens, cache,
                               prefill)
