@@ -57,7 +57,7 @@ DTYPES: dict[str, str] = {
     "uint32": "<u4",
     "int32": "<i4",
 }
-_HASH_THREADS = min(16, os.cpu_count() or 1)
+HASH_THREADS = min(16, os.cpu_count() or 1)
 # A cache file's name: the hash of its tokens, then (a link) its parent's token hash.
 NAME = re.compile(r"[0-9a-f]{40}(\.[0-9a-f]{40})?\.kv")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -300,7 +300,7 @@ def read_sections(path: Path, header: KvHeader, max_bytes: int | None = None,
         at += s.nbytes
     out = Sections()
     out.payload, out.offsets = payload, offsets
-    out.pending = ([(s, _pool().submit(_sha256, v)) for s, v in zip(header.sections, views, strict=True)]
+    out.pending = ([(s, hash_pool().submit(sha256_hex, v)) for s, v in zip(header.sections, views, strict=True)]
                    if hash else None)
     if wait and hash:
         out.verify()
@@ -309,7 +309,7 @@ def read_sections(path: Path, header: KvHeader, max_bytes: int | None = None,
     return out
 
 
-def _sha256(view: memoryview) -> str:
+def sha256_hex(view: memoryview) -> str:
     return hashlib.sha256(view).hexdigest()
 
 
@@ -321,19 +321,19 @@ def copy_and_hash(sections: Sections, header: KvHeader, into: np.ndarray) -> Non
     def one(s: Section) -> str:
         at = sections.offsets[s.name]
         np.copyto(into[at: at + s.nbytes], sections.payload[at: at + s.nbytes])
-        return _sha256(memoryview(into[at: at + s.nbytes]))
+        return sha256_hex(memoryview(into[at: at + s.nbytes]))
 
-    sections.pending = [(s, _pool().submit(one, s)) for s in header.sections]
+    sections.pending = [(s, hash_pool().submit(one, s)) for s in header.sections]
 
 
 _POOL: ThreadPoolExecutor | None = None
 
 
-def _pool() -> ThreadPoolExecutor:
+def hash_pool() -> ThreadPoolExecutor:
     """The hashing threads, made once (hashlib releases the GIL on large buffers)."""
     global _POOL
     if _POOL is None:
-        _POOL = ThreadPoolExecutor(_HASH_THREADS, thread_name_prefix="kv-hash")
+        _POOL = ThreadPoolExecutor(HASH_THREADS, thread_name_prefix="kv-hash")
     return _POOL
 
 
@@ -353,7 +353,7 @@ def _pread(fd: int, n: int, at: int) -> bytes:
 def _hash_all(views: list[memoryview]) -> list[str]:
     if len(views) <= 1 or sum(v.nbytes for v in views) < 8 * 1024**2:
         return [hashlib.sha256(v).hexdigest() for v in views]
-    with ThreadPoolExecutor(_HASH_THREADS) as pool:
+    with ThreadPoolExecutor(HASH_THREADS) as pool:
         return list(pool.map(lambda v: hashlib.sha256(v).hexdigest(), views))
 
 

@@ -10,10 +10,10 @@ pages first touched by the copying threads in parallel (an `mx.zeros` buffer is 
 one thread first: 290-340 ms for a 478 MB file on a 2-core box, more than the read).
 
 On CUDA MLX's host memory is managed memory, which a kernel would pull over page fault by
-page fault at the first prefill (58 ms for 478 MB on an H200 after the old loader's 70).
+page fault at the first prefill (55 ms for 478 MB on an H200, after the old loader's 71).
 So each stretch of sections copied and checked is prefetched to the GPU as the copying
 goes on (cudaMemPrefetchAsync, through ctypes: MLX has no call for it), the transfer
-overlapping the copies of the rest. `kv_disk_copy` picks another way for benches:
+overlapping the copies of the rest: 74 ms in all for those 478 MB (bench/kvload.py). `kv_disk_copy` picks another way for benches:
 "device" (mx.load on the GPU: MLX copies a pageable host buffer to device memory, 163 ms
 for those 478 MB), "parallel" (the old loader) and "single" (one mx.array copy).
 
@@ -37,16 +37,16 @@ import mlx.core as mx
 import numpy as np
 
 from core.engines.kv_file import (
-    _HASH_THREADS,
+    HASH_THREADS,
     BadKvFile,
     KvHeader,
     Section,
     Sections,
-    _pool,
-    _sha256,
     copy_and_hash,
+    hash_pool,
     read_header,
     read_sections,
+    sha256_hex,
 )
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ class PayloadStream:
         def one(lo: int, hi: int, whole: bool) -> str | None:
             dst = into[lo - at: hi - at]
             np.copyto(dst, payload[lo:hi])
-            return _sha256(memoryview(dst)) if whole else None
+            return sha256_hex(memoryview(dst)) if whole else None
 
         jobs: list[tuple[Section, bool, Future[str | None]]] = []
         for s in self.wanted:
@@ -125,7 +125,7 @@ class PayloadStream:
             if hi <= at or lo >= end or s.nbytes == 0:
                 continue
             whole = lo >= at and hi <= end
-            jobs.append((s, whole, _pool().submit(one, max(lo, at), min(hi, end), whole)))
+            jobs.append((s, whole, hash_pool().submit(one, max(lo, at), min(hi, end), whole)))
         base, sent = into.ctypes.data, into.ctypes.data
         for s, whole, job in jobs:
             digest = job.result()
@@ -266,7 +266,7 @@ def _probe_count(sections: Sequence[Section]) -> int:
     count = total = 0
     for s in sections:
         if count and (total + s.nbytes > PROBE_MAX_BYTES
-                      or (count >= 2 * _HASH_THREADS and total >= PROBE_BYTES)):
+                      or (count >= 2 * HASH_THREADS and total >= PROBE_BYTES)):
             break
         count += 1
         total += s.nbytes

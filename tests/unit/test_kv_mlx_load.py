@@ -86,7 +86,7 @@ def test_the_probe_reads_enough_sections_for_every_thread_and_no_more_than_its_b
     mb = 1024**2
     many = [Section(f"{i}", "uint8", (mb,), mb, "0" * 64) for i in range(300)]
     count = kv_mlx_load._probe_count(many)
-    assert count >= 2 * kv_mlx_load._HASH_THREADS
+    assert count >= 2 * kv_mlx_load.HASH_THREADS
     assert count * mb >= kv_mlx_load.PROBE_BYTES
     assert count * mb <= kv_mlx_load.PROBE_MAX_BYTES
     huge = [Section(f"{i}", "uint8", (400 * mb,), 400 * mb, "0" * 64) for i in range(4)]
