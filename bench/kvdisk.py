@@ -24,7 +24,16 @@ Prints one JSON object, one entry per engine ({"mlx": {...}, "llamacpp": {...}})
   chained files a turn writes its new tokens' share, not the whole prefix again;
 - `restart_chain_ttft_ms` / `restart_chain_over_warm`: a third turn after a restart,
   whose prefix the store holds as a chain (the first turn's file and the second turn's
-  link), against that third turn warm.
+  link), against that third turn warm;
+- the read bound (issue 49 item 2), after each restart: `load_ms` the keeper's whole
+  load of the restart's chain (read, checked, on the device, as a lookup runs it),
+  `read_bound_ms` reading the same files into fresh memory on one thread (plain reads,
+  the page cache as the restart left it), `load_over_read_bound` their ratio;
+  `read_parallel_ms` / `load_over_read_parallel` the same read on up to 16 threads;
+  `restart_over_read_bound` = restart TTFT / (read bound + warm TTFT), the restart against
+  one that cost only the read; `read_bound_over_cold` = (read bound + warm) / cold, the
+  best restart_over_cold the read allows;
+- `--bits-pair`: the TTFT runs again with 8-bit files (`mlx_8bit`).
 
 Every TTFT is the median of `--repeats` paired runs (each repeat runs cold, warm,
 restart, evicted in that order on a fresh store), as the engine's Usage reports it.
@@ -32,6 +41,8 @@ restart, evicted in that order on a fresh store), as the engine's Usage reports 
     python bench/kvdisk.py --quick                  # tiny qwen3 (MLX, CPU) + bundled Gemma GGUF
                                                     # (llama.cpp: 1.5k tokens; 4k: --llama-tokens 4000)
     python bench/kvdisk.py --shape qwen3-0.6b       # MLX on the GPU, Qwen3-0.6B's shape
+    python bench/kvdisk.py --shape qwen3-0.6b --skip-llamacpp --skip-thinking --bits-pair
+                                                    # the restart, bf16 and 8-bit files (GPU)
     python bench/kvdisk.py --shape qwen3-0.6b --skip-llamacpp --skip-thinking --read always
                                                     # the loader alone (--bits 8: 8-bit files)
 
@@ -39,7 +50,8 @@ restart, evicted in that order on a fresh store), as the engine's Usage reports 
 
 `restart_read_the_file` says whether the restart read the file (the cost model,
 core.engines.kv_cost, may find a prefill faster: then restart is about cold); `cost_model`
-the rates it decided with (`read_measured` false: the default read rate).
+the rates it decided with (`read_measured` false: the default read rate; a store's first
+write is timed read back in idle time, so a fresh home has one by its restart).
 """
 
 from __future__ import annotations
@@ -52,6 +64,7 @@ import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -127,12 +140,61 @@ def run(engine: Any, messages: list[dict[str, str]], max_tokens: int = 4,
 
 
 def _settle(engine: Any) -> None:
-    """Let the engine finish its idle work (next-turn caches) and its disk writes."""
-    while engine.has_work():
-        engine.step()
+    """Let the engine finish its idle work (next-turn caches), its disk writes and what
+    they leave for idle time (the cost model's read probe of a written file)."""
     keeper = getattr(engine, "_kv", None)
-    if keeper is not None:
+    while True:
+        while engine.has_work():
+            engine.step()
+        if keeper is None:
+            return
         keeper.writer.flush(60)
+        if not engine.has_work():
+            return
+
+
+def _read_bound_ms(paths: list[Path], threads: int = 1) -> float:
+    """Reading `paths` whole into fresh buffers (plain read calls, 8 MiB pieces on
+    `threads` threads, the page cache as the restart left it): what any loader of them
+    has to do."""
+    import numpy as np
+
+    piece = 8 * 1024**2
+    started = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        for path in paths:
+            size = path.stat().st_size
+            buf = np.empty(size, np.uint8)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                list(pool.map(lambda at, fd=fd, buf=buf: os.preadv(fd, [buf[at: at + piece]], at),
+                              range(0, size, piece)))
+            finally:
+                os.close(fd)
+    return (time.perf_counter() - started) * 1000
+
+
+def load_vs_read(keeper: Any, repeats: int = 3) -> dict[str, float]:
+    """The keeper's whole load of its longest stored chain (read, checked, on the device:
+    `_read`, as a lookup runs it), against the read bound of the same files; medians."""
+    store = keeper.store
+    store._refresh()
+    leaf = max(store._index.items(), key=lambda item: len(item[1].tokens), default=None)
+    if leaf is None:
+        return {}
+    match = store.best([*leaf[1].tokens.tolist(), 0])
+    if match is None:
+        return {}
+    paths = [store.folder / n for n in store._chain_names(match.path.name)]
+    loads, reads, parallel = [], [], []
+    for _ in range(repeats):
+        if keeper._read(match, match.covered) is None:
+            return {}
+        loads.append(keeper.last_load["total_ms"])
+        reads.append(_read_bound_ms(paths))
+        parallel.append(_read_bound_ms(paths, min(16, os.cpu_count() or 1)))
+    return {"load_ms": statistics.median(loads), "read_bound_ms": statistics.median(reads),
+            "read_parallel_ms": statistics.median(parallel)}
 
 
 def _progress(what: str) -> None:
@@ -156,6 +218,7 @@ def _written(before: dict[tuple[str, int], int], kv_root: Path) -> int:
 def ttfts(make: Any, messages: list[dict[str, str]], repeats: int, kv_root: Path) -> dict[str, Any]:
     cold, warm, restart, evicted, warm3, restart3 = [], [], [], [], [], []
     rates: dict[str, Any] = {}
+    bound: dict[str, list[float]] = {}
     cached: dict[str, int] = {}
     written: list[int] = []
     for i in range(repeats):
@@ -197,16 +260,19 @@ def ttfts(make: Any, messages: list[dict[str, str]], repeats: int, kv_root: Path
         shutil.rmtree(kv_root)
         shutil.copytree(after_first, kv_root)
         engine = make(4.0)
+        cost = getattr(engine._kv, "cost", None)  # llama.cpp's keeper has no cost model
+        # what the cost model knows when it decides (the first turn's idle time measured it)
+        known = None if cost is None else (cost.read_bps, bool(cost.reads), cost.prefill_tps)
         _, u = run(engine, nxt)
         restart.append(u.ttft_ms)
         cached["restart"], cached["prompt"] = u.cached_tokens, u.prompt_tokens
-        if engine._kv is not None:  # what the cost model knew when it decided
-            cost = engine._kv.cost
-            rates = {"read_gb_per_s": round(cost.read_bps / 1e9, 3),
-                     "read_measured": bool(cost.reads),
-                     "prefill_tokens_per_s": round(cost.prefill_tps or 0.0),
+        if known is not None:
+            rates = {"read_gb_per_s": round(known[0] / 1e9, 3), "read_measured": known[1],
+                     "prefill_tokens_per_s": round(known[2] or 0.0),
                      "file_bytes": sum(_files(kv_root).values()),
                      "last_load_ms": {k: round(v, 1) for k, v in engine._kv.last_load.items()}}
+            for k, v in load_vs_read(engine._kv).items():
+                bound.setdefault(k, []).append(v)
         engine.close()
         for f in kv_root.rglob("*.kv"):  # what the bound does when others fill the store
             f.unlink()
@@ -220,9 +286,20 @@ def ttfts(make: Any, messages: list[dict[str, str]], repeats: int, kv_root: Path
     med = {k: statistics.median(v) for k, v in
            (("cold", cold), ("warm", warm), ("restart", restart), ("evicted", evicted),
             ("warm3", warm3), ("restart3", restart3))}
+    loaded: dict[str, Any] = {}
+    if bound.get("load_ms") and bound.get("read_bound_ms"):
+        load, read = statistics.median(bound["load_ms"]), statistics.median(bound["read_bound_ms"])
+        par = statistics.median(bound["read_parallel_ms"])
+        loaded = {"load_ms": round(load, 1), "read_bound_ms": round(read, 1),
+                  "read_parallel_ms": round(par, 1),
+                  "load_over_read_bound": round(load / read, 3),
+                  "load_over_read_parallel": round(load / par, 3),
+                  "restart_over_read_bound": round(med["restart"] / (read + med["warm"]), 3),
+                  "read_bound_over_cold": round((read + med["warm"]) / med["cold"], 3)}
     return {
         "restart_read_the_file": cached["restart"] > 0,
         "cost_model": rates,
+        **loaded,
         "prompt_tokens": cached["prompt"],
         "cached_tokens": {k: cached[k] for k in ("warm", "restart", "evicted", "restart_chain")},
         "bytes_written_per_turn": written,
@@ -461,7 +538,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--read", choices=("auto", "always"), default="auto",
                     help="kv_disk_read: auto (the cost model decides) or always (time the loader)")
     ap.add_argument("--bits", type=int, choices=(8, 16), default=16, help="kv_disk_bits")
-    ap.add_argument("--copy", choices=("parallel", "single"), default="parallel",
+    ap.add_argument("--bits-pair", action="store_true",
+                    help="MLX's TTFT runs again with 8-bit files (kv_disk_bits = 8): mlx_8bit")
+    ap.add_argument("--copy", choices=("stream", "device", "parallel", "single"), default="stream",
                     help="kv_disk_copy: how a read file reaches the device")
     ap.add_argument("--skip-thinking", action="store_true", help="MLX: the TTFT runs only")
     ap.add_argument("--lockstep", action="store_true",
@@ -485,6 +564,11 @@ def main(argv: list[str] | None = None) -> int:
                        ("kv_disk_copy", args.copy))
             result["mlx"] = bench_mlx(work, args.shape, repeats, args.tokens, args.turns,
                                       options, not args.skip_thinking)
+            if args.bits_pair:
+                options = (("kv_disk_read", args.read), ("kv_disk_bits", 8),
+                           ("kv_disk_copy", args.copy))
+                result["mlx_8bit"] = bench_mlx(work, args.shape, repeats, args.tokens,
+                                               args.turns, options, False)
         if not args.skip_llamacpp and not args.lockstep:
             result["llamacpp"] = bench_llamacpp(repeats, args.llama_tokens or (
                 1500 if args.quick else args.tokens), args.turns,

@@ -36,17 +36,24 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
+from core.engines import kv_mlx_load
 from core.engines.kv_cost import LoadCost
-from core.engines.kv_file import copy_and_hash
+from core.engines.kv_file import BadKvFile
+from core.engines.kv_mlx_load import COPIES, on_device, probe_read
 from core.engines.kv_next_turn import next_turn_prefix, reply_content
-from core.engines.kv_store import KvDiskStore, KvWriter, disk_budget_bytes, kv_root, model_identity
+from core.engines.kv_store import (
+    KvDiskStore,
+    KvWriter,
+    Match,
+    disk_budget_bytes,
+    kv_root,
+    model_identity,
+)
 
 log = logging.getLogger(__name__)
 
 Marks = tuple[tuple[int, int], ...]
 _STORED = {mx.float32: "float32", mx.float16: "float16", mx.bfloat16: "bfloat16"}
-_LOADED = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16,
-           "uint32": mx.uint32, "uint8": mx.uint8, "int32": mx.int32}
 # 8-bit files (kv_disk_bits = 8): keys and values quantised in groups of this many.
 _GROUP = 64
 # Finished requests' caches waiting for an idle step to be copied out for the writer.
@@ -92,7 +99,7 @@ class MlxKvKeeper:
                                   str] | None,
                  remember: Callable[[list[int], list[Any], str, Marks], None],
                  stream: Any, eos: set[int], bits: int = 16, read: str = "auto",
-                 copy: str = "parallel",
+                 copy: str = "stream",
                  discard: Callable[[list[int]], None] | None = None,
                  prefill: Callable[[list[int], list[Any]], None] | None = None) -> None:
         self.store = store
@@ -115,10 +122,16 @@ class MlxKvKeeper:
         self.cost = LoadCost.load(store.folder)
         self.always_read = read == "always"  # kv_disk_read: "auto" asks the cost model
         self.last_load: dict[str, float] = {}  # the last lookup's read, step by step (benches)
-        # kv_disk_copy: "parallel" (the hashing threads copy into the device buffer, each
-        # hashing what it copied) or "single" (one copy; the mapped file hashed meanwhile)
-        self.parallel_copy = copy != "single"
+        # kv_disk_copy: "stream" (mx.load fills its own buffer from the hashing threads,
+        # prefetched to a CUDA GPU as it fills: core.engines.kv_mlx_load); for benches
+        # "device" (mx.load on the GPU), "parallel" (the hashing threads copy into a
+        # zeroed device buffer), "single" (one copy; the mapped file hashed meanwhile)
+        self.copy = copy if copy in COPIES else "stream"
         self._per_token = _per_token_bound(model, self.n_layers)
+        # a file the writer wrote, to time a read of in an idle step (once a process)
+        self._probe_path: Path | None = None
+        self._probed = False
+        self._served: set[int] = set()  # prompts (by id) whose history a lookup read
 
     @classmethod
     def open(cls, option: Any, model_dir: Path, **kwargs: Any) -> MlxKvKeeper | None:
@@ -139,12 +152,20 @@ class MlxKvKeeper:
 
     def finished(self, request: Any, prompt: list[int], text: str | None, marks: Marks,
                  raw: str, tokens: list[int], cache: list[Any],
-                 prefill: tuple[int, float] | None = None) -> None:
+                 prefill: tuple[int, float, int] | None = None) -> None:
         """A request's cache was remembered: queue it for disk (cheap; no device sync).
-        `prefill`: (prompt tokens prefilled, seconds to the first token), for the cost
-        model (core.engines.kv_cost)."""
-        if prefill is not None and self.cost.prefilled(*prefill):
-            self._save_rates()
+        `prefill`: (prompt tokens prefilled, seconds to the first token, tokens already
+        cached) of a lone request, for the cost model (core.engines.kv_cost); a request
+        whose history this keeper read from disk is no pass (its time holds the read)."""
+        from_disk = id(prompt) in self._served
+        self._served.discard(id(prompt))
+        if prefill is not None:
+            new, seconds, cached = prefill
+            changed = self.cost.prefilled(new, seconds)
+            if not from_disk and self.cost.passed(cached, new, seconds):
+                changed = True
+            if changed:
+                self._save_rates()
         if not _plain(cache) or request.request_id.startswith("__"):
             return
         full = _views(cache, len(tokens))
@@ -165,7 +186,7 @@ class MlxKvKeeper:
             self._write(list(tokens), full, text, (*marks, (len(text), len(prompt))))
 
     def busy(self) -> bool:
-        return bool(self._follow_ups or self._hints or self._writes)
+        return bool(self._follow_ups or self._hints or self._writes or self._probe_path)
 
     def engine_busy(self, busy: bool) -> None:
         """The engine has (True) or has no (False) prompt or request in hand: the writer
@@ -181,6 +202,8 @@ class MlxKvKeeper:
                 self._hand_over(self._writes.popleft())
             elif self._hints:
                 self._warm(self._hints.popleft())
+            elif self._probe_path is not None:
+                self._probe()
             return
         f = self._follow_ups.popleft()
         made = self._next_turn(f)
@@ -256,8 +279,10 @@ class MlxKvKeeper:
 
         def job() -> None:  # the writer's thread: buffers evaluated above
             arrays = [(name, dtype, np.asarray(a)) for name, dtype, a in sections]
-            store.put(w.tokens, arrays, meta, w.text, w.marks, axis=2, held_from=base,
-                      pace=writer.wait_idle)
+            path = store.put(w.tokens, arrays, meta, w.text, w.marks, axis=2, held_from=base,
+                             pace=writer.wait_idle)
+            if path is not None and not self._probed and _size(path) >= kv_mlx_load.PROBE_MIN_BYTES:
+                self._probe_path = path  # an idle step times a read of it (_probe)
 
         writer.submit(job)
 
@@ -282,6 +307,21 @@ class MlxKvKeeper:
             mx.eval([a for _, _, a in out])
         return out, bits
 
+    def _probe(self) -> None:
+        """Time a read of the file the writer just wrote, through a lookup's load path, so
+        the cost model has a read rate before a restart needs one: a rate was only measured
+        when a file was read, so a fresh home assumed DEFAULT_READ_BPS and, on a fast GPU,
+        prefilled for good. An idle step, once a process, a bounded part of the file
+        (core.engines.kv_mlx_load.probe_read: about one step's time)."""
+        path, self._probe_path = self._probe_path, None
+        if path is None:
+            return
+        got = probe_read(path, self.store.identity, self.store.max_bytes, self.copy)
+        if got is not None:
+            self._probed = True
+            self.cost.read(*got)
+            self._save_rates()
+
     def _save_rates(self) -> None:
         cost, folder = self.cost, self.store.folder
         self.writer.submit(lambda: cost.save(folder))
@@ -302,12 +342,10 @@ class MlxKvKeeper:
         match = self.store.best(prompt)
         if match is None or match.covered < MIN_TOKENS:
             return
-        chain = self.store.load_chain(match, self._per_token)
         header = match.header
-        layers = None if chain is None else _layers(chain, len(header.tokens))
-        if layers is None or len(layers) != self.n_layers:
-            return
-        self._remember(header.tokens.tolist(), layers, header.text, header.marks)
+        layers = self._read(match, len(header.tokens))
+        if layers is not None:
+            self._remember(header.tokens.tolist(), layers, header.text, header.marks)
 
     # -- before a prompt -----------------------------------------------------------------
 
@@ -324,34 +362,53 @@ class MlxKvKeeper:
         nbytes = self.store.chain_bytes(match)
         if not self.always_read and not self.cost.worth_reading(nbytes, match.covered - cached):
             return cache, cached  # prefilling is estimated faster than reading
-        started = time.perf_counter()
-        # the checksums run on threads while the payload is copied to the device; nothing
-        # of it reaches the model unless they all match (store.verify)
-        chain = self.store.load_chain(match, self._per_token, wait=False,
-                                      hash=not self.parallel_copy)
-        if chain is None:
+        layers = self._read(match, match.covered)
+        if layers is None:
             return cache, cached
+        if len(self._served) > 64:  # requests cancelled before they finished
+            self._served.clear()
+        self._served.add(id(prompt))
+        return layers, match.covered
+
+    def _read(self, match: Match, n: int) -> list[Any] | None:
+        """The first n tokens' keys and values of `match`'s chain on the device, every
+        checksum passed (None: a bad chain, removed, or one that does not fit this model).
+        The read is timed step by step (last_load) and feeds the cost model."""
+        started = time.perf_counter()
+        # each link's bytes are hashed as they are copied to the device; nothing of them
+        # reaches the model unless every checksum matches (store.verify)
+        chain = self.store.load_chain(match, self._per_token, wait=False,
+                                      hash=self.copy == "single")
+        if chain is None:
+            return None
+        chain = [link for link in chain if link[0].base < n]  # a fork before a link: unread
         mapped = time.perf_counter()
-        layers = _layers(chain, match.covered, self.parallel_copy)
+        try:
+            layers = _layers(chain, n, self.copy)
+        except BadKvFile as exc:  # MLX could not load it: the file may be fine, kept
+            log.debug("kv cache chain of %s not loaded: %s", match.path.name, exc)
+            return None
         if layers is None or len(layers) != self.n_layers:
             self.store.verify(match, chain)
             log.debug("kv cache file %s does not fit this model; removed", match.path.name)
             match.path.unlink(missing_ok=True)
-            return cache, cached
+            return None
         arrays = [a for c in layers for a in (c.keys, c.values)]
         mx.async_eval(arrays)
         copied = time.perf_counter()
         if not self.store.verify(match, chain):
-            return cache, cached
+            return None
         checked = time.perf_counter()
         mx.eval(arrays)
+        mx.synchronize()  # the copy to the device is done, not only queued
         done = time.perf_counter()
+        nbytes = sum(h.nbytes for h, _ in chain)
         self.last_load = {"bytes": nbytes, "map_ms": (mapped - started) * 1000,
                           "copy_ms": (copied - mapped) * 1000, "checksums_ms": (checked - copied) * 1000,
-                          "device_ms": (done - checked) * 1000}
+                          "device_ms": (done - checked) * 1000, "total_ms": (done - started) * 1000}
         self.cost.read(nbytes, done - started)
         self._save_rates()
-        return layers, match.covered
+        return layers
 
     def close(self) -> None:
         """Finish what a reply left (a worker stopped right after a turn keeps that turn),
@@ -360,6 +417,13 @@ class MlxKvKeeper:
         while self._follow_ups or self._writes:
             self.idle_step()
         self.writer.close(timeout=2.0)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # evicted already
+        return 0
 
 
 def _plain(cache: list[Any]) -> bool:
@@ -374,7 +438,7 @@ def _views(cache: list[Any], n: int) -> list[tuple[mx.array, mx.array]] | None:
 
 
 def _layers(chain: list[tuple[Any, dict[str, np.ndarray]]], n: int,
-            parallel: bool = False) -> list[Any] | None:
+            copy: str = "stream") -> list[Any] | None:
     """KV layers holding the first n tokens of a chain (its links' positions joined along
     the token axis, parent first); None when a link's sections are not a consistent set
     of (1, heads, its tokens, dim) keys and values. Each link reaches the device in one
@@ -392,7 +456,7 @@ def _layers(chain: list[tuple[Any, dict[str, np.ndarray]]], n: int,
             return None
         if base >= n:  # the prompt forks before this link: its tokens are not needed
             break
-        arrays = _on_device(header, sections, parallel)
+        arrays = on_device(header, sections, copy)
         take = min(n, held) - base
         for i in range(count):
             k, v = (_part(arrays, f"{i}.{p}", bits) for p in ("keys", "values"))
@@ -416,31 +480,6 @@ def _layers(chain: list[tuple[Any, dict[str, np.ndarray]]], n: int,
     return out
 
 
-def _on_device(header: Any, sections: dict[str, np.ndarray],
-               parallel: bool = False) -> dict[str, mx.array]:
-    """A link's sections as device arrays: its whole payload in one copy, then views.
-    `parallel`: the copy runs on the hashing threads, straight into the array's memory
-    (mx.array copies on one thread, holding the GIL)."""
-    payload = getattr(sections, "payload", None)
-    offsets = getattr(sections, "offsets", None)
-    if payload is None or offsets is None or any(s.name not in offsets for s in header.sections):
-        if getattr(sections, "pending", ()) is None:
-            copy_and_hash(sections, header, np.empty(header.nbytes, np.uint8))
-        return {name: _to_mx(a) for name, a in sections.items()}
-    if getattr(sections, "pending", ()) is None or parallel:
-        flat = mx.zeros((max(int(payload.size), 1),), mx.uint8)
-        mx.eval(flat)
-        copy_and_hash(sections, header, np.asarray(flat))  # type: ignore[arg-type]
-    else:
-        flat = mx.array(payload)
-    out = {}
-    for s in header.sections:
-        at = offsets[s.name]
-        raw = flat[at: at + s.nbytes]
-        out[s.name] = raw.view(_LOADED[s.dtype]).reshape(s.shape)
-    return out
-
-
 def _part(arrays: dict[str, mx.array], name: str, bits: int) -> mx.array | None:
     """One layer's keys or values, dequantised from an 8-bit file."""
     a = arrays.get(name)
@@ -452,12 +491,6 @@ def _part(arrays: dict[str, mx.array], name: str, bits: int) -> mx.array | None:
             or scales.shape[3] * _GROUP != a.shape[3] * 4):
         return None
     return mx.dequantize(a, scales, biases, group_size=_GROUP, bits=8)
-
-
-def _to_mx(a: np.ndarray) -> mx.array:
-    if a.dtype == np.uint16:  # stored bfloat16
-        return mx.array(np.ascontiguousarray(a)).view(mx.bfloat16)
-    return mx.array(np.ascontiguousarray(a))
 
 
 def _raw(a: mx.array) -> mx.array:

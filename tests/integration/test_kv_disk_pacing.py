@@ -222,3 +222,100 @@ def test_a_replys_next_turn_cache_replaces_its_cache_as_generated_in_memory(
         assert usage.cached_tokens >= usage.prompt_tokens - 1
     finally:
         engine.close()
+
+
+def _settle_probe(engine) -> None:  # noqa: ANN001
+    """The idle work, the writer's writes, then what they leave for idle time (the read
+    probe of a file just written)."""
+    while True:
+        _settle(engine)
+        if not engine.has_work():
+            return
+
+
+def test_a_fresh_homes_restart_reads_the_file_once_idle_time_measured_a_read(
+        tiny_qwen3: Path, llmdeck_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh home has no read measured. The first engine's idle time after its write
+    times a read of that file through the load path, so the restarted engine decides with
+    a measured rate, and reading wins here. Before, only a restart's read measured one:
+    with the default rate saying a prefill is faster, the file was never read (on the
+    H200: restart_over_cold 0.854 against the 0.6 the read allows)."""
+    from core.engines import kv_cost, kv_mlx_load
+
+    monkeypatch.setattr(kv_mlx_load, "PROBE_MIN_BYTES", 0)  # the tiny model's files are small
+    monkeypatch.setattr(kv_cost, "DEFAULT_READ_BPS", 1e-3)  # unmeasured, reading looks hopeless
+    engine = _engine(tiny_qwen3)
+    try:
+        engine.submit(_request("t1", [SYSTEM, FIRST], max_tokens=16))
+        reply = []
+        while engine.has_work():
+            for _rid, events in engine.step():
+                reply.extend(e.text for e in events if hasattr(e, "text"))
+        _settle_probe(engine)
+    finally:
+        engine.close()
+    folder = _files()[0].parent
+    cost = LoadCost.load(folder)
+    assert cost.reads, "no read rate was measured in the idle time after the write"
+    messages = [SYSTEM, FIRST, {"role": "assistant", "content": "".join(reply)},
+                {"role": "user", "content": "Again."}]
+    usage = _restart_turn(tiny_qwen3, messages)
+    assert usage.cached_tokens > 0, usage
+
+
+def test_the_read_probe_waits_while_a_request_is_in_hand(
+        tiny_qwen3: Path, llmdeck_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.engines import kv_mlx_load
+
+    monkeypatch.setattr(kv_mlx_load, "PROBE_MIN_BYTES", 0)
+    engine = _engine(tiny_qwen3)
+    try:
+        engine.submit(_request("a", [SYSTEM, FIRST]))
+        _until_done(engine, "a")
+        _settle_probe(engine)
+        keeper = engine._kv
+        assert keeper.cost.reads  # probed once the write landed
+        keeper.cost.reads.clear()
+        keeper._probed = False
+        engine.submit(_request("b", [SYSTEM, OTHER], max_tokens=24))
+        keeper._probe_path = _files()[0]  # a write lands while b waits
+        done = False
+        while not done:
+            for rid, events in engine.step():
+                done = done or (rid == "b" and any(isinstance(e, Done) for e in events))
+            if not done:
+                assert not keeper.cost.reads, "the probe ran while a request was in hand"
+        _settle_probe(engine)
+        assert keeper.cost.reads and keeper._probe_path is None
+    finally:
+        engine.close()
+
+
+def test_a_turn_over_its_history_in_memory_is_a_pass_and_one_read_from_disk_is_not(
+        tiny_qwen3: Path, llmdeck_home: Path) -> None:
+    """The cost model charges a read the pass over the history that follows it, measured
+    from turns whose history was in memory; a turn whose history was read from disk
+    holds the read in its time to first token, so it is no pass."""
+    messages = _write_first_turn(tiny_qwen3)
+    folder = _files()[0].parent
+    LoadCost(prefill_tps=1.0).save(folder)  # reading wins
+    engine = _engine(tiny_qwen3)
+    try:
+        engine.submit(_request("t2", messages))
+        reply = []
+        usage = None
+        while usage is None:
+            for rid, events in engine.step():
+                reply.extend(e.text for e in events if rid == "t2" and hasattr(e, "text"))
+                usage = next((e for e in events if isinstance(e, Usage)), usage)
+        assert usage.cached_tokens > 0  # from disk
+        _settle(engine)
+        assert engine._kv.cost.pass_s is None
+        third = [*messages, {"role": "assistant", "content": "".join(reply)},
+                 {"role": "user", "content": "Once more."}]
+        engine.submit(_request("t3", third))
+        usage = _until_done(engine, "t3")
+        assert usage.cached_tokens >= 256
+        assert engine._kv.cost.pass_s is not None
+    finally:
+        engine.close()

@@ -54,7 +54,7 @@ class PrefixSaves:
                 GenerationRequest("", tuple(msgs), tools=tools, thinking=thinking)),
             remember=self._prefix.store, bits=int(self.spec.option("kv_disk_bits", 16)),
             read=str(self.spec.option("kv_disk_read", "auto")),
-            copy=str(self.spec.option("kv_disk_copy", "parallel")), discard=self._prefix.discard,
+            copy=str(self.spec.option("kv_disk_copy", "stream")), discard=self._prefix.discard,
             prefill=self._follow_up_pass)
 
     def _follow_up_pass(self, tokens: list[int], cache: list[Any]) -> None:
@@ -125,7 +125,7 @@ class PrefixSaves:
             # a prefill's rate for the cost model: only a lone request's TTFT is one (under
             # concurrency it includes the others' prefills and steps)
             first = act.first_token_at
-            prefill = ((len(act.prompt) - act.cached, first - act.submitted)
+            prefill = ((len(act.prompt) - act.cached, first - act.submitted, act.cached)
                        if first and act.alone else None)
             self._kv.finished(act.req, act.prompt, act.text, act.marks, act.raw, tokens, cache,
                               prefill)
