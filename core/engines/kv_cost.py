@@ -26,6 +26,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core import json_text
+
 # Assumed until a load is measured: a page-cache read, its checksums and a host-to-
 # device copy, on the slower machines measured (a 2-core CPU box, an H100 over PCIe).
 DEFAULT_READ_BPS = 1.0e9
@@ -90,7 +92,7 @@ class LoadCost:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_FILE:
                 return cost
-            data = json.loads(os.read(fd, _MAX_FILE))
+            data = json_text.loads(os.read(fd, _MAX_FILE))  # deep nesting: ValueError
         except (OSError, ValueError):
             return cost
         finally:
@@ -100,7 +102,7 @@ class LoadCost:
         reads, tps = data.get("reads"), data.get("prefill_tps")
         if isinstance(reads, list):
             cost.reads.extend(float(r) for r in reads[-_RECENT:]
-                              if isinstance(r, (int, float)) and 0 < r < 1e13)
-        if isinstance(tps, (int, float)) and 0 < tps < 1e9:
+                              if type(r) in (int, float) and 0 < r < 1e13)
+        if type(tps) in (int, float) and 0 < tps < 1e9:  # not a bool: true is no rate
             cost.prefill_tps = float(tps)
         return cost
