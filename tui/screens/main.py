@@ -253,6 +253,8 @@ class MainScreen(Screen):
         self.composer.stop_editing()
         self.composer.focus()  # first: removing a focused message would move focus elsewhere
         self.query_one(AttachmentBar).clear()
+        # a search left on (a hit opened with Enter) would keep the new chat out of the list
+        self.query_one("#search", Input).value = ""
         await self.chat.show_empty()
         self.query_one(StatusBar).context_used = 0
         await self._start_from_preset()
