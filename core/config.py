@@ -98,14 +98,14 @@ class McpServerConfig:
     def problem(self) -> str | None:
         """Why this entry cannot be used, as a sentence, or None."""
         if not self.name or not set(self.name) <= MCP_NAME_CHARS:
-            return (f"MCP server name {self.name!r} must be letters, digits, _ or - "
+            return (f"MCP server name {_shown(self.name)} must be letters, digits, _ or - "
                     "(it prefixes the tool names, as in name.tool)")
         if bool(self.command) == bool(self.url):
-            return f"MCP server {self.name!r} needs either a command (stdio) or a url (HTTP), not both"
+            return f"MCP server {_shown(self.name)} needs either a command (stdio) or a url (HTTP), not both"
         if self.url and not self.url.startswith(("http://", "https://")):
-            return f"MCP server {self.name!r}: url must start with http:// or https://"
+            return f"MCP server {_shown(self.name)}: url must start with http:// or https://"
         if not isinstance(self.timeout_s, (int, float)) or self.timeout_s <= 0:
-            return f"MCP server {self.name!r}: timeout_s must be a positive number of seconds"
+            return f"MCP server {_shown(self.name)}: timeout_s must be a positive number of seconds"
         return None
 
     def target(self) -> str:
@@ -152,20 +152,20 @@ class ClusterConfig:
             if not 0 <= self.idle_minutes <= 7 * 24 * 60:
                 raise Refused("idle_minutes must be between 0 (never) and 10080 (a week).")
         except Refused as exc:
-            return f"cluster {self.name!r}: {exc}"
+            return f"cluster {_shown(self.name)}: {exc}"
         if bool(self.hosts) == bool(self.hostfile):
-            return (f"cluster {self.name!r} needs either hosts (a list of IP addresses, rank 0 "
+            return (f"cluster {_shown(self.name)} needs either hosts (a list of IP addresses, rank 0 "
                     "first) or a hostfile (mlx.launch's JSON), not both")
         if self.hosts and len(self.hosts) < 2:
-            return f"cluster {self.name!r} needs two hosts or more (one host is just a model)"
+            return f"cluster {_shown(self.name)} needs two hosts or more (one host is just a model)"
         if self.backend == "jaccl" and not self.hostfile:
-            return (f"cluster {self.name!r}: jaccl needs a hostfile naming each Mac's RDMA "
+            return (f"cluster {_shown(self.name)}: jaccl needs a hostfile naming each Mac's RDMA "
                     "devices (mlx.distributed_config --backend jaccl writes one)")
         if self.hosts and self.backend == "ring" and not all(_is_ip(h) for h in self.hosts):
-            return (f"cluster {self.name!r}: the ring backend connects to IP addresses; give "
+            return (f"cluster {_shown(self.name)}: the ring backend connects to IP addresses; give "
                     "hosts as IPs, or a hostfile with each host's ssh name and ips")
         if not self.model.startswith(("/", "~")):
-            return (f"cluster {self.name!r}: model must be the model folder's full path as "
+            return (f"cluster {_shown(self.name)}: model must be the model folder's full path as "
                     "every host sees it")
         return None
 
@@ -336,7 +336,7 @@ class Settings:
                     raise TypeError(why)
             except TypeError as exc:
                 name = entry.get("name") if isinstance(entry, dict) else None
-                shown = repr(name) if isinstance(name, str) else _shown(entry)
+                shown = _shown(name if isinstance(name, str) else entry)
                 self.problems.append(f"{what} {shown} in [[{key}]] ignored: {exc}")
                 continue
             kept.append(made)
@@ -403,7 +403,7 @@ def _cluster_problem(cluster: ClusterConfig, kept: list[Any]) -> str | None:
     if (why := cluster.problem()) is not None:
         return why
     if any(c.name == cluster.name for c in kept):
-        return f"a second cluster is named {cluster.name!r}"
+        return f"a second cluster is named {_shown(cluster.name)}"
     return None
 
 
