@@ -9,27 +9,39 @@ Ctrl+F went to it. And Alt+Enter (ESC CR, as xterm, tmux and iTerm2 send it) arr
 Enter and sent a half-written message instead of the new line the key table promises.
 
 llmdeck binds no Alt+letter nor Alt+control key, so here, before Textual parses a read:
-ESC followed by a control character, a lowercase letter, a digit or a space is an Esc of
-its own (written ESC ESC, which Textual reads as Esc, then the rest as before), and ESC CR
-is Alt+Enter (written as the kitty keyboard protocol's CSI 13;3u, which Textual reads as
-alt+enter). Escape sequences (ESC [, ESC O, ...) and bracketed pastes pass unchanged.
+ESC followed by a control character, a lowercase letter or a space, where Textual's table
+gives the pair no meaning of its own (ESC b and ESC f stay macOS's Option+Left/Right), is
+an Esc of its own, and ESC CR is Alt+Enter: each written as the kitty keyboard protocol's
+key (CSI 27u, CSI 13;3u), which Textual reads whole, so the text after an Esc is text (an
+ESC, then words, then another ESC in one read gave a stray "^" too). Escape sequences
+(ESC [, ESC O, ...) and bracketed pastes pass unchanged.
 """
 
 from __future__ import annotations
 
 import re
 
+from textual._ansi_sequences import ANSI_SEQUENCES_KEYS
+from textual.constants import DISABLE_KITTY_KEY
+
 PASTE_START = "\x1b[200~"
 PASTE_END = "\x1b[201~"
-ALT_ENTER = "\x1b[13;3u"
-# ESC before a control character (not ESC itself, not CR), a lowercase letter, a digit or
-# a space: no escape sequence starts so. ESC DEL is left: Textual reads it as Alt+Backspace
-# (delete a word), as terminals mean it.
-_LONE_ESC = re.compile(r"\x1b(?=[\x00-\x0c\x0e-\x1a\x1c-\x1fa-z0-9 ])")
+ALT_ENTER = "\x1b[13;3u"  # the kitty keyboard protocol's Alt+Enter
+ESCAPE = "\x1b[27u"  # and its Esc: complete, so nothing after it is read as Alt+key
+# ESC before a control character (not ESC, not CR), a lowercase letter or a space, unless
+# Textual's own table gives that pair a meaning (ESC b and ESC f are macOS Terminal's
+# Option+Left/Right, ESC Tab is Shift+Tab, ESC DEL Alt+Backspace, ESC and a digit an
+# Option character): no escape sequence starts so.
+_CANDIDATES = [chr(c) for c in range(0x20) if chr(c) not in "\x1b\r"] + list(
+    "abcdefghijklmnopqrstuvwxyz ")
+_LONE_ESC = re.compile("\x1b(?=[" + re.escape("".join(
+    c for c in _CANDIDATES if "\x1b" + c not in ANSI_SEQUENCES_KEYS)) + "])")
 
 
 def _rewrite(typed: str) -> str:
-    return _LONE_ESC.sub("\x1b\x1b", typed.replace("\x1b\r", ALT_ENTER))
+    if DISABLE_KITTY_KEY:  # Textual would not read the protocol's keys: leave it be
+        return typed
+    return _LONE_ESC.sub(ESCAPE, typed.replace("\x1b\r", ALT_ENTER))
 
 
 class EscapeSplitter:

@@ -28,9 +28,15 @@ def test_esc_in_one_read_with_a_control_key_is_kept(typed: str, first: str, then
 
 
 def test_esc_then_typed_text_is_esc_then_the_text() -> None:
-    keys = _keys("abc\x1bxyz")
+    keys = _keys("abc\x1bxyz")  # (ESC x, not ESC f or b: those are word moves)
     assert [k for k, _ in keys][3] == "escape"
     assert "".join(c or "" for k, c in keys if k != "escape") == "abcxyz"
+
+
+def test_esc_words_esc_in_one_read_types_the_words_and_no_stray_caret() -> None:
+    keys = _keys("hi\x1bthere\x1b\x06")
+    assert [k for k, _ in keys] == ["h", "i", "escape", "t", "h", "e", "r", "e", "escape",
+                                    "ctrl+f"]
 
 
 def test_alt_enter_is_alt_enter_not_enter() -> None:
@@ -46,6 +52,10 @@ def test_alt_enter_is_alt_enter_not_enter() -> None:
     ("\x1b[A", ["up"]),
     ("\x1b\x1b", ["escape", "escape"]),
     ("\x1b", ["escape"]),
+    ("\x1bf", ["ctrl+right"]),  # macOS Terminal's Option+Right
+    ("\x1bb", ["ctrl+left"]),
+    ("\x1b\t", ["shift+tab"]),
+    ("\x1b\x7f", ["ctrl+w"]),  # Alt+Backspace: delete a word
 ])
 def test_escape_sequences_pass_unchanged(typed: str, keys: list[str]) -> None:
     assert [k for k, _ in _keys(typed)] == keys
@@ -55,5 +65,5 @@ def test_a_bracketed_paste_is_left_as_pasted_even_across_reads() -> None:
     splitter = EscapeSplitter()
     first = "\x1b[200~a\x1bb\x1b\rc\x1b[20"  # the paste's end is cut by the read
     assert splitter.take(first) == first
-    assert splitter.take("1~\x1b\x06") == "1~\x1b\x1b\x06"
+    assert splitter.take("1~\x1b\x06") == "1~\x1b[27u\x06"
     assert [k for k, _ in _keys("\x1b[200~hello\x1b[201~\x1b\x06")] == ["Paste", "escape", "ctrl+f"]
