@@ -364,7 +364,10 @@ class Settings:
                 if v is not None and not (k in ("aliases", "keep_alive") and not v)}
         kept = _keep_unreadable(path)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(tomli_w.dumps(data), encoding="utf-8")
+        tmp.unlink(missing_ok=True)  # made afresh, private: it may hold an API key
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(tomli_w.dumps(data))
         tmp.replace(path)
         self.problems.clear()  # they described the old file; the new one has none
         return kept
@@ -427,7 +430,10 @@ def _keep_unreadable(path: Path) -> Path | None:
     while kept.exists():
         n += 1
         kept = path.with_name(f"{path.stem}.kept-{stamp}-{n}{path.suffix}")
-    kept.write_bytes(raw)  # a copy: the real file stays whole until the atomic replace
+    # a copy, as private as the file (it may hold a key): the real file stays whole
+    # until the atomic replace
+    with os.fdopen(os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+        f.write(raw)
     return kept
 
 
