@@ -50,7 +50,7 @@ from tui.widgets.composer import Composer
 from tui.widgets.image_card import place_images
 from tui.widgets.message_view import MessageView
 from tui.widgets.quiet_footer import QuietFooter
-from tui.widgets.sidebar import Sidebar
+from tui.widgets.sidebar import Sidebar, searched_as_typed
 from tui.widgets.status_bar import StatusBar
 from tui.widgets.worker_pane import WorkerPane
 
@@ -220,7 +220,7 @@ class MainScreen(Screen):
         try:
             query = self.query_one("#search", Input).value
             if query.strip():
-                hits = await self.runtime.search(query)
+                hits = await self.runtime.search(searched_as_typed(query))
                 self.query_one(Sidebar).show_hits(hits, query)
             else:
                 conversations = await self.runtime.list_conversations()
@@ -430,7 +430,7 @@ class MainScreen(Screen):
                 sidebar.show_conversations(await self.runtime.list_conversations(),
                                            self.conversation_id)
                 return
-            sidebar.show_hits(await self.runtime.search(query), query)
+            sidebar.show_hits(await self.runtime.search(searched_as_typed(query)), query)
 
     def on_sidebar_requested(self, event: Sidebar.Requested) -> None:
         cid = event.conversation_id
