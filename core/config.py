@@ -98,14 +98,14 @@ class McpServerConfig:
     def problem(self) -> str | None:
         """Why this entry cannot be used, as a sentence, or None."""
         if not self.name or not set(self.name) <= MCP_NAME_CHARS:
-            return (f"MCP server name {self.name!r} must be letters, digits, _ or - "
+            return (f"MCP server name {_shown(self.name)} must be letters, digits, _ or - "
                     "(it prefixes the tool names, as in name.tool)")
         if bool(self.command) == bool(self.url):
-            return f"MCP server {self.name!r} needs either a command (stdio) or a url (HTTP), not both"
+            return f"MCP server {_shown(self.name)} needs either a command (stdio) or a url (HTTP), not both"
         if self.url and not self.url.startswith(("http://", "https://")):
-            return f"MCP server {self.name!r}: url must start with http:// or https://"
+            return f"MCP server {_shown(self.name)}: url must start with http:// or https://"
         if not isinstance(self.timeout_s, (int, float)) or self.timeout_s <= 0:
-            return f"MCP server {self.name!r}: timeout_s must be a positive number of seconds"
+            return f"MCP server {_shown(self.name)}: timeout_s must be a positive number of seconds"
         return None
 
     def target(self) -> str:
@@ -152,20 +152,20 @@ class ClusterConfig:
             if not 0 <= self.idle_minutes <= 7 * 24 * 60:
                 raise Refused("idle_minutes must be between 0 (never) and 10080 (a week).")
         except Refused as exc:
-            return f"cluster {self.name!r}: {exc}"
+            return f"cluster {_shown(self.name)}: {exc}"
         if bool(self.hosts) == bool(self.hostfile):
-            return (f"cluster {self.name!r} needs either hosts (a list of IP addresses, rank 0 "
+            return (f"cluster {_shown(self.name)} needs either hosts (a list of IP addresses, rank 0 "
                     "first) or a hostfile (mlx.launch's JSON), not both")
         if self.hosts and len(self.hosts) < 2:
-            return f"cluster {self.name!r} needs two hosts or more (one host is just a model)"
+            return f"cluster {_shown(self.name)} needs two hosts or more (one host is just a model)"
         if self.backend == "jaccl" and not self.hostfile:
-            return (f"cluster {self.name!r}: jaccl needs a hostfile naming each Mac's RDMA "
+            return (f"cluster {_shown(self.name)}: jaccl needs a hostfile naming each Mac's RDMA "
                     "devices (mlx.distributed_config --backend jaccl writes one)")
         if self.hosts and self.backend == "ring" and not all(_is_ip(h) for h in self.hosts):
-            return (f"cluster {self.name!r}: the ring backend connects to IP addresses; give "
+            return (f"cluster {_shown(self.name)}: the ring backend connects to IP addresses; give "
                     "hosts as IPs, or a hostfile with each host's ssh name and ips")
         if not self.model.startswith(("/", "~")):
-            return (f"cluster {self.name!r}: model must be the model folder's full path as "
+            return (f"cluster {_shown(self.name)}: model must be the model folder's full path as "
                     "every host sees it")
         return None
 
@@ -336,7 +336,7 @@ class Settings:
                     raise TypeError(why)
             except TypeError as exc:
                 name = entry.get("name") if isinstance(entry, dict) else None
-                shown = repr(name) if isinstance(name, str) else _shown(entry)
+                shown = _shown(name if isinstance(name, str) else entry)
                 self.problems.append(f"{what} {shown} in [[{key}]] ignored: {exc}")
                 continue
             kept.append(made)
@@ -364,7 +364,10 @@ class Settings:
                 if v is not None and not (k in ("aliases", "keep_alive") and not v)}
         kept = _keep_unreadable(path)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(tomli_w.dumps(data), encoding="utf-8")
+        tmp.unlink(missing_ok=True)  # made afresh, private: it may hold an API key
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(tomli_w.dumps(data))
         tmp.replace(path)
         self.problems.clear()  # they described the old file; the new one has none
         return kept
@@ -403,7 +406,7 @@ def _cluster_problem(cluster: ClusterConfig, kept: list[Any]) -> str | None:
     if (why := cluster.problem()) is not None:
         return why
     if any(c.name == cluster.name for c in kept):
-        return f"a second cluster is named {cluster.name!r}"
+        return f"a second cluster is named {_shown(cluster.name)}"
     return None
 
 
@@ -427,7 +430,10 @@ def _keep_unreadable(path: Path) -> Path | None:
     while kept.exists():
         n += 1
         kept = path.with_name(f"{path.stem}.kept-{stamp}-{n}{path.suffix}")
-    kept.write_bytes(raw)  # a copy: the real file stays whole until the atomic replace
+    # a copy, as private as the file (it may hold a key): the real file stays whole
+    # until the atomic replace
+    with os.fdopen(os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+        f.write(raw)
     return kept
 
 

@@ -20,8 +20,23 @@ def _home() -> Path | None:
     return Path(value).expanduser() if value else None
 
 
+_TIGHTENED: set[Path] = set()
+
+
 def _ensure(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
+    """The folder, made if missing, private to the user (0700): it holds every conversation
+    (llmdeck.db), the config (an API key, remotes' keys) and the KV caches. It was made
+    with the umask's 0755, so on a Linux box whose home others may enter, any local user
+    could read them. A folder of ours already open to others is closed once a process."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path not in _TIGHTENED:
+        _TIGHTENED.add(path)
+        try:
+            st = path.stat()
+            if st.st_mode & 0o077 and st.st_uid == os.getuid():
+                os.chmod(path, 0o700)
+        except OSError:
+            pass  # a read-only or foreign folder: used as it is
     return path
 
 

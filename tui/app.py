@@ -29,6 +29,7 @@ from tui.terminal_text import visible
 if TYPE_CHECKING:
     from core.runtime import Runtime
 
+REJOIN_EVERY_S = 1.0  # a stopped app looks this often for a service someone else started
 QUIT_QUESTION = ("A reply is still streaming; quitting stops it here (what arrived is kept). "
                  "Quit anyway?")
 QUIT_NOTE = ("llmdeck: the reply that was streaming goes on in the engine service; run "
@@ -185,6 +186,8 @@ class LlmdeckApp(App):
         if how == "stopped":  # said with its key; nothing starts behind the person's back
             self.notify(service.stopped or sentence, title="Service", severity="warning",
                         timeout=600)
+            self.run_worker(self._rejoin_when_started(), name="service-rejoin",
+                            group="service", exclusive=True, exit_on_error=False)
             return
         if how == "restarting":
             self.notify("The llmdeck service is restarting…", title="Service", timeout=5)
@@ -203,6 +206,18 @@ class LlmdeckApp(App):
         self.run_worker(self._reconnect(), name="service-reconnect", group="service",
                         exclusive=True, exit_on_error=False)
 
+    async def _rejoin_when_started(self) -> None:
+        """While the service is stopped, look for one each REJOIN_EVERY_S and attach when
+        another window's F10, `llmdeck service start` or a `serve` brought it: this window
+        no longer says "stopped, press F10" beside a running service. It starts none (F10,
+        in the same worker group, takes over from this watch)."""
+        service = self.runtime
+        while service.stopped is not None:
+            await asyncio.sleep(REJOIN_EVERY_S)
+            if await service.rejoin():
+                await self._attached_again()
+                return
+
     async def _reconnect(self, start: bool = True) -> None:
         """Attach to a new service (started here unless a restart brings one), then show
         the open conversation as the store has it (a reply the crash cut is stored as
@@ -216,6 +231,10 @@ class LlmdeckApp(App):
                                "try again.")
             self.notify(service.stopped, title="Service", severity="error", timeout=60)
             return
+        await self._attached_again()
+
+    async def _attached_again(self) -> None:
+        """Say so, and show the model, the sidebar and the open conversation afresh."""
         self._clear_service_notices()  # "stopped, press F10" is no longer true
         self.notify("Connected to the llmdeck service.", title="Service", timeout=4)
         self.main.on_model_state(self.runtime.model_state())

@@ -27,6 +27,7 @@ from core.runtime import ModelState, SandboxInfo
 
 POLL_S = 0.5  # the mirror (worker table, sandbox, MCP listing), while connected
 RECONNECT_WAIT_S = 90.0  # a call made while the service is lost waits this long for a new one
+REJOIN_WAIT_S = 0.2  # each look for a service another client started (a stopped app)
 START_KEY = "F10"  # the app's key to start a stopped service again (tui.app)
 NOT_REPEATED = frozenset({"start_turn", "regenerate", "edit_and_resend", "continue_reply",
                           "watch_turn", "compare"})
@@ -329,18 +330,32 @@ class ServiceRuntime:
             return "restarting"
         return "stopped" if client is not None and client.stopped else "crashed"
 
-    async def reconnect(self, start: bool = True) -> None:
-        """After the service was lost: start one (or, `start` False, wait for the one a
-        restart brings) and attach again. Until then `stopped` makes calls fail at once."""
+    async def reconnect(self, start: bool = True, timeout: float = 60.0) -> None:
+        """After the service was lost: start one (or, `start` False, wait up to `timeout`
+        for the one a restart brings) and attach again. Until then `stopped` makes calls
+        fail at once."""
         if self._poll is not None:
             self._poll.cancel()
-        await self._remote.reconnect(start=start)
+        await self._remote.reconnect(timeout=timeout, start=start)
         self.stopped = None
         self._mcp_listed = False
         await self._refresh_mirror()
         self._back.set()
         self._on_model(self._remote.model)
         self._poll = asyncio.ensure_future(self._poll_loop())
+
+    async def rejoin(self) -> bool:
+        """While stopped: attach to a service someone else started since (another window's
+        F10, `llmdeck service start`, a `serve`), starting none; False when none answers."""
+        from core.service import ServiceCallError, ServiceUnavailable
+
+        if self.stopped is None or self._remote is None or self._closed:
+            return False
+        try:
+            await self.reconnect(start=False, timeout=REJOIN_WAIT_S)
+        except (ServiceUnavailable, ServiceCallError):
+            return False
+        return True
 
     @property
     def connected(self) -> bool:

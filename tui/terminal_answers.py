@@ -17,6 +17,8 @@ from time import monotonic
 
 from textual._xterm_parser import XTermParser
 
+from tui.terminal_escape import EscapeSplitter
+
 _ANSWER = re.compile(r"\x1b_Gi=31;[^\x1b]*\x1b\\|\x1b\[\?[\d;]*c")
 # The start of an answer cut off by the end of a read.
 _PARTIAL = re.compile(r"\x1b(?:_(?:G[^\x1b]*\x1b?)?|\[(?:\?[\d;]*)?)?\Z")
@@ -72,13 +74,18 @@ CATCHER = AnswerCatcher()
 
 
 class AnsweringParser(XTermParser):
-    """Textual's input parser, fed through CATCHER."""
+    """Textual's input parser, fed through CATCHER, then through an EscapeSplitter (an
+    Esc typed together with the next key stays Esc: tui.terminal_escape)."""
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003  (Textual's)
+        super().__init__(*args, **kwargs)
+        self.escapes = EscapeSplitter()
 
     def feed(self, data: str):  # noqa: ANN201  (Textual's)
         kept = CATCHER.take(data)
         if data and not kept:
             return ()  # all of it was an answer (or held): feeding "" would mean end of input
-        return super().feed(kept)
+        return super().feed(self.escapes.take(kept))
 
 
 def install() -> None:

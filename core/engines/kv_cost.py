@@ -32,6 +32,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core import json_text
+
 # Assumed until a load is measured: a page-cache read, its checksums and a host-to-
 # device copy, on the slower machines measured (a 2-core CPU box, an H100 over PCIe).
 DEFAULT_READ_BPS = 1.0e9
@@ -112,8 +114,8 @@ class LoadCost:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_FILE:
                 return cost
-            data = json.loads(os.read(fd, _MAX_FILE))
-        except (OSError, ValueError, RecursionError):
+            data = json_text.loads(os.read(fd, _MAX_FILE))  # deep nesting: ValueError
+        except (OSError, ValueError):
             return cost
         finally:
             os.close(fd)

@@ -28,6 +28,7 @@ still the whole prefix, so a child's header alone says what its chain covers.
 from __future__ import annotations
 
 import hashlib
+import math
 import mmap
 import os
 import re
@@ -48,6 +49,10 @@ SUFFIX = ".kv"
 # A header holds the token ids (about 7 bytes each as JSON) and a rendered prompt's text
 # (at most 64 characters a token); 64 MiB covers a million-token context.
 MAX_HEADER_BYTES = 64 * 1024**2
+# No section holds more elements than this (256 Ti: far past any cache), counting an
+# empty axis as 1; a header's shape is refused past it before numpy is asked to build it.
+MAX_ELEMENTS = 2**48
+MAX_AXES = 8  # a section's axes (MLX's keys have 4, a llama.cpp state 1)
 # Stored dtype -> the numpy dtype its bytes are read as (bfloat16 travels as raw uint16).
 DTYPES: dict[str, str] = {
     "float32": "<f4",
@@ -375,10 +380,14 @@ def _parse(data: Any, payload_at: int, digest: str) -> KvHeader:
             raise BadKvFile("bad section")
         name, dtype, shape, nbytes, digest = (s.get(k) for k in ("name", "dtype", "shape", "nbytes", "sha256"))
         if (not isinstance(name, str) or dtype not in DTYPES or not isinstance(shape, list)
-                or not all(type(d) is int and d >= 0 for d in shape)
+                or len(shape) > MAX_AXES or not all(type(d) is int and d >= 0 for d in shape)
+                or math.prod(max(d, 1) for d in shape) > MAX_ELEMENTS
                 or type(nbytes) is not int or not isinstance(digest, str) or len(digest) != 64):
             raise BadKvFile("bad section")
-        if int(np.prod(shape, dtype=np.int64)) * np.dtype(DTYPES[dtype]).itemsize != nbytes:
+        # math.prod in Python's ints: numpy's int64 product wraps ([2**32, 2**32] is 0
+        # elements, the 0 bytes a planted file claims), and numpy then refuses the shape
+        # with a ValueError the store does not expect
+        if math.prod(shape) * np.dtype(DTYPES[dtype]).itemsize != nbytes:
             raise BadKvFile(f"section {name}: shape does not match its size")
         parsed.append(Section(name, dtype, tuple(shape), nbytes, digest))
     text, marks = data.get("text"), data.get("marks", [])

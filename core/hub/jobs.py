@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core import json_text
+
 if TYPE_CHECKING:  # the download machinery loads with the first job, not at service start
     from core.hub.download import DownloadProgress
     from core.hub.download_job import DownloadJob
@@ -32,6 +34,14 @@ if TYPE_CHECKING:  # the download machinery loads with the first job, not at ser
 log = logging.getLogger("llmdeck.downloads")
 PUSH_INTERVAL_S = 0.25  # progress pushed to clients at most this often (and every change)
 KEEP_FINISHED = 20  # finished jobs listed (the newest); older ones are forgotten
+# Jobs queued or running at once: a client (a script, a probe) asking for thousands would
+# grow the list, and downloads.json written whole at each change, without bound.
+MAX_UNFINISHED = 64
+MAX_STATE_BYTES = 1 << 20  # downloads.json: 64 jobs take a few KB
+
+
+class TooManyDownloads(ValueError):
+    """MAX_UNFINISHED jobs are queued or running already; the sentence says what to do."""
 
 
 @dataclass
@@ -115,6 +125,10 @@ class DownloadJobs:
             if not job.finished and (job.repo, job.file, job.revision) == (repo, file, revision):
                 job.load = job.load or load
                 return job
+        if sum(not j.finished for j in self.jobs) >= MAX_UNFINISHED:
+            raise TooManyDownloads(f"{MAX_UNFINISHED} downloads are queued or running "
+                                   "already; wait for one to end, or cancel one (`llmdeck "
+                                   "pull --cancel <id>`).")
         self._numbers += 1
         job = Job(job_id or f"dl-{int(time.time())}-{self._numbers}", repo, file, revision,
                   load, include_mmproj)
@@ -154,7 +168,11 @@ class DownloadJobs:
     def resume(self) -> int:
         """Queue again the jobs a stopped service left unfinished; how many."""
         try:
-            saved = json.loads(self.state_file.read_text(encoding="utf-8"))
+            with open(self.state_file, "rb") as f:
+                raw = f.read(MAX_STATE_BYTES + 1)
+            if len(raw) > MAX_STATE_BYTES:
+                raise ValueError("larger than any list of downloads we write")
+            saved = json_text.loads(raw)  # nested too deep: ValueError, not RecursionError
         except FileNotFoundError:
             return 0
         except (OSError, ValueError) as exc:
@@ -162,7 +180,7 @@ class DownloadJobs:
                         type(exc).__name__)
             return 0
         count = 0
-        for item in saved if isinstance(saved, list) else []:
+        for item in saved[:MAX_UNFINISHED] if isinstance(saved, list) else []:
             if not isinstance(item, dict) or not isinstance(item.get("repo"), str):
                 continue
             self.start(item["repo"], _text(item.get("file")), revision=_text(item.get("revision")),

@@ -113,7 +113,12 @@ class PullRoutes:
         except HubError as err:
             raise ApiError(404 if err.code in ("NOT_FOUND", "GATED") else 502, err.message,
                            code="model_not_found") from None
-        job = self._jobs().start(repo, file)
+        from core.hub.jobs import TooManyDownloads
+
+        try:
+            job = self._jobs().start(repo, file)
+        except TooManyDownloads as exc:
+            raise ApiError(429, str(exc), code="too_many_downloads") from None
         if not stream:
             while not job.finished:
                 await asyncio.sleep(POLL_S)

@@ -88,10 +88,15 @@ async def download_start(ctx: Any, args: dict[str, Any]) -> Any:
             raise CallError(BAD_CALL, f"download_start: {flag} must be true or false.")
     repo = _name(args, "repo", required=True)
     assert repo is not None
-    job = downloads_of(ctx.runtime).start(repo, _name(args, "file"),
-                                          revision=_name(args, "revision"),
-                                          load=bool(args.get("load", False)),
-                                          include_mmproj=args.get("include_mmproj", True))
+    from core.hub.jobs import TooManyDownloads
+
+    try:
+        job = downloads_of(ctx.runtime).start(repo, _name(args, "file"),
+                                              revision=_name(args, "revision"),
+                                              load=bool(args.get("load", False)),
+                                              include_mmproj=args.get("include_mmproj", True))
+    except TooManyDownloads as exc:
+        raise CallError(BAD_CALL, str(exc)) from None
     return job.describe()
 
 

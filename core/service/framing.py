@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 from core import json_text
@@ -47,14 +48,20 @@ class LineReader:
         self._buf = bytearray()
         self.max_bytes = max_bytes
         self.deadline_s = deadline_s
+        self._begun: float | None = None  # when the line now being read began
 
     async def read(self) -> dict[str, Any] | None:
-        """The next object, or None at a clean end of stream (between lines)."""
+        """The next object, or None at a clean end of stream (between lines).
+
+        The deadline counts from a line's first byte, not from the last piece: a writer
+        that drips a byte every few seconds would otherwise hold its line (and its place
+        among the clients) for ever."""
         while True:
             end = self._buf.find(b"\n")
             if end >= 0:
                 line = bytes(self._buf[:end])
                 del self._buf[:end + 1]
+                self._begun = time.monotonic() if self._buf else None
                 if not line.strip():
                     continue
                 return decode_line(line)
@@ -62,13 +69,19 @@ class LineReader:
                 raise FrameError("TOO_LARGE", f"A line is over the {self.max_bytes:,}-byte "
                                  "limit; the connection is closed.")
             if self._buf:  # mid-line: the rest must come soon
+                if self._begun is None:
+                    self._begun = time.monotonic()
+                left = self._begun + self.deadline_s - time.monotonic()
                 try:
-                    chunk = await asyncio.wait_for(self._reader.read(READ_CHUNK), self.deadline_s)
+                    if left <= 0:
+                        raise TimeoutError
+                    chunk = await asyncio.wait_for(self._reader.read(READ_CHUNK), left)
                 except TimeoutError:
                     raise FrameError("TIMEOUT", f"A line was begun and not ended within "
                                      f"{self.deadline_s:.0f} s; the connection is closed.") from None
             else:
                 chunk = await self._reader.read(READ_CHUNK)
+                self._begun = time.monotonic()
             if not chunk:
                 if self._buf:
                     raise FrameError("BAD_FRAME", "The connection ended in the middle of a line.")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -212,7 +213,7 @@ class ServiceServer:
                 protocol.PROTOCOL_MISMATCH, f"Start with {{\"hello\": {{\"protocol\": "
                 f"{protocol.PROTOCOL}}}}}; this service speaks protocol {protocol.PROTOCOL}."))
             return
-        session.client = str(hello.get("client", "?"))[:40]
+        session.client = client_label(hello.get("client"))
         self.sessions.add(session)
         self.last_active = time.monotonic()
         log.info("client %d connected (%s, pid %s); %d now", session.number, session.client,
@@ -295,6 +296,14 @@ def _failure(exc: BaseException, timeout_text: str) -> tuple[str, str]:
     if isinstance(exc, TimeoutError):
         return protocol.TIMEOUT, timeout_text
     return protocol.BAD_FRAME, "The connection broke during the greeting."
+
+
+def client_label(value: Any) -> str:
+    """The hello's client name as the log and status show it: at most 40 plain characters,
+    anything else a "?" (a name holding ESC, or a newline, would colour the terminal that
+    reads the log or forge a line in it)."""
+    text = value[:40] if isinstance(value, str) else ""
+    return re.sub(r"[^A-Za-z0-9_.:/@+=-]", "?", text) or "?"
 
 
 async def _say_and_close(writer: asyncio.StreamWriter, message: dict[str, Any],

@@ -132,11 +132,18 @@ def _cell(value: object, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+NOTHING_RUNS = ("The llmdeck service is not running on this home, so no model is loaded "
+                "(`llmdeck` or `llmdeck service start` starts it).")
+
+
 def main() -> int:
+    """`llmdeck workers` when no service answers: an app or a `serve --standalone` with a
+    pool of its own, else a sentence saying nothing runs (it said "llmdeck is not running
+    (no worker status found)" to a person who had just run llmdeck)."""
     statuses, problem = read_status()
     served, serve_problem = read_status(status_path("serve"))
     if problem and serve_problem:
-        print(problem)
+        print(NOTHING_RUNS if "is not running" in problem else problem)
         return 1
     if not serve_problem:  # `llmdeck serve` runs on this home too: show both
         print("llmdeck serve:")

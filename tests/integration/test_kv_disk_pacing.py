@@ -175,6 +175,17 @@ def test_the_rates_file_is_trusted_no_further_than_the_cache_files(tmp_path: Pat
     assert LoadCost.load(tmp_path).prefill_tps is None  # and it did not block
 
 
+@pytest.mark.parametrize("text", ["[" * 4000, '{"reads": [true, true], "prefill_tps": true}'],
+                         ids=["nested-deep", "booleans"])
+def test_a_hostile_rates_file_is_no_rate_measured(tmp_path: Path, text: str) -> None:
+    """Brackets nested past json's recursion limit (it raised RecursionError, which took
+    the MLX engine's load down with it) and true for a rate (1 byte a second) are read
+    as no rate measured."""
+    (tmp_path / NAME).write_text(text)
+    cost = LoadCost.load(tmp_path)
+    assert cost.prefill_tps is None and not cost.reads
+
+
 def test_the_cost_model_compares_a_read_with_a_prefill() -> None:
     cost = LoadCost()
     assert cost.worth_reading(10**9, 100)  # no prefill measured: read

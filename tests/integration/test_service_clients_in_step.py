@@ -160,6 +160,32 @@ async def test_the_header_follows_a_stop_and_f10_takes_the_stopped_notice_down(
         await app.action_quit()
 
 
+async def test_a_stopped_app_joins_a_service_another_window_started(llmdeck_home: Path) -> None:
+    """After `service stop`, another window's F10 (or `llmdeck service start`) brings a
+    service: this app attaches to it by itself, and no longer says "stopped, press F10"
+    beside a running service (its message failed with that sentence). It started none."""
+    from tui.widgets.status_bar import StatusBar
+
+    svc.start(*svc.scripted_args(reply="Noted."), "--no-preload")
+    app = LlmdeckApp(ServiceRuntime(), preload=False)
+    runtime = app.runtime
+    async with app.run_test() as pilot:
+        await wait_until(pilot, lambda: app.main.history_listed and runtime.connected, 30)
+        assert await asyncio.to_thread(service_control.main, ["stop"]) == 0
+        await wait_until(pilot, lambda: "was stopped" in _said(app), 10)
+        await pilot.pause(1.5)  # the app looks and finds nothing: it starts none
+        assert await asyncio.to_thread(service_control.service_status) is None
+        pid = svc.start(*svc.scripted_args(reply="Noted."), "--no-preload")  # another window
+        await wait_until(pilot, lambda: runtime.connected, 15)
+        assert runtime._remote.client.pid == pid and runtime.stopped is None
+        bar = app.main.query_one(StatusBar)
+        await wait_until(pilot, lambda: bar.model_state != "stopped", 5)
+        await wait_until(pilot, lambda: "was stopped" not in _said(app), 5)
+        assert "Connected" in _said(app)
+        await _reply(runtime, None, "back?")  # messages are taken
+        await app.action_quit()
+
+
 @pytest.mark.slow
 async def test_a_start_waits_for_a_dying_service_instead_of_failing(llmdeck_home: Path) -> None:
     """A client that starts a service the moment the last one said it is stopping (the

@@ -158,6 +158,20 @@ def test_silent_and_stalled_clients_are_let_go_and_tags_are_allowlisted(llmdeck_
         answer = _call(ours, 2, "status", **args)
         assert answer["error"]["code"] == "BAD_CALL", answer
     assert svc.alive(pid) and _call(ours, 3, "status")["result"]["pid"] == pid
+    # The hello's client name reaches the service log as plain text: no ESC to colour the
+    # terminal that reads it, no newline to forge a line, no more than 40 characters.
+    forger = svc.raw_client(hello=False)
+    forger.sendall(json.dumps({"hello": {"protocol": 1, "client": "\x1b[31mred\n2026-01-01 "
+                                         "llmdeck.service INFO forged" + "A" * 5000}}).encode()
+                   + b"\n")
+    assert b'"hello"' in svc.read_line(forger)
+    from core.service.launch import log_path
+
+    log = svc.wait_for(lambda: (t := log_path().read_text()) and "red" in t and t, 10,
+                       "the forger's connection logged")
+    assert "\x1b" not in log and "A" * 41 not in log
+    assert not any(line.endswith("INFO forged") or line.startswith("2026-01-01")
+                   for line in log.splitlines()), log[-600:]
 
 
 def test_a_client_that_stops_reading_gets_merged_text(llmdeck_home: Path) -> None:

@@ -29,3 +29,28 @@ async def test_esc_in_the_search_box_lists_every_conversation_again() -> None:
         await wait_until(pilot, lambda: [i[:2] for i in ids()] == ["c:", "c:"])
         assert app.main.query_one("#search", Input).value == ""
         assert app.main.composer.has_focus
+
+
+@pytest.mark.slow
+async def test_a_new_chat_after_opening_a_hit_lists_every_conversation() -> None:
+    """Enter opens a hit and leaves the search on (the list still shows its hits); Ctrl+N
+    then ends the search, so the new chat is in the list. Before, the sidebar kept showing
+    the old query's one hit beside the new conversation being written."""
+    seed_conversations([("What is the capital of France?", "Paris."),
+                        ("Who wrote Hamlet?", "Shakespeare.")])
+    app = scripted_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_ready(pilot)
+        rows = app.main.query_one("#conversations")
+
+        def ids() -> list[str]:
+            return [rows.get_option_at_index(i).id or "" for i in range(rows.option_count)]
+
+        await wait_until(pilot, lambda: [i[:2] for i in ids()] == ["c:", "c:"])
+        await pilot.press("ctrl+f", *"Paris")
+        await wait_until(pilot, lambda: [i[:2] for i in ids()] == ["h:"])
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.main.conversation_id is not None)
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: [i[:2] for i in ids()] == ["c:", "c:"])
+        assert app.main.query_one("#search", Input).value == ""

@@ -41,7 +41,8 @@ async def test_workers_table_lists_the_running_apps_model() -> None:
 def test_workers_without_a_running_app_says_so() -> None:
     out = _workers()
     assert out.returncode == 1
-    assert "llmdeck is not running" in out.stdout
+    assert "The llmdeck service is not running" in out.stdout
+    assert "llmdeck service start" in out.stdout and "worker status" not in out.stdout
 
 
 def test_workers_prints_outside_strings_shown_not_obeyed() -> None:

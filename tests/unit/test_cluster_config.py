@@ -86,3 +86,15 @@ def test_two_clusters_of_one_name_keep_the_first(tmp_path: Path) -> None:
     settings = load(tmp_path, GOOD + GOOD.replace("8123", "9000"))
     assert [c.port for c in settings.clusters] == [8123]
     assert "a second cluster is named 'desk'" in settings.problems[0]
+
+
+def test_a_huge_hostile_name_is_named_short_and_inert(tmp_path: Path) -> None:
+    """A cluster name of 5,000 characters with an escape sequence in it: the problem
+    `doctor`, `serve` and `cluster up` print names it in a few dozen characters, the
+    escape shown, not sent (it was printed whole: a 10 KB line)."""
+    name = "x\\u001b]0;pwned\\u0007" + "A" * 5000
+    settings = load(tmp_path, f'[[clusters]]\nname = "{name}"\nmodel = "/m"\n'
+                              'hosts = ["10.0.0.1", "10.0.0.2"]\n')
+    assert settings.clusters == [] and len(settings.problems) == 1
+    said = settings.problems[0]
+    assert len(said) < 300 and "\x1b" not in said and "letters, digits" in said, said

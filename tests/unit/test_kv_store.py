@@ -353,6 +353,29 @@ def test_a_header_claiming_more_than_its_tokens_hold_is_refused_unread(
     assert not path.exists()
 
 
+@pytest.mark.parametrize("shape", [[1, 2**32, 2**32], [0, 2**62]],
+                         ids=["wraps-to-0-elements", "empty-but-unbuildable"])
+def test_a_header_whose_shape_numpy_cannot_build_is_refused_and_removed(
+        tmp_path: Path, shape: list[int]) -> None:
+    """A planted header whose shape's element count wraps numpy's int64 (to the 0 bytes it
+    claims, with the empty checksum) or names an array numpy refuses: a lookup skips and
+    removes it, as any bad file, instead of a ValueError from deep in the load."""
+    import hashlib
+    import json
+    import struct
+
+    store = KvDiskStore(tmp_path / "kv", ID, 1 << 20)
+    header = {"identity": store.identity, "tokens": [1, 2, 3, 4], "meta": {},
+              "sections": [{"name": "0.keys", "dtype": "float32", "shape": shape,
+                            "nbytes": 0, "sha256": hashlib.sha256(b"").hexdigest()}]}
+    blob = json.dumps(header).encode()
+    path = _planted(store, [1, 2, 3, 4])
+    path.write_bytes(MAGIC + struct.pack("<Q", len(blob)) + blob)
+    match = store.best([1, 2, 3, 4, 5])
+    assert match is None or store.load(match) is None
+    assert not path.exists()
+
+
 def test_sections_are_mapped_not_copied(tmp_path: Path) -> None:
     """A loaded file's sections share one payload mapped from the file (a loader hands it
     to a device in one copy), at the offsets the header lists."""

@@ -50,7 +50,7 @@ from tui.widgets.composer import Composer
 from tui.widgets.image_card import place_images
 from tui.widgets.message_view import MessageView
 from tui.widgets.quiet_footer import QuietFooter
-from tui.widgets.sidebar import Sidebar
+from tui.widgets.sidebar import Sidebar, searched_as_typed
 from tui.widgets.status_bar import StatusBar
 from tui.widgets.worker_pane import WorkerPane
 
@@ -220,7 +220,7 @@ class MainScreen(Screen):
         try:
             query = self.query_one("#search", Input).value
             if query.strip():
-                hits = await self.runtime.search(query)
+                hits = await self.runtime.search(searched_as_typed(query))
                 self.query_one(Sidebar).show_hits(hits, query)
             else:
                 conversations = await self.runtime.list_conversations()
@@ -253,6 +253,8 @@ class MainScreen(Screen):
         self.composer.stop_editing()
         self.composer.focus()  # first: removing a focused message would move focus elsewhere
         self.query_one(AttachmentBar).clear()
+        # a search left on (a hit opened with Enter) would keep the new chat out of the list
+        self.query_one("#search", Input).value = ""
         await self.chat.show_empty()
         self.query_one(StatusBar).context_used = 0
         await self._start_from_preset()
@@ -428,7 +430,7 @@ class MainScreen(Screen):
                 sidebar.show_conversations(await self.runtime.list_conversations(),
                                            self.conversation_id)
                 return
-            sidebar.show_hits(await self.runtime.search(query), query)
+            sidebar.show_hits(await self.runtime.search(searched_as_typed(query)), query)
 
     def on_sidebar_requested(self, event: Sidebar.Requested) -> None:
         cid = event.conversation_id

@@ -21,6 +21,23 @@ from textual.widgets.option_list import Option
 from core.wire.store import Conversation, SearchHit
 from tui.terminal_text import visible
 
+_OPERATORS = ("OR", "NOT", "AND")
+
+
+def searched_as_typed(query: str) -> str:
+    """What the box searches for while it is typed: its last word as a prefix, so "Germ"
+    already finds Germany (the full-text index matches whole words, and the box showed
+    "No matches" until a word was typed to its end). A query ending in a space, a quote,
+    a `*` or a sign, an operator, or a last word of one letter (a prefix index starts at
+    two) is searched as it stands."""
+    words = query.split()
+    if not words or query[-1].isspace():
+        return query
+    last = words[-1]
+    if len(last) < 2 or last in _OPERATORS or not last[-1].isalnum() or query.count('"') % 2:
+        return query
+    return query + "*"
+
 
 def _hit_label(hit: SearchHit) -> Text:
     text = Text(visible(hit.title or "Untitled"), style="bold")
