@@ -11,20 +11,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from time import monotonic
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
 from textual.timer import Timer
-from textual.widgets import Collapsible, Markdown, Static
-from textual.widgets._markdown import MarkdownStream
+from textual.widgets import Collapsible, Static
 
 from core.events import Error, ToolCall, Usage
 from tui.terminal_text import visible
-from tui.widgets.message_body import MessageBody, SafeMarkdown, settled_size, typed_lines
+from tui.widgets.body_text import settled_size, typed_lines
 from tui.widgets.tool_card import STATES, ToolCard
+
+if TYPE_CHECKING:  # Markdown loads with the first message's body (tui.widgets.body_text)
+    from textual.widgets import Markdown
+    from textual.widgets._markdown import MarkdownStream
 
 CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.S)
 
@@ -167,6 +170,8 @@ class MessageView(Vertical):
         self._flush_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
+        from tui.widgets.message_body import MessageBody, SafeMarkdown
+
         yield Static(visible(self._role_label()), classes="role", markup=False)
         with Collapsible(title="Thinking", collapsed=True, classes="thinking") as c:
             c.display = bool(self.reasoning)
@@ -221,6 +226,8 @@ class MessageView(Vertical):
 
     @property
     def body(self) -> Markdown:
+        from textual.widgets import Markdown
+
         return self.query_one(".body", Markdown)
 
     @property
@@ -242,6 +249,8 @@ class MessageView(Vertical):
             self._thinking_stream = None
             self.thinking.collapsed = True
         if self._stream is None:
+            from textual.widgets import Markdown
+
             self._stream = Markdown.get_stream(self.body)
         self._content.append(text)
         self._pending_text.append(text)
@@ -253,6 +262,8 @@ class MessageView(Vertical):
             block.display = True
             block.collapsed = False
         if self._thinking_stream is None:
+            from textual.widgets import Markdown
+
             self._thinking_stream = Markdown.get_stream(self.query_one(".reasoning", Markdown))
         self.reasoning += text
         self._pending_reasoning.append(text)
@@ -333,6 +344,8 @@ class MessageView(Vertical):
             if stream is not None:
                 await stream.stop()
         if self._stream is not None:
+            from tui.widgets.message_body import MessageBody
+
             body = self.body
             if isinstance(body, MessageBody):
                 body.mark_last()
