@@ -83,6 +83,12 @@ def config_path() -> Path:
     return config_dir() / "config.toml"
 
 
+def download_jobs_path() -> Path:
+    """The hub's unfinished download jobs, kept between two runs of the service (here, so
+    a start can see there are none without importing the hub: core.service.downloads)."""
+    return data_dir() / "downloads.json"
+
+
 # sun_path holds 104 bytes on macOS (108 on Linux), the terminating NUL included.
 SOCKET_PATH_MAX = 103
 

@@ -212,11 +212,11 @@ def model_argument(model: str | None) -> str | None:
     folder of its own. A name that is no file here (a hub id, a preset) is passed as is."""
     import os
 
+    if not model or not os.path.exists(os.path.expanduser(model)):
+        return model  # no `--model`: nothing of the service's client to import (~5 ms)
     from core.service import typed_here
 
-    if model and os.path.exists(os.path.expanduser(model)):
-        return typed_here(model)
-    return model
+    return typed_here(model)
 
 
 # Whether `llmdeck` is the engine service's client when nothing says otherwise. The suite

@@ -40,7 +40,10 @@ log = logging.getLogger(__name__)
 
 SETTLE_TIMEOUT_S = 2.0
 """A handler that awaits longer than this (it should not: long work runs in workers) lets
-the next key through rather than freezing the keyboard."""
+the next key through rather than freezing the keyboard, unless that key is text: typed
+text waits for the settle however long it takes (on a loaded box closing a dialog took
+over 2 s, and the text typed after its Esc went into the dialog and was lost with it).
+Ctrl+Q (the app's priority bindings) is never held behind such a wait."""
 
 BURST_GAP_S = 0.015
 """Keys closer than this came from one read of the terminal (a paste, a script, a bunched
@@ -61,6 +64,12 @@ async def _barrier(node: MessagePump) -> None:
     waiter = asyncio.ensure_future(reached.wait())
     await asyncio.wait((waiter, stopped), return_when=asyncio.FIRST_COMPLETED)
     waiter.cancel()
+
+
+def _quietly(task: asyncio.Task[None]) -> None:
+    """A settle that outlived its timeout: its end is awaited by nobody but held text."""
+    if not task.cancelled():
+        task.exception()
 
 
 def is_text_char(char: str | None) -> bool:
@@ -89,12 +98,15 @@ class InputOrder:
         self._typing_into: Widget | None = None  # got keys without waiting, not yet settled
         self._busy = False
         self._last_text_at: float | None = None  # when text last went into a text box
+        self._unsettled: asyncio.Future[None] | None = None  # a settle past its timeout
+        self._holding_text = False  # text waits on that settle (put() says so)
+        self.timeouts = 0  # settles that ran past SETTLE_TIMEOUT_S (logged; tests read it)
 
     async def feed(self, event: events.Key | events.Paste) -> None:
         """Take a raw key or paste from the app's queue. A printable key into the focused
         text box, with nothing waiting before it, goes in at once (typing into the
         composer while a reply streams pays no extra hop); any other waits its turn."""
-        if not self._pending and not self._busy:
+        if not self._pending and not self._busy and not self._unsettled_now:
             typed = self._typed_into(event)
             if typed is not None and self._typing_into in (None, typed):
                 self._typing_into = typed
@@ -103,11 +115,25 @@ class InputOrder:
                 return
         self.put(event)
 
+    @property
+    def _unsettled_now(self) -> bool:
+        return self._unsettled is not None and not self._unsettled.done()
+
     def put(self, event: events.Key | events.Paste) -> None:
         if self._task is None:  # made here, inside the app's context (active_app is set)
             self._task = asyncio.create_task(self._run(), name="llmdeck-input-order")
+        if self._holding_text and self._app_priority(event):  # Ctrl+Q is never held
+            asyncio.create_task(self._deliver(event), name="llmdeck-priority-key")
+            return
         self._pending.append(event)
         self._arrived.set()
+
+    def _app_priority(self, event: events.Key | events.Paste) -> bool:
+        """The app's own priority bindings (quit): they act at once in Textual too."""
+        if not isinstance(event, events.Key):
+            return False
+        bindings = self.app._bindings.key_to_bindings.get(event.key, ())
+        return any(binding.priority for binding in bindings)
 
     @property
     def idle(self) -> bool:
@@ -138,6 +164,12 @@ class InputOrder:
                 self._busy = False
 
     async def _handle(self, event: events.Event) -> None:
+        if self._unsettled_now and _is_text(event):
+            self._holding_text = True  # typed text never goes where the last key had not led
+            try:
+                await asyncio.shield(self._unsettled)
+            finally:
+                self._holding_text = False
         typed = self._typed_into(event)
         if typed is not None and self._typing_into in (None, typed):
             self._typing_into = typed
@@ -189,12 +221,22 @@ class InputOrder:
         return focused
 
     async def _settle(self) -> None:
-        """Wait until the keys delivered so far, and what they set off, are handled."""
-        try:
-            await asyncio.wait_for(self._settle_chain(), SETTLE_TIMEOUT_S)
-        except TimeoutError:
-            log.warning("a key handler ran past %.1f s; taking the next key", SETTLE_TIMEOUT_S)
+        """Wait until the keys delivered so far, and what they set off, are handled. Past
+        SETTLE_TIMEOUT_S the next key goes on, but the settle goes on too: text waits for it
+        (_handle)."""
+        settle = asyncio.ensure_future(self._settle_chain())
+        done, _ = await asyncio.wait({settle}, timeout=SETTLE_TIMEOUT_S)
+        if not done:
+            settle.add_done_callback(_quietly)
+            self.timeouts += 1
+            self._unsettled = settle
+            log.warning("a key handler ran past %.1f s (waiting on %s); taking the next key "
+                        "unless it is text", SETTLE_TIMEOUT_S, self._waiting_on)
+        elif settle.exception() is not None:
+            raise settle.exception()  # type: ignore[misc]
         self._typing_into = None
+
+    _waiting_on: MessagePump | None = None  # the node the settle waits on (for the log)
 
     async def _settle_chain(self) -> None:
         app = self.app
@@ -203,13 +245,18 @@ class InputOrder:
         start = self._typing_into or app.focused or app.screen
         node: MessagePump | None = start
         while node is not None:  # the key bubbles widget -> ... -> screen -> app, in turn
-            await _barrier(node)
+            await self._barrier(node)
             node = node._parent
         # What the handlers set off: focus() and screen changes arrive through the app's
         # queue (call_later) and the new screen's compose; two rounds catch a callback
         # queued by the first.
         for _ in range(2):
-            await _barrier(app.screen)
-            await _barrier(app)
+            await self._barrier(app.screen)
+            await self._barrier(app)
             if app.focused is not None:
-                await _barrier(app.focused)
+                await self._barrier(app.focused)
+        self._waiting_on = None
+
+    async def _barrier(self, node: MessagePump) -> None:
+        self._waiting_on = node
+        await _barrier(node)

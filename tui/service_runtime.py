@@ -54,6 +54,7 @@ class ServiceRuntime:
         self._mcp_listed = False  # the service's MCP servers were started and listed
         self._mcp_starting: asyncio.Future[None] | None = None
         self._attached: dict[str, list[Any]] = {}  # conversation id -> its attachments
+        self._first_listing: Any = None  # the sidebar's first list, asked at start()
         self._poll: asyncio.Task[None] | None = None
         self._closed = False
         self._back = asyncio.Event()  # set while connected (calls in a gap wait on it)
@@ -93,6 +94,14 @@ class ServiceRuntime:
         """The service has the store open already (an in-process one opens it now)."""
         if self.local is not None:
             self.local.open_store_soon()
+
+    async def list_conversations(self, *args: Any, **kwargs: Any) -> Any:
+        """The sidebar's list; the first, asked with start()'s subscriptions, is answered
+        from there (no change was pushed since)."""
+        first, self._first_listing = self._first_listing, None
+        if first is not None and not args and not kwargs:
+            return first
+        return await self.__getattr__("list_conversations")(*args, **kwargs)
 
     def take_first_page(self) -> Any:
         """The sidebar lists once start() has connected (a few ms); an in-process
@@ -311,9 +320,13 @@ class ServiceRuntime:
         remote.notice_listeners.append(self._on_notice)
         remote.conversation_listeners.append(self._on_conversations)
         remote.memory_listeners.append(self._on_memory)
-        await remote.start()
+        # With the subscriptions, not after them: the mirror, and the sidebar's first list
+        # (an in-process service's store read that already: take_first_page).
+        also = ("mirror",) if self.local is not None else ("mirror", "list_conversations")
+        answers = await remote.start(*also)
         self._remote = remote
-        await self._refresh_mirror()
+        self._take_mirror(answers[0])
+        self._first_listing = answers[1] if len(answers) > 1 else None
         self._back.set()
         self._on_model(remote.model)
         if self._model_override:  # `llmdeck --model PATH`: the service loads it
@@ -379,6 +392,7 @@ class ServiceRuntime:
             listener(conversation_id, stage)
 
     def _on_conversations(self) -> None:
+        self._first_listing = None  # older than the change: the sidebar lists again
         for listener in list(self.conversation_listeners):
             listener()
 

@@ -21,7 +21,10 @@ import importlib
 # numpy. The service's client runs no turn itself: it resolves mentions, shows tool
 # statuses and a remote's advice with the wire types (core.wire), never the packages.
 IN_PROCESS_MODULES = ("core.docs", "core.memory", "core.runtime.context", "numpy")
-CLIENT_MODULES = ("core.wire.docs", "core.wire.tools", "core.wire.remote")  # after the first frame
+# After the first frame. tui.widgets.message_body is Textual's Markdown (markdown-it,
+# pygments: ~33 ms) that the first message's body needs and the first frame does not.
+CLIENT_MODULES = ("core.wire.docs", "core.wire.tools", "core.wire.remote",
+                  "tui.widgets.message_body")
 
 
 def parents_first(name: str) -> list[str]:

@@ -294,7 +294,7 @@ def state_file() -> Path:
     """Where the unfinished jobs are kept between two runs of the service."""
     from core import paths
 
-    return paths.data_dir() / "downloads.json"
+    return paths.download_jobs_path()
 
 
 def jobs_for(owner: Any) -> DownloadJobs:

@@ -22,12 +22,13 @@ _pushers: weakref.WeakKeyDictionary[Any, Callable[[list[dict[str, Any]]], None]]
 def open_for(runtime: Any, push: Callable[[list[dict[str, Any]]], None]) -> int:
     """At service start: how to tell the clients, and the jobs a stopped service left
     unfinished started again (how many). Nothing of the hub's downloads is imported when
-    there are none: a start with no downloads pays nothing."""
-    from core.hub.jobs import state_file
+    there are none: a start with no downloads pays nothing (the hub package is ~20 ms of
+    imports, psutil among them, on an app's start in process)."""
+    from core import paths
 
     _pushers[runtime] = push
     try:
-        pending = state_file().stat().st_size > len("[]")
+        pending = paths.download_jobs_path().stat().st_size > len("[]")
     except OSError:
         pending = False
     return downloads_of(runtime).resume() if pending else 0

@@ -26,6 +26,8 @@ from core.service.downloads import close_for, open_for_server
 from core.service.notices import forward_memory
 from core.service.server import ServiceServer
 
+SAME_PROCESS = "same process"  # the loopback's hello version: its client is this code
+
 
 class _Control:
     """ServiceControl for a service that lives as long as its one app."""
@@ -77,7 +79,10 @@ class Loopback:
 
     @classmethod
     async def open(cls, runtime: Any, client: str = "tui") -> Loopback:
-        server = ServiceServer(runtime, Path(os.devnull), None)  # type: ignore[arg-type]
+        # The client is this very code: no version to look up (an app's start would pay
+        # importlib.metadata's ~20 ms for a hello nobody compares).
+        server = ServiceServer(runtime, Path(os.devnull), None,  # type: ignore[arg-type]
+                               version=SAME_PROCESS)
         server.control = _Control(server)
         if runtime.store_notice:  # a damaged database moved aside: told as the service tells
             server.notices.say("store", runtime.store_notice, title="History",

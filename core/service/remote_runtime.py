@@ -23,7 +23,7 @@ from typing import Any
 
 from core.attach_errors import AttachError
 from core.service import codec
-from core.service.client import ServiceClient, ServiceUnavailable
+from core.service.client import ServiceCallError, ServiceClient, ServiceUnavailable
 from core.service.dispatch import RUNTIME_CALLS, TURN_CALLS
 
 Decision = str  # "allow" | "deny" | "always" (core.tools.approval.Decision)
@@ -194,22 +194,36 @@ class RemoteRuntime:
         self.memory_listeners: list[Callable[[str, str], None]] = []
         client.listeners.append(self._on_event)
 
-    async def start(self) -> None:
+    async def start(self, *also: str) -> list[Any]:
         """Fetch the model state and follow its changes, and hear of replies started by
-        other clients."""
+        other clients. `also`: calls without arguments asked in the same breath, after the
+        subscriptions (so a change they miss is pushed); their answers, None for one the
+        service refused."""
         heard = self._model_pushes
-        state = await self.client.call("subscribe", topic="model")
-        # The answer and a push right after it can come in one read: the reader handles
-        # the push before this coroutine resumes, and the answer is then the older state
-        # (an app stayed "loading" after its model was ready).
+        # Asked at once, not one after another: an app starting up answers each only when
+        # its loop is free, and the first frame's ~50 ms of painting came between two of
+        # six calls in a row (the sidebar showed that much later; bench/ui.py, client).
+        call = self.client.call
+
+        async def asked(name: str) -> Any:
+            try:
+                return await call(name)
+            except ServiceCallError:
+                return None
+
+        state, self.settings, _, _, _, notices, *answers = await asyncio.gather(
+            call("subscribe", topic="model"), call("get_settings"),
+            call("subscribe", topic="turns"), call("subscribe", topic="conversations"),
+            call("subscribe", topic="memory"), call("subscribe", topic="notices"),
+            *(asked(name) for name in also))
+        # A push can overtake subscribe's answer (or come while the others are answered):
+        # the reader handles it before this coroutine resumes, and the answer is then the
+        # older state (an app stayed "loading" after its model was ready).
         if self._model_pushes == heard:
             self.model = state
-        self.settings = await self.client.call("get_settings")
-        await self.client.call("subscribe", topic="turns")
-        await self.client.call("subscribe", topic="conversations")
-        await self.client.call("subscribe", topic="memory")
-        for notice in await self.client.call("subscribe", topic="notices") or ():
+        for notice in notices or ():
             self._tell(notice)  # said before we came (the database moved aside at start)
+        return answers
 
     def _tell(self, notice: Any) -> None:
         if isinstance(notice, dict) and isinstance(notice.get("message"), str):

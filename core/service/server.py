@@ -98,8 +98,12 @@ def _line(message: dict[str, Any]) -> bytes:
 
 
 class ServiceServer:
-    def __init__(self, runtime: Any, path: Path, control: ServiceControl) -> None:
+    def __init__(self, runtime: Any, path: Path, control: ServiceControl, *,
+                 version: str | None = None) -> None:
         self.runtime = runtime
+        # What the hello says; None: llmdeck's installed version, looked up at the first
+        # hello (importlib.metadata, ~20 ms: a detached service pays it once).
+        self.version = version
         self.path = path
         self.control = control
         self.sessions: set[Session] = set()
@@ -218,7 +222,8 @@ class ServiceServer:
         self.last_active = time.monotonic()
         log.info("client %d connected (%s, pid %s); %d now", session.number, session.client,
                  session.pid, len(self.sessions))
-        session.send({"hello": {"protocol": protocol.PROTOCOL, "version": _version(),
+        self.version = self.version or _version()
+        session.send({"hello": {"protocol": protocol.PROTOCOL, "version": self.version,
                                 "pid": os.getpid()}})
         writing = asyncio.ensure_future(session.write_loop())
         try:

@@ -14,6 +14,7 @@ import sqlite3
 from textual import events
 from textual.command import CommandPalette
 from textual.keys import _character_to_key
+from textual.screen import ModalScreen
 from textual.widgets import Input
 
 from core import paths
@@ -80,6 +81,93 @@ async def test_keys_after_a_focus_or_screen_change_go_where_it_leads() -> None:
         assert app.screen is app.main
         assert composer.text == "draft kept and more"
         assert composer.has_focus
+
+
+class SlowInput(Input):
+    """A box whose Esc takes as long as `gate` stays shut before it bubbles on to close the
+    dialog: a starved box (the suite at load ~8 took over SETTLE_TIMEOUT_S to close the
+    command palette, and the keys typed after its Esc queued behind it, in the palette)."""
+
+    def __init__(self, gate: asyncio.Event) -> None:
+        super().__init__()
+        self.gate = gate
+
+    async def _on_key(self, event: events.Key) -> None:
+        if event.key == "escape":
+            await self.gate.wait()
+        await super()._on_key(event)
+
+
+class SlowToClose(ModalScreen[None]):
+    BINDINGS = [("escape", "dismiss")]
+
+    def __init__(self, gate: asyncio.Event) -> None:
+        super().__init__()
+        self.gate = gate
+
+    def compose(self):  # noqa: ANN201
+        yield SlowInput(self.gate)
+
+    def on_mount(self) -> None:
+        self.query_one(Input).focus()
+
+
+async def until(predicate, what: str) -> None:  # noqa: ANN001
+    """Poll without pilot.pause, which waits on every widget (the stalled box too)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20
+    while not predicate():
+        assert loop.time() < deadline, what
+        await asyncio.sleep(0.01)
+
+
+async def slow_dialog_after_esc(pilot, caplog, *keys) -> tuple[asyncio.Event, Input]:  # noqa: ANN001
+    """"draft" in the composer, a dialog whose Esc stalls, then Esc and `keys` in one burst;
+    returns once the settle after Esc has timed out and the keys were taken from the queue
+    (the old code typed them into the dialog's box then)."""
+    app = pilot.app
+    await wait_ready(pilot)
+    burst(app, "draft")
+    await settled(pilot)
+    gate = asyncio.Event()
+    app.push_screen(SlowToClose(gate))
+    await wait_until(pilot, lambda: isinstance(app.screen, SlowToClose)
+                     and isinstance(app.focused, Input))
+    order = app.input_order
+    box = app.screen.query_one(Input)
+    burst(app, ESCAPE, *keys)
+    await until(lambda: "ran past" in caplog.text and (
+        not order._pending or getattr(order, "_holding_text", False)), "keys not taken")
+    return gate, box
+
+
+async def test_text_typed_after_a_slow_screen_change_waits_for_it_and_is_kept(
+        monkeypatch, caplog) -> None:
+    # The settle after Esc times out while the dialog is still up: the old code then typed
+    # " kept" into the dialog's box, behind the Esc, and it went away with the dialog (the
+    # full suite's `draft` for `draft kept and more`). Text now waits for the settle.
+    monkeypatch.setattr("tui.key_order.SETTLE_TIMEOUT_S", 0.05)
+    app = scripted_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        gate, box = await slow_dialog_after_esc(pilot, caplog, " kept")
+        typed_into_dialog = box.value
+        gate.set()
+        await settled(pilot)
+        assert app.screen is app.main
+        assert typed_into_dialog == ""
+        assert app.main.composer.text == "draft kept"
+        assert app.main.composer.has_focus
+
+
+async def test_ctrl_q_is_not_held_behind_text_that_waits(monkeypatch, caplog) -> None:
+    monkeypatch.setattr("tui.key_order.SETTLE_TIMEOUT_S", 0.05)
+    app = scripted_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        gate, _ = await slow_dialog_after_esc(pilot, caplog, " held")
+        burst(app, ("ctrl+q", None))
+        await until(lambda: app.return_code is not None,
+                    "Ctrl+Q waited behind the held text")
+        gate.set()
 
 
 async def test_enter_on_search_results_opens_the_result_of_the_query_typed() -> None:

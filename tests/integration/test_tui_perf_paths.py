@@ -177,3 +177,25 @@ async def test_keys_typed_without_pause_delay_a_stream_by_a_frame_but_never_stal
             assert [type(b).__name__ for b in reply.body.children][-1] == "MarkdownParagraph"
         finally:
             del type(app).last_input_at
+
+
+async def test_a_streams_first_words_show_at_once_and_later_ones_once_a_frame(monkeypatch) -> None:
+    # The first words waited a whole frame (FRAME_S) with nothing of the reply on screen:
+    # bench/ui.py's latest tokens were a reply's first, 110-135 ms from engine to screen.
+    from textual.app import App
+
+    monkeypatch.setattr("tui.widgets.message_view.FRAME_S", 60.0)  # a frame never comes
+
+    class OneReply(App):
+        def compose(self):  # noqa: ANN202
+            yield MessageView("assistant")
+
+    async with OneReply().run_test() as pilot:
+        view = pilot.app.query_one(MessageView)
+        await view.append_text("First")
+        await wait_until(pilot, lambda: view.body.source == "First", timeout=5)
+        await view.append_text(" words")
+        await pilot.pause()
+        assert view.body.source == "First"  # coalesced until the frame (or the end)
+        await view.finish()
+        assert view.body.source == "First words"

@@ -157,6 +157,18 @@ def test_the_first_frame_comes_without_the_documents_and_memory_layers() -> None
     assert out.stdout.strip() == "[]", out.stdout + out.stderr[-2000:]
 
 
+def test_the_first_frame_comes_without_markdown_the_hub_or_package_metadata() -> None:
+    # Markdown (markdown-it, pygments: ~33 ms) loads after the first frame (tui.warmup);
+    # the hub (~20 ms, psutil) only when a download is pending; the loopback's hello
+    # looks no version up (importlib.metadata, ~20 ms). bench/ui.py's start_vs_bare.
+    later = ("markdown_it", "pygments", "textual.widgets._markdown", "core.hub",
+             "core.hub.jobs", "psutil", "importlib.metadata")
+    code = f"LATER = {later!r}\n" + FIRST_FRAME_PROBE
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         timeout=60)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr[-2000:]
+
+
 async def test_the_chat_context_is_made_on_first_use_and_keeps_its_listeners() -> None:
     rt = Runtime(Settings())
     heard: list[tuple[str, str]] = []

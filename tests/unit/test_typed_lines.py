@@ -4,7 +4,7 @@ else changes (code, lists, tables, quotes keep their own lines already)."""
 
 from __future__ import annotations
 
-from tui.widgets.message_body import typed_lines
+from tui.widgets.body_text import typed_lines
 
 
 def test_a_paragraphs_lines_become_hard_breaks() -> None:

@@ -16,7 +16,7 @@ from textual.widgets import Static
 
 from core.wire.store import Message
 from tui.widgets.attachments import MemoryMarker, marker_of
-from tui.widgets.message_body import settled_size
+from tui.widgets.body_text import settled_size
 from tui.widgets.message_view import MessageView, filled_context, format_stats_dict
 
 EMPTY_HINT = (
