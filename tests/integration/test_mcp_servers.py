@@ -238,10 +238,18 @@ async def test_settings_changes_stop_and_drop_a_server() -> None:
 
 
 def our_children(marker: str) -> list[int]:
+    """Live children whose command line holds `marker`. A zombie (another test's worker
+    killed and not yet reaped by multiprocessing) has no command line to read: skipped."""
     import psutil
 
-    return [c.pid for c in psutil.Process().children(recursive=True)
-            if marker in " ".join(c.cmdline())]
+    found = []
+    for c in psutil.Process().children(recursive=True):
+        try:
+            if marker in " ".join(c.cmdline()):
+                found.append(c.pid)
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue
+    return found
 
 
 async def test_a_server_that_never_answers_fails_at_its_start_limit_and_is_stopped() -> None:

@@ -99,7 +99,9 @@ def test_the_clients_warm_up_loads_no_working_package() -> None:
     obeys the same rule as its imports (the in-process list is the service's side)."""
     from tui import warmup
 
-    assert [m for m in warmup.CLIENT_MODULES if not _allowed("tui/warmup.py", m)] == []
+    # the app's own modules it warms (Markdown's widget, tui.*) are not core's to rule on
+    core = [m for m in warmup.CLIENT_MODULES if not m.startswith("tui.")]
+    assert [m for m in core if not _allowed("tui/warmup.py", m)] == []
 
 
 def test_core_wire_imports_nothing_above_it() -> None:
