@@ -113,7 +113,8 @@ async def test_attach_several_with_aliases_then_errors_change_nothing(
     paths = [files["handbook"], files["memo"], files["deck"], files["sheet"], files["notes"],
              files["memo"]]
     results = await rt.attach(None, paths)
-    assert all(isinstance(r, AttachResult) for r in results), results
+    assert all(isinstance(r, AttachResult) for r in results), [
+        r for r in results if not isinstance(r, AttachResult)]  # the refusals, whole
     cid = results[0].conversation_id
     assert {r.conversation_id for r in results} == {cid}
     assert [r.alias for r in results] == ["handbook.pdf", "memo.pdf", "deck.pptx", "budget.xlsx",
