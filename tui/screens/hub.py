@@ -261,7 +261,9 @@ class HubScreen(Screen):
             self._status("#hub-search-status", f"No {kind}repos match {what}; "
                          "try fewer words or ctrl+g for another format.")
             return
-        self._status("#hub-search-status", f"{len(results)} repos · Enter lists a repo's files")
+        n = len(results)
+        self._status("#hub-search-status",
+                     f"{n} repo{'' if n == 1 else 's'} · Enter lists a repo's files")
         if focus_results:
             table.focus()
 
