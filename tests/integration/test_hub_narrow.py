@@ -1,14 +1,18 @@
-"""The hub's tables at 80 columns: every column a person needs shows without scrolling.
+"""The hub at 80 columns: every column a person needs shows without scrolling.
 
 At 80 columns the Recommended tab hid "Where" (on disk or to download) and Local models
-hid "Valid" behind a horizontal scrollbar; a new user never saw them.
+hid "Valid" behind a horizontal scrollbar; a new user never saw them. A download's row
+showed its bar but neither its bytes nor whether it was done or cancelled.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from core.wire.hub import DownloadPlan, DownloadProgress
 from tests.fixtures.hub_screen import hub_app, open_hub, wait_until
+from tui.hub_service_queue import ServiceJob
+from tui.widgets.hub_downloads import DownloadsPanel
 from tui.widgets.hub_local import LocalTable
 from tui.widgets.hub_recommended import RecommendedTable
 from tui.widgets.measured_table import MeasuredTable, clip, fit_columns
@@ -41,6 +45,46 @@ async def test_recommended_and_local_tables_fit_80_columns(
         assert labels(local)[0] == "Model" and labels(local)[-1] == "Valid"
         # the id leads the Model cell, whole
         assert str(local.get_row_at(0)[0]).startswith(local.models[0].model_id)
+
+
+def progress(state: str, downloaded: int) -> DownloadProgress:
+    return DownloadProgress("acme/Tiny-Chat-GGUF", "tiny-chat-Q4_K_M.gguf", 0, 1, downloaded,
+                            41_900_000, 2e6, 8.0, state)
+
+
+async def test_download_rows_show_their_numbers_and_state_at_80_columns() -> None:
+    async with hub_app().run_test(size=NARROW) as pilot:
+        screen = await open_hub(pilot, search=False)
+        panel = screen.query_one(DownloadsPanel)
+        plan = DownloadPlan("acme/Tiny-Chat-GGUF", "main", "gguf", "tiny-chat-Q4_K_M.gguf", ())
+        for job, state in ((ServiceJob(plan, "a"), "downloading"),
+                           (ServiceJob(plan, "b"), "cancelled")):
+            screen._on_download_update(job, progress(state, 14_700_000))
+        await pilot.pause()
+        right = panel.content_region.right
+        for row in panel.rows.values():
+            stats = row.query_one(".download-stats")
+            text = str(stats.render())
+            assert stats.region.width >= len(text) and stats.region.right <= right, text
+        assert [str(r.query_one(".download-stats").render()).split(" · ")[-1]
+                for r in panel.rows.values()] == ["ETA 0:08", "cancelled"]
+
+
+async def test_a_download_that_ended_before_the_hub_opened_is_not_announced() -> None:
+    """Each new window's hub said "Download finished" for every job the service had ever
+    finished (the service lists them when the hub subscribes); its row says done."""
+    async with hub_app().run_test(size=NARROW) as pilot:
+        screen = await open_hub(pilot, search=False)
+        plan = DownloadPlan("acme/Tiny-Chat-GGUF", "main", "gguf", "tiny-chat-Q4_K_M.gguf", ())
+        screen._on_download_update(ServiceJob(plan, "old"), progress("done", 41_900_000))
+        seen = ServiceJob(plan, "new")
+        screen._on_download_update(seen, progress("downloading", 100))
+        await pilot.pause()  # the row is drawn before the service's next push
+        screen._on_download_update(seen, progress("done", 41_900_000))
+        await wait_until(pilot, lambda: len(pilot.app._notifications) >= 1)
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        assert [n.title for n in pilot.app._notifications] == ["Download finished"]
 
 
 def test_fit_drops_optional_columns_first_then_cuts_the_squeezable_ones() -> None:
