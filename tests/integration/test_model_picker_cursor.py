@@ -58,3 +58,10 @@ async def test_the_model_in_use_is_listed_when_not_in_the_models_folder() -> Non
         assert str(app.screen.query_one(OptionList).get_option_at_index(0).prompt).startswith(
             "● scripted-test")
         await pilot.press("escape")
+        # Compare's picker asks for a second model: not this one
+        app.main.composer.load_text("Hi")
+        await pilot.press("ctrl+t")
+        await wait_until(pilot, lambda: isinstance(app.screen, ModelPickerScreen)
+                         and hasattr(app.screen, "choices"))
+        assert "scripted-test" not in [c.id for c in app.screen.choices]
+        await pilot.press("escape")

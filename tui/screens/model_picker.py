@@ -130,10 +130,13 @@ class ModelPickerScreen(ModalScreen[ModelChoice | None]):
         runtime = self.app.runtime  # type: ignore[attr-defined]
         choices, bad = await load_choices(runtime)
         choices += cluster_choices(runtime.settings)
-        try:
-            extra = current_choice(choices, runtime.worker_status(), runtime.model_state().label)
+        extra = None
+        try:  # F5 only: compare asks for a second model, never this one
+            if self.on_current:
+                extra = current_choice(choices, runtime.worker_status(),
+                                       runtime.model_state().label)
         except Exception:  # noqa: BLE001 - the pool is shutting down: the list as it is
-            extra = None
+            pass
         self._show(([extra] if extra else []) + choices, bad)
 
     def _show(self, choices: list[ModelChoice], bad: list[tuple[str, str]]) -> None:
