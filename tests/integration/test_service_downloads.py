@@ -210,6 +210,8 @@ def test_a_pull_into_a_pipe_says_100_percent_when_the_bytes_are_in_then_verifies
     assert fetching[-1] == 100.0
     after = states[states.index("downloading"):]
     assert after[-2:] == ["verifying", "done"] and after[:-2] == ["downloading"] * len(fetching)
+    # the last line names the model as F5, `models list` and the API do (issue 45)
+    assert pulled.stderr.splitlines()[-1].startswith("its id: slow:q8_0 "), pulled.stderr
 
 
 def test_a_pull_that_fails_at_once_says_only_its_error(
