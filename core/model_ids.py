@@ -118,5 +118,5 @@ def id_of(path: object, models: list) -> str | None:
 
 def id_line(ident: str) -> str:
     """What a pull says last: the name to use the model by (issue 45: one id everywhere),
-    so `llmdeck serve`, an API client or F5 need no guess from the file name."""
-    return f"its id: {ident} (F5 in the app; \"model\": \"{ident}\" in the API)"
+    so an API client or a script needs no guess from the file name."""
+    return f"its id: {ident} (as `llmdeck models list` and the API name it)"
