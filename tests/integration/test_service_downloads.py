@@ -144,10 +144,10 @@ def test_the_hubs_download_is_the_services_and_outlives_the_app(hub: FakeHub, en
         tmux.send("C-o")
         tmux.wait_for(lambda s: "Model hub" in s, 30, "the hub")
         tmux.send("C-t")
-        tmux.wait_for(lambda s: "repos ·" in s, 30, "the search tab")
+        tmux.wait_for(lambda s: "Enter lists a repo" in s, 30, "the search tab")
         tmux.type("slow")
         tmux.send("Enter")
-        tmux.wait_for(lambda s: REPO in s and "1 repos" in s, 30, "the search")
+        tmux.wait_for(lambda s: REPO in s and "1 repo ·" in s, 30, "the search")
         for _ in range(3):  # the results take the focus once listed; until then Enter waits
             tmux.send("Enter")
             try:
