@@ -10,11 +10,18 @@ from __future__ import annotations
 import pytest
 
 from core.wire.hub import DownloadPlan, DownloadProgress
-from tests.fixtures.hub_screen import hub_app, open_hub, wait_until
+from tests.fakes.hub_repos import (  # noqa: F401  (fixtures)
+    GGUF_REPO,
+    catalog_files_fixture,
+    fake_hub_fixture,
+)
+from tests.fakes.hub_server import FakeHub
+from tests.fixtures.hub_screen import hub_app, open_hub, open_with_results, wait_until
 from tui.hub_service_queue import ServiceJob
 from tui.widgets.hub_downloads import DownloadsPanel
 from tui.widgets.hub_local import LocalTable
 from tui.widgets.hub_recommended import RecommendedTable
+from tui.widgets.hub_results import ResultsTable
 from tui.widgets.measured_table import MeasuredTable, clip, fit_columns
 
 NARROW = (80, 24)
@@ -45,6 +52,20 @@ async def test_recommended_and_local_tables_fit_80_columns(
         assert labels(local)[0] == "Model" and labels(local)[-1] == "Valid"
         # the id leads the Model cell, whole
         assert str(local.get_row_at(0)[0]).startswith(local.models[0].model_id)
+
+
+async def test_search_results_and_their_detail_line_fit_80_columns(fake_hub: FakeHub) -> None:
+    """The results hid Likes to Gated behind a scrollbar, and the line under them (what
+    the repo needs to run here) was cut at its first line's end."""
+    async with hub_app().run_test(size=NARROW) as pilot:
+        screen = await open_with_results(pilot)
+        table = screen.query_one(ResultsTable)
+        await wait_until(pilot, lambda: fits(table))
+        assert {"Repo", "Runs here", "Size", "Gated"} <= set(labels(table))
+        detail = screen.query_one("#hub-detail")
+        text = str(detail.render())
+        assert text.startswith(GGUF_REPO) and "needs about" in text
+        await wait_until(pilot, lambda: detail.size.height * detail.size.width >= len(text))
 
 
 def progress(state: str, downloaded: int) -> DownloadProgress:
