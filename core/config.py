@@ -230,7 +230,7 @@ class Settings:
         if not path.is_file():
             return settings
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            data = tomllib.loads(_tables_over_empty_lists(path.read_text(encoding="utf-8")))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
             settings.problems.append(f"{path} could not be read ({exc}); using the defaults")
             return settings
@@ -360,8 +360,10 @@ class Settings:
         path = path or paths.config_path()
         data = asdict(self)
         data.pop("problems", None)
+        # no `mcp_servers = []` and the like: a [[mcp_servers]] table added by hand below
+        # it, as the README shows, made the whole file unreadable
         data = {k: v for k, v in data.items()
-                if v is not None and not (k in ("aliases", "keep_alive") and not v)}
+                if v is not None and not (k in _OMIT_WHEN_EMPTY and not v)}
         kept = _keep_unreadable(path)
         tmp = path.with_suffix(".tmp")
         tmp.unlink(missing_ok=True)  # made afresh, private: it may hold an API key
@@ -371,6 +373,21 @@ class Settings:
         tmp.replace(path)
         self.problems.clear()  # they described the old file; the new one has none
         return kept
+
+
+_TABLE_LISTS = ("remotes", "mcp_servers", "clusters")  # [[name]] tables in the file
+_OMIT_WHEN_EMPTY = ("aliases", "keep_alive", *_TABLE_LISTS)
+
+
+def _tables_over_empty_lists(text: str) -> str:
+    """The file's text without a top-level `mcp_servers = []` (or remotes, clusters) when
+    it also has `[[mcp_servers]]` tables: earlier saves wrote the empty list, and a table
+    added by hand below it (the README's way) is what the person meant, not a TOML error
+    that loses every setting."""
+    for key in _TABLE_LISTS:
+        if re.search(rf"(?m)^\s*\[\[\s*{key}\s*\]\]", text):
+            text = re.sub(rf"(?m)^\s*{key}\s*=\s*\[\s*\]\s*(#.*)?$", "", text)
+    return text
 
 
 MAX_NAMES = 256
@@ -419,7 +436,7 @@ def _keep_unreadable(path: Path) -> Path | None:
         return None  # absent (or a folder: the write that follows says so)
     try:
         probe = Settings()
-        probe._apply(tomllib.loads(raw.decode("utf-8")))
+        probe._apply(tomllib.loads(_tables_over_empty_lists(raw.decode("utf-8"))))
         if not probe.problems:
             return None
     except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):

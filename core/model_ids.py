@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 
 MAX_LEN = 80
 _EXTENSIONS = re.compile(r"\.(gguf|safetensors|bin)$", re.IGNORECASE)
@@ -104,3 +105,18 @@ def same_id(asked: str, model_id: str) -> bool:
         return name if ":" in name else f"{name}:latest"
 
     return asked == model_id or full(asked) == full(model_id)
+
+
+def id_of(path: object, models: list) -> str | None:
+    """The one id of the model at `path` (a GGUF file or an MLX folder), from a listing of
+    the local models; None when it is not listed."""
+    if not path:
+        return None
+    want = Path(str(path)).expanduser()
+    return next((m.model_id or m.id for m in models if Path(m.path).expanduser() == want), None)
+
+
+def id_line(ident: str) -> str:
+    """What a pull says last: the name to use the model by (issue 45: one id everywhere),
+    so an API client or a script needs no guess from the file name."""
+    return f"its id: {ident} (as `llmdeck models list` and the API name it)"

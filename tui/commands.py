@@ -45,7 +45,8 @@ class ModelCommands(_ListedCommands):
     def _commands(self):
         app = self.app
         for choice in getattr(self, "_choices", []):
-            yield f"Model: {choice.name}", partial(app.use_model, choice), f"Load {choice.path}"  # type: ignore[attr-defined]
+            # the one id, as F5, F4 and the API name it (the file was here: "Model: x.gguf")
+            yield f"Model: {choice.id}", partial(app.use_model, choice), f"Load {choice.path}"  # type: ignore[attr-defined]
 
 
 class AppCommands(_ListedCommands):
@@ -58,11 +59,19 @@ class AppCommands(_ListedCommands):
                    "Switch the colour theme (saved)")
         main = app.main  # type: ignore[attr-defined]
         yield "Choose model…", main.action_pick_model, "List local models and load one"
-        yield "Settings", main.action_settings, "Sampling, context size, system prompt, theme"
+        # the title is what the palette matches: "mcp", "tools" or "remote" finds settings
+        yield ("Settings: sampling, tools, MCP servers, remotes", main.action_settings,
+               "Context size, system prompt, theme; add an MCP server or a remote endpoint (F3)")
         yield "Help: keys", main.action_help, "Every key binding"
         yield "Toggle worker status pane", main.action_toggle_workers, "Model, state, tok/s, RSS"
         yield "New chat", main.action_new_chat, "Start an empty conversation"
         yield "Export conversation", main.action_export, "Write it as Markdown"
         yield "Reload model", main.action_reload_model, "Unload and load the model again"
+        yield ("Run code block (Python sandbox)", main.action_run_code,
+               "Run the Python block of the focused (or last) reply in the sandbox (F8)")
+        yield ("Fix code: ask about the failed run", main.action_fix_code,
+               "Put the code and its traceback in the composer (F9)")
+        yield "Search conversations", main.action_search, "Full text, every chat (ctrl+f)"
+        yield "Toggle sidebar", main.action_toggle_sidebar, "Show or hide the chats (ctrl+b)"
         yield ("Compare with…", main.action_compare,
                "Send the composer's message to this model and another, side by side (ctrl+t)")

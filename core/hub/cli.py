@@ -20,6 +20,7 @@ from core.hub.listing import list_files
 from core.hub.registry import LocalModel, delete_model, find_model, list_local_models
 from core.hub.runnable import human_bytes
 from core.hub.search import search_models
+from core.model_ids import id_line, id_of
 from core.terminal_text import visible
 
 EXIT_OK, EXIT_HUB_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -172,6 +173,9 @@ def _pull(args: argparse.Namespace) -> int:
     print(visible(str(result.path)))
     print(f"downloaded {human_bytes(result.plan.total_bytes)} "
           f"({human_bytes(result.bytes_fetched)} over the network)", file=sys.stderr)
+    ident = id_of(result.path, list_local_models(include_bundled=False))
+    if ident:
+        print(visible(id_line(ident)), file=sys.stderr)
     for name in result.unverified:
         print(visible(f"warning: the Hub gave no hash for {result.plan.repo_id}/{name}; it is "
                       "kept but unverified (`llmdeck models list` marks it)."), file=sys.stderr)

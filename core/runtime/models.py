@@ -152,6 +152,7 @@ class ModelLifecycle:
         else:
             self.state.label = model_ids.base_id(bundled.BUNDLED_CHAT_NAME)
             self.state.name = bundled.BUNDLED_CHAT_LABEL
+            self.state.bundled = True
             target = bundled.bundled_chat_target()
             if not await asyncio.to_thread(paths.config_path().exists):  # first run
                 self.state.state = "provisioning"
@@ -175,6 +176,7 @@ class ModelLifecycle:
                 s.model = str(target)
             path, label = target, bundled.BUNDLED_CHAT_LABEL
         self.state.name = label if label != bundled.BUNDLED_CHAT_NAME else bundled.BUNDLED_CHAT_LABEL
+        self.state.bundled = self.state.name == bundled.BUNDLED_CHAT_LABEL
         # One id everywhere (issue 45): the header, F4, the pool's rows, /metrics and the
         # API all name the model by the id the catalog lists it under.
         self.state.label = await asyncio.to_thread(model_catalog.id_for_path, path)
@@ -186,6 +188,7 @@ class ModelLifecycle:
         endpoint = self.settings.remote(endpoint_name)
         self.state.label = f"{endpoint_name}/{model}"  # the id the API lists it under
         self.state.name = f"{model} @ {endpoint_name}"
+        self.state.bundled = False
         if endpoint is None:
             self.state.state = "failed"
             self.state.error = (f"No remote endpoint named {endpoint_name!r} is configured; "
@@ -209,6 +212,7 @@ class ModelLifecycle:
         from core.cluster.on_demand import open_backend
 
         self.state.label = f"cluster:{name}"
+        self.state.bundled = False
         self.state.state = "loading"
         self.state.error = None
         self.notify()

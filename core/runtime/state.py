@@ -29,6 +29,7 @@ class ModelState:
     context_size: int = 0
     info: dict[str, Any] = field(default_factory=dict)
     name: str = ""  # the display name beside the id ("Gemma 3 270M (Q4_K_M, bundled)")
+    bundled: bool = False  # the bundled Gemma (the empty chat speaks of it only then)
 
 
 @dataclass(frozen=True, slots=True)

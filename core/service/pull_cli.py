@@ -139,9 +139,20 @@ async def _follow(repo: str, file: str | None, revision: str | None, include_mmp
             job = next((j for j in jobs if j.get("id") == job["id"]), job)
         if out.isatty() and last:
             out.write("\n")
+        ident = await _model_id(client, job) if job.get("state") == "done" else None
     finally:
         await client.close()
-    return _report(job, out)
+    return _report(job, out, ident)
+
+
+async def _model_id(client: Any, job: dict[str, Any]) -> str | None:
+    """The downloaded model's one id, as the service lists it (None if it cannot say)."""
+    from core.model_ids import id_of
+
+    try:
+        return id_of(job.get("path"), await client.call("local_models"))
+    except Exception:  # noqa: BLE001 - the pull is done either way; the id is a courtesy
+        return None
 
 
 def _under_way(job: dict[str, Any]) -> bool:
@@ -160,7 +171,7 @@ def _finished(job: dict[str, Any]) -> bool:
     return job.get("state") in ("done", "error", "cancelled")
 
 
-def _report(job: dict[str, Any], out: TextIO) -> int:
+def _report(job: dict[str, Any], out: TextIO, ident: str | None = None) -> int:
     if job.get("state") == "done":
         print(visible(str(job.get("path"))))
         if job.get("fetched") == 0:  # every file was in the cache already
@@ -168,6 +179,10 @@ def _report(job: dict[str, Any], out: TextIO) -> int:
                   file=out)
         else:
             print(f"downloaded {_human(job.get('total') or 0)}", file=out)
+        if ident:
+            from core.model_ids import id_line
+
+            print(visible(id_line(ident)), file=out)
         return EXIT_OK
     print(visible(f"error: {job.get('error') or job.get('state')}"), file=out)
     return EXIT_CANCELLED if job.get("state") == "cancelled" else EXIT_HUB_ERROR

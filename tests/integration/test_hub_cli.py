@@ -40,6 +40,7 @@ def test_search_pull_list_rm(fake_hub: FakeHub, llmdeck_home: Path) -> None:
     assert path.name == "tiny-vl-Q4_K_M.gguf" and path.exists()
     assert "100.0%" in pulled.stderr  # the progress bar reached the end
     assert "downloaded" in pulled.stderr
+    assert "its id: tiny-vl:q4_k_m " in pulled.stderr  # the name to use it by
 
     listed = models(fake_hub, "list")  # by the one id the app and the API show (issue 45)
     row = next(line for line in listed.stdout.splitlines() if line.startswith("tiny-vl:q4_k_m"))

@@ -36,3 +36,16 @@ async def test_slash_in_the_focused_search_box_is_the_key_not_the_query(
         status = screen.query_one("#hub-search-status")
         await wait_until(pilot, lambda: "match" in str(status.render()))
         assert str(status.render()).startswith("No repos match “nothing-like-it”")
+
+
+async def test_one_result_reads_one_repo(fake_hub: FakeHub) -> None:
+    """A search with one answer said "1 repos"."""
+    async with hub_app().run_test(size=SIZE) as pilot:
+        screen = await open_with_results(pilot)
+        screen.query_one("#hub-query", Input).focus()
+        await pilot.pause()
+        await pilot.press(*"Tiny-Chat-GGUF", "enter")
+        table = screen.query_one(ResultsTable)
+        await wait_until(pilot, lambda: len(table.results) == 1)
+        status = screen.query_one("#hub-search-status")
+        await wait_until(pilot, lambda: str(status.render()).startswith("1 repo · "))

@@ -67,11 +67,11 @@ def test_search_download_load_and_chat_with_keys_only(
         tmux.wait_for(lambda s: "Model hub" in s and "needs the network" in s, 60,
                       "the hub on its Recommended tab")
         tmux.send("C-t")
-        tmux.wait_for(lambda s: "Model hub" in s and "repos ·" in s, 60,
+        tmux.wait_for(lambda s: "Model hub" in s and "Enter lists a repo" in s, 60,
                       "the hub with the most popular repos")
         tmux.type("gemma")
         tmux.send("Enter")
-        screen = tmux.wait_for(lambda s: "1 repos" in s, 20, "the search for gemma")
+        screen = tmux.wait_for(lambda s: "1 repo ·" in s, 20, "the search for gemma")
         assert REPO in screen and "Tiny-Llama" not in screen
         tmux.send("Enter")  # the results have focus: list the repo's files
         screen = tmux.wait_for(lambda s: FILE in s and "Q4_K_M" in s, 20, "the file list")

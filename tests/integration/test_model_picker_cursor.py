@@ -41,3 +41,27 @@ async def test_the_picker_opens_on_the_model_in_use(monkeypatch: pytest.MonkeyPa
                          and hasattr(app.screen, "choices"))
         assert app.screen.query_one(OptionList).highlighted == 0
         await pilot.press("escape")
+
+
+async def test_the_model_in_use_is_listed_when_not_in_the_models_folder() -> None:
+    """`llmdeck --model ~/elsewhere/model`: the header, F4 and /api/tags named the model,
+    but F5 listed only the models folder's, so after a switch there was no way back."""
+    app = scripted_app()  # its model ("scripted") is in no models folder
+    async with app.run_test(size=(100, 32)) as pilot:
+        await wait_ready(pilot)
+        await pilot.press("f5")
+        await wait_until(pilot, lambda: isinstance(app.screen, ModelPickerScreen)
+                         and hasattr(app.screen, "choices"))
+        first = app.screen.choices[0]
+        assert first.id == "scripted-test", app.screen.choices
+        assert app.screen.query_one(OptionList).highlighted == 0
+        assert str(app.screen.query_one(OptionList).get_option_at_index(0).prompt).startswith(
+            "● scripted-test")
+        await pilot.press("escape")
+        # Compare's picker asks for a second model: not this one
+        app.main.composer.load_text("Hi")
+        await pilot.press("ctrl+t")
+        await wait_until(pilot, lambda: isinstance(app.screen, ModelPickerScreen)
+                         and hasattr(app.screen, "choices"))
+        assert "scripted-test" not in [c.id for c in app.screen.choices]
+        await pilot.press("escape")

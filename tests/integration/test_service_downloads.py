@@ -144,10 +144,10 @@ def test_the_hubs_download_is_the_services_and_outlives_the_app(hub: FakeHub, en
         tmux.send("C-o")
         tmux.wait_for(lambda s: "Model hub" in s, 30, "the hub")
         tmux.send("C-t")
-        tmux.wait_for(lambda s: "repos ·" in s, 30, "the search tab")
+        tmux.wait_for(lambda s: "Enter lists a repo" in s, 30, "the search tab")
         tmux.type("slow")
         tmux.send("Enter")
-        tmux.wait_for(lambda s: REPO in s and "1 repos" in s, 30, "the search")
+        tmux.wait_for(lambda s: REPO in s and "1 repo ·" in s, 30, "the search")
         for _ in range(3):  # the results take the focus once listed; until then Enter waits
             tmux.send("Enter")
             try:
@@ -210,6 +210,8 @@ def test_a_pull_into_a_pipe_says_100_percent_when_the_bytes_are_in_then_verifies
     assert fetching[-1] == 100.0
     after = states[states.index("downloading"):]
     assert after[-2:] == ["verifying", "done"] and after[:-2] == ["downloading"] * len(fetching)
+    # the last line names the model as F5, `models list` and the API do (issue 45)
+    assert pulled.stderr.splitlines()[-1].startswith("its id: slow:q8_0 "), pulled.stderr
 
 
 def test_a_pull_that_fails_at_once_says_only_its_error(

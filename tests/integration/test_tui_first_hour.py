@@ -291,3 +291,25 @@ async def test_offline_the_empty_chat_says_so_and_how_to_leave_it(monkeypatch) -
         await wait_ready(pilot)
         shown = empty_hint_text(pilot.app)
         assert "d there downloads and loads one" in shown and "Offline" not in shown, shown
+
+
+async def test_the_empty_chat_speaks_of_the_gemma_only_when_it_is_the_model(tmp_path) -> None:
+    """`llmdeck --model other.gguf` (or a downloaded model, after Ctrl+N): the empty chat
+    said "The bundled Gemma 3 270M is a small base model, fine for a first try only" beside
+    another model's name in the header."""
+    from core.config import Settings
+    from core.runtime import Runtime
+    from tui.app import LlmdeckApp
+
+    other = tmp_path / "qwen3-4b-q4_k_m.gguf"
+    other.write_bytes(b"GGUF")  # never read: the scripted engine answers
+    app = LlmdeckApp(Runtime(Settings(model=str(other), engine="scripted")))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.runtime.model_state().name == other.name
+                         and app.main.offline_known)
+        await wait_until(pilot, lambda: "Ctrl+O opens" in empty_hint_text(app)
+                         or "Offline mode" in empty_hint_text(app))
+        await wait_until(pilot, lambda: "Gemma" not in empty_hint_text(app))
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: "Enter sends" in empty_hint_text(app))
+        assert "Gemma" not in empty_hint_text(app)

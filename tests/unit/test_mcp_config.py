@@ -37,6 +37,24 @@ def test_entries_round_trip_and_bad_ones_are_reported() -> None:
     assert again.mcp_servers == s.mcp_servers and not again.problems
 
 
+def test_a_server_added_by_hand_below_a_saved_file_is_read() -> None:
+    """The README's way: append a [[mcp_servers]] table to the file the app saved. The
+    save had written `mcp_servers = []`, so TOML refused the file and every setting went
+    back to its default ("Cannot mutate immutable namespace")."""
+    first = Settings(context_size=8192)
+    first.save()
+    assert "mcp_servers" not in paths.config_path().read_text(encoding="utf-8")
+    old_save = 'context_size = 8192\nmcp_servers = []\nremotes = []\n'  # as saves wrote it
+    paths.config_path().write_text(
+        old_save + '\n[[mcp_servers]]\nname = "fetch"\ncommand = "uvx"\n'
+        'args = ["mcp-server-fetch"]\n', encoding="utf-8")
+    s = Settings.load()
+    assert not s.problems, s.problems
+    assert s.context_size == 8192 and [m.name for m in s.mcp_servers] == ["fetch"]
+    paths.config_path().write_text(old_save, encoding="utf-8")  # no tables: as it was
+    assert Settings.load().mcp_servers == [] and not Settings.load().problems
+
+
 def test_typed_targets() -> None:
     assert parse_target("files", "npx -y @modelcontextprotocol/server-filesystem '/my notes'") == \
         McpServerConfig("files", command="npx", args=["-y", "@modelcontextprotocol/server-filesystem",

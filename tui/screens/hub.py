@@ -60,6 +60,8 @@ def open_hub(app: App) -> None:
 class HubScreen(Screen):
     """Recommended models; search, files and downloads; the local registry: three tabs."""
 
+    # below 100 columns the download bars are short, so their numbers and state show
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
     BINDINGS = [
         Binding("escape", "close", "Back"),
         Binding("ctrl+t", "switch_tab", "Next tab"),
@@ -261,7 +263,9 @@ class HubScreen(Screen):
             self._status("#hub-search-status", f"No {kind}repos match {what}; "
                          "try fewer words or ctrl+g for another format.")
             return
-        self._status("#hub-search-status", f"{len(results)} repos · Enter lists a repo's files")
+        n = len(results)
+        self._status("#hub-search-status",
+                     f"{n} repo{'' if n == 1 else 's'} · Enter lists a repo's files")
         if focus_results:
             table.focus()
 
@@ -326,7 +330,7 @@ class HubScreen(Screen):
             if ident in self._load_when_done:
                 self._load_when_done.discard(ident)
                 self.load_downloaded(ident)
-            else:
+            elif before is not None:  # seen running here; not one that ended before it opened
                 self.tell_ready(ident, job.plan.primary or job.plan.repo_id,
                                 bool(progress.unverified))
 

@@ -54,6 +54,19 @@ def cluster_choices(settings: object) -> list[ModelChoice]:
                         False) for c in getattr(settings, "clusters", [])]
 
 
+def current_choice(choices: list[ModelChoice], workers: list, current: str) -> ModelChoice | None:
+    """The model the chat runs now when the local list lacks it (`llmdeck --model
+    ~/elsewhere/model`, a folder outside the models folder): /api/tags and F4 name it, so
+    the picker does too, and Enter on it keeps it rather than leaving no way back to it."""
+    if not current or any(in_use(c, current) for c in choices):
+        return None
+    w = next((w for w in workers if getattr(w, "model", None) == current
+              and getattr(w, "path", "")), None)
+    if w is None:
+        return None
+    return ModelChoice(current, Path(w.path).name, str(w.path), w.engine or None, False)
+
+
 def in_use(choice: ModelChoice, current: str) -> bool:
     """True when `choice` is the model the chat runs now (its label is `current`)."""
     return bool(current) and (choice.id == current or choice.name in current
@@ -117,7 +130,14 @@ class ModelPickerScreen(ModalScreen[ModelChoice | None]):
         runtime = self.app.runtime  # type: ignore[attr-defined]
         choices, bad = await load_choices(runtime)
         choices += cluster_choices(runtime.settings)
-        self._show(choices, bad)
+        extra = None
+        try:  # F5 only: compare asks for a second model, never this one
+            if self.on_current:
+                extra = current_choice(choices, runtime.worker_status(),
+                                       runtime.model_state().label)
+        except Exception:  # noqa: BLE001 - the pool is shutting down: the list as it is
+            pass
+        self._show(([extra] if extra else []) + choices, bad)
 
     def _show(self, choices: list[ModelChoice], bad: list[tuple[str, str]]) -> None:
         self.choices = choices

@@ -19,20 +19,27 @@ from tui.widgets.attachments import MemoryMarker, marker_of
 from tui.widgets.body_text import settled_size
 from tui.widgets.message_view import MessageView, filled_context, format_stats_dict
 
-EMPTY_HINT = (
+START_HINT = (
     "Start typing below. Enter sends, Ctrl+J adds a new line, Ctrl+N starts a new chat.\n"
-    "Shift+Tab (or ctrl+up) moves to the messages; F1 lists every key.\n"
-    "The bundled Gemma 3 270M is a small base model, fine for a first try only:\n"
-    "Ctrl+O opens recommended models, and d there downloads and loads one."
+    "Shift+Tab (or ctrl+up) moves to the messages; F1 lists every key."
 )
+BUNDLED_HINT = "The bundled Gemma 3 270M is a small base model, fine for a first try only:"
+GET_HINT = "Ctrl+O opens recommended models, and d there downloads and loads one."
+EMPTY_HINT = f"{START_HINT}\n{BUNDLED_HINT}\n{GET_HINT}"
 
 
-def empty_hint(offline: str | None = None) -> str:
+def empty_hint(offline: str | None = None, other_model: bool = False) -> str:
     """The empty chat's words; with the service's offline sentence (HF_HUB_OFFLINE) in place
-    of the download line, which would only fail."""
-    if not offline:
-        return EMPTY_HINT
-    return EMPTY_HINT.rsplit("\n", 1)[0].removesuffix(":") + ".\n" + offline
+    of the download line, which would only fail. `other_model`: the chat runs a model that
+    is known not to be the bundled Gemma (a downloaded one, `--model PATH`), so the line
+    about the Gemma is left out (it was said beside Qwen3 in the header)."""
+    lines = [START_HINT]
+    if not other_model:
+        lines.append(BUNDLED_HINT if not offline else BUNDLED_HINT.removesuffix(":") + ".")
+    lines.append(offline or GET_HINT)
+    return "\n".join(lines)
+
+
 PAGE = 50
 
 
@@ -76,6 +83,7 @@ class ChatView(VerticalScroll):
         self.has_newer = False  # True only while showing an older page (a search hit)
         self._asked = False
         self._offline: str | None = None
+        self._other_model = False  # the model in use is known and is not the bundled one
 
     @property
     def offline(self) -> str | None:
@@ -85,8 +93,20 @@ class ChatView(VerticalScroll):
     @offline.setter
     def offline(self, sentence: str | None) -> None:
         self._offline = sentence
+        self._update_hints()
+
+    def model_named(self, name: str, bundled: bool) -> None:
+        """The model in use changed (its display name; "" while not known): the hint
+        speaks of the bundled Gemma only when that is the model, or it is not known."""
+        self._other_model = bool(name) and not bundled
+        self._update_hints()
+
+    def _hint_text(self) -> str:
+        return empty_hint(self._offline, self._other_model)
+
+    def _update_hints(self) -> None:
         for hint in self.query(".empty-hint").results(Static):
-            hint.update(empty_hint(sentence))
+            hint.update(self._hint_text())
 
     def on_mount(self) -> None:
         if self._hint:
@@ -96,7 +116,7 @@ class ChatView(VerticalScroll):
         """Clear the view (awaitable: focus can move only once the old messages are gone)."""
         self.has_older = self.has_newer = False
         removing = self.remove_children()
-        self.mount(Static(empty_hint(self._offline), classes="empty-hint"))
+        self.mount(Static(self._hint_text(), classes="empty-hint"))
         return removing
 
     @property
@@ -114,7 +134,7 @@ class ChatView(VerticalScroll):
         self.has_newer = has_newer
         self._asked = False
         if not messages:
-            await self.mount(Static(empty_hint(self._offline), classes="empty-hint"))
+            await self.mount(Static(self._hint_text(), classes="empty-hint"))
             return
         await self.mount_all([view_for(m, branches.get(m.id)) for m in messages])
         if not has_newer:  # a page around a hit is scrolled to the hit by its opener

@@ -14,6 +14,10 @@ from tui.widgets import hub_format as fmt
 from tui.widgets.measured_table import MeasuredTable
 
 COLUMNS = ("Model", "Format", "Engine", "Quant", "Role", "Size", "Loaded", "Source", "Valid")
+# What a narrow terminal drops first (the engine says the format), and cuts short: the
+# file or folder name after the id, then a problem's words (`l` on the row says it whole).
+OPTIONAL = ("Format", "Source")
+SQUEEZE = {"Model": 24, "Valid": 14}
 
 
 class LocalTable(MeasuredTable):
@@ -74,7 +78,8 @@ class LocalTable(MeasuredTable):
                 if w.path and w.state in ("idle", "busy", "loading"):
                     self.loaded.setdefault(Path(w.path).expanduser(), []).append(w)
         self.fill(COLUMNS, [_cells(m, self.loaded.get(m.path, []), self.uses.get(m.path))
-                            for m in self.models], [m.id for m in self.models])
+                            for m in self.models], [m.id for m in self.models],
+                  optional=OPTIONAL, squeeze=SQUEEZE)
         want = select or previous
         for i, m in enumerate(self.models):
             if m.id == want:
@@ -128,4 +133,4 @@ def _state(m: LocalModel) -> str:
     """Usable or not, and whether every file was checked against the Hub's hash."""
     if not m.valid:
         return f"✗ {m.problem}"
-    return "ok" if m.verified else "ok, unverified (no hash from the Hub)"
+    return "ok" if m.verified else "ok, unverified"  # no hash from the Hub (README)

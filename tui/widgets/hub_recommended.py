@@ -58,7 +58,9 @@ class RecommendedTable(MeasuredTable):
         rows = [(rec.name, _clip(rec.good_at, GOOD_AT_WIDTH), fmt.size(rec.size_bytes),
                  fit_text(f), where_text(rec.local_id in on_disk))
                 for rec, f in zip(self.recs, fits, strict=True)]
-        self.fill(COLUMNS, rows, [rec.local_id for rec in self.recs])
+        # at 80 columns "Good at" and the name are cut short, so "Where" still shows
+        self.fill(COLUMNS, rows, [rec.local_id for rec in self.recs],
+                  squeeze={"Good at": 12, "Model": 12})
 
     @property
     def current(self) -> Recommendation | None:

@@ -7,8 +7,8 @@ from textual.message import Message
 from textual.widgets import DataTable
 
 from core.wire.hub import SearchResult
-from tui.terminal_text import table_cell
 from tui.widgets import hub_format as fmt
+from tui.widgets.measured_table import MeasuredTable
 
 # The format shows in the engine ("llamacpp" serves GGUF, "mlx" MLX) and the detail line.
 COLUMNS = ("Repo", "Runs here", "Quant", "Size", "Arch", "Dl", "Likes", "Updated",
@@ -16,13 +16,17 @@ COLUMNS = ("Repo", "Runs here", "Quant", "Size", "Arch", "Dl", "Likes", "Updated
 REPO_WIDTH = 30
 QUANT_WIDTH = 12
 LICENSE_WIDTH = 10
+# What a narrow terminal drops first, then how short the repo may get (the detail line
+# under the table names it whole).
+OPTIONAL = ("Updated", "License", "Likes", "Arch")
+SQUEEZE = {"Repo": 20}
 
 
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-class ResultsTable(DataTable):
+class ResultsTable(MeasuredTable):
     """Search results; posts Opened for the repo under the cursor."""
 
     BINDINGS = [Binding("enter", "select_cursor", "Files")]
@@ -42,20 +46,17 @@ class ResultsTable(DataTable):
         self.results: list[SearchResult] = []
 
     def on_mount(self) -> None:
-        self.add_columns(*COLUMNS)
+        self.show([])
 
     def show(self, results: list[SearchResult]) -> None:
         self.results = list(results)
-        self.clear()
-        for r in self.results:
-            self.add_row(
-                *(table_cell(cell) for cell in (
-                    _clip(r.repo_id, REPO_WIDTH), fmt.verdict(r.runnable),
-                    _clip(r.quant or "", QUANT_WIDTH), fmt.size(r.size_bytes),
-                    r.architecture or "", fmt.count(r.downloads), fmt.count(r.likes),
-                    fmt.when(r.last_modified), _clip(r.license or "", LICENSE_WIDTH),
-                    "gated" if r.gated else "")), key=r.repo_id,
-            )
+        rows = [(_clip(r.repo_id, REPO_WIDTH), fmt.verdict(r.runnable),
+                 _clip(r.quant or "", QUANT_WIDTH), fmt.size(r.size_bytes),
+                 r.architecture or "", fmt.count(r.downloads), fmt.count(r.likes),
+                 fmt.when(r.last_modified), _clip(r.license or "", LICENSE_WIDTH),
+                 "gated" if r.gated else "") for r in self.results]
+        self.fill(COLUMNS, rows, [r.repo_id for r in self.results],
+                  optional=OPTIONAL, squeeze=SQUEEZE)
 
     @property
     def current(self) -> SearchResult | None:
