@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from textual import events
+from textual.widgets import OptionList
 
 from tests.fixtures.small_fs import tmpfs_fixture  # noqa: F401
 from tests.fixtures.tui import scripted_app, type_burst, wait_ready, wait_until
@@ -52,8 +53,13 @@ async def test_f5_enter_and_send_on_a_full_two_megabyte_home(
         await wait_ready(pilot)
         # F5, Enter: the bundled model (250 MB) cannot be assembled into a 2 MB home.
         await pilot.press("f5")
-        await wait_until(pilot, lambda: isinstance(app.screen, ModelPickerScreen))
-        await pilot.pause(0.3)
+        await wait_until(pilot, lambda: isinstance(app.screen, ModelPickerScreen)
+                         and any(c.bundled for c in getattr(app.screen, "choices", ())))
+        # the list opens on the model in use (the scripted one, listed first): go to the
+        # bundled one by its row, as the arrow keys would
+        picker = app.screen
+        picker.query_one(OptionList).highlighted = next(
+            i for i, c in enumerate(picker.choices) if c.bundled)
         await pilot.press("enter")
         await wait_until(pilot, lambda: "space" in _notes(app), timeout=60)
         assert app.is_running and "Could not" in _notes(app)
