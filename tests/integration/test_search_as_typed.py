@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fixtures.tui import scripted_app, seed_conversations, wait_ready, wait_until
+from tests.fixtures.tui import (
+    scripted_app,
+    seed_conversations,
+    sidebar_kinds,
+    wait_ready,
+    wait_until,
+)
 from tui.widgets.sidebar import searched_as_typed
 
 
@@ -25,12 +31,8 @@ async def test_a_word_typed_halfway_finds_its_conversation() -> None:
     app = scripted_app()
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_ready(pilot)
-        rows = app.main.query_one("#conversations")
-
-        def ids() -> list[str]:
-            return [rows.get_option_at_index(i).id or "" for i in range(rows.option_count)]
-
-        await wait_until(pilot, lambda: [i[:2] for i in ids()] == ["c:", "c:"])
+        await wait_until(pilot, lambda: sidebar_kinds(app) == ["c:", "c:"])
         await pilot.press("ctrl+f", *"Germ")
-        await wait_until(pilot, lambda: [i[:2] for i in ids()] == ["h:"])
+        await wait_until(pilot, lambda: sidebar_kinds(app) == ["h:"])
+        rows = app.main.query_one("#conversations")
         assert "Germany" in str(rows.get_option_at_index(0).prompt)

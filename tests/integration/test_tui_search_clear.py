@@ -7,7 +7,13 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Input
 
-from tests.fixtures.tui import scripted_app, seed_conversations, wait_ready, wait_until
+from tests.fixtures.tui import (
+    scripted_app,
+    seed_conversations,
+    sidebar_kinds,
+    wait_ready,
+    wait_until,
+)
 
 
 @pytest.mark.slow
@@ -17,16 +23,11 @@ async def test_esc_in_the_search_box_lists_every_conversation_again() -> None:
     app = scripted_app()
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_ready(pilot)
-        rows = app.main.query_one("#conversations")
-
-        def ids() -> list[str]:
-            return [rows.get_option_at_index(i).id or "" for i in range(rows.option_count)]
-
-        await wait_until(pilot, lambda: [i[:2] for i in ids()] == ["c:", "c:"])
+        await wait_until(pilot, lambda: sidebar_kinds(app) == ["c:", "c:"])
         await pilot.press("ctrl+f", *"Paris")
-        await wait_until(pilot, lambda: [i[:2] for i in ids()] == ["h:"])
+        await wait_until(pilot, lambda: sidebar_kinds(app) == ["h:"])
         await pilot.press("escape")
-        await wait_until(pilot, lambda: [i[:2] for i in ids()] == ["c:", "c:"])
+        await wait_until(pilot, lambda: sidebar_kinds(app) == ["c:", "c:"])
         assert app.main.query_one("#search", Input).value == ""
         assert app.main.composer.has_focus
 
@@ -41,16 +42,11 @@ async def test_a_new_chat_after_opening_a_hit_lists_every_conversation() -> None
     app = scripted_app()
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_ready(pilot)
-        rows = app.main.query_one("#conversations")
-
-        def ids() -> list[str]:
-            return [rows.get_option_at_index(i).id or "" for i in range(rows.option_count)]
-
-        await wait_until(pilot, lambda: [i[:2] for i in ids()] == ["c:", "c:"])
+        await wait_until(pilot, lambda: sidebar_kinds(app) == ["c:", "c:"])
         await pilot.press("ctrl+f", *"Paris")
-        await wait_until(pilot, lambda: [i[:2] for i in ids()] == ["h:"])
+        await wait_until(pilot, lambda: sidebar_kinds(app) == ["h:"])
         await pilot.press("enter")
         await wait_until(pilot, lambda: app.main.conversation_id is not None)
         await pilot.press("ctrl+n")
-        await wait_until(pilot, lambda: [i[:2] for i in ids()] == ["c:", "c:"])
+        await wait_until(pilot, lambda: sidebar_kinds(app) == ["c:", "c:"])
         assert app.main.query_one("#search", Input).value == ""
