@@ -17,6 +17,12 @@ from tests.helpers.bytecode import cache_bytecode_outside_the_tree  # noqa: E402
 
 cache_bytecode_outside_the_tree()  # PYTHONDONTWRITEBYTECODE=1: bytecode in the temp folder
 
+# Under xdist four processes share the box's cores: each llama.cpp engine a test starts
+# takes one thread, not one per core (its threads spin while they wait, and 4 engines of 2
+# threads on 2 cores made a 2 s test take 60). Tests of the thread split read the same cap.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("LLMDECK_CORES", "1")
+
 # The fast tier: tests measured slow in the last recorded run are marked `slow`.
 pytest_plugins = ["tests.helpers.tiers"]
 

@@ -26,11 +26,15 @@ from typing import Any
 
 def usable_cores() -> int:
     """The cores this process may run on (its CPU affinity where the OS has one, as in a
-    container limited to some cores), else every core the machine reports."""
+    container limited to some cores), else every core the machine reports; at most
+    LLMDECK_CORES where that is set (a machine shared with other work: llama.cpp's threads
+    wait by spinning, so more of them than free cores slows every one)."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # macOS has no affinity
-        return max(1, os.cpu_count() or 1)
+        cores = max(1, os.cpu_count() or 1)
+    cap = os.environ.get("LLMDECK_CORES", "")
+    return min(cores, int(cap)) if cap.isdigit() and int(cap) > 0 else cores
 
 
 def replica_threads(replicas: int, index: int | None = None, cores: int | None = None) -> int:

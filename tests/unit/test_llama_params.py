@@ -70,3 +70,15 @@ def test_the_threads_option_overrides_the_share_and_a_lone_worker_takes_every_co
     for bad in (0, -3, "many", True, 2.5):
         assert llama_params.worker_threads(bad, 2, 0, cores=8) == 4
     assert llama_params.usable_cores() >= 1
+
+
+def test_llmdeck_cores_caps_the_cores_and_nonsense_is_ignored(monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.delenv("LLMDECK_CORES", raising=False)
+    every = llama_params.usable_cores()
+    monkeypatch.setenv("LLMDECK_CORES", "1")
+    assert llama_params.usable_cores() == 1
+    monkeypatch.setenv("LLMDECK_CORES", str(every + 5))
+    assert llama_params.usable_cores() == every  # a cap, never more than the machine's
+    for junk in ("0", "-2", "two", ""):
+        monkeypatch.setenv("LLMDECK_CORES", junk)
+        assert llama_params.usable_cores() == every
