@@ -20,6 +20,7 @@ from mlx_lm.models.cache import BatchKVCache
 from core.engines.mlx.cached_group import detached, group_pass, sharing
 from core.engines.mlx.lean_batch import LeanGenerationBatch
 from core.engines.mlx.lean_prompt import lean_prompt_batch
+from core.engines.mlx.single import pick_token
 from core.engines.mlx.state import FinishedRows, Request, SingleStream
 from core.engines.sampling import greedy
 from core.events import Event
@@ -211,21 +212,13 @@ class BatchPath:
 
     def _sample_rows(self, acts: list[Request], logits: mx.array,
                      contexts: list[mx.array | None]) -> list[mx.array]:
-        """Each row's first token from its logits (its processors, then its sampler), as
-        SinglePath._sample_one does for one; greedy rows without processors together."""
+        """Each row's first token from its logits (pick_token, as a lone pass takes its
+        own); greedy rows without processors together."""
         if all(a.sampler is greedy and not a.processors for a in acts):
             y = greedy(logits)
             return [y[i : i + 1] for i in range(len(acts))]
-        out = []
-        for i, (act, context) in enumerate(zip(acts, contexts, strict=True)):
-            row = logits[i : i + 1]
-            for processor in act.processors:
-                row = processor(context, row)
-            if act.sampler is greedy:
-                out.append(greedy(row))
-            else:
-                out.append(act.sampler(row - mx.logsumexp(row, keepdims=True)))
-        return out
+        return [pick_token(logits[i : i + 1], act, context)
+                for i, (act, context) in enumerate(zip(acts, contexts, strict=True))]
 
     def _retire(self, uids: list[int]) -> None:
         """Take finished requests off the batch, keeping their KV for the prefix cache.

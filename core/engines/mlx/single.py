@@ -52,6 +52,16 @@ def trim_buffer_cache() -> None:
         mx.clear_cache()
 
 
+def pick_token(logits: mx.array, act: Request, context: mx.array | None) -> mx.array:
+    """One row's token from its logits: the request's processors, then its sampler (the
+    greedy one on the logits as they are, any other on log-probabilities)."""
+    for processor in act.processors:
+        logits = processor(context, logits)
+    if act.sampler is greedy:
+        return greedy(logits)
+    return act.sampler(logits - mx.logsumexp(logits, keepdims=True))
+
+
 class SinglePath:
     """MlxEngine's single-stream methods (a base class of MlxEngine, which holds the state)."""
 
@@ -163,13 +173,7 @@ class SinglePath:
         self, tokens: mx.array, cache: list[Any], act: Request, context: mx.array | None,
         at: int = -1,
     ) -> mx.array:
-        logits = self._model(tokens[None], cache=cache)[:, at, :]
-        for processor in act.processors:
-            logits = processor(context, logits)
-        if act.sampler is greedy:
-            return greedy(logits)
-        logprobs = logits - mx.logsumexp(logits, keepdims=True)
-        return act.sampler(logprobs)
+        return pick_token(self._model(tokens[None], cache=cache)[:, at, :], act, context)
 
     def _end_single(self, s: SingleStream, finish: str, events: list[Event],
                     out: dict[str, list[Event]]) -> None:
