@@ -70,6 +70,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.read_bound import read_whole  # noqa: E402
 from core.engines.base import GenerationRequest, ModelSpec, SamplingParams  # noqa: E402
 from core.events import TextDelta, Usage  # noqa: E402
 
@@ -154,23 +155,11 @@ def _settle(engine: Any) -> None:
 
 
 def _read_bound_ms(paths: list[Path], threads: int = 1) -> float:
-    """Reading `paths` whole into fresh buffers (plain read calls, 8 MiB pieces on
-    `threads` threads, the page cache as the restart left it): what any loader of them
-    has to do."""
-    import numpy as np
-
-    piece = 8 * 1024**2
+    """Reading `paths` whole into fresh buffers on `threads` threads (bench.read_bound),
+    the page cache as the restart left it."""
     started = time.perf_counter()
     with ThreadPoolExecutor(threads) as pool:
-        for path in paths:
-            size = path.stat().st_size
-            buf = np.empty(size, np.uint8)
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                list(pool.map(lambda at, fd=fd, buf=buf: os.preadv(fd, [buf[at: at + piece]], at),
-                              range(0, size, piece)))
-            finally:
-                os.close(fd)
+        read_whole(paths, pool)
     return (time.perf_counter() - started) * 1000
 
 

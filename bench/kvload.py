@@ -4,8 +4,8 @@ can reach the device (kv_disk_copy), on a file of a model's KV shape.
 Prints one JSON object (median ms over --repeats, after one discarded warm-up round):
 
 - `read_bound_ms`: the file's bytes read into a fresh buffer by one thread (plain read
-  calls, the page cache warm): what any loader has to do; `read_parallel_ms` the same
-  with a thread per section (no checksums), `hash_ms` mapping it and checking every
+  calls, the page cache warm; bench.read_bound, as bench/kvdisk.py reads): what any loader
+  has to do; `read_parallel_ms` the same on up to 16 threads (no checksums), `hash_ms` mapping it and checking every
   section's SHA-256 on the hashing threads (no copy);
 - `load_ms[copy]`: kv_mlx_load.on_device's whole step for that copy mode (open, map,
   copy and hash, verified, on the device and synchronised), `touch_ms[copy]` the first
@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import mlx.core as mx  # noqa: E402
 
+from bench.read_bound import read_whole  # noqa: E402
 from core.engines import kv_file, kv_mlx_load  # noqa: E402
 
 
@@ -92,29 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     size = path.stat().st_size
     pool = ThreadPoolExecutor(min(16, os.cpu_count() or 1))
 
+    one = ThreadPoolExecutor(1)
+
     def read_bound() -> None:
-        buf = np.empty(size, np.uint8)
-        with open(path, "rb", buffering=0) as f:
-            view, got = memoryview(buf), 0
-            while got < size:
-                n = f.readinto(view[got:])
-                if not n:
-                    break
-                got += n
+        read_whole([path], one)
 
     def read_parallel() -> None:
-        buf = np.empty(header.nbytes, np.uint8)
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            jobs, at = [], 0
-            for s in header.sections:
-                jobs.append(pool.submit(os.preadv, fd, [buf[at: at + s.nbytes]],
-                                        header.payload_at + at))
-                at += s.nbytes
-            for j in jobs:
-                j.result()
-        finally:
-            os.close(fd)
+        read_whole([path], pool)
 
     def hashed() -> None:
         kv_file.read_sections(path, header, wait=True, hash=True)
