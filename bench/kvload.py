@@ -20,6 +20,7 @@ Prints one JSON object (median ms over --repeats, after one discarded warm-up ro
 
     python bench/kvload.py                      # Qwen3-0.6B's shape, 4,172 tokens, bf16
     python bench/kvload.py --bits 8             # the 8-bit file of the same cache
+    python bench/kvload.py --quick              # a small file (the plumbing, a CPU)
 """
 
 from __future__ import annotations
@@ -85,7 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--copies", default=",".join(kv_mlx_load.COPIES))
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--quick", action="store_true",
+                    help="a small file (4 layers, 1,024 tokens, 2 repeats): the plumbing, on a CPU")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.layers, args.tokens, args.repeats = 4, 1024, min(args.repeats, 2)
     copies = [c for c in args.copies.split(",") if c in kv_mlx_load.COPIES]
     folder = Path(tempfile.mkdtemp(prefix="kvload-"))
     path = make_file(folder, args.layers, args.heads, args.tokens, args.dim, args.bits)
