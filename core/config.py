@@ -367,9 +367,7 @@ class Settings:
         kept = _keep_unreadable(path)
         tmp = path.with_suffix(".tmp")
         tmp.unlink(missing_ok=True)  # made afresh, private: it may hold an API key
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(tomli_w.dumps(data))
+        _write_private(tmp, tomli_w.dumps(data).encode("utf-8"))
         tmp.replace(path)
         self.problems.clear()  # they described the old file; the new one has none
         return kept
@@ -449,9 +447,15 @@ def _keep_unreadable(path: Path) -> Path | None:
         kept = path.with_name(f"{path.stem}.kept-{stamp}-{n}{path.suffix}")
     # a copy, as private as the file (it may hold a key): the real file stays whole
     # until the atomic replace
-    with os.fdopen(os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
-        f.write(raw)
+    _write_private(kept, raw)
     return kept
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """A new file (never one already there) readable by the user alone: config files may
+    hold an API key."""
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+        f.write(data)
 
 
 def kept_notice(kept: Path) -> str:

@@ -117,7 +117,6 @@ class LlmdeckApp(App):
     def _on_model_state(self, state: ModelState) -> None:
         try:
             self.main.on_model_state(state)
-            self.main.chat.model_named(state.name, state.bundled)
         except NoMatches:  # a reload that ended as the app closes: its widgets are gone
             pass
 

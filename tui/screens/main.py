@@ -193,6 +193,7 @@ class MainScreen(Screen):
         bar.base_model = bool(state.info.get("base_model")) and state.state == "ready"
         bar.context_size = state.context_size
         self.show_composer_state()
+        self.chat.model_named(state.name, state.bundled)  # the empty chat's hint
         if state.state == "failed" and state.error:
             self.notify(state.error, title="Model", severity="error", timeout=8)
 

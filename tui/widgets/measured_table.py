@@ -80,6 +80,7 @@ class MeasuredTable(DataTable):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._filled: tuple = ((), (), (), (), {})
+        self._natural: dict[str, int] = {}  # each column's width, measured once a fill
         self._fitted: dict[str, int] = {}
 
     def fill(self, columns: Sequence[str], rows: Sequence[Sequence[str]],
@@ -87,7 +88,8 @@ class MeasuredTable(DataTable):
              squeeze: Mapping[str, int] | None = None) -> None:
         self._filled = (tuple(columns), [tuple(r) for r in rows], tuple(keys),
                         tuple(optional), dict(squeeze or {}))
-        self._draw()
+        self._natural = _natural(columns, rows)
+        self._draw(self._fit())
 
     def _room(self, n_rows: int) -> int:
         """The cells the columns may take: the width less the scrollbar `n_rows` bring
@@ -99,10 +101,14 @@ class MeasuredTable(DataTable):
             width -= self.styles.scrollbar_size_vertical
         return width
 
-    def _draw(self) -> None:
-        columns, rows, keys, optional, squeeze = self._filled
-        self._fitted = fit_columns(_natural(columns, rows), self._room(len(rows)), optional,
-                                   squeeze)
+    def _fit(self) -> dict[str, int]:
+        """The columns shown at the table's present width, and their widths."""
+        _, rows, _, optional, squeeze = self._filled
+        return fit_columns(self._natural, self._room(len(rows)), optional, squeeze)
+
+    def _draw(self, fitted: dict[str, int]) -> None:
+        columns, rows, keys, _, _ = self._filled
+        self._fitted = fitted
         self.clear(columns=True)
         shown = [(i, label) for i, label in enumerate(columns) if label in self._fitted]
         for _, label in shown:
@@ -114,10 +120,8 @@ class MeasuredTable(DataTable):
 
     def on_resize(self, event: events.Resize) -> None:
         """Fit the columns again when the width changes what shows; the cursor stays."""
-        columns, rows, _, optional, squeeze = self._filled
-        if columns and fit_columns(_natural(columns, rows), self._room(len(rows)), optional,
-                                   squeeze) != self._fitted:
+        if self._filled[0] and (fitted := self._fit()) != self._fitted:
             row = self.cursor_row
-            self._draw()
+            self._draw(fitted)
             if 0 <= row < self.row_count:
                 self.move_cursor(row=row)
