@@ -228,8 +228,10 @@ def test_binding_beyond_loopback_without_a_key_is_refused(server: ServerThread) 
 
 
 def test_requests_during_a_load_wait_for_it_then_429_when_the_queue_is_full(tmp_path: Path) -> None:
+    # the streaming reply holds the one slot for 5 s (200 tokens at 40/s), so the request
+    # sent after the queue filled meets it full even on a loaded box; the others stop at 8
     srv = ServerThread(scripted_spec(hang_load_s=1.5, tokens_per_s=40, max_concurrency=1,
-                                     reply="slow " * 40),
+                                     reply="slow " * 200),
                        wait_ready=False, max_queue=1)
     try:
         health = httpx.get(srv.url.removesuffix("/v1") + "/health")
@@ -239,7 +241,8 @@ def test_requests_during_a_load_wait_for_it_then_429_when_the_queue_is_full(tmp_
         assert "scripted" in listed  # what a request for it gets: an answer once loaded
         client = OpenAI(base_url=srv.url, api_key="x", max_retries=0)
         started = time.monotonic()
-        reply = client.chat.completions.create(model="scripted", messages=HI)  # waits for the load
+        reply = client.chat.completions.create(model="scripted", messages=HI,
+                                               max_tokens=8)  # waits for the load
         assert reply.choices[0].message.content.startswith("slow")
         assert srv.runtime.model.state == "ready" and time.monotonic() - started > 0.5
         health = httpx.get(srv.url.removesuffix("/v1") + "/health")
@@ -248,7 +251,8 @@ def test_requests_during_a_load_wait_for_it_then_429_when_the_queue_is_full(tmp_
         with ThreadPoolExecutor(2) as pool:
             running = pool.submit(lambda: list(client.chat.completions.create(
                 model="scripted", messages=HI, stream=True)))
-            waiting = pool.submit(lambda: client.chat.completions.create(model="scripted", messages=HI))
+            waiting = pool.submit(lambda: client.chat.completions.create(
+                model="scripted", messages=HI, max_tokens=8))
             deadline = time.monotonic() + 30
             while srv.runtime.backend.queued() < 1 and time.monotonic() < deadline:
                 time.sleep(0.02)
